@@ -1,0 +1,1 @@
+//! caprl-actor: watches the policy snapshot and turns rollout tasks into sampled captions.

@@ -1,0 +1,1 @@
+//! bus (to be filled).

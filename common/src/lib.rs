@@ -1,0 +1,17 @@
+//! caprl-common: what every caprl role shares.
+//!
+//! - [`config`]: the one typed, validated run configuration.
+//! - [`data`]: tokenizer, vocabulary, data set formats, the synthetic task.
+//! - [`score`]: CIDEr-D, BLEU, ROUGE-L and diversity metrics.
+//! - [`wire`]: message types and the versioned codec.
+//! - [`bus`]: the message bus (NATS JetStream and in-process).
+//! - [`model`]: the captioner in Candle and its decoders.
+//! - [`optim`]: AdamW with checkpointable state, clipping, schedules.
+
+pub mod bus;
+pub mod config;
+pub mod data;
+pub mod model;
+pub mod optim;
+pub mod score;
+pub mod wire;

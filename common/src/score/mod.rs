@@ -1,0 +1,1 @@
+//! score (to be filled).

@@ -1,0 +1,1 @@
+//! wire (to be filled).

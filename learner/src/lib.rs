@@ -1,0 +1,1 @@
+//! caprl-learner: objectives, batch assembly, checkpoints and evaluation.

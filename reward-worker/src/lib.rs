@@ -1,0 +1,1 @@
+//! caprl-reward-worker: scores rollouts with the configured reward spec.
