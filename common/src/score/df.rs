@@ -9,8 +9,11 @@
 //!
 //! File format (little endian): magic `CAPRLDF\0`, `u32` version (1),
 //! `u64` number of images, `u64` number of entries, then the entries sorted
-//! by key as (`u128` packed n-gram, `u32` df), then the SHA-256 of all the
-//! bytes before it.
+//! by key as (`u128` packed n-gram, `u32` df), `u64` number of vocabulary
+//! words, each as `u32` byte length + UTF-8 bytes, then the SHA-256 of all
+//! the bytes before it. The vocabulary (word of id 0, 1, …) is optional (0
+//! words) but lets text be interned with the ids the table was built with
+//! (`caprl score --df FILE`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -83,6 +86,7 @@ pub enum DfError {
 pub struct DocFreq {
     pub(crate) df: KeyMap<u32>,
     pub(crate) num_images: usize,
+    pub(crate) words: Vec<String>,
 }
 
 impl DocFreq {
@@ -108,7 +112,20 @@ impl DocFreq {
         Self {
             df,
             num_images: refs.len(),
+            words: Vec::new(),
         }
+    }
+
+    /// Attaches the vocabulary the ids stand for (word of id `i` at `i`),
+    /// saved with the table.
+    pub fn with_words(mut self, words: Vec<String>) -> Self {
+        self.words = words;
+        self
+    }
+
+    /// The attached vocabulary (empty when none was given).
+    pub fn words(&self) -> &[String] {
+        &self.words
     }
 
     /// Number of images the frequencies were counted over.
@@ -155,6 +172,11 @@ impl DocFreq {
             buf.extend_from_slice(&k.to_le_bytes());
             buf.extend_from_slice(&v.to_le_bytes());
         }
+        buf.extend_from_slice(&(self.words.len() as u64).to_le_bytes());
+        for w in &self.words {
+            buf.extend_from_slice(&(w.len() as u32).to_le_bytes());
+            buf.extend_from_slice(w.as_bytes());
+        }
         let digest = Sha256::digest(&buf);
         buf.extend_from_slice(&digest);
 
@@ -197,8 +219,8 @@ impl DocFreq {
         let n = u64_at(20);
         let expected = n
             .checked_mul(ENTRY_LEN as u64)
-            .and_then(|b| b.checked_add((HEADER_LEN + 32) as u64));
-        if expected != Some(bytes.len() as u64) {
+            .and_then(|b| b.checked_add((HEADER_LEN + 8 + 32) as u64));
+        if expected.is_none_or(|e| e > bytes.len() as u64) {
             return Err(DfError::Length {
                 path: p(),
                 expected: expected.unwrap_or(u64::MAX),
@@ -234,7 +256,33 @@ impl DocFreq {
             prev = Some(key);
             df.insert(key, count);
         }
+        let mut at = HEADER_LEN + n as usize * ENTRY_LEN;
+        let nwords = u64_at(at);
+        at += 8;
+        let mut words = Vec::new();
+        for i in 0..nwords {
+            let len = if at + 4 <= body { u32_at(at) as usize } else { 0 };
+            if at + 4 > body || len > body - at - 4 {
+                return Err(DfError::Length {
+                    path: p(),
+                    expected: (at + 4) as u64 + len as u64 + 32,
+                    found: bytes.len() as u64,
+                });
+            }
+            let word = std::str::from_utf8(&bytes[at + 4..at + 4 + len])
+                .map_err(|_| bad(i, "vocabulary word is not UTF-8".into()))?;
+            words.push(word.to_owned());
+            at += 4 + len;
+        }
+        if at != body {
+            return Err(DfError::Length {
+                path: p(),
+                expected: (at + 32) as u64,
+                found: bytes.len() as u64,
+            });
+        }
         Ok(Self {
+            words,
             df,
             num_images: usize::try_from(num_images)
                 .map_err(|_| bad(0, "image count overflows usize".into()))?,
