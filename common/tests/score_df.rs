@@ -14,7 +14,10 @@ fn sample() -> DocFreq {
 fn df_file_round_trips_and_scores_the_same() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("train.df");
-    let words: Vec<String> = ["<eos>", "a", "café", ""].iter().map(|w| w.to_string()).collect();
+    let words: Vec<String> = ["<eos>", "a", "café", ""]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
     let df = sample().with_words(words.clone());
     df.save(&path).expect("save");
     let loaded = DocFreq::load(&path).expect("load");
@@ -62,7 +65,10 @@ fn bad_df_files_give_typed_errors() {
     let at = bytes.len() - 40;
     bytes[at] ^= 0xff;
     std::fs::write(&path, &bytes).expect("write");
-    assert!(matches!(DocFreq::load(&path), Err(DfError::Checksum { .. })));
+    assert!(matches!(
+        DocFreq::load(&path),
+        Err(DfError::Checksum { .. })
+    ));
 
     sample().save(&path).expect("save");
     let mut bytes = std::fs::read(&path).expect("read");

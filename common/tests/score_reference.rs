@@ -20,7 +20,10 @@ struct Fixture {
 }
 
 fn load() -> Fixture {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/score/coco_reference.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/score/coco_reference.json"
+    );
     let text = std::fs::read_to_string(path).expect("fixture present");
     let json: Value = serde_json::from_str(&text).expect("fixture is JSON");
     let mut interner = Interner::new();
@@ -33,12 +36,23 @@ fn load() -> Fixture {
     };
     let images = json["images"].as_array().expect("images");
     let refs: Vec<_> = images.iter().map(|im| sentences(&im["refs"])).collect();
-    let train_refs: Vec<_> = json["train_refs"].as_array().expect("train_refs").iter().map(&mut sentences).collect();
+    let train_refs: Vec<_> = json["train_refs"]
+        .as_array()
+        .expect("train_refs")
+        .iter()
+        .map(&mut sentences)
+        .collect();
     let cands = images
         .iter()
         .map(|im| interner.intern_sentence(im["cand"].as_str().expect("cand")))
         .collect();
-    Fixture { refs, cands, train_refs, json, interner }
+    Fixture {
+        refs,
+        cands,
+        train_refs,
+        json,
+        interner,
+    }
 }
 
 fn f(v: &Value) -> f64 {
@@ -46,7 +60,10 @@ fn f(v: &Value) -> f64 {
 }
 
 fn close(what: &str, got: f64, want: f64) {
-    assert!((got - want).abs() <= TOL, "{what}: got {got}, pycocoevalcap {want}");
+    assert!(
+        (got - want).abs() <= TOL,
+        "{what}: got {got}, pycocoevalcap {want}"
+    );
 }
 
 #[test]
@@ -57,14 +74,22 @@ fn fixture_covers_the_edge_cases() {
     assert!(fx.cands.iter().any(Vec::is_empty), "empty caption");
     assert!(fx.cands.iter().any(|c| c.len() == 1), "single word");
     assert!(
-        fx.cands.iter().any(|c| c.len() > 1 && c.iter().all(|&t| t == c[0])),
+        fx.cands
+            .iter()
+            .any(|c| c.len() > 1 && c.iter().all(|&t| t == c[0])),
         "repeated word"
     );
     assert!(
-        fx.cands.iter().zip(&fx.refs).any(|(c, r)| r.iter().all(|s| s.len() < c.len())),
+        fx.cands
+            .iter()
+            .zip(&fx.refs)
+            .any(|(c, r)| r.iter().all(|s| s.len() < c.len())),
         "longer than all refs"
     );
-    assert!(fx.interner.get("brûlée").is_some() || fx.interner.get("日本").is_some(), "unicode");
+    assert!(
+        fx.interner.get("brûlée").is_some() || fx.interner.get("日本").is_some(),
+        "unicode"
+    );
     assert!(fx.interner.get("'s").is_some(), "PTB split of 's");
 }
 
@@ -73,8 +98,17 @@ fn cider_d_matches_pycocoevalcap_per_image_and_corpus() {
     let fx = load();
     let (corpus, per_image) = cider_corpus(&fx.refs, &fx.cands);
     close("corpus CIDEr-D", corpus, f(&fx.json["corpus"]["cider_d"]));
-    for (i, im) in fx.json["images"].as_array().expect("images").iter().enumerate() {
-        close(&format!("CIDEr-D of {}", im["id"]), per_image[i], f(&im["cider_d"]));
+    for (i, im) in fx.json["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .enumerate()
+    {
+        close(
+            &format!("CIDEr-D of {}", im["id"]),
+            per_image[i],
+            f(&im["cider_d"]),
+        );
     }
 }
 
@@ -88,11 +122,24 @@ fn cider_d_with_training_df_matches_self_critical_scorer() {
     let serial = scorer.score_batch(&refs, &fx.cands, false);
     let parallel = scorer.score_batch(&refs, &fx.cands, true);
     assert_eq!(serial, parallel, "parallel scoring changes nothing");
-    for (i, im) in fx.json["images"].as_array().expect("images").iter().enumerate() {
-        close(&format!("CIDEr-D (train df) of {}", im["id"]), serial[i], f(&im["cider_d_train_df"]));
+    for (i, im) in fx.json["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .enumerate()
+    {
+        close(
+            &format!("CIDEr-D (train df) of {}", im["id"]),
+            serial[i],
+            f(&im["cider_d_train_df"]),
+        );
     }
     let mean = serial.iter().sum::<f64>() / serial.len() as f64;
-    close("corpus CIDEr-D (train df)", mean, f(&fx.json["corpus"]["cider_d_train_df"]));
+    close(
+        "corpus CIDEr-D (train df)",
+        mean,
+        f(&fx.json["corpus"]["cider_d_train_df"]),
+    );
 }
 
 #[test]
@@ -100,11 +147,24 @@ fn bleu_matches_pycocoevalcap_per_image_and_corpus() {
     let fx = load();
     let (corpus, per_image) = bleu_corpus(&fx.refs, &fx.cands);
     for n in 0..4 {
-        close(&format!("corpus BLEU-{}", n + 1), corpus[n], f(&fx.json["corpus"]["bleu"][n]));
+        close(
+            &format!("corpus BLEU-{}", n + 1),
+            corpus[n],
+            f(&fx.json["corpus"]["bleu"][n]),
+        );
     }
-    for (i, im) in fx.json["images"].as_array().expect("images").iter().enumerate() {
+    for (i, im) in fx.json["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .enumerate()
+    {
         for n in 0..4 {
-            close(&format!("BLEU-{} of {}", n + 1, im["id"]), per_image[i][n], f(&im["bleu"][n]));
+            close(
+                &format!("BLEU-{} of {}", n + 1, im["id"]),
+                per_image[i][n],
+                f(&im["bleu"][n]),
+            );
         }
     }
 }
@@ -114,8 +174,17 @@ fn rouge_l_matches_pycocoevalcap_per_image_and_corpus() {
     let fx = load();
     let (corpus, per_image) = rouge_l_corpus(&fx.refs, &fx.cands);
     close("corpus ROUGE-L", corpus, f(&fx.json["corpus"]["rouge_l"]));
-    for (i, im) in fx.json["images"].as_array().expect("images").iter().enumerate() {
-        close(&format!("ROUGE-L of {}", im["id"]), per_image[i], f(&im["rouge_l"]));
+    for (i, im) in fx.json["images"]
+        .as_array()
+        .expect("images")
+        .iter()
+        .enumerate()
+    {
+        close(
+            &format!("ROUGE-L of {}", im["id"]),
+            per_image[i],
+            f(&im["rouge_l"]),
+        );
     }
 }
 

@@ -261,7 +261,11 @@ impl DocFreq {
         at += 8;
         let mut words = Vec::new();
         for i in 0..nwords {
-            let len = if at + 4 <= body { u32_at(at) as usize } else { 0 };
+            let len = if at + 4 <= body {
+                u32_at(at) as usize
+            } else {
+                0
+            };
             if at + 4 > body || len > body - at - 4 {
                 return Err(DfError::Length {
                     path: p(),

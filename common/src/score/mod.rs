@@ -13,12 +13,14 @@
 //! - [`cider`]: CIDEr-D, corpus or precomputed df ([`DocFreq`]).
 //! - [`bleu`]: BLEU-1..4, sentence and corpus.
 //! - [`rouge`]: ROUGE-L.
+//! - [`eval`]: score a REFS file against a CANDS file (`caprl score`).
 //! - [`diversity`]: Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
 
 pub mod bleu;
 pub mod cider;
 pub mod df;
 pub mod diversity;
+pub mod eval;
 pub mod intern;
 pub mod ngrams;
 pub mod rouge;
@@ -27,5 +29,6 @@ pub use bleu::{bleu_corpus, bleu_sentence, BleuStats};
 pub use cider::{cider_corpus, CiderD, PreparedRefs, SIGMA};
 pub use df::{DfError, DocFreq};
 pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
+pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
 pub use intern::Interner;
 pub use rouge::{rouge_l, rouge_l_corpus};
