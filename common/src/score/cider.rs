@@ -68,8 +68,10 @@ pub const SIGMA: f64 = 6.0;
 /// A CIDEr-D scorer with a fixed document-frequency table.
 #[derive(Debug, Clone)]
 pub struct CiderD {
-    /// `ln max(1, df)` per n-gram.
-    log_df: KeyMap<f64>,
+    /// `df` per n-gram.
+    df: KeyMap<u32>,
+    /// `ln max(1, k)` for `k = 0..=N`, so `idf` needs no `ln` per lookup.
+    ln_table: Vec<f64>,
     /// `ln N`.
     ref_len: f64,
     num_images: usize,
@@ -119,13 +121,13 @@ impl CiderD {
     /// A scorer using `df` (precomputed from training references, or built
     /// from the set being scored for corpus mode).
     pub fn new(df: DocFreq) -> Self {
-        let log_df = df
-            .df
-            .iter()
-            .map(|(&k, &v)| (k, f64::from(v).max(1.0).ln()))
+        let max_df = df.df.values().copied().max().unwrap_or(0) as usize;
+        let ln_table = (0..=max_df.max(df.num_images))
+            .map(|k| (k as f64).max(1.0).ln())
             .collect();
         Self {
-            log_df,
+            df: df.df,
+            ln_table,
             ref_len: (df.num_images as f64).ln(),
             num_images: df.num_images,
         }
@@ -135,7 +137,8 @@ impl CiderD {
     /// comparing captions with no corpus behind them.
     pub(crate) fn uniform_idf() -> Self {
         Self {
-            log_df: KeyMap::default(),
+            df: KeyMap::default(),
+            ln_table: vec![0.0],
             ref_len: 1.0,
             num_images: 0,
         }
@@ -148,7 +151,8 @@ impl CiderD {
 
     #[inline]
     fn idf(&self, key: NgramKey) -> f64 {
-        self.ref_len - self.log_df.get(&key).copied().unwrap_or(0.0)
+        let df = self.df.get(&key).copied().unwrap_or(0) as usize;
+        self.ref_len - self.ln_table[df]
     }
 
     /// Turns the references of one image into tf-idf vectors and norms.

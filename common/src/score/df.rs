@@ -94,7 +94,9 @@ impl DocFreq {
     /// `refs`, each the interned reference sentences of one image) whose
     /// references contain it.
     pub fn from_refs(refs: &[Vec<Vec<u32>>]) -> Self {
+        let total: usize = refs.iter().flatten().map(|s| 4 * s.len()).sum();
         let mut df: KeyMap<u32> = KeyMap::default();
+        df.reserve(total / 2);
         let mut keys = Vec::new();
         for image in refs {
             keys.clear();
