@@ -101,9 +101,9 @@ impl BleuStats {
     pub fn scores(&self) -> [f64; MAX_ORDER] {
         let mut out = [0.0; MAX_ORDER];
         let mut prod = 1.0;
-        for n in 0..MAX_ORDER {
+        for (n, o) in out.iter_mut().enumerate() {
             prod *= (self.correct[n] as f64 + TINY) / (self.guess[n] as f64 + SMALL);
-            out[n] = prod.powf(1.0 / (n as f64 + 1.0));
+            *o = prod.powf(1.0 / (n as f64 + 1.0));
         }
         let ratio = (self.testlen as f64 + TINY) / (self.reflen as f64 + SMALL);
         if ratio < 1.0 {

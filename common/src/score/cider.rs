@@ -238,12 +238,12 @@ impl CiderD {
             }
             let cand_len = bigram_len(cand.len());
             let mut per_order = [0.0; MAX_ORDER];
-            for r in 0..nrefs {
-                let delta = (cand_len - refs.lens[r]) as f64;
+            for ((a, &len), norms) in acc.iter().zip(&refs.lens).zip(&refs.norms) {
+                let delta = (cand_len - len) as f64;
                 let penalty = (-(delta * delta) / (2.0 * SIGMA * SIGMA)).exp();
                 for n in 0..MAX_ORDER {
-                    let mut val = acc[r][n];
-                    let norm_ref = refs.norms[r][n];
+                    let mut val = a[n];
+                    let norm_ref = norms[n];
                     if cand_norm[n] != 0.0 && norm_ref != 0.0 {
                         val /= cand_norm[n] * norm_ref;
                     }

@@ -222,7 +222,7 @@ pub fn evaluate(
 ) -> Result<Report, EvalError> {
     let missing: Vec<&str> = cands
         .iter()
-        .filter(|(id, _)| !refs.get(id).is_some_and(|r| !r.is_empty()))
+        .filter(|(id, _)| refs.get(id).is_none_or(|r| r.is_empty()))
         .map(|(id, _)| id.as_str())
         .collect();
     if !missing.is_empty() {

@@ -10,11 +10,11 @@
 //! text must tokenise the same way first (the data module's tokenizer); on
 //! already-tokenised text the results are the same.
 //!
-//! - [`cider`]: CIDEr-D, corpus or precomputed df ([`DocFreq`]).
-//! - [`bleu`]: BLEU-1..4, sentence and corpus.
-//! - [`rouge`]: ROUGE-L.
-//! - [`eval`]: score a REFS file against a CANDS file (`caprl score`).
-//! - [`diversity`]: Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
+//! - [`cider`] — CIDEr-D, corpus or precomputed df ([`DocFreq`]).
+//! - [`bleu`] — BLEU-1..4, sentence and corpus.
+//! - [`rouge`] — ROUGE-L.
+//! - [`eval`] — score a REFS file against a CANDS file (`caprl score`).
+//! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
 
 pub mod bleu;
 pub mod cider;
