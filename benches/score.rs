@@ -47,7 +47,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| scorer.score_batch(&prepared_refs, &cands, true))
     });
     g.bench_function("prepare_refs", |b| {
-        b.iter(|| refs.iter().map(|r| scorer.prepare(r)).count())
+        b.iter(|| refs.iter().map(|r| scorer.prepare(r)).collect::<Vec<_>>())
     });
     g.finish();
 
