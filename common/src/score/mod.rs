@@ -1,1 +1,34 @@
-//! score (to be filled).
+//! Text metrics for rewards and evaluation, equal to the reference
+//! implementations (pycocoevalcap; the CIDEr-D scorer of
+//! self-critical.pytorch) within 1e-6, and fast enough that reward workers
+//! are never the bottleneck.
+//!
+//! Everything works on interned token ids ([`Interner`]); text is split on
+//! whitespace only. pycocoevalcap first runs the Java PTB tokenizer
+//! (lower-casing, splitting punctuation off words and dropping it, `n't`
+//! and `'s` split off); callers that need the published numbers from raw
+//! text must tokenise the same way first (the data module's tokenizer); on
+//! already-tokenised text the results are the same.
+//!
+//! - [`cider`] — CIDEr-D, corpus or precomputed df ([`DocFreq`]).
+//! - [`bleu`] — BLEU-1..4, sentence and corpus.
+//! - [`rouge`] — ROUGE-L.
+//! - [`eval`] — score a REFS file against a CANDS file (`caprl score`).
+//! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
+
+pub mod bleu;
+pub mod cider;
+pub mod df;
+pub mod diversity;
+pub mod eval;
+pub mod intern;
+pub mod ngrams;
+pub mod rouge;
+
+pub use bleu::{bleu_corpus, bleu_sentence, BleuStats};
+pub use cider::{cider_corpus, CiderD, PreparedRefs, SIGMA};
+pub use df::{DfError, DocFreq};
+pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
+pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
+pub use intern::Interner;
+pub use rouge::{rouge_l, rouge_l_corpus};

@@ -1,0 +1,109 @@
+//! Scoring speed: CIDEr-D rewards (prepared references, one sample batch)
+//! and the full evaluation (BLEU, ROUGE-L, CIDEr-D) of a 5,000 × 5 set.
+//!
+//! With `CAPRL_SCORE_SET=FILE` (written by `scripts/score/bench.py`) the
+//! bench also scores that file once on one thread and on all threads and
+//! prints captions/s, for the comparison with pycocoevalcap.
+
+use std::time::Instant;
+
+use caprl_common::score::{evaluate, load_cands, load_refs, CiderD, DocFreq, Interner};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+/// Deterministic captions of 7..14 words over a 2,000-word vocabulary
+/// skewed towards low ids (a small LCG keeps the bench free of extra deps).
+fn synthetic(images: usize, refs: usize) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<u32>>) {
+    let mut state: u64 = 7;
+    let mut next = move |m: u64| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) % m
+    };
+    let mut sentence = move || -> Vec<u32> {
+        let len = 7 + next(7);
+        (0..len)
+            .map(|_| next(2_000).min(next(2_000)) as u32)
+            .collect()
+    };
+    let r = (0..images)
+        .map(|_| (0..refs).map(|_| sentence()).collect())
+        .collect();
+    let c = (0..images).map(|_| sentence()).collect();
+    (r, c)
+}
+
+fn bench(c: &mut Criterion) {
+    let (refs, cands) = synthetic(5_000, 5);
+    let scorer = CiderD::new(DocFreq::from_refs(&refs));
+    let prepared: Vec<_> = refs.iter().map(|r| scorer.prepare(r)).collect();
+    let prepared_refs: Vec<_> = prepared.iter().collect();
+
+    let mut g = c.benchmark_group("cider_d_5000x5");
+    g.throughput(Throughput::Elements(cands.len() as u64));
+    g.bench_function("score_batch_1_thread", |b| {
+        b.iter(|| scorer.score_batch(&prepared_refs, &cands, false))
+    });
+    g.bench_function("score_batch_all_threads", |b| {
+        b.iter(|| scorer.score_batch(&prepared_refs, &cands, true))
+    });
+    g.bench_function("prepare_refs", |b| {
+        b.iter(|| refs.iter().map(|r| scorer.prepare(r)).collect::<Vec<_>>())
+    });
+    g.finish();
+
+    if let Ok(path) = std::env::var("CAPRL_SCORE_SET") {
+        compare(std::path::Path::new(&path));
+    }
+}
+
+fn rate(n: usize, f: impl Fn()) -> f64 {
+    f();
+    let reps = 5;
+    let t = Instant::now();
+    for _ in 0..reps {
+        f();
+    }
+    (n * reps) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Scores a REFS/CANDS pair the way `caprl score` does and prints captions/s.
+fn compare(set: &std::path::Path) {
+    let refs_path = set.join("refs.json");
+    let refs = load_refs(&refs_path).expect("refs.json");
+    let cands = load_cands(&set.join("cands.json")).expect("cands.json");
+    let n = cands.len();
+    let mut interner = Interner::new();
+    let ref_ids: Vec<Vec<Vec<u32>>> = cands
+        .iter()
+        .map(|(id, _)| {
+            refs[id]
+                .iter()
+                .map(|r| interner.intern_sentence(r))
+                .collect()
+        })
+        .collect();
+    let cand_ids: Vec<Vec<u32>> = cands
+        .iter()
+        .map(|(_, c)| interner.intern_sentence(c))
+        .collect();
+    let cider_only = |parallel: bool| {
+        let scorer = CiderD::new(DocFreq::from_refs(&ref_ids));
+        let prepared: Vec<_> = ref_ids.iter().map(|r| scorer.prepare(r)).collect();
+        let p: Vec<_> = prepared.iter().collect();
+        scorer.score_batch(&p, &cand_ids, parallel);
+    };
+    let c1 = rate(n, || cider_only(false));
+    let call = rate(n, || cider_only(true));
+    let full = |parallel| {
+        evaluate(&refs_path, &refs, &cands, None, parallel).expect("evaluate");
+    };
+    let f1 = rate(n, || full(false));
+    let fall = rate(n, || full(true));
+    println!(
+        "CAPRL cider_d_1core={c1:.0} cider_d_allcores={call:.0} all_metrics_1core={f1:.0} all_metrics_allcores={fall:.0} threads={}",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,314 @@
+//! Document frequencies of n-grams over reference sets, for CIDEr-D's idf.
+//!
+//! `df(g)` is the number of images whose reference set contains the n-gram
+//! `g` at least once (pycocoevalcap `CiderScorer.compute_doc_freq`). SCST
+//! training builds it once from the training references and reuses it
+//! (self-critical.pytorch's `coco-train-idxs.p`, made by
+//! `scripts/prepro_ngrams.py`); evaluation builds it from the set being
+//! scored (`corpus` mode).
+//!
+//! File format (little endian): magic `CAPRLDF\0`, `u32` version (1),
+//! `u64` number of images, `u64` number of entries, then the entries sorted
+//! by key as (`u128` packed n-gram, `u32` df), `u64` number of vocabulary
+//! words, each as `u32` byte length + UTF-8 bytes, then the SHA-256 of all
+//! the bytes before it. The vocabulary (word of id 0, 1, …) is optional (0
+//! words) but lets text be interned with the ids the table was built with
+//! (`caprl score --df FILE`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::ngrams::{order_of, push_ngrams, KeyMap, NgramKey, MAX_ORDER};
+
+const MAGIC: &[u8; 8] = b"CAPRLDF\0";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 8 + 4 + 8 + 8;
+const ENTRY_LEN: usize = 16 + 4;
+
+/// What went wrong reading or writing a document-frequency file.
+#[derive(Debug, thiserror::Error)]
+pub enum DfError {
+    /// The file could not be read or written.
+    #[error("document-frequency file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The file does not start with the caprl df magic bytes.
+    #[error("{path} is not a caprl document-frequency file (bad magic); build one with `caprl data df DIR`")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file was written by a newer or older format.
+    #[error("{path}: document-frequency format version {found} is not supported (this build reads version {VERSION}); rebuild it with `caprl data df DIR`")]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Version found in the header.
+        found: u32,
+    },
+    /// The file is shorter or longer than its header says.
+    #[error("{path}: expected {expected} bytes from the header, found {found}; the file is truncated or corrupt, rebuild it")]
+    Length {
+        /// The file.
+        path: PathBuf,
+        /// Length implied by the header.
+        expected: u64,
+        /// Actual length.
+        found: u64,
+    },
+    /// The trailing SHA-256 does not match the contents.
+    #[error("{path}: checksum mismatch; the file is corrupt, rebuild it")]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An entry breaks an invariant (order 1..=4, sorted keys, 1 <= df <= images).
+    #[error("{path}: entry {index} is invalid: {reason}; rebuild the file")]
+    BadEntry {
+        /// The file.
+        path: PathBuf,
+        /// Entry index (0-based).
+        index: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// N-gram document frequencies (orders 1..=4) and the number of images they
+/// were counted over (CIDEr-D's `ref_len = ln(num_images)`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DocFreq {
+    pub(crate) df: KeyMap<u32>,
+    pub(crate) num_images: usize,
+    pub(crate) words: Vec<String>,
+}
+
+impl DocFreq {
+    /// Counts, for every n-gram of order 1..=4, the images (entries of
+    /// `refs`, each the interned reference sentences of one image) whose
+    /// references contain it.
+    pub fn from_refs(refs: &[Vec<Vec<u32>>]) -> Self {
+        let total: usize = refs.iter().flatten().map(|s| 4 * s.len()).sum();
+        let mut df: KeyMap<u32> = KeyMap::default();
+        df.reserve(total / 2);
+        let mut keys = Vec::new();
+        for image in refs {
+            keys.clear();
+            for sentence in image {
+                for n in 1..=MAX_ORDER {
+                    push_ngrams(sentence, n, &mut keys);
+                }
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            for &k in &keys {
+                *df.entry(k).or_insert(0) += 1;
+            }
+        }
+        Self {
+            df,
+            num_images: refs.len(),
+            words: Vec::new(),
+        }
+    }
+
+    /// Attaches the vocabulary the ids stand for (word of id `i` at `i`),
+    /// saved with the table.
+    pub fn with_words(mut self, words: Vec<String>) -> Self {
+        self.words = words;
+        self
+    }
+
+    /// The attached vocabulary (empty when none was given).
+    pub fn words(&self) -> &[String] {
+        &self.words
+    }
+
+    /// Number of images the frequencies were counted over.
+    pub fn num_images(&self) -> usize {
+        self.num_images
+    }
+
+    /// Number of distinct n-grams.
+    pub fn len(&self) -> usize {
+        self.df.len()
+    }
+
+    /// True when no n-gram was counted.
+    pub fn is_empty(&self) -> bool {
+        self.df.is_empty()
+    }
+
+    /// Document frequency of the n-gram `tokens` (1..=4 ids); 0 if unseen.
+    pub fn get(&self, tokens: &[u32]) -> u32 {
+        if tokens.is_empty() || tokens.len() > MAX_ORDER {
+            return 0;
+        }
+        self.df
+            .get(&super::ngrams::pack(tokens))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Writes the table to `path` atomically (a temporary file in the same
+    /// directory, synced, then renamed over `path`).
+    pub fn save(&self, path: &Path) -> Result<(), DfError> {
+        let io = |source| DfError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut entries: Vec<(NgramKey, u32)> = self.df.iter().map(|(&k, &v)| (k, v)).collect();
+        entries.sort_unstable();
+        let mut buf = Vec::with_capacity(HEADER_LEN + entries.len() * ENTRY_LEN + 32);
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&VERSION.to_le_bytes());
+        buf.extend_from_slice(&(self.num_images as u64).to_le_bytes());
+        buf.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        for (k, v) in &entries {
+            buf.extend_from_slice(&k.to_le_bytes());
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        buf.extend_from_slice(&(self.words.len() as u64).to_le_bytes());
+        for w in &self.words {
+            buf.extend_from_slice(&(w.len() as u32).to_le_bytes());
+            buf.extend_from_slice(w.as_bytes());
+        }
+        let digest = Sha256::digest(&buf);
+        buf.extend_from_slice(&digest);
+
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+        tmp.write_all(&buf).map_err(io)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(path).map_err(|e| io(e.error))?;
+        Ok(())
+    }
+
+    /// Reads a table written by [`DocFreq::save`], checking its magic,
+    /// version, length, checksum and entries.
+    pub fn load(path: &Path) -> Result<Self, DfError> {
+        let p = || path.to_path_buf();
+        let bytes = std::fs::read(path).map_err(|source| DfError::Io { path: p(), source })?;
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(DfError::BadMagic { path: p() });
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(DfError::Length {
+                path: p(),
+                expected: HEADER_LEN as u64,
+                found: bytes.len() as u64,
+            });
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(DfError::UnsupportedVersion {
+                path: p(),
+                found: version,
+            });
+        }
+        let num_images = u64_at(12);
+        let n = u64_at(20);
+        let expected = n
+            .checked_mul(ENTRY_LEN as u64)
+            .and_then(|b| b.checked_add((HEADER_LEN + 8 + 32) as u64));
+        if expected.is_none_or(|e| e > bytes.len() as u64) {
+            return Err(DfError::Length {
+                path: p(),
+                expected: expected.unwrap_or(u64::MAX),
+                found: bytes.len() as u64,
+            });
+        }
+        let body = bytes.len() - 32;
+        if Sha256::digest(&bytes[..body]).as_slice() != &bytes[body..] {
+            return Err(DfError::Checksum { path: p() });
+        }
+        let bad = |index: u64, reason: String| DfError::BadEntry {
+            path: p(),
+            index,
+            reason,
+        };
+        let mut df = KeyMap::default();
+        df.reserve(n as usize);
+        let mut prev: Option<NgramKey> = None;
+        for i in 0..n {
+            let at = HEADER_LEN + i as usize * ENTRY_LEN;
+            let key = u128::from_le_bytes(bytes[at..at + 16].try_into().expect("16 bytes"));
+            let count = u32_at(at + 16);
+            let order = order_of(key);
+            if !(1..=MAX_ORDER).contains(&order) {
+                return Err(bad(i, format!("n-gram order {order} is outside 1..=4")));
+            }
+            if prev.is_some_and(|p| p >= key) {
+                return Err(bad(i, "keys are not strictly increasing".into()));
+            }
+            if count == 0 || u64::from(count) > num_images {
+                return Err(bad(i, format!("df {count} is outside 1..={num_images}")));
+            }
+            prev = Some(key);
+            df.insert(key, count);
+        }
+        let mut at = HEADER_LEN + n as usize * ENTRY_LEN;
+        let nwords = u64_at(at);
+        at += 8;
+        let mut words = Vec::new();
+        for i in 0..nwords {
+            let len = if at + 4 <= body {
+                u32_at(at) as usize
+            } else {
+                0
+            };
+            if at + 4 > body || len > body - at - 4 {
+                return Err(DfError::Length {
+                    path: p(),
+                    expected: (at + 4) as u64 + len as u64 + 32,
+                    found: bytes.len() as u64,
+                });
+            }
+            let word = std::str::from_utf8(&bytes[at + 4..at + 4 + len])
+                .map_err(|_| bad(i, "vocabulary word is not UTF-8".into()))?;
+            words.push(word.to_owned());
+            at += 4 + len;
+        }
+        if at != body {
+            return Err(DfError::Length {
+                path: p(),
+                expected: (at + 32) as u64,
+                found: bytes.len() as u64,
+            });
+        }
+        Ok(Self {
+            words,
+            df,
+            num_images: usize::try_from(num_images)
+                .map_err(|_| bad(0, "image count overflows usize".into()))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn df_counts_each_image_once() {
+        let refs = vec![vec![vec![1, 2, 1], vec![1, 3]], vec![vec![2, 2]]];
+        let df = DocFreq::from_refs(&refs);
+        assert_eq!(df.num_images(), 2);
+        assert_eq!(df.get(&[1]), 1);
+        assert_eq!(df.get(&[2]), 2);
+        assert_eq!(df.get(&[2, 2]), 1);
+        assert_eq!(df.get(&[1, 2, 1]), 1);
+        assert_eq!(df.get(&[9]), 0);
+    }
+}

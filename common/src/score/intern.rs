@@ -1,0 +1,97 @@
+//! Word → integer id interning, so every metric works on `u32` tokens.
+
+use std::collections::HashMap;
+
+/// Maps words to dense `u32` ids (0, 1, 2, … in order of first sight).
+///
+/// [`Interner::with_words`] seeds the table with a vocabulary so its ids can
+/// be reused as they are; [`Interner::intern`] adds unseen words after them.
+/// Id `u32::MAX` is never handed out (the n-gram packing reserves it).
+#[derive(Debug, Clone, Default)]
+pub struct Interner {
+    ids: HashMap<String, u32>,
+    words: Vec<String>,
+}
+
+impl Interner {
+    /// An empty interner.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An interner whose ids `0..words.len()` are `words` in order. A word
+    /// repeated in `words` keeps its first id (its later slot still counts,
+    /// so positions stay aligned with the vocabulary).
+    pub fn with_words(words: &[String]) -> Self {
+        let mut ids = HashMap::with_capacity(words.len());
+        for (i, w) in words.iter().enumerate() {
+            ids.entry(w.clone()).or_insert(i as u32);
+        }
+        Self {
+            ids,
+            words: words.to_vec(),
+        }
+    }
+
+    /// The id of `word`, adding it if new.
+    ///
+    /// # Panics
+    /// If more than `u32::MAX - 1` distinct words are interned.
+    pub fn intern(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.ids.get(word) {
+            return id;
+        }
+        let id = u32::try_from(self.words.len())
+            .ok()
+            .filter(|&id| id != u32::MAX)
+            .expect("more than u32::MAX - 1 distinct words interned");
+        self.ids.insert(word.to_owned(), id);
+        self.words.push(word.to_owned());
+        id
+    }
+
+    /// Splits `text` on whitespace (the reference scorers' `str.split()`)
+    /// and interns each word.
+    pub fn intern_sentence(&mut self, text: &str) -> Vec<u32> {
+        text.split_whitespace().map(|w| self.intern(w)).collect()
+    }
+
+    /// The id of `word` if it has been seen.
+    pub fn get(&self, word: &str) -> Option<u32> {
+        self.ids.get(word).copied()
+    }
+
+    /// The word behind `id`.
+    pub fn word(&self, id: u32) -> Option<&str> {
+        self.words.get(id as usize).map(String::as_str)
+    }
+
+    /// Number of ids handed out.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// True when no word has been interned.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vocabulary_ids_are_kept_and_new_words_follow() {
+        let vocab: Vec<String> = ["<eos>", "a", "dog"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut it = Interner::with_words(&vocab);
+        assert_eq!(it.intern("dog"), 2);
+        assert_eq!(it.intern("cat"), 3);
+        assert_eq!(it.intern_sentence("a  cat\tdog"), vec![1, 3, 2]);
+        assert_eq!(it.word(3), Some("cat"));
+        assert_eq!(it.get("bird"), None);
+    }
+}

@@ -1,0 +1,63 @@
+//! `caprl score`: BLEU-1..4, ROUGE-L and CIDEr-D of a caption file.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use caprl_common::score::{evaluate, load_cands, load_refs, DocFreq, Scores};
+
+/// Score candidate captions against references (pycocoevalcap numbers).
+#[derive(Debug, clap::Args)]
+pub struct ScoreArgs {
+    /// References: COCO annotations JSON or {"<id>": ["ref", ...]}.
+    #[arg(long)]
+    pub refs: PathBuf,
+    /// Candidates: COCO results JSON or {"<id>": "caption"}.
+    #[arg(long)]
+    pub cands: PathBuf,
+    /// CIDEr-D document frequency: `corpus` (from REFS) or a df file
+    /// written by `caprl data df`.
+    #[arg(long, default_value = "corpus")]
+    pub df: String,
+    /// Print JSON (corpus and per-image scores) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Score on one thread only.
+    #[arg(long)]
+    pub single_thread: bool,
+}
+
+/// Runs `caprl score`.
+pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
+    let refs = load_refs(&args.refs)?;
+    let cands = load_cands(&args.cands)?;
+    let df = if args.df == "corpus" {
+        None
+    } else {
+        let path = PathBuf::from(&args.df);
+        let df = DocFreq::load(&path).with_context(|| format!("--df {}", path.display()))?;
+        if df.words().is_empty() {
+            bail!(
+                "--df {}: the file has no vocabulary, so words cannot be mapped to its ids; rebuild it with `caprl data df`",
+                path.display()
+            );
+        }
+        Some(df)
+    };
+    let report = evaluate(&args.refs, &refs, &cands, df, !args.single_thread)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report.corpus, report.images.len());
+    }
+    Ok(())
+}
+
+fn print_table(s: &Scores, images: usize) {
+    println!("{:<10} {:>8}", "metric", "score");
+    for (n, b) in s.bleu.iter().enumerate() {
+        println!("{:<10} {:>8.4}", format!("BLEU-{}", n + 1), b);
+    }
+    println!("{:<10} {:>8.4}", "ROUGE-L", s.rouge_l);
+    println!("{:<10} {:>8.4}", "CIDEr-D", s.cider_d);
+    println!("({images} images)");
+}
