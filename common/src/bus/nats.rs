@@ -201,17 +201,30 @@ async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<
     Ok(consumer)
 }
 
+/// Creates the control bucket's stream directly (the same stream async-nats's
+/// `create_key_value` makes) and opens it as a KV store: the helper reads account info
+/// fields that servers before 2.10 do not send.
 async fn open_kv(js: &Context, opts: &BusOptions) -> BusResult<kv::Store> {
-    js.create_or_update_key_value(kv::Config {
-        bucket: opts.control_bucket(),
-        description: format!("caprl control state of run {}", opts.run_id),
-        history: 1,
+    let bucket = opts.control_bucket();
+    let config = stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some(format!("caprl control state of run {}", opts.run_id)),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
         storage: StorageType::File,
         num_replicas: opts.replicas,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
         ..Default::default()
-    })
-    .await
-    .map_err(|e| BusError::js("open control KV bucket", e))
+    };
+    js.create_or_update_stream(config)
+        .await
+        .map_err(|e| BusError::js("create control KV bucket", e))?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|e| BusError::js("open control KV bucket", e))
 }
 
 async fn open_objects(js: &Context, opts: &BusOptions) -> BusResult<ObjectStore> {
