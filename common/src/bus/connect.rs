@@ -116,6 +116,11 @@ pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> 
         }
     };
     let detail = err.to_string();
+    // Handshake failures arrive as IO errors; name TLS so the user looks at the right keys.
+    let lower = detail.to_lowercase();
+    let tls_like = ["certificate", "tls", "handshake", "alert"]
+        .iter()
+        .any(|w| lower.contains(w));
     Err(match err.kind() {
         ConnectErrorKind::AuthorizationViolation => BusError::AuthRejected { url, detail },
         ConnectErrorKind::Authentication => BusError::AuthSetup { url, detail },
@@ -124,6 +129,7 @@ pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> 
             secs: cfg.connect_timeout_secs,
         },
         ConnectErrorKind::Tls => BusError::Tls { url, detail },
+        ConnectErrorKind::Io if tls_like => BusError::Tls { url, detail },
         _ => BusError::Connect { url, detail },
     })
 }
