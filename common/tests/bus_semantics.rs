@@ -87,6 +87,7 @@ on_both!(
     pull_waits_for_a_later_publish,
     unacked_delivery_is_redelivered_with_count_two,
     nak_redelivers_without_waiting_for_ack_wait,
+    progress_keeps_a_long_task_from_redelivery,
     termed_message_is_never_redelivered,
     two_consumers_never_get_the_same_message,
     depth_counts_waiting_and_in_flight,
@@ -215,6 +216,31 @@ async fn nak_redelivers_without_waiting_for_ack_wait(kind: Kind) {
         .unwrap();
     assert_eq!(payloads(&again), vec!["retry me"]);
     assert_eq!(again[0].delivery_count(), 2);
+}
+
+async fn progress_keeps_a_long_task_from_redelivery(kind: Kind) {
+    let h = Harness::with_ack_wait(kind, 1);
+    let bus = h.bus().await;
+    let other = h.bus().await;
+    bus.publish(Queue::Tasks, Bytes::from("long"))
+        .await
+        .unwrap();
+    let mut got = bus
+        .pull(Queue::Tasks, 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let task = got.pop().unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        task.progress().await.unwrap();
+    }
+    // 1.8 s after delivery, past ack_wait, nobody else got it.
+    assert!(other
+        .pull(Queue::Tasks, 1, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_empty());
+    task.ack().await.unwrap();
 }
 
 async fn termed_message_is_never_redelivered(kind: Kind) {

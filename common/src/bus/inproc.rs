@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, Queue, Settle,
-    SnapshotMeta, SnapshotWatch,
+    SnapshotMeta, SnapshotWatch, MAX_WAIT,
 };
 
 /// [`Bus`] for a single process (tests, `caprl train` on one machine).
@@ -173,7 +173,7 @@ impl Settle for InProcSettle {
         let seq = self.seq;
         let mut wake = false;
         self.with_current(|msg, waiting| match delay {
-            Some(delay) => msg.lease_until = Some(Instant::now() + delay),
+            Some(delay) => msg.lease_until = Some(Instant::now() + delay.min(MAX_WAIT)),
             None => {
                 msg.lease_until = None;
                 waiting.insert(seq);
@@ -238,7 +238,7 @@ impl Bus for InProcBus {
             if max == 0 {
                 return Ok(Vec::new());
             }
-            let give_up = Instant::now() + wait;
+            let give_up = Instant::now() + wait.min(MAX_WAIT);
             let cell = &self.inner.queues[queue.index()];
             loop {
                 // Register for wake-ups before looking, so a publish in between is not missed.

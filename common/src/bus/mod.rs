@@ -42,6 +42,11 @@ pub type BusResult<T> = Result<T, BusError>;
 /// KV key that holds the JSON [`SnapshotMeta`] of the newest policy snapshot.
 pub const LATEST_KEY: &str = "latest";
 
+/// Longest pull wait or nak delay honoured; longer ones are cut to this.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// Upper bound of every `*_secs` option.
+const MAX_SECS: u64 = 7 * 24 * 3600;
+
 /// The three work queues of a run, in data-flow order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Queue {
@@ -189,10 +194,10 @@ impl BusOptions {
             ("bus.request_timeout_secs", self.request_timeout_secs),
             ("bus.snapshot_timeout_secs", self.snapshot_timeout_secs),
         ] {
-            if value == 0 {
+            if value == 0 || value > MAX_SECS {
                 return Err(BusError::Config {
                     key,
-                    problem: "must be >= 1".to_string(),
+                    problem: format!("{value} must be in 1..={MAX_SECS}"),
                 });
             }
         }
@@ -391,7 +396,8 @@ pub trait Bus: Send + Sync {
     fn publish(&self, queue: Queue, payload: Bytes) -> BoxFuture<'_, BusResult<()>>;
 
     /// Takes up to `max` messages from `queue`, waiting up to `wait` for the first one;
-    /// returns what is there as soon as there is something (empty after `wait`).
+    /// returns what is there as soon as there is something (empty after `wait`,
+    /// which is capped at one day).
     fn pull(
         &self,
         queue: Queue,

@@ -25,7 +25,7 @@ use tokio::io::AsyncReadExt;
 use super::connect::connect;
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConnect, Queue,
-    Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY,
+    Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
 };
 
 /// Name of the one durable consumer per queue, shared by every puller of the run.
@@ -295,7 +295,7 @@ impl Settle for NatsSettle {
     }
 
     fn nak(&self, delay: Option<Duration>) -> BoxFuture<'_, BusResult<()>> {
-        Box::pin(self.send("nak", AckKind::Nak(delay)))
+        Box::pin(self.send("nak", AckKind::Nak(delay.map(|d| d.min(MAX_WAIT)))))
     }
 
     fn term(&self) -> BoxFuture<'_, BusResult<()>> {
@@ -339,6 +339,7 @@ impl Bus for NatsBus {
             if max == 0 {
                 return Ok(Vec::new());
             }
+            let wait = wait.min(MAX_WAIT);
             // Take what is there; only if nothing is, park one single-message pull request
             // for `wait`, then top up without waiting. A pending multi-message request
             // would hold on to messages we no longer listen for.

@@ -50,7 +50,8 @@ pub struct LocalNatsServer {
 }
 
 impl LocalNatsServer {
-    /// Starts a server on a free port and waits until it accepts connections.
+    /// Starts a server on a free port and waits until it accepts connections
+    /// (blocking, typically well under a second).
     pub fn start(opts: LocalNatsServerOptions) -> BusResult<LocalNatsServer> {
         let scratch = tempfile::Builder::new()
             .prefix("caprl-nats-")
