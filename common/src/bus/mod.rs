@@ -1,1 +1,444 @@
-//! bus (to be filled).
+//! The message bus between learner, actors and reward workers.
+//!
+//! One trait, [`Bus`], two implementations with the same semantics:
+//! [`NatsBus`] (JetStream, for a cluster) and [`InProcBus`] (tokio, for one process).
+//!
+//! - Three work queues ([`Queue`]): each message goes to exactly one puller; a
+//!   [`Delivery`] that is not acked within `ack_wait` is delivered again with a higher
+//!   [`Delivery::delivery_count`] (at-least-once). [`Delivery::term`] rejects a message
+//!   for good (undecodable bytes): never redelivered, never counted as processed.
+//! - Policy snapshots: bytes in an object store, described by a [`SnapshotMeta`]
+//!   (`version`, `sha256`, `bytes`) under the KV key `latest`.
+//! - A small KV map for heartbeats and other control state.
+//!
+//! Names, for run id `<run>`: subjects `caprl.<run>.tasks|rollouts|scored`,
+//! KV bucket `caprl-<run>-control`, object store `caprl-<run>-snapshots`.
+//! [`LocalNatsServer`] starts a private `nats-server` for tests and single-machine runs.
+
+mod connect;
+mod error;
+mod inproc;
+mod nats;
+mod server;
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use connect::connect_options;
+pub use error::BusError;
+pub use inproc::InProcBus;
+pub use nats::NatsBus;
+pub use server::{LocalNatsServer, LocalNatsServerOptions};
+
+/// Result of every bus operation.
+pub type BusResult<T> = Result<T, BusError>;
+
+/// KV key that holds the JSON [`SnapshotMeta`] of the newest policy snapshot.
+pub const LATEST_KEY: &str = "latest";
+
+/// Longest pull wait or nak delay honoured; longer ones are cut to this.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// Upper bound of every `*_secs` option.
+const MAX_SECS: u64 = 7 * 24 * 3600;
+
+/// The three work queues of a run, in data-flow order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queue {
+    /// Learner → actors: `RolloutTask`s.
+    Tasks,
+    /// Actors → reward workers: `Rollout`s.
+    Rollouts,
+    /// Reward workers → learner: `ScoredRollout`s.
+    Scored,
+}
+
+impl Queue {
+    /// All queues, in data-flow order.
+    pub const ALL: [Queue; 3] = [Queue::Tasks, Queue::Rollouts, Queue::Scored];
+
+    /// Lowercase name used in subjects and stream names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Queue::Tasks => "tasks",
+            Queue::Rollouts => "rollouts",
+            Queue::Scored => "scored",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Queue::Tasks => 0,
+            Queue::Rollouts => 1,
+            Queue::Scored => 2,
+        }
+    }
+}
+
+impl fmt::Display for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a policy snapshot is and how to check it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// Policy version the snapshot holds.
+    pub version: u64,
+    /// Lowercase hex SHA-256 of the snapshot bytes.
+    pub sha256: String,
+    /// Length of the snapshot in bytes.
+    pub bytes: u64,
+}
+
+impl SnapshotMeta {
+    /// Describes `data` as snapshot `version`.
+    pub fn describe(version: u64, data: &[u8]) -> SnapshotMeta {
+        SnapshotMeta {
+            version,
+            sha256: sha256_hex(data),
+            bytes: data.len() as u64,
+        }
+    }
+
+    /// Checks that `data` is the snapshot this meta describes.
+    pub fn verify(&self, data: &[u8]) -> BusResult<()> {
+        let actual = sha256_hex(data);
+        if actual != self.sha256 || data.len() as u64 != self.bytes {
+            return Err(BusError::ChecksumMismatch {
+                version: self.version,
+                expected: self.sha256.clone(),
+                actual,
+                bytes: data.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Lowercase hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// One KV entry, as listed by [`Bus::kv_entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEntry {
+    pub key: String,
+    pub value: Bytes,
+    /// When the value was written (the broker's clock for NATS). Heartbeat readers
+    /// judge liveness by it: entries do not expire by themselves.
+    pub updated: SystemTime,
+}
+
+/// Bus settings of a run, filled from the `[runtime]` and `[nats]` config sections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BusOptions {
+    /// Namespaces every subject and bucket: `[a-z0-9-]+`.
+    pub run_id: String,
+    /// Seconds a delivery may stay un-acked before it is delivered again, >= 1.
+    pub ack_wait_secs: u64,
+    /// Largest accepted message payload in bytes.
+    pub max_message_bytes: usize,
+    /// Deadline for a single broker request (publish, ack, info, KV) in seconds, >= 1.
+    pub request_timeout_secs: u64,
+    /// Deadline for storing or fetching a whole snapshot in seconds, >= 1.
+    pub snapshot_timeout_secs: u64,
+    /// JetStream replicas of streams and buckets (1 on a single server).
+    pub replicas: usize,
+}
+
+impl Default for BusOptions {
+    fn default() -> Self {
+        BusOptions {
+            run_id: "default".to_string(),
+            ack_wait_secs: 30,
+            max_message_bytes: 8 * 1024 * 1024,
+            request_timeout_secs: 10,
+            snapshot_timeout_secs: 300,
+            replicas: 1,
+        }
+    }
+}
+
+impl BusOptions {
+    /// Options for run `run_id` with defaults elsewhere.
+    pub fn for_run(run_id: &str) -> BusOptions {
+        BusOptions {
+            run_id: run_id.to_string(),
+            ..BusOptions::default()
+        }
+    }
+
+    /// Checks every field; called by both implementations before use.
+    pub fn validate(&self) -> BusResult<()> {
+        let run_ok = !self.run_id.is_empty()
+            && self
+                .run_id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !run_ok {
+            return Err(BusError::Config {
+                key: "runtime.run_id",
+                problem: format!("{:?} must be non-empty [a-z0-9-]+", self.run_id),
+            });
+        }
+        for (key, value) in [
+            ("runtime.ack_wait_secs", self.ack_wait_secs),
+            ("bus.request_timeout_secs", self.request_timeout_secs),
+            ("bus.snapshot_timeout_secs", self.snapshot_timeout_secs),
+        ] {
+            if value == 0 || value > MAX_SECS {
+                return Err(BusError::Config {
+                    key,
+                    problem: format!("{value} must be in 1..={MAX_SECS}"),
+                });
+            }
+        }
+        if self.max_message_bytes == 0 || self.max_message_bytes > i32::MAX as usize {
+            return Err(BusError::Config {
+                key: "nats.max_message_bytes",
+                problem: format!("{} must be in 1..={}", self.max_message_bytes, i32::MAX),
+            });
+        }
+        if self.replicas == 0 || self.replicas > 5 {
+            return Err(BusError::Config {
+                key: "bus.replicas",
+                problem: format!("{} must be in 1..=5", self.replicas),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ack_wait(&self) -> Duration {
+        Duration::from_secs(self.ack_wait_secs)
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_secs)
+    }
+
+    pub(crate) fn snapshot_timeout(&self) -> Duration {
+        Duration::from_secs(self.snapshot_timeout_secs)
+    }
+
+    /// Subject of `queue`: `caprl.<run>.<queue>`.
+    pub fn subject(&self, queue: Queue) -> String {
+        format!("caprl.{}.{}", self.run_id, queue.name())
+    }
+
+    /// JetStream stream name of `queue`: `caprl-<run>-<queue>`.
+    pub fn stream_name(&self, queue: Queue) -> String {
+        format!("caprl-{}-{}", self.run_id, queue.name())
+    }
+
+    /// KV bucket for `latest` and heartbeats: `caprl-<run>-control`.
+    pub fn control_bucket(&self) -> String {
+        format!("caprl-{}-control", self.run_id)
+    }
+
+    /// Object store bucket for snapshots: `caprl-<run>-snapshots`.
+    pub fn snapshot_bucket(&self) -> String {
+        format!("caprl-{}-snapshots", self.run_id)
+    }
+}
+
+/// How to reach and authenticate to NATS; the `[nats]` config section
+/// (its `max_message_bytes` goes to [`BusOptions::max_message_bytes`]).
+/// Empty strings mean "not set".
+#[derive(Debug, Clone, PartialEq)]
+pub struct NatsConnect {
+    pub url: String,
+    pub user: String,
+    pub password: String,
+    pub token: String,
+    pub nkey_seed: String,
+    pub creds_file: String,
+    pub tls_ca: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for NatsConnect {
+    fn default() -> Self {
+        NatsConnect {
+            url: "nats://127.0.0.1:4222".to_string(),
+            user: String::new(),
+            password: String::new(),
+            token: String::new(),
+            nkey_seed: String::new(),
+            creds_file: String::new(),
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            connect_timeout_secs: 5,
+        }
+    }
+}
+
+impl NatsConnect {
+    /// Connection to `url` without credentials.
+    pub fn to_url(url: &str) -> NatsConnect {
+        NatsConnect {
+            url: url.to_string(),
+            ..NatsConnect::default()
+        }
+    }
+}
+
+/// Checks a KV key against what NATS accepts (the in-process bus applies the same rule).
+pub(crate) fn validate_key(key: &str) -> BusResult<()> {
+    let ok = !key.is_empty()
+        && key.len() <= 256
+        && !key.starts_with('.')
+        && !key.ends_with('.')
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'.' | b'/' | b'-'));
+    if key == LATEST_KEY {
+        Err(BusError::ReservedKey {
+            key: key.to_string(),
+        })
+    } else if ok {
+        Ok(())
+    } else {
+        Err(BusError::InvalidKey {
+            key: key.to_string(),
+        })
+    }
+}
+
+/// Settles one delivery with the broker; implemented per bus.
+pub(crate) trait Settle: Send + Sync {
+    fn ack(&self) -> BoxFuture<'_, BusResult<()>>;
+    fn nak(&self, delay: Option<Duration>) -> BoxFuture<'_, BusResult<()>>;
+    fn term(&self) -> BoxFuture<'_, BusResult<()>>;
+    fn progress(&self) -> BoxFuture<'_, BusResult<()>>;
+}
+
+/// One message handed to one puller. Settle it with exactly one of
+/// [`ack`](Delivery::ack), [`nak`](Delivery::nak) or [`term`](Delivery::term);
+/// dropping it unsettled means "redeliver after `ack_wait`".
+pub struct Delivery {
+    payload: Bytes,
+    delivery_count: u64,
+    settle: Box<dyn Settle>,
+}
+
+impl Delivery {
+    pub(crate) fn new(payload: Bytes, delivery_count: u64, settle: Box<dyn Settle>) -> Delivery {
+        Delivery {
+            payload,
+            delivery_count,
+            settle,
+        }
+    }
+
+    /// The message bytes.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// 1 on the first delivery, n on the n-th (redelivered after ack_wait or nak).
+    pub fn delivery_count(&self) -> u64 {
+        self.delivery_count
+    }
+
+    /// Whether this message was delivered before.
+    pub fn is_redelivery(&self) -> bool {
+        self.delivery_count > 1
+    }
+
+    /// Done: the message leaves the queue.
+    pub async fn ack(self) -> BusResult<()> {
+        self.settle.ack().await
+    }
+
+    /// Not done: deliver again, after `delay` if given, else as soon as possible.
+    pub async fn nak(self, delay: Option<Duration>) -> BusResult<()> {
+        self.settle.nak(delay).await
+    }
+
+    /// Rejected for good (e.g. undecodable): never redelivered, not processed.
+    pub async fn term(self) -> BusResult<()> {
+        self.settle.term().await
+    }
+
+    /// Still working: restart the `ack_wait` clock for this delivery.
+    pub async fn progress(&self) -> BusResult<()> {
+        self.settle.progress().await
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("bytes", &self.payload.len())
+            .field("delivery_count", &self.delivery_count)
+            .finish()
+    }
+}
+
+/// Stream of snapshot descriptions from [`Bus::watch_latest`].
+pub type SnapshotWatch = BoxStream<'static, BusResult<SnapshotMeta>>;
+
+/// The bus every role talks to (`Arc<dyn Bus>`). All methods are cancel-safe to drop
+/// except that a dropped `pull` may leave messages in flight until `ack_wait`.
+pub trait Bus: Send + Sync {
+    /// Appends `payload` to `queue`; returns once the broker has stored it.
+    fn publish(&self, queue: Queue, payload: Bytes) -> BoxFuture<'_, BusResult<()>>;
+
+    /// Takes up to `max` messages from `queue`, waiting up to `wait` for the first one;
+    /// returns what is there as soon as there is something (empty after `wait`,
+    /// which is capped at one day).
+    fn pull(
+        &self,
+        queue: Queue,
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'_, BusResult<Vec<Delivery>>>;
+
+    /// Messages in `queue` not yet acked or termed (waiting plus in flight).
+    fn depth(&self, queue: Queue) -> BoxFuture<'_, BusResult<u64>>;
+
+    /// Drops every message of `queue`.
+    fn purge(&self, queue: Queue) -> BoxFuture<'_, BusResult<()>>;
+
+    /// Stores snapshot `version`, then points `latest` at it.
+    fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>>;
+
+    /// Fetches the snapshot `meta` describes and checks its length and sha256.
+    fn get_snapshot<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>>;
+
+    /// Removes the stored bytes of snapshot `version` (no error if absent).
+    fn delete_snapshot(&self, version: u64) -> BoxFuture<'_, BusResult<()>>;
+
+    /// The newest published snapshot, if any.
+    fn latest(&self) -> BoxFuture<'_, BusResult<Option<SnapshotMeta>>>;
+
+    /// Yields the current `latest` (if any) and then each newer one. A slow reader may
+    /// miss intermediate versions on the in-process bus, never the newest.
+    fn watch_latest(&self) -> BoxFuture<'_, BusResult<SnapshotWatch>>;
+
+    /// Sets KV `key` (see [`KvEntry`]; keys: `[A-Za-z0-9_=./-]`, not `latest`).
+    fn kv_put<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, BusResult<()>>;
+
+    /// Reads KV `key`.
+    fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, BusResult<Option<Bytes>>>;
+
+    /// Removes KV `key` (no error if absent).
+    fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, BusResult<()>>;
+
+    /// All KV entries whose key starts with `prefix`, sorted by key (never `latest`).
+    fn kv_entries<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, BusResult<Vec<KvEntry>>>;
+
+    /// Deletes everything of this run: queues, KV, snapshots.
+    fn delete_run(&self) -> BoxFuture<'_, BusResult<()>>;
+}

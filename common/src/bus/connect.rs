@@ -1,0 +1,135 @@
+//! `[nats]` credentials and TLS settings → `async_nats::ConnectOptions`, and the connect
+//! itself with errors that name the setting to fix.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_nats::{ConnectErrorKind, ConnectOptions};
+
+use super::{BusError, BusResult, NatsConnect};
+
+/// Builds connect options from `[nats]`: exactly one of user/password, token, nkey seed
+/// or creds file (or none), optional TLS, and the connect timeout.
+pub async fn connect_options(cfg: &NatsConnect) -> BusResult<ConnectOptions> {
+    let set = |s: &str| !s.trim().is_empty();
+    let methods = [
+        set(&cfg.user) || set(&cfg.password),
+        set(&cfg.token),
+        set(&cfg.nkey_seed),
+        set(&cfg.creds_file),
+    ];
+    if methods.iter().filter(|m| **m).count() > 1 {
+        return Err(BusError::Config {
+            key: "nats",
+            problem: "set only one of user/password, token, nkey_seed, creds_file".to_string(),
+        });
+    }
+    if cfg.connect_timeout_secs == 0 {
+        return Err(BusError::Config {
+            key: "nats.connect_timeout_secs",
+            problem: "must be >= 1".to_string(),
+        });
+    }
+
+    let mut opts = if set(&cfg.creds_file) {
+        let path = PathBuf::from(&cfg.creds_file);
+        let text =
+            tokio::fs::read_to_string(&path)
+                .await
+                .map_err(|source| BusError::CredsFile {
+                    path: path.clone(),
+                    source,
+                })?;
+        ConnectOptions::with_credentials(&text)
+            .map_err(|source| BusError::CredsFile { path, source })?
+    } else {
+        ConnectOptions::new()
+    };
+    if set(&cfg.user) || set(&cfg.password) {
+        if !set(&cfg.user) {
+            return Err(BusError::Config {
+                key: "nats.user",
+                problem: "a password is set but no user".to_string(),
+            });
+        }
+        opts = opts.user_and_password(cfg.user.clone(), cfg.password.clone());
+    }
+    if set(&cfg.token) {
+        opts = opts.token(cfg.token.clone());
+    }
+    if set(&cfg.nkey_seed) {
+        opts = opts.nkey(cfg.nkey_seed.trim().to_string());
+    }
+
+    match (set(&cfg.tls_cert), set(&cfg.tls_key)) {
+        (true, true) => {
+            let cert = existing_file("nats.tls_cert", &cfg.tls_cert)?;
+            let key = existing_file("nats.tls_key", &cfg.tls_key)?;
+            opts = opts.add_client_certificate(cert, key).require_tls(true);
+        }
+        (false, false) => {}
+        _ => {
+            return Err(BusError::Config {
+                key: "nats.tls_cert",
+                problem: "tls_cert and tls_key must be set together".to_string(),
+            })
+        }
+    }
+    if set(&cfg.tls_ca) {
+        let ca = existing_file("nats.tls_ca", &cfg.tls_ca)?;
+        opts = opts.add_root_certificates(ca).require_tls(true);
+    }
+
+    Ok(opts
+        .connection_timeout(Duration::from_secs(cfg.connect_timeout_secs))
+        .name("caprl"))
+}
+
+fn existing_file(key: &'static str, path: &str) -> BusResult<PathBuf> {
+    let path = PathBuf::from(path);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(BusError::Config {
+            key,
+            problem: format!("{} is not a readable file", path.display()),
+        })
+    }
+}
+
+/// Connects once (no silent retry loop on the first connect), so wrong credentials or an
+/// absent server fail within the connect timeout. Later reconnects, with backoff, are
+/// async-nats's job.
+pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> {
+    let opts = connect_options(cfg).await?;
+    let url = cfg.url.clone();
+    let limit = Duration::from_secs(cfg.connect_timeout_secs) + Duration::from_secs(1);
+    let result = tokio::time::timeout(limit, opts.connect(url.as_str())).await;
+    let err = match result {
+        Ok(Ok(client)) => return Ok(client),
+        Ok(Err(err)) => err,
+        Err(_) => {
+            return Err(BusError::ConnectTimeout {
+                url,
+                secs: cfg.connect_timeout_secs,
+            })
+        }
+    };
+    let detail = err.to_string();
+    // Handshake failures arrive as IO errors; name TLS so the user looks at the right keys.
+    let lower = detail.to_lowercase();
+    let tls_like = ["certificate", "tls", "handshake", "alert"]
+        .iter()
+        .any(|w| lower.contains(w));
+    Err(match err.kind() {
+        ConnectErrorKind::AuthorizationViolation => BusError::AuthRejected { url, detail },
+        ConnectErrorKind::Authentication => BusError::AuthSetup { url, detail },
+        ConnectErrorKind::TimedOut => BusError::ConnectTimeout {
+            url,
+            secs: cfg.connect_timeout_secs,
+        },
+        ConnectErrorKind::Tls => BusError::Tls { url, detail },
+        ConnectErrorKind::Io if tls_like => BusError::Tls { url, detail },
+        _ => BusError::Connect { url, detail },
+    })
+}

@@ -1,0 +1,583 @@
+//! The bus on NATS JetStream.
+//!
+//! Per queue: a file-stored stream with work-queue retention on `caprl.<run>.<queue>`
+//! and one durable pull consumer (`workers`) that every puller of the run shares, with
+//! explicit acks and the run's `ack_wait`; so each message reaches one puller and an
+//! un-acked one comes back. Snapshots live in the object store `caprl-<run>-snapshots`,
+//! `latest` and heartbeats in the KV bucket `caprl-<run>-control`. Every broker call runs
+//! under a deadline, so a dead broker surfaces as [`BusError::Timeout`] instead of a hang;
+//! reconnecting (with backoff) is left to async-nats.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
+use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::message::{AckKind, Acker};
+use async_nats::jetstream::object_store::{self, GetErrorKind, ObjectStore};
+use async_nats::jetstream::stream::{self, RetentionPolicy, StorageType};
+use async_nats::jetstream::{self, Context};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use tokio::io::AsyncReadExt;
+
+use super::connect::connect;
+use super::{
+    validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConnect, Queue,
+    Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
+};
+
+/// Name of the one durable consumer per queue, shared by every puller of the run.
+const CONSUMER: &str = "workers";
+/// Below this a pull does not wait at all (a pull request needs a positive expiry).
+const MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// [`Bus`] on a NATS JetStream server or cluster.
+pub struct NatsBus {
+    client: async_nats::Client,
+    js: Context,
+    opts: BusOptions,
+    max_payload: usize,
+    consumers: [PullConsumer; 3],
+    kv: kv::Store,
+    objects: ObjectStore,
+}
+
+impl NatsBus {
+    /// Connects with `[nats]` settings, then creates (or opens) the run's streams,
+    /// consumers and buckets.
+    pub async fn connect(nats: &NatsConnect, opts: &BusOptions) -> BusResult<NatsBus> {
+        opts.validate()?;
+        let client = connect(nats).await?;
+        NatsBus::with_client(client, opts).await
+    }
+
+    /// Same as [`NatsBus::connect`] on an existing client.
+    pub async fn with_client(client: async_nats::Client, opts: &BusOptions) -> BusResult<NatsBus> {
+        opts.validate()?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(opts.request_timeout())
+            .build(client.clone());
+        let limit = opts.request_timeout() * 4;
+        let consumers = [
+            deadline(
+                "open tasks queue",
+                limit,
+                open_queue(&js, opts, Queue::Tasks),
+            )
+            .await??,
+            deadline(
+                "open rollouts queue",
+                limit,
+                open_queue(&js, opts, Queue::Rollouts),
+            )
+            .await??,
+            deadline(
+                "open scored queue",
+                limit,
+                open_queue(&js, opts, Queue::Scored),
+            )
+            .await??,
+        ];
+        let kv = deadline("open control bucket", limit, open_kv(&js, opts)).await??;
+        let objects = deadline("open snapshot store", limit, open_objects(&js, opts)).await??;
+        let max_payload = opts.max_message_bytes.min(client.server_info().max_payload);
+        Ok(NatsBus {
+            client,
+            js,
+            opts: opts.clone(),
+            max_payload,
+            consumers,
+            kv,
+            objects,
+        })
+    }
+
+    /// The options this bus runs with.
+    pub fn options(&self) -> &BusOptions {
+        &self.opts
+    }
+
+    async fn fetch_now(&self, queue: Queue, max: usize) -> BusResult<Vec<Delivery>> {
+        let consumer = &self.consumers[queue.index()];
+        let work = async {
+            let batch = consumer
+                .fetch()
+                .max_messages(max)
+                .messages()
+                .await
+                .map_err(|e| BusError::js("pull", e))?;
+            self.collect(batch).await
+        };
+        deadline("pull", self.opts.request_timeout(), work).await?
+    }
+
+    async fn wait_for_one(&self, queue: Queue, wait: Duration) -> BusResult<Vec<Delivery>> {
+        let consumer = &self.consumers[queue.index()];
+        let work = async {
+            let batch = consumer
+                .batch()
+                .max_messages(1)
+                .expires(wait)
+                .messages()
+                .await
+                .map_err(|e| BusError::js("pull", e))?;
+            self.collect(batch).await
+        };
+        deadline("pull", wait + self.opts.request_timeout(), work).await?
+    }
+
+    async fn collect(&self, mut batch: pull::Batch) -> BusResult<Vec<Delivery>> {
+        let mut out = Vec::new();
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| BusError::js("pull", e))?;
+            let count = message
+                .info()
+                .map(|info| info.delivered.max(1) as u64)
+                .map_err(|e| BusError::js("pull (reading delivery info)", e))?;
+            let (message, acker) = message.split();
+            let settle = NatsSettle {
+                acker,
+                client: self.client.clone(),
+                timeout: self.opts.request_timeout(),
+            };
+            out.push(Delivery::new(message.payload, count, Box::new(settle)));
+        }
+        Ok(out)
+    }
+
+    fn object_name(version: u64) -> String {
+        format!("policy-v{version}")
+    }
+}
+
+async fn deadline<T>(
+    op: &'static str,
+    after: Duration,
+    work: impl Future<Output = T>,
+) -> BusResult<T> {
+    tokio::time::timeout(after, work)
+        .await
+        .map_err(|_| BusError::Timeout { op, after })
+}
+
+async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<PullConsumer> {
+    let config = stream::Config {
+        name: opts.stream_name(queue),
+        subjects: vec![opts.subject(queue)],
+        retention: RetentionPolicy::WorkQueue,
+        storage: StorageType::File,
+        max_message_size: opts.max_message_bytes as i32,
+        num_replicas: opts.replicas,
+        description: Some(format!("caprl {} queue of run {}", queue, opts.run_id)),
+        ..Default::default()
+    };
+    js.create_or_update_stream(config)
+        .await
+        .map_err(|e| BusError::js("create queue stream", e))?;
+    let stream = js
+        .get_stream_no_info(opts.stream_name(queue))
+        .await
+        .map_err(|e| BusError::js("open queue stream", e))?;
+    let wanted = pull::Config {
+        durable_name: Some(CONSUMER.to_string()),
+        deliver_policy: DeliverPolicy::All,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: opts.ack_wait(),
+        filter_subject: opts.subject(queue),
+        ..Default::default()
+    };
+    let consumer: PullConsumer = stream
+        .get_or_create_consumer(CONSUMER, wanted.clone())
+        .await
+        .map_err(|e| BusError::js("create queue consumer", e))?;
+    if consumer.cached_info().config.ack_wait != opts.ack_wait() {
+        return stream
+            .update_consumer(wanted)
+            .await
+            .map_err(|e| BusError::js("update queue consumer ack_wait", e));
+    }
+    Ok(consumer)
+}
+
+/// Creates the control bucket's stream directly (the same stream async-nats's
+/// `create_key_value` makes) and opens it as a KV store: the helper reads account info
+/// fields that servers before 2.10 do not send.
+async fn open_kv(js: &Context, opts: &BusOptions) -> BusResult<kv::Store> {
+    let bucket = opts.control_bucket();
+    let config = stream::Config {
+        name: format!("KV_{bucket}"),
+        description: Some(format!("caprl control state of run {}", opts.run_id)),
+        subjects: vec![format!("$KV.{bucket}.>")],
+        max_messages_per_subject: 1,
+        storage: StorageType::File,
+        num_replicas: opts.replicas,
+        allow_rollup: true,
+        deny_delete: true,
+        allow_direct: true,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    };
+    js.create_or_update_stream(config)
+        .await
+        .map_err(|e| BusError::js("create control KV bucket", e))?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|e| BusError::js("open control KV bucket", e))
+}
+
+async fn open_objects(js: &Context, opts: &BusOptions) -> BusResult<ObjectStore> {
+    let bucket = opts.snapshot_bucket();
+    if let Ok(store) = js.get_object_store(&bucket).await {
+        return Ok(store);
+    }
+    let created = js
+        .create_object_store(object_store::Config {
+            bucket: bucket.clone(),
+            description: Some(format!("caprl policy snapshots of run {}", opts.run_id)),
+            storage: StorageType::File,
+            num_replicas: opts.replicas,
+            ..Default::default()
+        })
+        .await;
+    match created {
+        Ok(store) => Ok(store),
+        // Another process may have created it between our get and create.
+        Err(create_err) => js
+            .get_object_store(&bucket)
+            .await
+            .map_err(|_| BusError::js("create snapshot object store", create_err)),
+    }
+}
+
+fn parse_meta(value: &[u8]) -> BusResult<SnapshotMeta> {
+    serde_json::from_slice(value).map_err(|e| BusError::BadLatest {
+        detail: e.to_string(),
+    })
+}
+
+fn system_time(created: async_nats::jetstream::kv::Entry) -> SystemTime {
+    let nanos = created.created.unix_timestamp_nanos();
+    u64::try_from(nanos)
+        .map(|n| UNIX_EPOCH + Duration::from_nanos(n))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+struct NatsSettle {
+    acker: Acker,
+    client: async_nats::Client,
+    timeout: Duration,
+}
+
+impl NatsSettle {
+    async fn send(&self, op: &'static str, kind: AckKind) -> BusResult<()> {
+        let work = async {
+            self.acker
+                .ack_with(kind)
+                .await
+                .map_err(|e| BusError::js(op, e))?;
+            self.client.flush().await.map_err(|e| BusError::js(op, e))
+        };
+        deadline(op, self.timeout, work).await?
+    }
+}
+
+impl Settle for NatsSettle {
+    fn ack(&self) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(async move {
+            // Wait for the server's confirmation: an ack lost on the way would mean a
+            // redelivery of work already done.
+            deadline("ack", self.timeout, self.acker.double_ack())
+                .await?
+                .map_err(|e| BusError::js("ack", e))
+        })
+    }
+
+    fn nak(&self, delay: Option<Duration>) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(self.send("nak", AckKind::Nak(delay.map(|d| d.min(MAX_WAIT)))))
+    }
+
+    fn term(&self) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(self.send("term", AckKind::Term))
+    }
+
+    fn progress(&self) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(self.send("progress", AckKind::Progress))
+    }
+}
+
+impl Bus for NatsBus {
+    fn publish(&self, queue: Queue, payload: Bytes) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(async move {
+            if payload.len() > self.max_payload {
+                return Err(BusError::TooLarge {
+                    bytes: payload.len(),
+                    max: self.max_payload,
+                });
+            }
+            let work = async {
+                let ack = self
+                    .js
+                    .publish(self.opts.subject(queue), payload)
+                    .await
+                    .map_err(|e| BusError::js("publish", e))?;
+                ack.await.map_err(|e| BusError::js("publish", e))?;
+                Ok(())
+            };
+            deadline("publish", self.opts.request_timeout(), work).await?
+        })
+    }
+
+    fn pull(
+        &self,
+        queue: Queue,
+        max: usize,
+        wait: Duration,
+    ) -> BoxFuture<'_, BusResult<Vec<Delivery>>> {
+        Box::pin(async move {
+            if max == 0 {
+                return Ok(Vec::new());
+            }
+            let wait = wait.min(MAX_WAIT);
+            // Take what is there; only if nothing is, park one single-message pull request
+            // for `wait`, then top up without waiting. A pending multi-message request
+            // would hold on to messages we no longer listen for.
+            let mut out = self.fetch_now(queue, max).await?;
+            if !out.is_empty() || wait < MIN_WAIT {
+                return Ok(out);
+            }
+            out = self.wait_for_one(queue, wait).await?;
+            if !out.is_empty() && max > 1 {
+                out.extend(self.fetch_now(queue, max - 1).await?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn depth(&self, queue: Queue) -> BoxFuture<'_, BusResult<u64>> {
+        Box::pin(async move {
+            let consumer = &self.consumers[queue.index()];
+            let info = deadline("depth", self.opts.request_timeout(), consumer.get_info())
+                .await?
+                .map_err(|e| BusError::js("depth", e))?;
+            Ok(info.num_pending + info.num_ack_pending as u64)
+        })
+    }
+
+    fn purge(&self, queue: Queue) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(async move {
+            let work = async {
+                let stream = self
+                    .js
+                    .get_stream_no_info(self.opts.stream_name(queue))
+                    .await
+                    .map_err(|e| BusError::js("purge", e))?;
+                stream.purge().await.map_err(|e| BusError::js("purge", e))?;
+                Ok(())
+            };
+            deadline("purge", self.opts.request_timeout(), work).await?
+        })
+    }
+
+    fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>> {
+        Box::pin(async move {
+            let meta = SnapshotMeta::describe(version, &data);
+            let name = NatsBus::object_name(version);
+            let mut reader: &[u8] = &data;
+            deadline(
+                "put snapshot",
+                self.opts.snapshot_timeout(),
+                self.objects.put(name.as_str(), &mut reader),
+            )
+            .await?
+            .map_err(|e| BusError::js("put snapshot", e))?;
+            let record = serde_json::to_vec(&meta).map_err(|e| BusError::js("put snapshot", e))?;
+            deadline(
+                "set latest snapshot",
+                self.opts.request_timeout(),
+                self.kv.put(LATEST_KEY, record.into()),
+            )
+            .await?
+            .map_err(|e| BusError::js("set latest snapshot", e))?;
+            Ok(meta)
+        })
+    }
+
+    fn get_snapshot<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>> {
+        Box::pin(async move {
+            let work = async {
+                let mut object = match self.objects.get(NatsBus::object_name(meta.version)).await {
+                    Ok(object) => object,
+                    Err(e) if e.kind() == GetErrorKind::NotFound => {
+                        return Err(BusError::SnapshotMissing {
+                            version: meta.version,
+                        })
+                    }
+                    Err(e) => return Err(BusError::js("get snapshot", e)),
+                };
+                let mut data = Vec::with_capacity(object.info().size);
+                object
+                    .read_to_end(&mut data)
+                    .await
+                    .map_err(|e| BusError::js("get snapshot", e))?;
+                Ok(data)
+            };
+            let data = deadline("get snapshot", self.opts.snapshot_timeout(), work).await??;
+            meta.verify(&data)?;
+            Ok(Bytes::from(data))
+        })
+    }
+
+    fn delete_snapshot(&self, version: u64) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(async move {
+            let result = deadline(
+                "delete snapshot",
+                self.opts.request_timeout(),
+                self.objects.delete(NatsBus::object_name(version)),
+            )
+            .await?;
+            match result {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => Ok(()),
+                Err(e) => Err(BusError::js("delete snapshot", e)),
+            }
+        })
+    }
+
+    fn latest(&self) -> BoxFuture<'_, BusResult<Option<SnapshotMeta>>> {
+        Box::pin(async move {
+            let value = deadline(
+                "read latest snapshot",
+                self.opts.request_timeout(),
+                self.kv.get(LATEST_KEY),
+            )
+            .await?
+            .map_err(|e| BusError::js("read latest snapshot", e))?;
+            value.map(|v| parse_meta(&v)).transpose()
+        })
+    }
+
+    fn watch_latest(&self) -> BoxFuture<'_, BusResult<SnapshotWatch>> {
+        Box::pin(async move {
+            let watch = deadline(
+                "watch latest snapshot",
+                self.opts.request_timeout(),
+                self.kv.watch_with_history(LATEST_KEY),
+            )
+            .await?
+            .map_err(|e| BusError::js("watch latest snapshot", e))?;
+            let metas = watch.filter_map(|entry| async move {
+                match entry {
+                    Ok(entry) if entry.operation == Operation::Put => {
+                        Some(parse_meta(&entry.value))
+                    }
+                    Ok(_) => None,
+                    Err(e) => Some(Err(BusError::js("watch latest snapshot", e))),
+                }
+            });
+            Ok(metas.boxed())
+        })
+    }
+
+    fn kv_put<'a>(&'a self, key: &'a str, value: Bytes) -> BoxFuture<'a, BusResult<()>> {
+        Box::pin(async move {
+            validate_key(key)?;
+            deadline(
+                "kv put",
+                self.opts.request_timeout(),
+                self.kv.put(key, value),
+            )
+            .await?
+            .map_err(|e| BusError::js("kv put", e))?;
+            Ok(())
+        })
+    }
+
+    fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, BusResult<Option<Bytes>>> {
+        Box::pin(async move {
+            validate_key(key)?;
+            deadline("kv get", self.opts.request_timeout(), self.kv.get(key))
+                .await?
+                .map_err(|e| BusError::js("kv get", e))
+        })
+    }
+
+    fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, BusResult<()>> {
+        Box::pin(async move {
+            validate_key(key)?;
+            deadline(
+                "kv delete",
+                self.opts.request_timeout(),
+                self.kv.delete(key),
+            )
+            .await?
+            .map_err(|e| BusError::js("kv delete", e))
+        })
+    }
+
+    fn kv_entries<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, BusResult<Vec<KvEntry>>> {
+        Box::pin(async move {
+            let work = async {
+                let keys: Vec<String> = self
+                    .kv
+                    .keys()
+                    .await
+                    .map_err(|e| BusError::js("kv list", e))?
+                    .try_collect()
+                    .await
+                    .map_err(|e| BusError::js("kv list", e))?;
+                let mut out = Vec::new();
+                for key in keys
+                    .into_iter()
+                    .filter(|k| k.starts_with(prefix) && k != LATEST_KEY)
+                {
+                    let entry = self
+                        .kv
+                        .entry(key.as_str())
+                        .await
+                        .map_err(|e| BusError::js("kv list", e))?;
+                    if let Some(entry) = entry.filter(|e| e.operation == Operation::Put) {
+                        out.push(KvEntry {
+                            key,
+                            value: entry.value.clone(),
+                            updated: system_time(entry),
+                        });
+                    }
+                }
+                out.sort_by(|a, b| a.key.cmp(&b.key));
+                Ok(out)
+            };
+            deadline("kv list", self.opts.request_timeout() * 2, work).await?
+        })
+    }
+
+    fn delete_run(&self) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(async move {
+            let mut streams: Vec<String> = Queue::ALL
+                .iter()
+                .map(|q| self.opts.stream_name(*q))
+                .collect();
+            streams.push(format!("KV_{}", self.opts.control_bucket()));
+            streams.push(format!("OBJ_{}", self.opts.snapshot_bucket()));
+            for name in streams {
+                let result = deadline(
+                    "delete run",
+                    self.opts.request_timeout(),
+                    self.js.delete_stream(&name),
+                )
+                .await?;
+                if let Err(e) = result {
+                    let not_found = matches!(
+                        e.kind(),
+                        jetstream::context::DeleteStreamErrorKind::JetStream(ref js) if js.code() == 404
+                    );
+                    if !not_found {
+                        return Err(BusError::js("delete run", e));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

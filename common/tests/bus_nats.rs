@@ -1,0 +1,401 @@
+//! NATS-only behaviour: authentication, TLS, the local server, and a broker that goes
+//! away and comes back.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caprl_common::bus::{
+    Bus, BusError, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+
+fn server_with_config(dir: &Path, config: &str) -> LocalNatsServer {
+    let path = dir.join("server.conf");
+    std::fs::write(&path, config).unwrap();
+    LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(path),
+        ..LocalNatsServerOptions::default()
+    })
+    .expect("nats-server starts with the config")
+}
+
+fn connect_cfg(server: &LocalNatsServer) -> NatsConnect {
+    NatsConnect {
+        connect_timeout_secs: 2,
+        ..NatsConnect::to_url(&server.url())
+    }
+}
+
+async fn round_trip(bus: &NatsBus) {
+    bus.publish(Queue::Tasks, Bytes::from("hello"))
+        .await
+        .unwrap();
+    let got = bus
+        .pull(Queue::Tasks, 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload(), "hello");
+}
+
+#[tokio::test]
+async fn user_password_right_credentials_connect_wrong_ones_fail_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_config(
+        dir.path(),
+        "authorization { user: alice, password: \"s3cret\" }\n",
+    );
+    let opts = BusOptions::for_run("auth");
+
+    let good = NatsConnect {
+        user: "alice".into(),
+        password: "s3cret".into(),
+        ..connect_cfg(&server)
+    };
+    let bus = NatsBus::connect(&good, &opts)
+        .await
+        .expect("right credentials connect");
+    round_trip(&bus).await;
+
+    for (user, password) in [("alice", "wrong"), ("mallory", "s3cret"), ("", "")] {
+        let bad = NatsConnect {
+            user: user.into(),
+            password: password.into(),
+            ..connect_cfg(&server)
+        };
+        let started = Instant::now();
+        let err = NatsBus::connect(&bad, &opts)
+            .await
+            .err()
+            .expect("must be refused");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(err, BusError::AuthRejected { .. }),
+            "{user}/{password}: {err}"
+        );
+        assert!(
+            err.to_string().contains("rejected the credentials"),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn token_auth_accepts_the_token_and_rejects_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_config(dir.path(), "authorization { token: \"t0ken-42\" }\n");
+    let opts = BusOptions::for_run("token");
+    let good = NatsConnect {
+        token: "t0ken-42".into(),
+        ..connect_cfg(&server)
+    };
+    round_trip(
+        &NatsBus::connect(&good, &opts)
+            .await
+            .expect("token connects"),
+    )
+    .await;
+
+    let bad = NatsConnect {
+        token: "guess".into(),
+        ..connect_cfg(&server)
+    };
+    let started = Instant::now();
+    let err = NatsBus::connect(&bad, &opts)
+        .await
+        .err()
+        .expect("must be refused");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(err, BusError::AuthRejected { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn conflicting_or_incomplete_settings_are_config_errors() {
+    let opts = BusOptions::for_run("cfg");
+    let both = NatsConnect {
+        user: "a".into(),
+        password: "b".into(),
+        token: "c".into(),
+        ..NatsConnect::default()
+    };
+    let err = NatsBus::connect(&both, &opts).await.err().unwrap();
+    assert!(matches!(err, BusError::Config { key: "nats", .. }), "{err}");
+
+    let half_tls = NatsConnect {
+        tls_cert: "/tmp/cert.pem".into(),
+        ..NatsConnect::default()
+    };
+    let err = NatsBus::connect(&half_tls, &opts).await.err().unwrap();
+    assert!(
+        matches!(
+            err,
+            BusError::Config {
+                key: "nats.tls_cert",
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let missing_creds = NatsConnect {
+        creds_file: "/nonexistent/caprl.creds".into(),
+        ..NatsConnect::default()
+    };
+    let err = NatsBus::connect(&missing_creds, &opts).await.err().unwrap();
+    assert!(matches!(err, BusError::CredsFile { .. }), "{err}");
+
+    let bad_run = BusOptions::for_run("Bad_Run");
+    let err = NatsBus::connect(&NatsConnect::default(), &bad_run)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            err,
+            BusError::Config {
+                key: "runtime.run_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_quickly() {
+    // A port where nothing listens: the local server's, after it is gone.
+    let url = {
+        let server = LocalNatsServer::start_default().unwrap();
+        server.url()
+    };
+    let started = Instant::now();
+    let cfg = NatsConnect {
+        connect_timeout_secs: 2,
+        ..NatsConnect::to_url(&url)
+    };
+    let err = NatsBus::connect(&cfg, &BusOptions::default())
+        .await
+        .err()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(
+        matches!(
+            err,
+            BusError::Connect { .. } | BusError::ConnectTimeout { .. }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_server_binary_says_how_to_install_it() {
+    let err = LocalNatsServer::start(LocalNatsServerOptions {
+        binary: "/nonexistent/nats-server".into(),
+        ..LocalNatsServerOptions::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, BusError::ServerMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("apt-get install -y nats-server"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_server_config_reports_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.conf");
+    std::fs::write(&path, "this is { not valid").unwrap();
+    let err = LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(path),
+        ready_timeout: Duration::from_secs(5),
+        ..LocalNatsServerOptions::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, BusError::ServerNotReady { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_surfaces_errors_and_restart_keeps_messages() {
+    let mut server = LocalNatsServer::start_default().unwrap();
+    let opts = BusOptions {
+        request_timeout_secs: 1,
+        ..BusOptions::for_run("restart")
+    };
+    let bus = NatsBus::connect(&connect_cfg(&server), &opts)
+        .await
+        .unwrap();
+    bus.publish(Queue::Rollouts, Bytes::from("kept"))
+        .await
+        .unwrap();
+    let port = server.port();
+
+    server.stop();
+    let started = Instant::now();
+    let err = bus
+        .publish(Queue::Rollouts, Bytes::from("lost"))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, BusError::Timeout { .. } | BusError::JetStream { .. }),
+        "{err}"
+    );
+    let started = Instant::now();
+    assert!(bus.depth(Queue::Rollouts).await.is_err());
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    server.restart().unwrap();
+    assert_eq!(server.port(), port);
+    // The same bus reconnects by itself; the stored message survived the restart.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    let got = loop {
+        match bus
+            .pull(Queue::Rollouts, 10, Duration::from_millis(500))
+            .await
+        {
+            Ok(got) if !got.is_empty() => break got,
+            _ if Instant::now() < give_up => tokio::time::sleep(Duration::from_millis(200)).await,
+            other => panic!("no message after restart: {other:?}"),
+        }
+    };
+    assert_eq!(got[0].payload(), "kept");
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
+fn make_certs(dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=caprl-test-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    openssl(dir, &ca);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        (
+            "client",
+            "subjectAltName=DNS:caprl-client\nextendedKeyUsage=clientAuth\n",
+        ),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        let (key, csr, pem, extfile) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        let subj = format!("/CN={name}");
+        let mut req = vec!["req"];
+        req.extend(ec);
+        req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        openssl(dir, &req);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "1",
+                "-extfile",
+                &extfile,
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+async fn mutual_tls_connects_with_ca_and_client_cert_only() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        eprintln!("skipped: openssl is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let p = |f: &str| dir.path().join(f).display().to_string();
+    let server = server_with_config(
+        dir.path(),
+        &format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: true }}\n",
+            p("server.pem"),
+            p("server.key"),
+            p("ca.pem")
+        ),
+    );
+    let opts = BusOptions::for_run("tls");
+    let mtls = NatsConnect {
+        tls_ca: p("ca.pem"),
+        tls_cert: p("client.pem"),
+        tls_key: p("client.key"),
+        ..connect_cfg(&server)
+    };
+    round_trip(&NatsBus::connect(&mtls, &opts).await.expect("mTLS connects")).await;
+
+    let no_client_cert = NatsConnect {
+        tls_ca: p("ca.pem"),
+        ..connect_cfg(&server)
+    };
+    let started = Instant::now();
+    let err = NatsBus::connect(&no_client_cert, &opts)
+        .await
+        .err()
+        .expect("refused");
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert!(matches!(err, BusError::Tls { .. }), "{err}");
+
+    let no_ca = connect_cfg(&server);
+    let err = NatsBus::connect(&no_ca, &opts)
+        .await
+        .err()
+        .expect("untrusted server");
+    assert!(matches!(err, BusError::Tls { .. }), "{err}");
+}
