@@ -29,7 +29,8 @@ fn karpathy_json(imgs: &[(&str, &str, Vec<&str>)]) -> String {
             })
         })
         .collect();
-    serde_json::to_string_pretty(&serde_json::json!({ "dataset": "coco", "images": images })).unwrap()
+    serde_json::to_string_pretty(&serde_json::json!({ "dataset": "coco", "images": images }))
+        .unwrap()
 }
 
 /// fc row of image `id`: `[id, id + 0.5, id + 0.25]`; att: 2 regions of dim 2.
@@ -87,12 +88,18 @@ fn karpathy_with_safetensors_loads_rows_by_image_id() {
     assert_eq!(fc, [fc_of("11"), fc_of("12")].concat());
     let att = ds.att_rows(&rows).unwrap().unwrap();
     assert_eq!(att, [att_of("11"), att_of("12")].concat());
-    assert!(dir.path().join("vocab.json").is_file(), "vocab built on first open");
+    assert!(
+        dir.path().join("vocab.json").is_file(),
+        "vocab built on first open"
+    );
     assert_eq!(ds.vocab.id("red"), 5, "most frequent after `a`");
     let again = Dataset::open_expecting(dir.path(), ds.vocab.hash()).unwrap();
     assert_eq!(again.vocab, ds.vocab);
     let text = stats(&ds).to_string();
-    assert!(text.contains("train") && text.contains("att 2 x 2"), "{text}");
+    assert!(
+        text.contains("train") && text.contains("att 2 x 2"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -104,7 +111,17 @@ fn fc_only_safetensors_has_no_att() {
     assert_eq!(ds.att_shape(), None);
     assert_eq!(ds.att_rows(&[0]).unwrap(), None);
     let err = ds.fc_rows(&[4]).unwrap_err();
-    assert!(matches!(err, DataError::RowOutOfRange { row: 4, rows: 4, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            DataError::RowOutOfRange {
+                row: 4,
+                rows: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 fn write_npz(path: &Path, shape: &[usize], data: &[f32]) {
@@ -141,12 +158,25 @@ fn npy_dir() -> tempfile::TempDir {
     std::fs::create_dir_all(feats.join("fc")).unwrap();
     std::fs::create_dir_all(feats.join("att")).unwrap();
     for (id, _, _) in images() {
-        npy::write_f32(&feats.join("fc").join(format!("{id}.npy")), &[3], &fc_of(id)).unwrap();
+        npy::write_f32(
+            &feats.join("fc").join(format!("{id}.npy")),
+            &[3],
+            &fc_of(id),
+        )
+        .unwrap();
         if id == "13" {
             let att: Vec<f64> = att_of(id).iter().map(|&x| x as f64).collect();
-            write_npy_f64(&feats.join("att").join(format!("{id}.npy")), &[1, 2, 2], &att);
+            write_npy_f64(
+                &feats.join("att").join(format!("{id}.npy")),
+                &[1, 2, 2],
+                &att,
+            );
         } else {
-            write_npz(&feats.join("att").join(format!("{id}.npz")), &[2, 2], &att_of(id));
+            write_npz(
+                &feats.join("att").join(format!("{id}.npz")),
+                &[2, 2],
+                &att_of(id),
+            );
         }
     }
     dir
@@ -158,8 +188,16 @@ fn npy_directory_loads_fc_npy_and_att_npz_or_npy() {
     let ds = Dataset::open(dir.path()).unwrap();
     assert_eq!(ds.fc_dim(), 3);
     assert_eq!(ds.att_shape(), Some((2, 2)));
-    let rows: Vec<usize> = ds.val.iter().chain(ds.train.iter()).map(|i| i.row).collect();
-    assert_eq!(ds.fc_rows(&rows).unwrap(), [fc_of("13"), fc_of("11"), fc_of("12")].concat());
+    let rows: Vec<usize> = ds
+        .val
+        .iter()
+        .chain(ds.train.iter())
+        .map(|i| i.row)
+        .collect();
+    assert_eq!(
+        ds.fc_rows(&rows).unwrap(),
+        [fc_of("13"), fc_of("11"), fc_of("12")].concat()
+    );
     assert_eq!(
         ds.att_rows(&rows).unwrap().unwrap(),
         [att_of("13"), att_of("11"), att_of("12")].concat()
@@ -179,7 +217,10 @@ fn custom_csv_groups_rows_by_image() {
     write_st(dir.path(), &["11", "12", "13", "14"], false);
     let ds = Dataset::open(dir.path()).unwrap();
     assert_eq!(ds.format(), Format::Custom);
-    assert_eq!(ds.train.items[0].refs, vec![words("a red cube"), words("a red block")]);
+    assert_eq!(
+        ds.train.items[0].refs,
+        vec![words("a red cube"), words("a red block")]
+    );
     assert_eq!(ds.train.items[1].refs, vec![words("a blue ball rolling")]);
     assert_eq!(ds.test.items[0].row, 3);
 }
@@ -201,7 +242,10 @@ fn custom_json_array_is_detected_and_loaded() {
     assert_eq!(ds.train.items[1].id, "12");
     let forced = Dataset::open_with(
         dir.path(),
-        &OpenOptions { format: Format::Karpathy, ..OpenOptions::default() },
+        &OpenOptions {
+            format: Format::Karpathy,
+            ..OpenOptions::default()
+        },
     );
     assert!(matches!(forced, Err(DataError::Json { .. })), "{forced:?}");
 }
@@ -209,7 +253,11 @@ fn custom_json_array_is_detected_and_loaded() {
 #[test]
 fn malformed_json_names_file_line_and_column() {
     let dir = karpathy_dir();
-    std::fs::write(dir.path().join("captions.json"), "{\n  \"images\": [\n    {\"split\": \"train\",,}\n]}").unwrap();
+    std::fs::write(
+        dir.path().join("captions.json"),
+        "{\n  \"images\": [\n    {\"split\": \"train\",,}\n]}",
+    )
+    .unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::Json { line: 3, .. }), "{msg}");
     assert!(msg.contains("captions.json:3:"), "{msg}");
@@ -222,7 +270,10 @@ fn split_without_images_is_rejected() {
     std::fs::write(dir.path().join("captions.json"), karpathy_json(&imgs)).unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::EmptySplit { .. }), "{msg}");
-    assert!(msg.contains("val split has no images") && msg.contains("captions.json"), "{msg}");
+    assert!(
+        msg.contains("val split has no images") && msg.contains("captions.json"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -243,7 +294,10 @@ fn unknown_split_lists_allowed_values() {
     imgs[0].1 = "training";
     std::fs::write(dir.path().join("captions.json"), karpathy_json(&imgs)).unwrap();
     let (_, msg) = open_err(dir.path());
-    assert!(msg.contains("\"training\"") && msg.contains("restval"), "{msg}");
+    assert!(
+        msg.contains("\"training\"") && msg.contains("restval"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -251,8 +305,14 @@ fn feature_ids_missing_for_captioned_images_are_listed() {
     let dir = karpathy_dir();
     write_st(dir.path(), &["11", "99"], true);
     let (err, msg) = open_err(dir.path());
-    assert!(matches!(err, DataError::MissingFeatures { missing: 3, .. }), "{msg}");
-    assert!(msg.contains("12, 13, 14") && msg.contains("features.safetensors"), "{msg}");
+    assert!(
+        matches!(err, DataError::MissingFeatures { missing: 3, .. }),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("12, 13, 14") && msg.contains("features.safetensors"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -260,7 +320,10 @@ fn missing_npy_files_are_listed() {
     let dir = npy_dir();
     std::fs::remove_file(dir.path().join("features/fc/12.npy")).unwrap();
     let (err, msg) = open_err(dir.path());
-    assert!(matches!(err, DataError::MissingFeatures { missing: 1, .. }), "{msg}");
+    assert!(
+        matches!(err, DataError::MissingFeatures { missing: 1, .. }),
+        "{msg}"
+    );
     assert!(msg.contains("e.g. 12"), "{msg}");
 }
 
@@ -270,7 +333,10 @@ fn fc_dimension_mismatch_between_npy_rows_is_rejected() {
     npy::write_f32(&dir.path().join("features/fc/13.npy"), &[4], &[1.0; 4]).unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::FeatureShape { .. }), "{msg}");
-    assert!(msg.contains("13.npy") && msg.contains("dimension 4 differs from 3"), "{msg}");
+    assert!(
+        msg.contains("13.npy") && msg.contains("dimension 4 differs from 3"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -280,7 +346,10 @@ fn att_shape_mismatch_between_npy_rows_is_rejected_on_read() {
     let ds = Dataset::open(dir.path()).unwrap();
     let err = ds.att_rows(&[0, 1]).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("12.npz") && msg.contains("expected 2 regions"), "{msg}");
+    assert!(
+        msg.contains("12.npz") && msg.contains("expected 2 regions"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -290,12 +359,23 @@ fn att_rows_not_matching_fc_rows_are_rejected() {
     let fc: Vec<u8> = [1f32; 12].iter().flat_map(|x| x.to_le_bytes()).collect();
     let att: Vec<u8> = [1f32; 12].iter().flat_map(|x| x.to_le_bytes()).collect();
     let views = vec![
-        ("fc", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 3], &fc).unwrap()),
-        ("att", safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 2, 2], &att).unwrap()),
+        (
+            "fc",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 3], &fc).unwrap(),
+        ),
+        (
+            "att",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3, 2, 2], &att)
+                .unwrap(),
+        ),
     ];
     let bytes = safetensors::tensor::serialize(views, None).unwrap();
     std::fs::write(dir.path().join("features.safetensors"), bytes).unwrap();
-    std::fs::write(dir.path().join("features.ids.json"), r#"["11", "12", 13, 14]"#).unwrap();
+    std::fs::write(
+        dir.path().join("features.ids.json"),
+        r#"["11", "12", 13, 14]"#,
+    )
+    .unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::FeatureShape { .. }), "{msg}");
     assert!(msg.contains("`att` has 3 rows but `fc` has 4"), "{msg}");
@@ -311,13 +391,21 @@ fn nan_in_features_names_the_row_and_image() {
     write_safetensors(dir.path(), &ids, &fc, 3, None).unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::NonFinite { row: 2, .. }), "{msg}");
-    assert!(msg.contains("row 2 (image 13)") && msg.contains("features.safetensors"), "{msg}");
+    assert!(
+        msg.contains("row 2 (image 13)") && msg.contains("features.safetensors"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn infinity_in_npy_features_is_reported_on_read() {
     let dir = npy_dir();
-    npy::write_f32(&dir.path().join("features/fc/14.npy"), &[3], &[1.0, f32::INFINITY, 0.0]).unwrap();
+    npy::write_f32(
+        &dir.path().join("features/fc/14.npy"),
+        &[3],
+        &[1.0, f32::INFINITY, 0.0],
+    )
+    .unwrap();
     let ds = Dataset::open(dir.path()).unwrap();
     let row = ds.test.items[0].row;
     let msg = ds.fc_rows(&[row]).unwrap_err().to_string();
@@ -332,7 +420,10 @@ fn truncated_safetensors_is_reported() {
     std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::Safetensors { .. }), "{msg}");
-    assert!(msg.contains("features.safetensors") && msg.contains("truncated"), "{msg}");
+    assert!(
+        msg.contains("features.safetensors") && msg.contains("truncated"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -356,7 +447,10 @@ fn vocabulary_hash_mismatch_is_rejected() {
     let err = Dataset::open_expecting(dir.path(), "deadbeefdeadbeef").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::VocabHash { .. }), "{msg}");
-    assert!(msg.contains("vocab.json") && msg.contains(ds.vocab.hash()), "{msg}");
+    assert!(
+        msg.contains("vocab.json") && msg.contains(ds.vocab.hash()),
+        "{msg}"
+    );
     assert!(ds.check_vocab_hash("deadbeefdeadbeef").is_err());
     assert!(ds.check_vocab_hash(ds.vocab.hash()).is_ok());
 }
@@ -369,15 +463,25 @@ fn missing_ids_file_and_missing_captions_say_what_to_add() {
     assert!(msg.contains("features.ids.json"), "{msg}");
     std::fs::remove_file(dir.path().join("captions.json")).unwrap();
     let (_, msg) = open_err(dir.path());
-    assert!(msg.contains("captions.json") && msg.contains("captions.csv"), "{msg}");
+    assert!(
+        msg.contains("captions.json") && msg.contains("captions.csv"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn csv_without_required_column_names_the_header() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("captions.csv"), "image,split,caption\n1,train,a cat\n").unwrap();
+    std::fs::write(
+        dir.path().join("captions.csv"),
+        "image,split,caption\n1,train,a cat\n",
+    )
+    .unwrap();
     write_st(dir.path(), &["1"], false);
     let (err, msg) = open_err(dir.path());
     assert!(matches!(err, DataError::Csv { line: 1, .. }), "{msg}");
-    assert!(msg.contains("captions.csv:1") && msg.contains("image_id"), "{msg}");
+    assert!(
+        msg.contains("captions.csv:1") && msg.contains("image_id"),
+        "{msg}"
+    );
 }

@@ -20,17 +20,29 @@ fn tokenizer_lowercases_and_drops_ptb_punctuation() {
         toks("Two dogs; one (brown) -- one \"white\"... OK?!"),
         words("two dogs one brown one white ok")
     );
-    assert_eq!(toks("  A  black-and-white  cat :  "), words("a black-and-white cat"));
-    assert_eq!(toks("It costs $5, or 10% off at 3:30, 1,000 times."), words("it costs $ 5 or 10 % off at 3:30 1,000 times"));
+    assert_eq!(
+        toks("  A  black-and-white  cat :  "),
+        words("a black-and-white cat")
+    );
+    assert_eq!(
+        toks("It costs $5, or 10% off at 3:30, 1,000 times."),
+        words("it costs $ 5 or 10 % off at 3:30 1,000 times")
+    );
     assert_eq!(toks("Pi is 3.14."), words("pi is 3.14"));
 }
 
 #[test]
 fn tokenizer_splits_common_contractions_like_ptb() {
     assert_eq!(toks("Don't"), words("do n't"));
-    assert_eq!(toks("I can't, won't, cannot"), words("i ca n't wo n't can not"));
+    assert_eq!(
+        toks("I can't, won't, cannot"),
+        words("i ca n't wo n't can not")
+    );
     assert_eq!(toks("It's the dog's bone"), words("it 's the dog 's bone"));
-    assert_eq!(toks("We're here, they've gone, you'll see, he'd go, I'm in"), words("we 're here they 've gone you 'll see he 'd go i 'm in"));
+    assert_eq!(
+        toks("We're here, they've gone, you'll see, he'd go, I'm in"),
+        words("we 're here they 've gone you 'll see he 'd go i 'm in")
+    );
     assert_eq!(toks("the dogs' toys"), words("the dogs toys"));
     assert_eq!(toks("Don’t “quote” me"), words("do n't quote me"));
 }
@@ -59,7 +71,14 @@ fn vocab_min_count_maps_rare_words_to_unk() {
 fn vocab_decode_stops_at_eos_and_skips_pad_and_bos() {
     let caps = [words("a red cube")];
     let v = Vocab::build(caps.iter().map(Vec::as_slice), 1);
-    let ids = [Vocab::BOS, v.id("a"), Vocab::PAD, v.id("cube"), Vocab::EOS, v.id("red")];
+    let ids = [
+        Vocab::BOS,
+        v.id("a"),
+        Vocab::PAD,
+        v.id("cube"),
+        Vocab::EOS,
+        v.id("red"),
+    ];
     assert_eq!(v.decode(&ids), words("a cube"));
 }
 
@@ -86,12 +105,17 @@ fn edited_vocab_file_is_rejected_with_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vocab.json");
     v.save(&path).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap().replace("\"red\"", "\"green\"");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"red\"", "\"green\"");
     std::fs::write(&path, text).unwrap();
     let err = Vocab::load(&path).unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::Invalid { .. }), "{msg}");
-    assert!(msg.contains("vocab.json") && msg.contains("edited"), "{msg}");
+    assert!(
+        msg.contains("vocab.json") && msg.contains("edited"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -102,5 +126,8 @@ fn vocab_hash_check_names_both_hashes() {
         .check_hash("0000000000000000", std::path::Path::new("d/vocab.json"))
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("0000000000000000") && msg.contains(v.hash()) && msg.contains("d/vocab.json"), "{msg}");
+    assert!(
+        msg.contains("0000000000000000") && msg.contains(v.hash()) && msg.contains("d/vocab.json"),
+        "{msg}"
+    );
 }

@@ -359,7 +359,7 @@ impl NpyStore {
 }
 
 fn att_shape(path: &Path, shape: &[usize]) -> Result<(usize, usize), DataError> {
-    if shape.len() < 2 || shape.iter().any(|&d| d == 0) {
+    if shape.len() < 2 || shape.contains(&0) {
         return Err(DataError::shape(
             path,
             format!("att array has shape {shape:?}; expected [R, D] or [H, W, D]"),

@@ -77,12 +77,14 @@ pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RawImage>, DataErro
             "train" | "restval" => SplitName::Train,
             "val" => SplitName::Val,
             "test" => SplitName::Test,
-            other => return Err(DataError::invalid(
-                path,
-                format!(
+            other => {
+                return Err(DataError::invalid(
+                    path,
+                    format!(
                     "images[{i}] (id {id}) has split {other:?}; allowed: train, restval, val, test"
                 ),
-            )),
+                ))
+            }
         };
         let refs: Vec<Vec<String>> = img
             .sentences

@@ -4,7 +4,7 @@
 //! attribute `a` (entries N(0, 1/D), so |e| ≈ 1), `s_a` its salience and `p_k` a ±1 binding
 //! vector of slot `k`:
 //!
-//! - global `fc` (D = 256): `Σ_k [p_k ⊙ Σ_a s_a·e_a(v_ka) + q_k] + σ_fc·n`, binding each
+//! - global `fc` (D = 256): `Σ_k [p_k ⊙ Σ_a s_a·e_a(v_ka) + q_k] + σ_fc·n` (n ~ N(0, I)), binding each
 //!   object's attributes to its slot so that a linear read-out `⟨p_0 ⊙ e_a(v), fc⟩` recovers
 //!   the main object's attributes;
 //! - regions `att` (R = 4, D = 128): region `k` = `r_k + Σ_a s_a·f_a(v_ka) + σ_att·n` for an
@@ -22,10 +22,11 @@ pub(crate) const FC_DIM: usize = 256;
 pub(crate) const ATT_DIM: usize = 128;
 
 /// Salience of colour, shape, size, material, relation.
-pub(crate) const SALIENCE: [f32; 5] = [1.0, 1.0, 0.6, 0.45, 0.5];
-/// Per-dimension noise of fc is `SIGMA_FC / sqrt(D)` (so the noise vector has norm ≈ SIGMA_FC).
-pub(crate) const SIGMA_FC: f32 = 0.6;
-pub(crate) const SIGMA_ATT: f32 = 0.6;
+pub(crate) const SALIENCE: [f32; 5] = [1.2, 1.2, 0.45, 0.35, 0.4];
+/// Per-dimension noise std; with unit-norm embeddings it is also the std of the noise along
+/// any one embedding, to compare with the salience (the signal along it).
+pub(crate) const SIGMA_FC: f32 = 0.25;
+pub(crate) const SIGMA_ATT: f32 = 0.3;
 
 /// Standard normal draw (Box–Muller, one value per call; deterministic for the stream).
 pub(crate) fn normal(rng: &mut ChaCha8Rng) -> f32 {
@@ -123,10 +124,10 @@ pub(crate) fn render(
             *gd += q;
         }
     }
-    let noise = SIGMA_FC / (FC_DIM as f32).sqrt();
+    let noise = SIGMA_FC;
     fc.extend(g.iter().map(|x| x + noise * normal(rng)));
 
-    let noise = SIGMA_ATT / (ATT_DIM as f32).sqrt();
+    let noise = SIGMA_ATT;
     for k in 0..SLOTS {
         let mut r = vec![0f32; ATT_DIM];
         if k < scene.objects.len() {
