@@ -1,1 +1,26 @@
-//! data (to be filled).
+//! Data layer: caption tokenizer, vocabulary, data set formats (Karpathy-split JSON and a
+//! simple custom CSV/JSON, with features in safetensors or per-image `.npy`), validation
+//! with errors that name the file and the fix, the synthetic captioning task and summaries.
+
+mod atomic;
+mod custom;
+mod dataset;
+mod error;
+mod features;
+mod karpathy;
+pub mod npy;
+mod stats;
+mod synth;
+mod tokenize;
+mod vocab;
+
+pub use dataset::{
+    Dataset, Format, Item, OpenOptions, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
+    FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, VOCAB_JSON,
+};
+pub use error::DataError;
+pub use features::{write_safetensors, FULL_SCAN_BYTES};
+pub use stats::{stats, DatasetStats, SplitStats};
+pub use synth::{synth, SynthConfig, SynthSummary};
+pub use tokenize::{tokenize, PUNCTUATION};
+pub use vocab::{Vocab, SPECIALS};

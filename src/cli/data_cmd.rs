@@ -1,0 +1,71 @@
+//! `caprl data synth --out DIR [--seed S] [--train N --val N --test N]` and
+//! `caprl data stats DIR`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use caprl_common::data::{self, Dataset, SynthConfig};
+
+/// Data set tools.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Generate the synthetic captioning data set (Karpathy format + safetensors features).
+    Synth(SynthArgs),
+    /// Print a summary of a data set directory (any supported format).
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SynthArgs {
+    /// Output directory; must not exist or be empty.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Random seed; the same seed gives byte-identical files.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Training images.
+    #[arg(long, default_value_t = 10_000)]
+    pub train: usize,
+    /// Validation images.
+    #[arg(long, default_value_t = 1_000)]
+    pub val: usize,
+    /// Test images.
+    #[arg(long, default_value_t = 1_000)]
+    pub test: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatsArgs {
+    /// Data set directory.
+    pub dir: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Command::Synth(a) => {
+            let config = SynthConfig {
+                seed: a.seed,
+                train: a.train,
+                val: a.val,
+                test: a.test,
+                progress: true,
+            };
+            let summary = data::synth(&a.out, &config).with_context(|| {
+                format!("generating the synthetic data set in {}", a.out.display())
+            })?;
+            print!("{summary}");
+        }
+        Command::Stats(a) => {
+            let ds = Dataset::open(&a.dir)
+                .with_context(|| format!("opening data set {}", a.dir.display()))?;
+            print!("{}", data::stats(&ds));
+        }
+    }
+    Ok(())
+}
