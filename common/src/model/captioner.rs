@@ -81,6 +81,18 @@ impl Inputs {
         self.select(&idx)
     }
 
+    /// The images at `rows` (repeats allowed), in that order.
+    pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
+        let b = self.batch_size()?;
+        if let Some(bad) = rows.iter().find(|&&r| r >= b) {
+            return Err(ModelError::Input(format!(
+                "row {bad} is outside a batch of {b}"
+            )));
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        self.select(&Tensor::from_vec(idx, rows.len(), self.fc.device())?)
+    }
+
     pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
         Ok(Self {
             fc: self.fc.index_select(idx, 0)?,

@@ -125,6 +125,12 @@ impl Captioner {
                 x.batch_size()?
             )));
         }
+        let v = self.cfg.vocab_size as u32;
+        if let Some(bad) = prefixes.iter().flatten().find(|&&w| w >= v) {
+            return Err(ModelError::Input(format!(
+                "prefix token id {bad} is outside the vocabulary of {v}"
+            )));
+        }
         let n = opts.n_per_input.max(1);
         let xs = x.repeat_each(n)?;
         let pre: Vec<Vec<u32>> = prefixes
