@@ -1,1 +1,42 @@
-//! model (to be filled).
+//! The captioner in Candle and its decoders.
+//!
+//! - [`Captioner`]: `fc` (global feature) or `att` (additive attention over regions) model with a
+//!   hand-written GRU/LSTM decoder of one or two layers; weights live in a candle `VarMap`.
+//! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
+//!   [`Captioner::teacher_forced`] (full log-softmax and per-step hidden states for value heads).
+//! - Decoding on detached weights: [`Captioner::greedy`], [`Captioner::sample`] (Gumbel-max on the
+//!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`] and [`Captioner::beam`].
+//! - [`parse_device`]: `cpu` or `cuda:N`.
+
+mod attention;
+mod beam;
+mod captioner;
+mod config;
+mod decode;
+mod device;
+mod dropout;
+mod error;
+mod greedy;
+mod io;
+mod rng;
+mod rnn;
+mod sample;
+mod teacher;
+
+pub use beam::{BeamOptions, Hypothesis};
+pub use candle_core::{DType, Device, Tensor};
+pub use captioner::{batch_tokens, Captioner, Inputs};
+pub use config::{CaptionerConfig, ModelKind, RnnKind};
+pub use decode::Decoded;
+pub use device::parse_device;
+pub use error::ModelError;
+pub use rng::{CaprlRng, RngState};
+pub use sample::SampleOptions;
+pub use teacher::TeacherForced;
+
+/// Vocabulary ids the decoder relies on (see `data::Vocab`).
+pub const PAD: u32 = 0;
+/// Beginning of sentence, the decoder's first input.
+pub const BOS: u32 = 1;
+/// End of sentence; decoding stops after it.
+pub const EOS: u32 = 2;

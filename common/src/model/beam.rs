@@ -1,0 +1,202 @@
+//! Beam search of width `b`, batched over images; finished inputs leave the batch.
+//!
+//! Each step every live beam `y` of an input proposes `y + w` with score
+//! `log p(y) + log π(w | y, I)`; the best `b` non-EOS proposals stay live, EOS proposals ranked
+//! before them become hypotheses. An input stops once it has `b` hypotheses and (without length
+//! normalisation) no live beam can still beat the worst of them. At the length limit each live
+//! beam ends with EOS if EOS is its best next token, else as it is.
+//! Length normalisation scores a hypothesis by `log p(y) / |y|`; trigram blocking forbids a
+//! token that would repeat a trigram already in the beam.
+
+use std::collections::HashSet;
+
+use candle_core::Tensor;
+
+use super::captioner::{host_log_softmax, Captioner, Inputs};
+use super::error::{ModelError, Result};
+use super::greedy::argmax;
+use super::{BOS, EOS};
+
+/// Beam search settings (`[decode]` beam, length_norm, block_trigrams).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BeamOptions {
+    pub width: usize,
+    pub max_len: usize,
+    pub length_norm: bool,
+    pub block_trigrams: bool,
+}
+
+/// One finished beam.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hypothesis {
+    /// Tokens without BOS; EOS included when emitted.
+    pub tokens: Vec<u32>,
+    /// `log π(w_t | w_<t, I)` of each token.
+    pub logprobs: Vec<f32>,
+    /// `log p(y | I) = Σ_t log π(w_t)`.
+    pub logp: f32,
+    /// The ranking score: `logp`, or `logp / |y|` with length normalisation.
+    pub score: f32,
+}
+
+#[derive(Clone)]
+struct Beam {
+    tokens: Vec<u32>,
+    logprobs: Vec<f32>,
+    logp: f64,
+}
+
+impl Beam {
+    fn finish(&self, length_norm: bool) -> Hypothesis {
+        let n = self.tokens.len().max(1) as f64;
+        Hypothesis {
+            tokens: self.tokens.clone(),
+            logprobs: self.logprobs.clone(),
+            logp: self.logp as f32,
+            score: if length_norm {
+                self.logp / n
+            } else {
+                self.logp
+            } as f32,
+        }
+    }
+
+    fn extend(&self, w: u32, lp: f64) -> Beam {
+        let mut b = self.clone();
+        b.tokens.push(w);
+        b.logprobs.push(lp as f32);
+        b.logp += lp;
+        b
+    }
+
+    /// Tokens that would repeat a trigram of this beam.
+    fn blocked(&self) -> HashSet<u32> {
+        let t = &self.tokens;
+        let n = t.len();
+        if n < 2 {
+            return HashSet::new();
+        }
+        let (a, b) = (t[n - 2], t[n - 1]);
+        t.windows(3)
+            .filter(|w| w[0] == a && w[1] == b)
+            .map(|w| w[2])
+            .collect()
+    }
+}
+
+impl Captioner {
+    /// The `width` best hypotheses of each image, best first.
+    pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
+        let k = opts.width;
+        if k == 0 {
+            return Err(ModelError::Input(
+                "decode.beam = 0: the beam width must be >= 1".into(),
+            ));
+        }
+        let n = x.batch_size()?;
+        let v = self.cfg.vocab_size;
+        let dw = self.decode_weights()?;
+        let mut live_state = self.start(&dw, x)?;
+        // Live beams of each input, in the order of their rows.
+        let mut beams: Vec<Vec<Beam>> = vec![
+            vec![Beam {
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                logp: 0.0
+            }];
+            n
+        ];
+        let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
+        let mut active: Vec<usize> = (0..n).collect();
+        for t in 0..=opts.max_len {
+            let inputs: Vec<u32> = active
+                .iter()
+                .flat_map(|&i| beams[i].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
+                .collect();
+            let logits = self.step_logits(&dw, &mut live_state, &inputs)?;
+            let mut row = 0;
+            let mut parents: Vec<u32> = Vec::new();
+            let mut still: Vec<usize> = Vec::new();
+            for &i in &active {
+                let cur = std::mem::take(&mut beams[i]);
+                let lps: Vec<Vec<f64>> = (0..cur.len())
+                    .map(|j| host_log_softmax(&logits[(row + j) * v..(row + j + 1) * v], 1.0))
+                    .collect();
+                if t == opts.max_len {
+                    for (b, lp) in cur.iter().zip(&lps) {
+                        let f: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
+                        let hyp = if argmax(&f) == EOS as usize {
+                            b.extend(EOS, lp[EOS as usize])
+                        } else {
+                            b.clone()
+                        };
+                        finished[i].push(hyp.finish(opts.length_norm));
+                    }
+                    row += cur.len();
+                    continue;
+                }
+                let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(cur.len() * v);
+                for (j, (b, lp)) in cur.iter().zip(&lps).enumerate() {
+                    let blocked = if opts.block_trigrams {
+                        b.blocked()
+                    } else {
+                        HashSet::new()
+                    };
+                    for (w, &l) in lp.iter().enumerate() {
+                        if !blocked.contains(&(w as u32)) && l > -1e8 {
+                            cand.push((b.logp + l, j, w as u32));
+                        }
+                    }
+                }
+                let m = (2 * k).min(cand.len());
+                if m > 0 && m < cand.len() {
+                    cand.select_nth_unstable_by(m - 1, |a, b| b.0.total_cmp(&a.0));
+                    cand.truncate(m);
+                }
+                cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+                let mut next = Vec::with_capacity(k);
+                let mut my_parents = Vec::with_capacity(k);
+                for &(_, j, w) in &cand {
+                    if next.len() == k {
+                        break;
+                    }
+                    let nb = cur[j].extend(w, lps[j][w as usize]);
+                    if w == EOS {
+                        finished[i].push(nb.finish(opts.length_norm));
+                    } else {
+                        my_parents.push((row + j) as u32);
+                        next.push(nb);
+                    }
+                }
+                row += cur.len();
+                finished[i].sort_by(|a, b| b.score.total_cmp(&a.score));
+                let enough = finished[i].len() >= k;
+                let cannot_improve = !opts.length_norm
+                    && next
+                        .iter()
+                        .map(|b| b.logp)
+                        .fold(f64::NEG_INFINITY, f64::max)
+                        <= finished[i]
+                            .get(k - 1)
+                            .map_or(f64::INFINITY, |h| h.score as f64);
+                if next.is_empty() || (enough && (opts.length_norm || cannot_improve)) {
+                    continue;
+                }
+                parents.extend(my_parents);
+                beams[i] = next;
+                still.push(i);
+            }
+            if still.is_empty() || t == opts.max_len {
+                break;
+            }
+            let idx = Tensor::from_vec(parents.clone(), parents.len(), &self.device)?;
+            live_state = live_state.select(&idx)?;
+            active = still;
+        }
+        for f in &mut finished {
+            f.sort_by(|a, b| b.score.total_cmp(&a.score));
+            f.truncate(k);
+        }
+        Ok(finished)
+    }
+}

@@ -1,0 +1,476 @@
+//! The captioner: parameters, the encoder of image features and one decoder step.
+//!
+//! `fc` model (self-critical.pytorch's FC model): `img = relu(W_img f + b)`; every layer's state
+//! starts at `h_0 = tanh(W_init img + b)` (LSTM `c_0 = 0`) and `img` is also fed to the first
+//! layer at every step: its gates get `W_ih e(w_t) + W_fc img + b_ih`.
+//! `att` model (Show, Attend and Tell): as `fc`, and the first layer also gets
+//! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
+//! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
+
+use candle_core::{Device, Tensor, Var, D};
+use candle_nn::VarMap;
+
+use super::attention::{attend, AttKeys, AttWeights};
+use super::config::{CaptionerConfig, ModelKind, RnnKind};
+use super::dropout::dropout;
+use super::error::{ModelError, Result};
+use super::rng::CaprlRng;
+use super::rnn::{cell_step, CellWeights, LayerState};
+use super::{BOS, PAD};
+
+/// A batch of image features on the model's device.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Global features `[B, Dfc]`.
+    pub fc: Tensor,
+    /// Region features `[B, R, Da]` (att models).
+    pub att: Option<Tensor>,
+}
+
+impl Inputs {
+    /// Builds a batch of `b` images from row-major host features (as `Dataset::fc_rows` and
+    /// `Dataset::att_rows` return them), checking their sizes against `cfg`.
+    pub fn from_host(
+        fc: &[f32],
+        att: Option<&[f32]>,
+        b: usize,
+        cfg: &CaptionerConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        if fc.len() != b * cfg.fc_dim {
+            return Err(ModelError::Input(format!(
+                "fc features have {} values, expected batch {b} x fc_dim {} = {}",
+                fc.len(),
+                cfg.fc_dim,
+                b * cfg.fc_dim
+            )));
+        }
+        let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.dtype)?;
+        let att = match (cfg.kind, cfg.att, att) {
+            (ModelKind::Att, Some((r, d)), Some(a)) => {
+                if a.len() != b * r * d {
+                    return Err(ModelError::Input(format!(
+                        "region features have {} values, expected {b} x {r} x {d}",
+                        a.len()
+                    )));
+                }
+                Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.dtype)?)
+            }
+            (ModelKind::Att, _, None) => {
+                return Err(ModelError::Input(
+                    "the att model needs region features; none were given".into(),
+                ))
+            }
+            _ => None,
+        };
+        Ok(Self { fc, att })
+    }
+
+    /// Number of images in the batch.
+    pub fn batch_size(&self) -> Result<usize> {
+        Ok(self.fc.dim(0)?)
+    }
+
+    /// Each image repeated `n` times in place: rows `i*n .. i*n+n` are image `i`.
+    pub fn repeat_each(&self, n: usize) -> Result<Self> {
+        let b = self.batch_size()?;
+        let idx: Vec<u32> = (0..b as u32)
+            .flat_map(|i| std::iter::repeat_n(i, n))
+            .collect();
+        let idx = Tensor::from_vec(idx, b * n, self.fc.device())?;
+        self.select(&idx)
+    }
+
+    /// The images at `rows` (repeats allowed), in that order.
+    pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
+        let b = self.batch_size()?;
+        if let Some(bad) = rows.iter().find(|&&r| r >= b) {
+            return Err(ModelError::Input(format!(
+                "row {bad} is outside a batch of {b}"
+            )));
+        }
+        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
+        self.select(&Tensor::from_vec(idx, rows.len(), self.fc.device())?)
+    }
+
+    pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
+        Ok(Self {
+            fc: self.fc.index_select(idx, 0)?,
+            att: match &self.att {
+                Some(a) => Some(a.index_select(idx, 0)?),
+                None => None,
+            },
+        })
+    }
+
+    fn detach(&self) -> Self {
+        Self {
+            fc: self.fc.detach(),
+            att: self.att.as_ref().map(|a| a.detach()),
+        }
+    }
+}
+
+/// Pads token sequences (no BOS, ending at EOS) with PAD to `[B, T]`, `T` the longest length.
+pub fn batch_tokens(seqs: &[Vec<u32>], device: &Device) -> Result<Tensor> {
+    let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let mut flat = vec![PAD; seqs.len() * t];
+    for (row, s) in flat.chunks_mut(t).zip(seqs) {
+        row[..s.len()].copy_from_slice(s);
+    }
+    Ok(Tensor::from_vec(flat, (seqs.len(), t), device)?)
+}
+
+/// The captioning policy. Owns its weights in a [`VarMap`] under stable names (see [`Captioner::new`]).
+pub struct Captioner {
+    pub(crate) cfg: CaptionerConfig,
+    pub(crate) device: Device,
+    pub(crate) varmap: VarMap,
+    pub(crate) p: Params,
+}
+
+/// Handles on the parameters (they share storage with the `VarMap`'s vars).
+pub(crate) struct Params {
+    embed: Tensor,
+    img_w: Tensor,
+    img_b: Tensor,
+    fc_w: Tensor,
+    init: Vec<(Tensor, Tensor)>,
+    rnn: Vec<RnnParams>,
+    att: Option<AttParams>,
+    logit_w: Tensor,
+    logit_b: Tensor,
+}
+
+struct RnnParams {
+    w_ih: Tensor,
+    b_ih: Tensor,
+    w_hh: Tensor,
+    b_hh: Tensor,
+}
+
+struct AttParams {
+    feat_w: Tensor,
+    feat_b: Tensor,
+    hid_w: Tensor,
+    score_w: Tensor,
+    ctx_w: Tensor,
+}
+
+/// Weights for one pass, transposed once outside the time loop (detached for decoding).
+pub(crate) struct Prepared {
+    pub embed: Tensor,
+    pub w_ih0_t: Tensor,
+    pub b_ih0: Tensor,
+    pub w_fc0_t: Tensor,
+    pub upper: Vec<(Tensor, Tensor)>,
+    pub cells: Vec<CellWeights>,
+    pub img_w_t: Tensor,
+    pub img_b: Tensor,
+    pub init: Vec<(Tensor, Tensor)>,
+    pub att: Option<(Tensor, Tensor, Tensor, AttWeights)>,
+    pub logit_w_t: Tensor,
+    pub logit_b: Tensor,
+}
+
+/// What the encoder gives the decoder: the constant input term of layer 0, the initial states
+/// and the attention keys.
+#[derive(Clone)]
+pub(crate) struct Encoded {
+    pub fx: Tensor,
+    pub keys: Option<AttKeys>,
+}
+
+impl Encoded {
+    pub fn select(&self, idx: &Tensor) -> Result<Self> {
+        Ok(Self {
+            fx: self.fx.index_select(idx, 0)?,
+            keys: match &self.keys {
+                Some(k) => Some(k.select(idx)?),
+                None => None,
+            },
+        })
+    }
+}
+
+impl Captioner {
+    /// A freshly initialised captioner on `device`, its weights drawn from `seed` (PyTorch-style
+    /// uniform `±1/√fan_in`) so that two runs with the same seed start identically.
+    ///
+    /// Parameter names: `embed.weight`, `img.weight`, `img.bias`, `init.{l}.weight`,
+    /// `init.{l}.bias`, `rnn.{l}.w_ih`, `rnn.{l}.b_ih`, `rnn.{l}.w_hh`, `rnn.{l}.b_hh`,
+    /// `rnn.0.w_fc`, `att.feat.weight`, `att.feat.bias`, `att.hid.weight`, `att.score.weight`,
+    /// `att.ctx.weight`, `logit.weight`, `logit.bias` (PyTorch `[out, in]` layout).
+    pub fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        let varmap = VarMap::new();
+        let mut rng = CaprlRng::new(seed);
+        let (v, e, h) = (cfg.vocab_size, cfg.embed, cfg.hidden);
+        let g = cfg.rnn.gates() * h;
+        let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
+            ("embed.weight".into(), vec![v, e], 0.1),
+            ("img.weight".into(), vec![e, cfg.fc_dim], fan(cfg.fc_dim)),
+            ("img.bias".into(), vec![e], fan(cfg.fc_dim)),
+            ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
+            ("logit.weight".into(), vec![v, h], fan(h)),
+            ("logit.bias".into(), vec![v], fan(h)),
+        ];
+        for l in 0..cfg.layers {
+            let input = if l == 0 { e } else { h };
+            shapes.push((format!("init.{l}.weight"), vec![h, e], fan(e)));
+            shapes.push((format!("init.{l}.bias"), vec![h], fan(e)));
+            shapes.push((format!("rnn.{l}.w_ih"), vec![g, input], fan(h)));
+            shapes.push((format!("rnn.{l}.b_ih"), vec![g], fan(h)));
+            shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], fan(h)));
+            shapes.push((format!("rnn.{l}.b_hh"), vec![g], fan(h)));
+        }
+        if let (ModelKind::Att, Some((_, da))) = (cfg.kind, cfg.att) {
+            let a = cfg.att_hidden;
+            shapes.push(("att.feat.weight".into(), vec![a, da], fan(da)));
+            shapes.push(("att.feat.bias".into(), vec![a], fan(da)));
+            shapes.push(("att.hid.weight".into(), vec![a, h], fan(h)));
+            shapes.push(("att.score.weight".into(), vec![1, a], fan(a)));
+            shapes.push(("att.ctx.weight".into(), vec![g, da], fan(h)));
+        }
+        // Sorted so that the draws do not depend on the order above.
+        shapes.sort_by(|a, b| a.0.cmp(&b.0));
+        {
+            let mut data = varmap.data().lock().map_err(|_| {
+                ModelError::Input("the model's VarMap lock was poisoned by a panic".into())
+            })?;
+            for (name, shape, bound) in shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
+                    .collect();
+                let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
+        }
+        let p = Params::from_varmap(&varmap, cfg)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            device: device.clone(),
+            varmap,
+            p,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &CaptionerConfig {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The trainable variables, by stable name.
+    pub fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    /// Transposes (and for decoding detaches) every weight once for a pass.
+    pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
+        let d = |t: &Tensor| if detach { t.detach() } else { t.clone() };
+        let tt = |t: &Tensor| -> Result<Tensor> { Ok(d(t).t()?.contiguous()?) };
+        let p = &self.p;
+        // PAD and BOS are never emitted: a large negative constant on their logits.
+        let mut ban = vec![0f32; self.cfg.vocab_size];
+        ban[PAD as usize] = -1e9;
+        ban[BOS as usize] = -1e9;
+        let ban =
+            Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(self.cfg.dtype)?;
+        let mut att = None;
+        if let Some(a) = &p.att {
+            att = Some((
+                tt(&a.feat_w)?,
+                d(&a.feat_b),
+                tt(&a.ctx_w)?,
+                AttWeights {
+                    w_hid_t: tt(&a.hid_w)?,
+                    w_score_t: tt(&a.score_w)?,
+                },
+            ));
+        }
+        Ok(Prepared {
+            embed: d(&p.embed),
+            w_ih0_t: tt(&p.rnn[0].w_ih)?,
+            b_ih0: d(&p.rnn[0].b_ih),
+            w_fc0_t: tt(&p.fc_w)?,
+            upper: p.rnn[1..]
+                .iter()
+                .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih))))
+                .collect::<Result<_>>()?,
+            cells: p
+                .rnn
+                .iter()
+                .map(|r| {
+                    Ok(CellWeights {
+                        w_hh_t: tt(&r.w_hh)?,
+                        b_hh: d(&r.b_hh),
+                    })
+                })
+                .collect::<Result<_>>()?,
+            img_w_t: tt(&p.img_w)?,
+            img_b: d(&p.img_b),
+            init: p
+                .init
+                .iter()
+                .map(|(w, b)| Ok((tt(w)?, d(b))))
+                .collect::<Result<_>>()?,
+            att,
+            logit_w_t: tt(&p.logit_w)?,
+            logit_b: d(&p.logit_b).add(&ban)?,
+        })
+    }
+
+    /// Encodes the images: layer-0 image term `fx = W_fc img`, initial states, attention keys.
+    pub(crate) fn encode(
+        &self,
+        w: &Prepared,
+        x: &Inputs,
+        detach: bool,
+    ) -> Result<(Encoded, Vec<LayerState>)> {
+        let x = if detach { x.detach() } else { x.clone() };
+        if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
+            return Err(ModelError::Input(format!(
+                "fc features have dim {}, the model expects {}",
+                x.fc.dim(D::Minus1)?,
+                self.cfg.fc_dim
+            )));
+        }
+        let img = x.fc.matmul(&w.img_w_t)?.broadcast_add(&w.img_b)?.relu()?;
+        let fx = img.matmul(&w.w_fc0_t)?;
+        let mut states = Vec::with_capacity(self.cfg.layers);
+        for (wi, bi) in &w.init {
+            let h = img.matmul(wi)?.broadcast_add(bi)?.tanh()?;
+            let c = match self.cfg.rnn {
+                RnnKind::Lstm => Some(h.zeros_like()?),
+                RnnKind::Gru => None,
+            };
+            states.push(LayerState { h, c });
+        }
+        let keys = match (&w.att, &x.att) {
+            (Some((feat_w_t, feat_b, _, _)), Some(a)) => {
+                let (b, r, da) = a.dims3()?;
+                let proj = a
+                    .reshape((b * r, da))?
+                    .matmul(feat_w_t)?
+                    .broadcast_add(feat_b)?
+                    .reshape((b, r, ()))?;
+                Some(AttKeys {
+                    feats: a.clone(),
+                    proj,
+                })
+            }
+            (Some(_), None) => {
+                return Err(ModelError::Input(
+                    "the att model needs region features; none were given".into(),
+                ))
+            }
+            _ => None,
+        };
+        Ok((Encoded { fx, keys }, states))
+    }
+
+    /// One decoder step from the word term `gx_word = W_ih e(w) + b_ih` `[B, G]`.
+    pub(crate) fn step(
+        &self,
+        w: &Prepared,
+        enc: &Encoded,
+        states: &[LayerState],
+        gx_word: &Tensor,
+        mut drop: Option<&mut CaprlRng>,
+    ) -> Result<Vec<LayerState>> {
+        let mut gx = (gx_word + &enc.fx)?;
+        if let (Some(keys), Some((_, _, ctx_w_t, aw))) = (&enc.keys, &w.att) {
+            let top = &states[states.len() - 1].h;
+            let ctx = attend(keys, aw, top)?;
+            gx = (gx + ctx.matmul(ctx_w_t)?)?;
+        }
+        let mut out = Vec::with_capacity(states.len());
+        out.push(cell_step(self.cfg.rnn, &gx, &states[0], &w.cells[0])?);
+        for l in 1..states.len() {
+            let below = dropout(&out[l - 1].h, self.cfg.dropout, drop.as_deref_mut())?;
+            let (wt, b) = &w.upper[l - 1];
+            let gx = below.matmul(wt)?.broadcast_add(b)?;
+            out.push(cell_step(self.cfg.rnn, &gx, &states[l], &w.cells[l])?);
+        }
+        Ok(out)
+    }
+}
+
+impl Params {
+    pub(crate) fn from_varmap(varmap: &VarMap, cfg: &CaptionerConfig) -> Result<Self> {
+        let data = varmap
+            .data()
+            .lock()
+            .map_err(|_| ModelError::Input("the model's VarMap lock was poisoned".into()))?;
+        let get = |name: &str| -> Result<Tensor> {
+            data.get(name)
+                .map(|v| v.as_tensor().clone())
+                .ok_or_else(|| ModelError::Input(format!("missing parameter `{name}`")))
+        };
+        let layers = cfg.layers;
+        let init = (0..layers)
+            .map(|l| {
+                Ok((
+                    get(&format!("init.{l}.weight"))?,
+                    get(&format!("init.{l}.bias"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rnn = (0..layers)
+            .map(|l| {
+                Ok(RnnParams {
+                    w_ih: get(&format!("rnn.{l}.w_ih"))?,
+                    b_ih: get(&format!("rnn.{l}.b_ih"))?,
+                    w_hh: get(&format!("rnn.{l}.w_hh"))?,
+                    b_hh: get(&format!("rnn.{l}.b_hh"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let att = if cfg.kind == ModelKind::Att {
+            Some(AttParams {
+                feat_w: get("att.feat.weight")?,
+                feat_b: get("att.feat.bias")?,
+                hid_w: get("att.hid.weight")?,
+                score_w: get("att.score.weight")?,
+                ctx_w: get("att.ctx.weight")?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            embed: get("embed.weight")?,
+            img_w: get("img.weight")?,
+            img_b: get("img.bias")?,
+            init,
+            rnn,
+            att,
+            logit_w: get("logit.weight")?,
+            logit_b: get("logit.bias")?,
+            fc_w: get("rnn.0.w_fc")?,
+        })
+    }
+}
+
+fn fan(n: usize) -> f64 {
+    1.0 / (n.max(1) as f64).sqrt()
+}
+
+/// Host-side `log_softmax` of one row, in f64 for stable sums.
+pub(crate) fn host_log_softmax(logits: &[f32], inv_temp: f64) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64 * inv_temp));
+    let lse = logits
+        .iter()
+        .map(|&v| (v as f64 * inv_temp - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    logits.iter().map(|&v| v as f64 * inv_temp - lse).collect()
+}

@@ -1,0 +1,159 @@
+//! The captioner's shape, as read from the `[model]` section plus what the data set fixes.
+
+use candle_core::DType;
+
+use super::error::{ModelError, Result};
+
+/// `fc`: global feature only; `att`: additive attention over region features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    Fc,
+    Att,
+}
+
+/// The recurrent cell of the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RnnKind {
+    Gru,
+    Lstm,
+}
+
+impl RnnKind {
+    /// Number of gates stacked in one projection: GRU `r, z, n`; LSTM `i, f, g, o`.
+    pub(crate) fn gates(self) -> usize {
+        match self {
+            RnnKind::Gru => 3,
+            RnnKind::Lstm => 4,
+        }
+    }
+}
+
+/// Everything that fixes the captioner's parameters and limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaptionerConfig {
+    pub kind: ModelKind,
+    pub rnn: RnnKind,
+    /// Decoder layers, 1 or 2.
+    pub layers: usize,
+    /// Word embedding size.
+    pub embed: usize,
+    /// Decoder hidden size.
+    pub hidden: usize,
+    /// Attention MLP size (att only).
+    pub att_hidden: usize,
+    /// Dropout probability in `[0, 1)`, used only when a dropout RNG is given.
+    pub dropout: f32,
+    /// Vocabulary size including PAD/BOS/EOS/UNK.
+    pub vocab_size: usize,
+    /// Size of the global feature vector.
+    pub fc_dim: usize,
+    /// `(regions, dim)` of region features; required for `att`.
+    pub att: Option<(usize, usize)>,
+    /// Maximum caption words, excluding BOS/EOS (decoders emit at most `max_len + 1` tokens).
+    pub max_len: usize,
+    /// Parameter dtype (f32 normally; f64 for gradient checks).
+    pub dtype: DType,
+}
+
+impl CaptionerConfig {
+    /// The defaults of the run config (`embed 256`, `hidden 512`, GRU, one layer).
+    pub fn new(
+        kind: ModelKind,
+        vocab_size: usize,
+        fc_dim: usize,
+        att: Option<(usize, usize)>,
+    ) -> Self {
+        Self {
+            kind,
+            rnn: RnnKind::Gru,
+            layers: 1,
+            embed: 256,
+            hidden: 512,
+            att_hidden: 256,
+            dropout: 0.2,
+            vocab_size,
+            fc_dim,
+            att,
+            max_len: 16,
+            dtype: DType::F32,
+        }
+    }
+
+    /// Checks every field; the error names the key and the allowed values.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &'static str, value: String, expected: &str| {
+            Err(ModelError::Config {
+                key,
+                value,
+                expected: expected.to_string(),
+            })
+        };
+        if !(1..=2).contains(&self.layers) {
+            return bad("model.layers", self.layers.to_string(), "must be 1 or 2");
+        }
+        if !(1..=4096).contains(&self.embed) {
+            return bad("model.embed", self.embed.to_string(), "must be in 1..=4096");
+        }
+        if !(1..=8192).contains(&self.hidden) {
+            return bad(
+                "model.hidden",
+                self.hidden.to_string(),
+                "must be in 1..=8192",
+            );
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(
+                "model.dropout",
+                self.dropout.to_string(),
+                "must be in [0, 1)",
+            );
+        }
+        if self.vocab_size < 4 {
+            return bad(
+                "vocab_size",
+                self.vocab_size.to_string(),
+                "must be at least 4 (PAD, BOS, EOS, UNK)",
+            );
+        }
+        if self.fc_dim == 0 {
+            return bad(
+                "fc_dim",
+                "0".into(),
+                "the data set's fc features must be non-empty",
+            );
+        }
+        if !(1..=64).contains(&self.max_len) {
+            return bad(
+                "data.max_len",
+                self.max_len.to_string(),
+                "must be in 1..=64",
+            );
+        }
+        if !matches!(
+            self.dtype,
+            DType::F32 | DType::F64 | DType::BF16 | DType::F16
+        ) {
+            return bad(
+                "dtype",
+                format!("{:?}", self.dtype),
+                "must be f32, f64, bf16 or f16",
+            );
+        }
+        if self.kind == ModelKind::Att {
+            match self.att {
+                Some((r, d)) if r > 0 && d > 0 => {}
+                _ => {
+                    return bad(
+                        "model.kind",
+                        "\"att\"".into(),
+                        "needs region features: the data set has none, use kind = \"fc\"",
+                    )
+                }
+            }
+            if self.att_hidden == 0 {
+                return bad("model.att_hidden", "0".into(), "must be >= 1");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,207 @@
+//! The step loop shared by greedy decoding, sampling and prefix completion.
+//!
+//! Runs on detached weights (no graph). The first layer's word term comes from the table
+//! `W_ih E + b_ih` `[V, G]` computed once per call, so a step is one row lookup. Rows that
+//! emitted EOS (or reached the length limit) are dropped from the batch before the next step.
+
+use candle_core::{Tensor, D};
+
+use super::captioner::{Captioner, Encoded, Inputs, Prepared};
+use super::error::Result;
+use super::rnn::LayerState;
+use super::{BOS, EOS};
+
+/// Decoded sequences, one per row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// Tokens without BOS; EOS included when it was emitted.
+    pub tokens: Vec<Vec<u32>>,
+    /// `log μ(w_t)` of each token under the distribution it was drawn from.
+    pub logprobs: Vec<Vec<f32>>,
+}
+
+impl Decoded {
+    /// Number of tokens of each row (EOS included).
+    pub fn lengths(&self) -> Vec<usize> {
+        self.tokens.iter().map(Vec::len).collect()
+    }
+}
+
+/// How a row picks its next token from its logits.
+pub(crate) trait Policy {
+    /// The chosen token and its log-probability.
+    fn choose(&mut self, row: usize, logits: &[f32]) -> (u32, f32);
+    /// The log-probability of a forced token (prefix completion).
+    fn logprob(&self, logits: &[f32], token: u32) -> f32;
+}
+
+/// Decoder state of the live rows.
+pub(crate) struct Live {
+    pub enc: Encoded,
+    pub states: Vec<LayerState>,
+}
+
+impl Live {
+    pub fn select(&self, idx: &Tensor) -> Result<Self> {
+        Ok(Self {
+            enc: self.enc.select(idx)?,
+            states: self
+                .states
+                .iter()
+                .map(|s| s.select(idx))
+                .collect::<Result<_>>()?,
+        })
+    }
+}
+
+/// Detached weights plus the fused word table, built once per decode call.
+pub(crate) struct DecodeWeights {
+    pub w: Prepared,
+    pub word_table: Tensor,
+}
+
+impl Captioner {
+    pub(crate) fn decode_weights(&self) -> Result<DecodeWeights> {
+        let w = self.prepare(true)?;
+        let word_table = w.embed.matmul(&w.w_ih0_t)?.broadcast_add(&w.b_ih0)?;
+        Ok(DecodeWeights { w, word_table })
+    }
+
+    pub(crate) fn start(&self, dw: &DecodeWeights, x: &Inputs) -> Result<Live> {
+        let (enc, states) = self.encode(&dw.w, x, true)?;
+        Ok(Live { enc, states })
+    }
+
+    /// Feeds `tokens` (one per live row) and returns the next-token logits `[rows, V]` on the host.
+    pub(crate) fn step_logits(
+        &self,
+        dw: &DecodeWeights,
+        live: &mut Live,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
+        let gx = dw.word_table.index_select(&ids, 0)?;
+        live.states = self.step(&dw.w, &live.enc, &live.states, &gx, None)?;
+        let top = &live.states[live.states.len() - 1].h;
+        let logits = top.matmul(&dw.w.logit_w_t)?.broadcast_add(&dw.w.logit_b)?;
+        let logits = logits.to_dtype(candle_core::DType::F32)?;
+        let _ = logits.dim(D::Minus1)?;
+        Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+    }
+
+    /// Decodes every row of `x` with `policy`, forcing `prefixes[row]` first when given.
+    /// At most `max_len` words; one more step is taken only to let a row emit EOS.
+    pub(crate) fn rollout(
+        &self,
+        x: &Inputs,
+        prefixes: Option<&[Vec<u32>]>,
+        max_len: usize,
+        policy: &mut dyn Policy,
+    ) -> Result<Decoded> {
+        let n = x.batch_size()?;
+        let v = self.cfg.vocab_size;
+        let dw = self.decode_weights()?;
+        let mut live = self.start(&dw, x)?;
+        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
+        let mut rows: Vec<usize> = (0..n).collect();
+        let mut done = vec![false; n];
+        // Rows whose prefix already ends the caption take no step.
+        if let Some(p) = prefixes {
+            for r in 0..n {
+                if let Some(pre) = p.get(r) {
+                    if pre.contains(&EOS) || pre.len() > max_len {
+                        done[r] = true;
+                    }
+                }
+            }
+        }
+        let mut first = true;
+        for t in 0..=max_len {
+            if !first || done.iter().any(|&d| d) {
+                let keep: Vec<usize> = rows.iter().copied().filter(|&r| !done[r]).collect();
+                if keep.is_empty() {
+                    break;
+                }
+                if keep.len() < rows.len() {
+                    let pos: Vec<u32> = rows
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| !done[**r])
+                        .map(|(i, _)| i as u32)
+                        .collect();
+                    let idx = Tensor::from_vec(pos, keep.len(), &self.device)?;
+                    live = live.select(&idx)?;
+                    rows = keep;
+                }
+            }
+            first = false;
+            let inputs: Vec<u32> = rows
+                .iter()
+                .map(|&r| *tokens[r].last().unwrap_or(&BOS))
+                .collect();
+            let logits = self.step_logits(&dw, &mut live, &inputs)?;
+            for (i, &r) in rows.iter().enumerate() {
+                let row_logits = &logits[i * v..(i + 1) * v];
+                let forced = prefixes
+                    .and_then(|p| p.get(r))
+                    .and_then(|p| p.get(t))
+                    .copied();
+                let (w, lp) = match forced {
+                    Some(w) => (w, policy.logprob(row_logits, w)),
+                    None => policy.choose(r, row_logits),
+                };
+                if t == max_len && w != EOS {
+                    done[r] = true;
+                    continue;
+                }
+                tokens[r].push(w);
+                logprobs[r].push(lp);
+                if w == EOS {
+                    done[r] = true;
+                }
+            }
+        }
+        // Forced prefixes that already ended are returned as given, with their log-probs.
+        if let Some(p) = prefixes {
+            for r in 0..n {
+                if tokens[r].is_empty() {
+                    if let Some(pre) = p.get(r) {
+                        if !pre.is_empty() {
+                            let d = self.rollout_forced(x, r, pre, policy)?;
+                            tokens[r] = d.0;
+                            logprobs[r] = d.1;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Decoded { tokens, logprobs })
+    }
+
+    /// Scores a finished prefix of row `r` token by token.
+    fn rollout_forced(
+        &self,
+        x: &Inputs,
+        r: usize,
+        pre: &[u32],
+        policy: &mut dyn Policy,
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
+        let v = self.cfg.vocab_size;
+        let dw = self.decode_weights()?;
+        let idx = Tensor::from_vec(vec![r as u32], 1, &self.device)?;
+        let mut live = self.start(&dw, &x.select(&idx)?)?;
+        let mut out = Vec::with_capacity(pre.len());
+        let mut prev = BOS;
+        for &w in pre {
+            let logits = self.step_logits(&dw, &mut live, &[prev])?;
+            out.push(policy.logprob(&logits[..v], w));
+            prev = w;
+            if w == EOS {
+                break;
+            }
+        }
+        let n = out.len();
+        Ok((pre[..n].to_vec(), out))
+    }
+}

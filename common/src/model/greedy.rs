@@ -1,0 +1,37 @@
+//! Greedy decoding: `w_t = argmax_w log π(w | w_<t, I)`.
+
+use super::captioner::{host_log_softmax, Captioner, Inputs};
+use super::decode::{Decoded, Policy};
+use super::error::Result;
+
+pub(crate) struct Greedy;
+
+impl Policy for Greedy {
+    fn choose(&mut self, _row: usize, logits: &[f32]) -> (u32, f32) {
+        let w = argmax(logits);
+        (w as u32, host_log_softmax(logits, 1.0)[w] as f32)
+    }
+
+    fn logprob(&self, logits: &[f32], token: u32) -> f32 {
+        host_log_softmax(logits, 1.0)[token as usize] as f32
+    }
+}
+
+/// Index of the largest value; the first one on ties.
+pub(crate) fn argmax(xs: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+impl Captioner {
+    /// Greedy captions of every image in `x`, at most `max_len` words (plus EOS); log-probs at
+    /// temperature 1.
+    pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {
+        self.rollout(x, None, max_len, &mut Greedy)
+    }
+}

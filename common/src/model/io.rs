@@ -1,0 +1,93 @@
+//! Weights as safetensors under the stable names listed in [`Captioner::new`].
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{Device, Tensor};
+
+use super::captioner::{Captioner, Params};
+use super::config::CaptionerConfig;
+use super::error::{ModelError, Result};
+
+impl Captioner {
+    /// Writes every weight to `path` (safetensors).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_safetensors()?;
+        std::fs::write(path, bytes).map_err(|e| ModelError::Weights {
+            path: path.to_path_buf(),
+            reason: format!("cannot write: {e}"),
+        })
+    }
+
+    /// A captioner shaped by `cfg` with the weights of `path`; every parameter must be present
+    /// with the shape `cfg` implies.
+    pub fn load(path: &Path, cfg: &CaptionerConfig, device: &Device) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::Weights {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        Self::from_safetensors(&bytes, cfg, device).map_err(|e| match e {
+            ModelError::Weights { reason, .. } => ModelError::Weights {
+                path: path.to_path_buf(),
+                reason,
+            },
+            other => other,
+        })
+    }
+
+    /// The weights serialised as safetensors bytes (policy snapshots).
+    pub fn to_safetensors(&self) -> Result<Vec<u8>> {
+        let data = self
+            .varmap
+            .data()
+            .lock()
+            .map_err(|_| ModelError::Input("the model's VarMap lock was poisoned".into()))?;
+        let mut named: Vec<(String, Tensor)> = data
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
+            path: "<memory>".into(),
+            reason: format!("cannot serialise: {e}"),
+        })
+    }
+
+    /// A captioner from safetensors bytes made by [`Captioner::to_safetensors`].
+    pub fn from_safetensors(bytes: &[u8], cfg: &CaptionerConfig, device: &Device) -> Result<Self> {
+        let mut model = Captioner::new(cfg, device, 0)?;
+        let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(bytes, device)
+            .map_err(|e| ModelError::Weights {
+                path: "<memory>".into(),
+                reason: format!("not a safetensors file: {e}"),
+            })?;
+        {
+            let data =
+                model.varmap.data().lock().map_err(|_| {
+                    ModelError::Input("the model's VarMap lock was poisoned".into())
+                })?;
+            for (name, var) in data.iter() {
+                let t = loaded.get(name).ok_or_else(|| ModelError::Weights {
+                    path: "<memory>".into(),
+                    reason: format!(
+                        "parameter `{name}` is missing; the file was saved from a model with a \
+                         different [model] config"
+                    ),
+                })?;
+                if t.dims() != var.dims() {
+                    return Err(ModelError::Weights {
+                        path: "<memory>".into(),
+                        reason: format!(
+                            "parameter `{name}` has shape {:?}, the config implies {:?}",
+                            t.dims(),
+                            var.dims()
+                        ),
+                    });
+                }
+                var.set(&t.to_dtype(cfg.dtype)?)?;
+            }
+        }
+        model.p = Params::from_varmap(&model.varmap, cfg)?;
+        Ok(model)
+    }
+}

@@ -1,0 +1,125 @@
+//! Teacher forcing: the decoder run over given sequences, with gradients.
+//!
+//! Inputs are `[BOS, w_1, …, w_{T-1}]`, targets `[w_1, …, w_T]`. The word term of the first
+//! layer, `W_ih e(w_t) + b_ih`, is one matmul over all `T·B` steps (time-major so that each
+//! step's slice is contiguous).
+
+use candle_core::{Tensor, D};
+use candle_nn::ops::log_softmax;
+
+use super::captioner::{Captioner, Inputs};
+use super::dropout::dropout;
+use super::error::{ModelError, Result};
+use super::rng::CaprlRng;
+use super::{BOS, EOS, PAD};
+
+/// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
+pub struct TeacherForced {
+    /// `log π(· | w_<t, I)` over the vocabulary, `[B, T, V]`.
+    pub logprobs_full: Tensor,
+    /// The top layer's hidden state after reading `w_<t`, `[B, T, H]` (input of value heads).
+    pub hidden: Tensor,
+}
+
+impl Captioner {
+    /// `log p(w_t | w_<t, I)` of the given tokens `[B, T]` and the mask `[B, T]` (1 up to and
+    /// including the first EOS; all non-PAD tokens when there is no EOS). `seqs` is `u32` `[B, T]`:
+    /// tokens without BOS, ending at EOS, padded with PAD. Masked positions of `logp` are 0.
+    /// Dropout is applied when `dropout_rng` is given (training).
+    pub fn token_logprobs(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<(Tensor, Tensor)> {
+        let tf = self.teacher_forced(x, seqs, dropout_rng)?;
+        let logp = tf
+            .logprobs_full
+            .gather(&seqs.unsqueeze(2)?, 2)?
+            .squeeze(2)?;
+        let mask = self.token_mask(seqs)?;
+        Ok((logp.mul(&mask)?, mask))
+    }
+
+    /// The teacher-forced pass: full log-softmax `[B, T, V]` and hidden states `[B, T, H]`.
+    pub fn teacher_forced(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        mut dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherForced> {
+        let (b, t) = seqs.dims2().map_err(|_| {
+            ModelError::Input(format!(
+                "token sequences must be [B, T], got {:?}",
+                seqs.shape()
+            ))
+        })?;
+        if x.batch_size()? != b {
+            return Err(ModelError::Input(format!(
+                "{} images but {b} token sequences",
+                x.batch_size()?
+            )));
+        }
+        let host = seqs.to_vec2::<u32>()?;
+        let v = self.cfg.vocab_size as u32;
+        if let Some(bad) = host.iter().flatten().find(|&&w| w >= v) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is outside the vocabulary of {v}"
+            )));
+        }
+        // Time-major inputs: step s reads BOS (s = 0) or the target of step s - 1.
+        let mut ids = Vec::with_capacity(t * b);
+        for s in 0..t {
+            for row in &host {
+                ids.push(if s == 0 { BOS } else { row[s - 1] });
+            }
+        }
+        let ids = Tensor::from_vec(ids, t * b, &self.device)?;
+        let w = self.prepare(false)?;
+        let (enc, mut states) = self.encode(&w, x, false)?;
+        let emb = w.embed.index_select(&ids, 0)?;
+        let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
+        let gx_all = emb
+            .matmul(&w.w_ih0_t)?
+            .broadcast_add(&w.b_ih0)?
+            .reshape((t, b, ()))?;
+        let mut hs = Vec::with_capacity(t);
+        for s in 0..t {
+            let gx = gx_all.get(s)?;
+            states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
+            hs.push(states[states.len() - 1].h.clone());
+        }
+        let hidden = Tensor::stack(&hs, 1)?; // [B, T, H]
+        let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
+        let logits = out
+            .reshape((b * t, ()))?
+            .matmul(&w.logit_w_t)?
+            .broadcast_add(&w.logit_b)?
+            .reshape((b, t, ()))?;
+        let logprobs_full = log_softmax(&logits, D::Minus1)?;
+        Ok(TeacherForced {
+            logprobs_full,
+            hidden,
+        })
+    }
+
+    /// 1 for tokens up to and including the first EOS (or up to the first PAD when there is no
+    /// EOS), else 0; in the model's dtype.
+    pub fn token_mask(&self, seqs: &Tensor) -> Result<Tensor> {
+        let (b, t) = seqs.dims2()?;
+        let host = seqs.to_vec2::<u32>()?;
+        let mut mask = vec![0f32; b * t];
+        for (r, row) in host.iter().enumerate() {
+            for (s, &w) in row.iter().enumerate() {
+                if w == PAD {
+                    break;
+                }
+                mask[r * t + s] = 1.0;
+                if w == EOS {
+                    break;
+                }
+            }
+        }
+        Ok(Tensor::from_vec(mask, (b, t), &self.device)?.to_dtype(self.cfg.dtype)?)
+    }
+}

@@ -1,0 +1,39 @@
+//! Global-norm gradient clipping: `‖g‖ = √(Σ_p ‖g_p‖²)`; when `‖g‖ > max_norm` every gradient
+//! is scaled by `max_norm / ‖g‖`.
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Var};
+
+use super::error::Result;
+
+/// The global L2 norm of the gradients of `vars` (vars without a gradient count as zero).
+pub fn grad_norm(grads: &GradStore, vars: &[Var]) -> Result<f64> {
+    let mut sq = 0f64;
+    for v in vars {
+        if let Some(g) = grads.get(v.as_tensor()) {
+            sq += g
+                .to_dtype(DType::F64)?
+                .sqr()?
+                .sum_all()?
+                .to_scalar::<f64>()?;
+        }
+    }
+    Ok(sq.sqrt())
+}
+
+/// Clips the gradients of `vars` in place to global norm `max_norm` (0 = off) and returns the
+/// norm before clipping. A non-finite norm is returned as is and nothing is scaled: the caller
+/// should skip the batch.
+pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f64) -> Result<f64> {
+    let norm = grad_norm(grads, vars)?;
+    if max_norm > 0.0 && norm.is_finite() && norm > max_norm {
+        let scale = max_norm / norm;
+        for v in vars {
+            if let Some(g) = grads.get(v.as_tensor()) {
+                let scaled = (g * scale)?;
+                grads.insert(v.as_tensor(), scaled);
+            }
+        }
+    }
+    Ok(norm)
+}

@@ -1,0 +1,275 @@
+//! Decoders agree with each other and with teacher forcing.
+
+use caprl_common::model::{
+    batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoded, Device, Inputs,
+    ModelKind, RnnKind, SampleOptions, EOS,
+};
+
+fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(kind, 12, 6, Some((4, 5)));
+    cfg.rnn = rnn;
+    cfg.layers = layers;
+    cfg.embed = 8;
+    cfg.hidden = 16;
+    cfg.att_hidden = 8;
+    cfg.max_len = 7;
+    cfg
+}
+
+fn inputs(cfg: &CaptionerConfig, b: usize, salt: usize) -> Inputs {
+    let fc: Vec<f32> = (0..b * cfg.fc_dim)
+        .map(|i| (((i + salt) * 7919 % 23) as f32 - 11.0) / 4.0)
+        .collect();
+    let att: Vec<f32> = (0..b * 4 * 5)
+        .map(|i| (((i + salt) * 104729 % 19) as f32 - 9.0) / 3.0)
+        .collect();
+    Inputs::from_host(&fc, Some(&att), b, cfg, &Device::Cpu).unwrap()
+}
+
+fn configs() -> Vec<CaptionerConfig> {
+    vec![
+        tiny(ModelKind::Fc, RnnKind::Gru, 1),
+        tiny(ModelKind::Att, RnnKind::Lstm, 2),
+    ]
+}
+
+fn opts(n: usize, temperature: f32, top_k: usize) -> SampleOptions {
+    SampleOptions {
+        n_per_input: n,
+        temperature,
+        top_k,
+        max_len: 7,
+    }
+}
+
+fn teacher_logp(m: &Captioner, x: &Inputs, seqs: &[Vec<u32>]) -> Vec<f32> {
+    let t = batch_tokens(seqs, &Device::Cpu).unwrap();
+    let (logp, _) = m.token_logprobs(x, &t, None).unwrap();
+    logp.sum(1).unwrap().to_vec1::<f32>().unwrap()
+}
+
+#[test]
+fn beam_of_width_one_equals_greedy() {
+    for cfg in configs() {
+        let m = Captioner::new(&cfg, &Device::Cpu, 3).unwrap();
+        let x = inputs(&cfg, 5, 0);
+        let g = m.greedy(&x, cfg.max_len).unwrap();
+        let b = m
+            .beam(
+                &x,
+                &BeamOptions {
+                    width: 1,
+                    max_len: cfg.max_len,
+                    length_norm: false,
+                    block_trigrams: false,
+                },
+            )
+            .unwrap();
+        for (i, hyps) in b.iter().enumerate() {
+            assert_eq!(hyps[0].tokens, g.tokens[i], "input {i}");
+        }
+    }
+}
+
+#[test]
+fn beam_logp_equals_teacher_forced_logp() {
+    for cfg in configs() {
+        let m = Captioner::new(&cfg, &Device::Cpu, 4).unwrap();
+        let x = inputs(&cfg, 3, 1);
+        for (length_norm, block_trigrams) in [(false, false), (true, true)] {
+            let beams = m
+                .beam(
+                    &x,
+                    &BeamOptions {
+                        width: 4,
+                        max_len: cfg.max_len,
+                        length_norm,
+                        block_trigrams,
+                    },
+                )
+                .unwrap();
+            for (i, hyps) in beams.iter().enumerate() {
+                assert_eq!(hyps.len(), 4);
+                let seqs: Vec<Vec<u32>> = hyps.iter().map(|h| h.tokens.clone()).collect();
+                let xi = x.select_rows(&vec![i; hyps.len()]).unwrap();
+                let tf = teacher_logp(&m, &xi, &seqs);
+                for (h, lp) in hyps.iter().zip(tf) {
+                    assert!(
+                        (h.logp - lp).abs() < 1e-4,
+                        "beam {} vs teacher {lp}",
+                        h.logp
+                    );
+                    let sum: f32 = h.logprobs.iter().sum();
+                    assert!((h.logp - sum).abs() < 1e-4);
+                }
+                for w in hyps.windows(2) {
+                    assert!(w[0].score >= w[1].score, "hypotheses sorted best first");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn trigram_blocking_leaves_no_repeated_trigram() {
+    let cfg = tiny(ModelKind::Fc, RnnKind::Gru, 1);
+    let m = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
+    let beams = m
+        .beam(
+            &inputs(&cfg, 4, 2),
+            &BeamOptions {
+                width: 3,
+                max_len: 7,
+                length_norm: false,
+                block_trigrams: true,
+            },
+        )
+        .unwrap();
+    for h in beams.iter().flatten() {
+        let tri: Vec<&[u32]> = h.tokens.windows(3).collect();
+        for (a, t) in tri.iter().enumerate() {
+            assert!(!tri[..a].contains(t), "repeated trigram in {:?}", h.tokens);
+        }
+    }
+}
+
+#[test]
+fn sampling_at_near_zero_temperature_equals_greedy() {
+    for cfg in configs() {
+        let m = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
+        let x = inputs(&cfg, 4, 3);
+        let g = m.greedy(&x, cfg.max_len).unwrap();
+        let s = m
+            .sample(&x, &opts(2, 1e-5, 0), &mut CaprlRng::new(1))
+            .unwrap();
+        for i in 0..4 {
+            assert_eq!(s.tokens[2 * i], g.tokens[i]);
+            assert_eq!(s.tokens[2 * i + 1], g.tokens[i]);
+        }
+    }
+}
+
+#[test]
+fn sampling_is_reproducible_from_the_seed() {
+    for cfg in configs() {
+        let m = Captioner::new(&cfg, &Device::Cpu, 8).unwrap();
+        let x = inputs(&cfg, 3, 4);
+        let a = m
+            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(42))
+            .unwrap();
+        let b = m
+            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(42))
+            .unwrap();
+        let c = m
+            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(43))
+            .unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a.tokens, c.tokens);
+        // The same row of a smaller batch gets the same sample (per-row streams).
+        let first = m
+            .sample(
+                &x.select_rows(&[0]).unwrap(),
+                &opts(5, 1.0, 0),
+                &mut CaprlRng::new(42),
+            )
+            .unwrap();
+        assert_eq!(first.tokens[..], a.tokens[..5]);
+    }
+}
+
+#[test]
+fn sampled_logprobs_at_temperature_one_equal_teacher_forced() {
+    let cfg = tiny(ModelKind::Att, RnnKind::Gru, 1);
+    let m = Captioner::new(&cfg, &Device::Cpu, 9).unwrap();
+    let x = inputs(&cfg, 2, 5);
+    let s: Decoded = m
+        .sample(&x, &opts(3, 1.0, 0), &mut CaprlRng::new(2))
+        .unwrap();
+    let tf = teacher_logp(&m, &x.repeat_each(3).unwrap(), &s.tokens);
+    for (lps, t) in s.logprobs.iter().zip(tf) {
+        let sum: f32 = lps.iter().sum();
+        assert!((sum - t).abs() < 1e-4);
+    }
+    for toks in &s.tokens {
+        assert!(toks.len() <= cfg.max_len + 1);
+        let eos = toks.iter().position(|&w| w == EOS);
+        assert!(eos.is_none() || eos == Some(toks.len() - 1));
+        assert!(toks.iter().all(|&w| w >= 2), "PAD/BOS never emitted");
+    }
+}
+
+#[test]
+fn top_k_one_equals_greedy() {
+    let cfg = tiny(ModelKind::Fc, RnnKind::Lstm, 1);
+    let m = Captioner::new(&cfg, &Device::Cpu, 10).unwrap();
+    let x = inputs(&cfg, 3, 6);
+    let g = m.greedy(&x, cfg.max_len).unwrap();
+    let s = m
+        .sample(&x, &opts(1, 1.0, 1), &mut CaprlRng::new(3))
+        .unwrap();
+    assert_eq!(s.tokens, g.tokens);
+    assert!(s.logprobs.iter().flatten().all(|&l| l == 0.0));
+}
+
+#[test]
+fn completion_keeps_the_prefix_and_ended_prefixes_stay() {
+    let cfg = tiny(ModelKind::Att, RnnKind::Lstm, 2);
+    let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
+    let x = inputs(&cfg, 3, 7);
+    let prefixes = vec![vec![], vec![5, 6], vec![7, EOS]];
+    let d = m
+        .complete_from_prefix(&x, &prefixes, &opts(2, 1.0, 0), &mut CaprlRng::new(4))
+        .unwrap();
+    assert_eq!(d.tokens.len(), 6);
+    assert_eq!(&d.tokens[2][..2], &[5, 6]);
+    assert_eq!(&d.tokens[3][..2], &[5, 6]);
+    assert_eq!(d.tokens[4], vec![7, EOS]);
+    assert_eq!(d.logprobs[4].len(), 2);
+    // An empty prefix at near-zero temperature is greedy.
+    let g = m
+        .greedy(&x.select_rows(&[0]).unwrap(), cfg.max_len)
+        .unwrap();
+    let c = m
+        .complete_from_prefix(
+            &x.select_rows(&[0]).unwrap(),
+            &[vec![]],
+            &opts(1, 1e-5, 0),
+            &mut CaprlRng::new(5),
+        )
+        .unwrap();
+    assert_eq!(c.tokens, g.tokens);
+}
+
+#[test]
+fn teacher_forced_pass_exposes_hidden_states() {
+    let cfg = tiny(ModelKind::Fc, RnnKind::Gru, 2);
+    let m = Captioner::new(&cfg, &Device::Cpu, 12).unwrap();
+    let x = inputs(&cfg, 2, 8);
+    let seqs = batch_tokens(&[vec![4, 5, EOS], vec![6, EOS]], &Device::Cpu).unwrap();
+    let tf = m.teacher_forced(&x, &seqs, None).unwrap();
+    assert_eq!(tf.logprobs_full.dims(), &[2, 3, 12]);
+    assert_eq!(tf.hidden.dims(), &[2, 3, 16]);
+    let (_, mask) = m.token_logprobs(&x, &seqs, None).unwrap();
+    assert_eq!(
+        mask.to_vec2::<f32>().unwrap(),
+        vec![vec![1.0, 1.0, 1.0], vec![1.0, 1.0, 0.0]]
+    );
+}
+
+#[test]
+fn dropout_is_reproducible_from_the_rng() {
+    let cfg = tiny(ModelKind::Att, RnnKind::Gru, 2);
+    let m = Captioner::new(&cfg, &Device::Cpu, 13).unwrap();
+    let x = inputs(&cfg, 2, 9);
+    let seqs = batch_tokens(&[vec![4, 5, EOS], vec![6, EOS]], &Device::Cpu).unwrap();
+    let run = |seed| {
+        let (lp, _) = m
+            .token_logprobs(&x, &seqs, Some(&mut CaprlRng::new(seed)))
+            .unwrap();
+        lp.to_vec2::<f32>().unwrap()
+    };
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
+    let (eval, _) = m.token_logprobs(&x, &seqs, None).unwrap();
+    assert_ne!(run(1), eval.to_vec2::<f32>().unwrap());
+}

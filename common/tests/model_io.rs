@@ -1,0 +1,144 @@
+//! Weights round-trip through safetensors; devices and configs fail with clear errors.
+
+use caprl_common::model::{
+    batch_tokens, parse_device, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
+    ModelError, ModelKind, RnnKind, SampleOptions,
+};
+
+fn cfg() -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(ModelKind::Att, 10, 6, Some((3, 4)));
+    cfg.rnn = RnnKind::Lstm;
+    cfg.layers = 2;
+    cfg.embed = 8;
+    cfg.hidden = 12;
+    cfg.att_hidden = 6;
+    cfg.max_len = 6;
+    cfg
+}
+
+fn inputs(cfg: &CaptionerConfig) -> Inputs {
+    let fc: Vec<f32> = (0..2 * 6).map(|i| (i as f32 * 0.37).sin()).collect();
+    let att: Vec<f32> = (0..2 * 3 * 4).map(|i| (i as f32 * 0.91).cos()).collect();
+    Inputs::from_host(&fc, Some(&att), 2, cfg, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn save_then_load_gives_identical_outputs() {
+    let cfg = cfg();
+    let a = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    a.save(&path).unwrap();
+    let b = Captioner::load(&path, &cfg, &Device::Cpu).unwrap();
+    let x = inputs(&cfg);
+    let seqs = batch_tokens(&[vec![4, 5, 2], vec![6, 2]], &Device::Cpu).unwrap();
+    let (la, _) = a.token_logprobs(&x, &seqs, None).unwrap();
+    let (lb, _) = b.token_logprobs(&x, &seqs, None).unwrap();
+    assert_eq!(la.to_vec2::<f32>().unwrap(), lb.to_vec2::<f32>().unwrap());
+    let o = SampleOptions {
+        n_per_input: 3,
+        temperature: 1.0,
+        top_k: 0,
+        max_len: 6,
+    };
+    assert_eq!(
+        a.sample(&x, &o, &mut CaprlRng::new(9)).unwrap(),
+        b.sample(&x, &o, &mut CaprlRng::new(9)).unwrap()
+    );
+    let bo = BeamOptions {
+        width: 3,
+        max_len: 6,
+        length_norm: false,
+        block_trigrams: false,
+    };
+    assert_eq!(a.beam(&x, &bo).unwrap(), b.beam(&x, &bo).unwrap());
+    // Bytes round-trip too (policy snapshots).
+    let c = Captioner::from_safetensors(&a.to_safetensors().unwrap(), &cfg, &Device::Cpu).unwrap();
+    assert_eq!(a.to_safetensors().unwrap(), c.to_safetensors().unwrap());
+}
+
+#[test]
+fn same_seed_gives_same_initial_weights() {
+    let cfg = cfg();
+    let a = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
+    let b = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
+    let c = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
+    assert_eq!(a.to_safetensors().unwrap(), b.to_safetensors().unwrap());
+    assert_ne!(a.to_safetensors().unwrap(), c.to_safetensors().unwrap());
+}
+
+#[test]
+fn loading_weights_of_another_shape_names_the_parameter() {
+    let cfg = cfg();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    Captioner::new(&cfg, &Device::Cpu, 1)
+        .unwrap()
+        .save(&path)
+        .unwrap();
+    let mut other = cfg.clone();
+    other.hidden = 16;
+    let err = Captioner::load(&path, &other, &Device::Cpu).err().unwrap();
+    let msg = err.to_string();
+    assert!(matches!(err, ModelError::Weights { .. }), "{msg}");
+    assert!(
+        msg.contains("model.safetensors") && msg.contains("shape"),
+        "{msg}"
+    );
+    let mut fc = cfg.clone();
+    fc.kind = ModelKind::Fc;
+    fc.layers = 1;
+    // A 2-layer att file has more tensors than a 1-layer fc model needs: still loads what it needs.
+    assert!(Captioner::load(&path, &fc, &Device::Cpu).is_ok());
+    let missing = dir.path().join("nope.safetensors");
+    let msg = Captioner::load(&missing, &cfg, &Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("nope.safetensors"), "{msg}");
+}
+
+#[test]
+fn device_strings_parse_or_explain() {
+    assert!(matches!(parse_device("cpu").unwrap(), Device::Cpu));
+    let msg = parse_device("gpu").err().unwrap().to_string();
+    assert!(msg.contains("cpu") && msg.contains("cuda:N"), "{msg}");
+    let msg = parse_device("cuda:x").err().unwrap().to_string();
+    assert!(msg.contains("cuda:0"), "{msg}");
+    #[cfg(not(feature = "cuda"))]
+    {
+        let msg = parse_device("cuda:0").err().unwrap().to_string();
+        assert!(msg.contains("--features cuda"), "{msg}");
+    }
+}
+
+#[test]
+fn invalid_configs_and_inputs_are_errors() {
+    let mut c = cfg();
+    c.layers = 3;
+    let msg = Captioner::new(&c, &Device::Cpu, 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("model.layers"), "{msg}");
+    let mut c = cfg();
+    c.att = None;
+    let msg = Captioner::new(&c, &Device::Cpu, 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains("fc"), "{msg}");
+    let c = cfg();
+    assert!(Inputs::from_host(&[0.0; 5], None, 1, &c, &Device::Cpu).is_err());
+    let m = Captioner::new(&c, &Device::Cpu, 0).unwrap();
+    let x = inputs(&c);
+    let bad = batch_tokens(&[vec![40, 2], vec![2]], &Device::Cpu).unwrap();
+    assert!(m.token_logprobs(&x, &bad, None).is_err());
+    let o = SampleOptions {
+        n_per_input: 1,
+        temperature: 0.0,
+        top_k: 0,
+        max_len: 6,
+    };
+    assert!(m.sample(&x, &o, &mut CaprlRng::new(0)).is_err());
+}
