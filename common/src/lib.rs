@@ -7,11 +7,13 @@
 //! - [`bus`]: the message bus (NATS JetStream and in-process).
 //! - [`model`]: the captioner in Candle and its decoders.
 //! - [`optim`]: AdamW with checkpointable state, clipping, schedules.
+//! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 
 pub mod bus;
 pub mod config;
 pub mod data;
 pub mod model;
 pub mod optim;
+pub mod progress;
 pub mod score;
 pub mod wire;

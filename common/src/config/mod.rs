@@ -1,1 +1,164 @@
-//! config (to be filled).
+//! The one typed run configuration: a TOML file, `--set` overrides on top,
+//! validated up front.
+//!
+//! ```no_run
+//! # use caprl_common::config::RunConfig;
+//! let sets = vec!["model.hidden=1024".to_string()];
+//! let config = RunConfig::load(Some(std::path::Path::new("run.toml")), &sets)?;
+//! println!("{}", config.to_toml_string());
+//! # Ok::<(), caprl_common::config::ConfigError>(())
+//! ```
+
+mod device;
+mod error;
+mod overrides;
+mod reward_spec;
+mod schema;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toml::Table;
+
+pub use device::DeviceSpec;
+pub use error::ConfigError;
+pub use reward_spec::{RewardName, RewardSpec};
+pub use schema::{
+    Baseline, CheckpointConfig, DataConfig, DataFormat, DecodeConfig, DfSource, Distance, Dtype,
+    Mode, ModelConfig, ModelKind, NatsConfig, Objective, OptimConfig, RewardConfig, RnnKind,
+    RunConfig, RuntimeConfig, Schedule, TrainConfig,
+};
+
+/// The commented default config file; parses to exactly `RunConfig::default()`.
+pub const DEFAULT_TOML: &str = include_str!("default.toml");
+
+const REDACTED: &str = "<redacted>";
+
+impl RunConfig {
+    /// Reads `path` (or starts from the defaults when `None`), applies the
+    /// `--set` overrides in order, and validates the result.
+    pub fn load(path: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
+        let mut tree = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                parse_tree(&text, &path.display().to_string())?
+            }
+            None => Table::new(),
+        };
+        overrides::apply(&mut tree, sets)?;
+        let config = RunConfig::deserialize(toml::Value::Table(tree)).map_err(|e| {
+            ConfigError::BadOverride {
+                key: "--set".to_string(),
+                value: sets.join(" "),
+                message: e.message().to_string(),
+            }
+        })?;
+        validate::validate(&config)?;
+        Ok(config)
+    }
+
+    /// Parses and validates a whole config from TOML text; `origin` names the
+    /// text in error messages (a file name, or e.g. `<checkpoint>`).
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
+        let config = parse_config(text, origin)?;
+        validate::validate(&config)?;
+        Ok(config)
+    }
+
+    /// The canonical TOML form: every key, in schema order. Equal configs give
+    /// equal strings.
+    pub fn to_toml_string(&self) -> String {
+        // Only u64 values above i64::MAX fail to serialize, and validation
+        // refuses those; the fallback keeps this total without panicking.
+        toml::to_string(self).unwrap_or_else(|e| format!("# not representable as TOML: {e}\n# {self:?}\n"))
+    }
+
+    /// Hex SHA-256 of [`RunConfig::to_toml_string`]; identifies the run's config
+    /// in snapshots and the run log.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.to_toml_string().as_bytes()))
+    }
+
+    /// `checkpoint.dir`, or `<run_dir>/checkpoints` when it is empty.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        if self.checkpoint.dir.is_empty() {
+            Path::new(&self.run_dir).join("checkpoints")
+        } else {
+            PathBuf::from(&self.checkpoint.dir)
+        }
+    }
+
+    /// A copy with the NATS secrets (password, token, nkey seed) replaced, for
+    /// printing and logging.
+    pub fn redacted(&self) -> RunConfig {
+        let mut c = self.clone();
+        for secret in [&mut c.nats.password, &mut c.nats.token, &mut c.nats.nkey_seed] {
+            if !secret.is_empty() {
+                *secret = REDACTED.to_string();
+            }
+        }
+        c
+    }
+}
+
+impl NatsConfig {
+    /// `password`, or env `CAPRL_NATS_PASSWORD` when the key is empty.
+    pub fn resolved_password(&self) -> Option<String> {
+        non_empty_or_env(&self.password, "CAPRL_NATS_PASSWORD")
+    }
+
+    /// `token`, or env `CAPRL_NATS_TOKEN` when the key is empty.
+    pub fn resolved_token(&self) -> Option<String> {
+        non_empty_or_env(&self.token, "CAPRL_NATS_TOKEN")
+    }
+}
+
+fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
+    if !value.is_empty() {
+        return Some(value.to_string());
+    }
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// Deserializes `text` straight into the schema so that syntax errors, wrong
+/// types and unknown keys carry the file's line and column.
+fn parse_config(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
+    toml::from_str::<RunConfig>(text).map_err(|e| located(&e, text, origin))
+}
+
+/// Checks the file against the schema, then returns its raw tree for the
+/// overrides to edit.
+fn parse_tree(text: &str, origin: &str) -> Result<Table, ConfigError> {
+    parse_config(text, origin)?;
+    toml::from_str::<Table>(text).map_err(|e| located(&e, text, origin))
+}
+
+fn located(e: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
+    let (line, column, source_line) = match e.span() {
+        Some(span) => line_column(text, span.start),
+        None => (0, 0, String::new()),
+    };
+    ConfigError::Parse {
+        file: origin.to_string(),
+        line,
+        column,
+        message: e.message().trim_end().to_string(),
+        source_line,
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset`, and that line.
+fn line_column(text: &str, offset: usize) -> (usize, usize, String) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before[line_start..].chars().count() + 1;
+    let source_line = text[line_start..].lines().next().unwrap_or("").to_string();
+    (line, column, source_line)
+}

@@ -1,1 +1,25 @@
-//! wire (to be filled).
+//! Message types and the one versioned codec.
+//!
+//! - `ids`: `TaskId`, `PolicyVersion`.
+//! - `messages`: what actors, reward workers and the learner send.
+//! - `envelope`: `encode` / `decode` / `peek_kind` with magic, schema
+//!   version, kind byte and size limit; errors are [`WireError`].
+//!
+//! The size limit passed to `encode`/`decode` is normally
+//! `config.nats.max_message_bytes`.
+
+mod envelope;
+mod error;
+mod ids;
+mod messages;
+
+pub use envelope::{
+    decode, encode, peek_kind, Message, MessageKind, DEFAULT_MAX_MESSAGE_BYTES,
+    HARD_MAX_MESSAGE_BYTES, HEADER_LEN, MAGIC, SCHEMA_VERSION,
+};
+pub use error::WireError;
+pub use ids::{PolicyVersion, TaskId};
+pub use messages::{
+    DecodeKind, Heartbeat, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
+    SnapshotMeta,
+};

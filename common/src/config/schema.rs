@@ -1,0 +1,449 @@
+//! The serde structs of the run config, one per TOML section.
+//!
+//! Field names, sections and defaults are the contract every role codes
+//! against (see the project's config schema). Unknown keys are refused and
+//! missing keys take the defaults below, which `default.toml` mirrors.
+//! Floats are `f64` so that a value written back to TOML reads exactly as the
+//! user wrote it (`0.2`, not `0.20000000298023224`).
+
+use serde::{Deserialize, Serialize};
+
+use super::device::DeviceSpec;
+use super::reward_spec::RewardSpec;
+
+/// The whole run configuration: top-level keys plus one struct per section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Every random stream of the run derives from this seed.
+    pub seed: u64,
+    /// `cpu` or `cuda:N`.
+    pub device: DeviceSpec,
+    /// Floating-point type of the model weights.
+    pub dtype: Dtype,
+    /// Run log, config copy and (by default) checkpoints live here.
+    pub run_dir: String,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub decode: DecodeConfig,
+    pub train: TrainConfig,
+    pub reward: RewardConfig,
+    pub optim: OptimConfig,
+    pub runtime: RuntimeConfig,
+    pub nats: NatsConfig,
+    pub checkpoint: CheckpointConfig,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            seed: 42,
+            device: DeviceSpec::Cpu,
+            dtype: Dtype::F32,
+            run_dir: "runs/latest".to_string(),
+            data: DataConfig::default(),
+            model: ModelConfig::default(),
+            decode: DecodeConfig::default(),
+            train: TrainConfig::default(),
+            reward: RewardConfig::default(),
+            optim: OptimConfig::default(),
+            runtime: RuntimeConfig::default(),
+            nats: NatsConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+        }
+    }
+}
+
+/// Weight dtype: `f32`, `bf16` or `f16`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// `[data]`: where the data set is and how captions are tokenized.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Data set directory.
+    pub dir: String,
+    pub format: DataFormat,
+    /// Words seen fewer times than this become `<unk>`; >= 1.
+    pub min_count: u32,
+    /// Maximum caption tokens, excluding BOS/EOS; 1..=64.
+    pub max_len: u32,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        DataConfig {
+            dir: "data/synth".to_string(),
+            format: DataFormat::Auto,
+            min_count: 1,
+            max_len: 16,
+        }
+    }
+}
+
+/// Data set layout: detected, Karpathy-split JSON, or the custom CSV layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataFormat {
+    Auto,
+    Karpathy,
+    Custom,
+}
+
+/// `[model]`: the captioner's shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    pub rnn: RnnKind,
+    /// Decoder layers: 1 or 2.
+    pub layers: u32,
+    /// Word embedding size; 1..=4096.
+    pub embed: u32,
+    /// Decoder hidden size; 1..=8192.
+    pub hidden: u32,
+    /// Attention MLP size (`att` only); 1..=8192.
+    pub att_hidden: u32,
+    /// Dropout probability; [0, 1).
+    pub dropout: f64,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            kind: ModelKind::Fc,
+            rnn: RnnKind::Gru,
+            layers: 1,
+            embed: 256,
+            hidden: 512,
+            att_hidden: 256,
+            dropout: 0.2,
+        }
+    }
+}
+
+/// `fc`: global feature vector; `att`: additive attention over regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    Fc,
+    Att,
+}
+
+/// Recurrent cell of the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RnnKind {
+    Gru,
+    Lstm,
+}
+
+/// `[decode]`: sampling and beam search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecodeConfig {
+    /// Sampling temperature; > 0.
+    pub temperature: f64,
+    /// Keep only the k most likely words when sampling; 0 = off.
+    pub top_k: u32,
+    /// Beam width; >= 1.
+    pub beam: u32,
+    /// Divide beam scores by length.
+    pub length_norm: bool,
+    /// Forbid repeated trigrams in beam search.
+    pub block_trigrams: bool,
+    /// Actor-critic lookahead: `score = λ·logπ + (1-λ)·v`; [0, 1].
+    pub lookahead_lambda: f64,
+}
+
+impl Default for DecodeConfig {
+    fn default() -> Self {
+        DecodeConfig {
+            temperature: 1.0,
+            top_k: 0,
+            beam: 3,
+            length_norm: false,
+            block_trigrams: false,
+            lookahead_lambda: 1.0,
+        }
+    }
+}
+
+/// `[train]`: the objective and its schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub objective: Objective,
+    /// XE warm-start epochs; 0 = start RL at once.
+    pub xe_epochs: u32,
+    /// RL epochs after XE.
+    pub rl_epochs: u32,
+    /// Images per step; >= 1.
+    pub batch_size: u32,
+    /// Samples per image for RL; >= 1 (>= 2 for `sle` or a `mean` baseline).
+    pub samples: u32,
+    pub baseline: Baseline,
+    /// [0, 1).
+    pub label_smoothing: f64,
+    /// SLE weight α of the quality term; [0, 1].
+    pub sle_alpha: f64,
+    /// WTF-RL weight α of `r_bicont` against `P_D`; [0, 1].
+    pub wtf_alpha: f64,
+    /// K Monte-Carlo completions per step for `mc-pg`; >= 1.
+    pub mc_rollouts: u32,
+    /// Entropy bonus; >= 0.
+    pub entropy_coef: f64,
+    /// KL penalty to the XE model; >= 0.
+    pub kl_coef: f64,
+    /// Evaluate on val every N epochs; >= 1.
+    pub eval_every: u32,
+    /// Val images per evaluation; 0 = the whole split.
+    pub eval_images: u32,
+    /// Stop after this many steps; 0 = no limit.
+    pub max_steps: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            objective: Objective::Scst,
+            xe_epochs: 10,
+            rl_epochs: 10,
+            batch_size: 32,
+            samples: 5,
+            baseline: Baseline::Greedy,
+            label_smoothing: 0.0,
+            sle_alpha: 0.75,
+            wtf_alpha: 0.94,
+            mc_rollouts: 3,
+            entropy_coef: 0.0,
+            kl_coef: 0.0,
+            eval_every: 1,
+            eval_images: 0,
+            max_steps: 0,
+        }
+    }
+}
+
+/// Training objective; see the architecture notes for each gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    Xe,
+    Scst,
+    Sle,
+    McPg,
+    ActorCritic,
+    Wtf,
+    WtfRl,
+}
+
+/// SCST baseline: the greedy decode's reward, or the mean of the other samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Baseline {
+    Greedy,
+    Mean,
+}
+
+/// `[reward]`: what the reward workers compute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RewardConfig {
+    /// Weighted sum of named rewards, e.g. `cider=1,bleu4=0.5`.
+    pub spec: RewardSpec,
+    /// Where CIDEr document frequencies come from.
+    pub df: DfSource,
+    /// SLE pairwise distance.
+    pub distance: Distance,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        RewardConfig {
+            spec: RewardSpec::default(),
+            df: DfSource::Train,
+            distance: Distance::Bleu,
+        }
+    }
+}
+
+/// CIDEr document frequencies: precomputed from the training references, or
+/// from the references of the scored corpus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DfSource {
+    Train,
+    Corpus,
+}
+
+/// SLE pairwise distance between samples of one image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Distance {
+    Bleu,
+    Cider,
+}
+
+/// `[optim]`: AdamW and the learning-rate schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimConfig {
+    /// XE learning rate; > 0.
+    pub lr: f64,
+    /// RL learning rate; > 0.
+    pub rl_lr: f64,
+    /// >= 0.
+    pub weight_decay: f64,
+    /// [0, 1).
+    pub beta1: f64,
+    /// [0, 1).
+    pub beta2: f64,
+    /// > 0.
+    pub eps: f64,
+    /// Global-norm clip; 0 = off.
+    pub grad_clip: f64,
+    pub schedule: Schedule,
+    /// Step schedule: epochs between decays; >= 1.
+    pub decay_every: u32,
+    /// Step schedule factor; (0, 1].
+    pub decay_rate: f64,
+    /// Cosine schedule warmup steps.
+    pub warmup_steps: u64,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        OptimConfig {
+            lr: 5e-4,
+            rl_lr: 5e-5,
+            weight_decay: 0.0,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            grad_clip: 2.0,
+            schedule: Schedule::Step,
+            decay_every: 3,
+            decay_rate: 0.8,
+            warmup_steps: 0,
+        }
+    }
+}
+
+/// Learning-rate schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Schedule {
+    Constant,
+    Step,
+    Cosine,
+}
+
+/// `[runtime]`: how actors, reward workers and the learner cooperate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    pub mode: Mode,
+    /// Namespaces subjects and buckets; `[a-z0-9-]+`.
+    pub run_id: String,
+    /// Async: drop rollouts older than this many versions.
+    pub max_policy_lag: u64,
+    /// Async: truncate importance ratios at this value; > 0.
+    pub is_clip: f64,
+    /// Credit-based backpressure: tasks outstanding at once; >= 1.
+    pub tasks_in_flight: u32,
+    /// >= 1.
+    pub images_per_task: u32,
+    /// Redelivery after this many seconds without ack; >= 1.
+    pub ack_wait_secs: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            mode: Mode::Sync,
+            run_id: "default".to_string(),
+            max_policy_lag: 2,
+            is_clip: 1.0,
+            tasks_in_flight: 8,
+            images_per_task: 8,
+            ack_wait_secs: 30,
+        }
+    }
+}
+
+/// `sync`: every rollout of a step comes from the current policy; `async`:
+/// actors run ahead within `max_policy_lag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Sync,
+    Async,
+}
+
+/// `[nats]`: connection, credentials and TLS. Empty strings mean "not set".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    pub url: String,
+    pub user: String,
+    /// Falls back to env `CAPRL_NATS_PASSWORD`; see [`NatsConfig::resolved_password`].
+    pub password: String,
+    /// Falls back to env `CAPRL_NATS_TOKEN`; see [`NatsConfig::resolved_token`].
+    pub token: String,
+    pub nkey_seed: String,
+    pub creds_file: String,
+    pub tls_ca: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// Largest encoded message accepted or produced; 1024..=67108864.
+    pub max_message_bytes: u64,
+    /// >= 1.
+    pub connect_timeout_secs: u64,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: "nats://127.0.0.1:4222".to_string(),
+            user: String::new(),
+            password: String::new(),
+            token: String::new(),
+            nkey_seed: String::new(),
+            creds_file: String::new(),
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            max_message_bytes: 8_388_608,
+            connect_timeout_secs: 5,
+        }
+    }
+}
+
+/// `[checkpoint]`: where and how often the learner checkpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// "" = `<run_dir>/checkpoints`; see [`RunConfig::checkpoint_dir`].
+    pub dir: String,
+    /// Keep the last K checkpoints; >= 1.
+    pub keep: u32,
+    /// >= 1.
+    pub every_steps: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            dir: String::new(),
+            keep: 3,
+            every_steps: 200,
+        }
+    }
+}

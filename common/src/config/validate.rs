@@ -1,0 +1,129 @@
+//! Range and consistency checks run on every loaded config, so a bad value
+//! fails at start-up with its key named, not hours into a run.
+
+use std::fmt::Display;
+use std::ops::RangeBounds;
+
+use super::error::ConfigError;
+use super::schema::{Baseline, Objective, RunConfig};
+
+/// One check: the key it is about, what is allowed (for the message), and a
+/// function returning the offending value when the check fails.
+struct Rule {
+    key: &'static str,
+    allowed: &'static str,
+    violation: fn(&RunConfig) -> Option<String>,
+}
+
+/// TOML integers are signed 64-bit; larger `u64` values cannot be written back.
+const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";
+
+fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) -> Option<String> {
+    (!range.contains(&value)).then(|| value.to_string())
+}
+
+fn fails(value: f64, ok: impl Fn(f64) -> bool) -> Option<String> {
+    (!ok(value)).then(|| value.to_string())
+}
+
+fn toml_int(value: u64) -> Option<String> {
+    outside(value, 0..=i64::MAX as u64)
+}
+
+#[rustfmt::skip]
+const RULES: &[Rule] = &[
+    Rule { key: "seed", allowed: TOML_INT, violation: |c| toml_int(c.seed) },
+    Rule { key: "run_dir", allowed: "a non-empty path", violation: |c| c.run_dir.is_empty().then(|| "\"\"".into()) },
+    Rule { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
+    Rule { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
+    Rule { key: "data.max_len", allowed: "1..=64", violation: |c| outside(c.data.max_len, 1..=64) },
+    Rule { key: "model.layers", allowed: "1 or 2", violation: |c| outside(c.model.layers, 1..=2) },
+    Rule { key: "model.embed", allowed: "1..=4096", violation: |c| outside(c.model.embed, 1..=4096) },
+    Rule { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
+    Rule { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
+    Rule { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
+    Rule { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
+    Rule { key: "decode.lookahead_lambda", allowed: "[0, 1]", violation: |c| fails(c.decode.lookahead_lambda, |x| (0.0..=1.0).contains(&x)) },
+    Rule { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
+    Rule { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },
+    Rule {
+        key: "train.samples",
+        allowed: ">= 2 when objective = \"sle\" (pairwise distances need two samples)",
+        violation: |c| (c.train.objective == Objective::Sle).then(|| outside(c.train.samples, 2..)).flatten(),
+    },
+    Rule {
+        key: "train.samples",
+        allowed: ">= 2 when baseline = \"mean\" (the mean of the other samples needs one)",
+        violation: |c| {
+            let uses_mean = c.train.baseline == Baseline::Mean
+                && matches!(c.train.objective, Objective::Scst | Objective::Sle);
+            uses_mean.then(|| outside(c.train.samples, 2..)).flatten()
+        },
+    },
+    Rule { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
+    Rule { key: "train.sle_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.sle_alpha, |x| (0.0..=1.0).contains(&x)) },
+    Rule { key: "train.wtf_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.wtf_alpha, |x| (0.0..=1.0).contains(&x)) },
+    Rule { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
+    Rule { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
+    Rule { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
+    Rule { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
+    Rule { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
+    Rule { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "optim.weight_decay", allowed: "a finite number >= 0", violation: |c| fails(c.optim.weight_decay, |x| x >= 0.0 && x.is_finite()) },
+    Rule { key: "optim.beta1", allowed: "[0, 1)", violation: |c| fails(c.optim.beta1, |x| (0.0..1.0).contains(&x)) },
+    Rule { key: "optim.beta2", allowed: "[0, 1)", violation: |c| fails(c.optim.beta2, |x| (0.0..1.0).contains(&x)) },
+    Rule { key: "optim.eps", allowed: "a finite number > 0", violation: |c| fails(c.optim.eps, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "optim.grad_clip", allowed: "a finite number >= 0 (0 = off)", violation: |c| fails(c.optim.grad_clip, |x| x >= 0.0 && x.is_finite()) },
+    Rule { key: "optim.decay_every", allowed: ">= 1", violation: |c| outside(c.optim.decay_every, 1..) },
+    Rule { key: "optim.decay_rate", allowed: "(0, 1]", violation: |c| fails(c.optim.decay_rate, |x| x > 0.0 && x <= 1.0) },
+    Rule { key: "optim.warmup_steps", allowed: TOML_INT, violation: |c| toml_int(c.optim.warmup_steps) },
+    Rule {
+        key: "runtime.run_id",
+        allowed: "a non-empty name of [a-z0-9-] (it becomes part of NATS subjects and bucket names)",
+        violation: |c| {
+            let id = &c.runtime.run_id;
+            let ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            (!ok).then(|| format!("{id:?}"))
+        },
+    },
+    Rule { key: "runtime.max_policy_lag", allowed: TOML_INT, violation: |c| toml_int(c.runtime.max_policy_lag) },
+    Rule { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |c| fails(c.runtime.is_clip, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "runtime.tasks_in_flight", allowed: ">= 1", violation: |c| outside(c.runtime.tasks_in_flight, 1..) },
+    Rule { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
+    Rule { key: "runtime.ack_wait_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.runtime.ack_wait_secs, 1..=i64::MAX as u64) },
+    Rule { key: "nats.url", allowed: "a non-empty server URL, e.g. nats://127.0.0.1:4222", violation: |c| c.nats.url.is_empty().then(|| "\"\"".into()) },
+    Rule {
+        key: "nats.max_message_bytes",
+        allowed: "1024..=67108864 (64 MiB, the largest payload NATS accepts)",
+        violation: |c| outside(c.nats.max_message_bytes, 1024..=64 * 1024 * 1024),
+    },
+    Rule { key: "nats.connect_timeout_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.nats.connect_timeout_secs, 1..=i64::MAX as u64) },
+    Rule {
+        key: "nats.tls_key",
+        allowed: "set together with nats.tls_cert (client TLS needs both)",
+        violation: |c| (c.nats.tls_cert.is_empty() != c.nats.tls_key.is_empty()).then(|| format!("{:?}", c.nats.tls_key)),
+    },
+    Rule { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
+    Rule { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
+];
+
+/// Checks every range and cross-key rule; the first failure is returned.
+pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
+    for rule in RULES {
+        if let Some(value) = (rule.violation)(config) {
+            return Err(ConfigError::OutOfRange {
+                key: rule.key.to_string(),
+                value,
+                allowed: rule.allowed.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What is allowed for `key` (the first rule about it), for error hints.
+pub(crate) fn allowed_for(key: &str) -> Option<&'static str> {
+    RULES.iter().find(|r| r.key == key).map(|r| r.allowed)
+}

@@ -1,0 +1,99 @@
+//! The messages actors, reward workers and the learner exchange. Plain ids,
+//! tokens and floats only: no tensors cross the wire.
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{PolicyVersion, TaskId};
+
+/// Learner → actors: decode these images with the given settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RolloutTask {
+    pub task_id: TaskId,
+    /// The policy the learner wants used.
+    pub policy_version: PolicyVersion,
+    /// Actors holding an older policy must refresh before running the task.
+    pub min_version: PolicyVersion,
+    /// Rows of the training split to caption.
+    pub image_rows: Vec<u32>,
+    /// Multinomial samples per image.
+    pub samples: u32,
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: u32,
+    /// Also run a greedy decode (the SCST baseline).
+    pub greedy: bool,
+    /// Beam width for beam decodes; 0 = no beam decode.
+    pub beam: u32,
+    /// Seed of this task's sampling stream.
+    pub seed: u64,
+    /// Send the ground-truth captions along as trajectories (WTF-RL).
+    pub with_gt: bool,
+}
+
+/// How a sequence was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DecodeKind {
+    Sample,
+    Greedy,
+    Beam,
+    GroundTruth,
+}
+
+/// One caption of one image, with the behaviour policy's per-token log-probs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sequence {
+    pub image_row: u32,
+    pub kind: DecodeKind,
+    /// Token ids, EOS included, BOS excluded.
+    pub tokens: Vec<u32>,
+    /// `log μ(w_t | w_<t)` for each token (empty for ground truth).
+    pub logprobs: Vec<f32>,
+}
+
+/// Actor → reward workers: the decodes of one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rollout {
+    pub task_id: TaskId,
+    /// The policy that produced the sequences.
+    pub policy_version: PolicyVersion,
+    pub actor_id: String,
+    pub sequences: Vec<Sequence>,
+    pub decode_seconds: f32,
+}
+
+/// The reward of one sequence: the weighted total and each named component.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewardVector {
+    pub total: f32,
+    pub components: Vec<(String, f32)>,
+}
+
+/// Reward workers → learner: a rollout with one reward per sequence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoredRollout {
+    pub rollout: Rollout,
+    /// `rewards[i]` belongs to `rollout.sequences[i]`.
+    pub rewards: Vec<RewardVector>,
+}
+
+/// The `latest` entry of the control bucket: which snapshot to fetch and how
+/// to check it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    pub version: PolicyVersion,
+    /// Hex SHA-256 of the snapshot bytes.
+    pub sha256: String,
+    pub bytes: u64,
+    pub vocab_hash: String,
+    pub config_hash: String,
+}
+
+/// Liveness signal from any process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// `actor`, `reward-worker` or `learner`.
+    pub role: String,
+    pub id: String,
+    pub policy_version: PolicyVersion,
+    pub unix_ms: u64,
+}
