@@ -28,14 +28,17 @@ fn setup() -> (Captioner, Inputs, Tensor, Vec<Vec<u32>>) {
         let bias = &data["logit.bias"];
         let mut b = bias.as_tensor().to_vec1::<f32>().expect("bias");
         b[EOS as usize] = -1e4;
-        bias.set(&Tensor::new(b, &Device::Cpu).expect("bias")).expect("bias");
+        bias.set(&Tensor::new(b, &Device::Cpu).expect("bias"))
+            .expect("bias");
     }
     let mut rng = CaprlRng::new(1);
     let fc: Vec<f32> = (0..B * 256).map(|_| rng.uniform_open() as f32).collect();
     let x = Inputs::from_host(&fc, None, B, &cfg, &Device::Cpu).expect("inputs");
     let seqs: Vec<Vec<u32>> = (0..B)
         .map(|_| {
-            let mut s: Vec<u32> = (0..MAX_LEN).map(|_| 4 + (rng.next_u64() % 196) as u32).collect();
+            let mut s: Vec<u32> = (0..MAX_LEN)
+                .map(|_| 4 + (rng.next_u64() % 196) as u32)
+                .collect();
             s.push(EOS);
             s
         })
@@ -57,9 +60,17 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements((B * (MAX_LEN + 1)) as u64));
     g.bench_function("xe_step", |bch| {
         bch.iter(|| {
-            let (logp, mask) = m.token_logprobs(&x, &seqs_t, Some(&mut drop_rng)).expect("fwd");
+            let (logp, mask) = m
+                .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
+                .expect("fwd");
             let n = mask.sum_all().expect("sum");
-            let loss = logp.sum_all().expect("sum").neg().expect("neg").div(&n).expect("div");
+            let loss = logp
+                .sum_all()
+                .expect("sum")
+                .neg()
+                .expect("neg")
+                .div(&n)
+                .expect("div");
             let mut grads = loss.backward().expect("bwd");
             clip_grad_norm(&mut grads, &opt.vars(), 2.0).expect("clip");
             opt.step(&grads, 5e-4).expect("step");
@@ -67,7 +78,9 @@ fn bench(c: &mut Criterion) {
     });
 
     g.throughput(Throughput::Elements((B * MAX_LEN) as u64));
-    g.bench_function("greedy", |bch| bch.iter(|| m.greedy(&x, MAX_LEN).expect("greedy")));
+    g.bench_function("greedy", |bch| {
+        bch.iter(|| m.greedy(&x, MAX_LEN).expect("greedy"))
+    });
 
     let opts = SampleOptions {
         n_per_input: 5,

@@ -4,7 +4,7 @@
 //! `W_ih E + b_ih` `[V, G]` computed once per call, so a step is one row lookup. Rows that
 //! emitted EOS (or reached the length limit) are dropped from the batch before the next step.
 
-use candle_core::{Tensor, D};
+use candle_core::Tensor;
 
 use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::error::Result;
@@ -85,7 +85,6 @@ impl Captioner {
         let top = &live.states[live.states.len() - 1].h;
         let logits = top.matmul(&dw.w.logit_w_t)?.broadcast_add(&dw.w.logit_b)?;
         let logits = logits.to_dtype(candle_core::DType::F32)?;
-        let _ = logits.dim(D::Minus1)?;
         Ok(logits.flatten_all()?.to_vec1::<f32>()?)
     }
 
@@ -108,17 +107,14 @@ impl Captioner {
         let mut done = vec![false; n];
         // Rows whose prefix already ends the caption take no step.
         if let Some(p) = prefixes {
-            for r in 0..n {
-                if let Some(pre) = p.get(r) {
-                    if pre.contains(&EOS) || pre.len() > max_len {
-                        done[r] = true;
-                    }
+            for (d, pre) in done.iter_mut().zip(p) {
+                if pre.contains(&EOS) || pre.len() > max_len {
+                    *d = true;
                 }
             }
         }
-        let mut first = true;
         for t in 0..=max_len {
-            if !first || done.iter().any(|&d| d) {
+            {
                 let keep: Vec<usize> = rows.iter().copied().filter(|&r| !done[r]).collect();
                 if keep.is_empty() {
                     break;
@@ -135,7 +131,6 @@ impl Captioner {
                     rows = keep;
                 }
             }
-            first = false;
             let inputs: Vec<u32> = rows
                 .iter()
                 .map(|&r| *tokens[r].last().unwrap_or(&BOS))
