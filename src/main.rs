@@ -1,1 +1,17 @@
-fn main() {}
+//! caprl: distributed reinforcement-learning trainer for captioning models.
+//! All the work is in `cli`; this only parses, runs and maps errors to exit codes.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    cli::logging::init(cli.global.verbose, cli.global.quiet);
+    match cli::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => cli::report_error(&err),
+    }
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 /// A config that could not be read, parsed, overridden or validated.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error("cannot read config file {}", path.display())]
     Io {
         path: PathBuf,
         #[source]

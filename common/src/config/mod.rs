@@ -147,7 +147,7 @@ fn located(e: &toml::de::Error, text: &str, origin: &str) -> ConfigError {
         file: origin.to_string(),
         line,
         column,
-        message: e.message().trim_end().to_string(),
+        message: e.message().trim_end().replace('\n', "; "),
         source_line,
     }
 }

@@ -1,0 +1,93 @@
+//! Command-line interface: one file per command group, each exporting an
+//! `Args` struct and `run(args, &Global) -> anyhow::Result<()>`.
+//!
+//! To add a command group: write `src/cli/<group>.rs`, add `mod <group>;`
+//! below, a variant to [`Command`] and an arm to [`run`]. Commands that need
+//! async code build their own tokio runtime.
+
+mod config_cmd;
+pub mod logging;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use caprl_common::config::{ConfigError, RunConfig};
+use clap::{ArgAction, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "caprl",
+    version,
+    about = "Train captioning models with reinforcement learning (actors, reward workers, learner)"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command accepts, before or after the subcommand.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Global {
+    /// Run config file (TOML); keys it omits take their defaults.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Override one config key, e.g. --set model.hidden=1024 (repeatable; later wins).
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only errors; no progress bars.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+}
+
+impl Global {
+    /// The run config: `--config` file (or defaults), then `--set` overrides, validated.
+    pub fn load_config(&self) -> Result<RunConfig, ConfigError> {
+        RunConfig::load(self.config.as_deref(), &self.sets)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the default config or the resolved one.
+    Config(config_cmd::Args),
+}
+
+/// Runs the chosen command.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let global = &cli.global;
+    match cli.command {
+        Command::Config(args) => config_cmd::run(args, global),
+    }
+}
+
+/// Prints `error: ...` with the cause chain; exit code 2 for config errors
+/// (like clap's usage errors), 1 for everything else.
+pub fn report_error(err: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {err}");
+    for cause in err.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+    if err.chain().any(|cause| cause.is::<ConfigError>()) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (`caprl ... | head`) is not an error.
+pub fn write_stdout(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
