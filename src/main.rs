@@ -2,6 +2,8 @@
 //! All the work is in `cli`; this only parses, runs and maps errors to exit codes.
 
 mod cli;
+mod setup;
+mod train;
 
 use std::process::ExitCode;
 

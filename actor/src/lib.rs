@@ -1,1 +1,6 @@
-//! caprl-actor: watches the policy snapshot and turns rollout tasks into sampled captions.
+//! caprl-actor: turns rollout tasks into sampled captions with the current
+//! policy snapshot ([`rollout`]).
+
+mod rollout;
+
+pub use rollout::rollout;

@@ -1,1 +1,20 @@
-//! caprl-learner: objectives, batch assembly, checkpoints and evaluation.
+//! caprl-learner: turns scored trajectories into gradient steps.
+//!
+//! - [`trainer::Trainer`]: weights, optimizer, data cursor; XE and policy-gradient steps; checkpoints.
+//! - Objectives, each in the file named after it with its formula: [`xe`], [`scst`], [`sle`],
+//!   reduced to the shared policy-gradient loss in [`pg`].
+//! - [`checkpoint`]: atomic, checksummed checkpoint directories.
+//! - [`eval`]: caption a split and compute every metric.
+
+pub mod batch;
+pub mod checkpoint;
+pub mod error;
+pub mod eval;
+pub mod pg;
+pub mod scst;
+pub mod sle;
+pub mod trainer;
+pub mod xe;
+
+pub use error::LearnerError;
+pub use trainer::{Phase, StepOptions, StepStats, TrainState, Trainer};

@@ -1,1 +1,9 @@
 //! caprl-reward-worker: scores rollouts with the configured reward spec.
+//!
+//! [`Rewarder`] turns a [`caprl_common::wire::Rollout`] into a
+//! [`caprl_common::wire::ScoredRollout`]: CIDEr-D (precomputed training df),
+//! BLEU-n and ROUGE-L as a weighted sum, plus SLE's exploration term.
+
+mod rewarder;
+
+pub use rewarder::{exploration_terms, reward_label, RewardError, Rewarder};

@@ -5,8 +5,14 @@
 //! below, a variant to [`Command`] and an arm to [`run`]. Commands that need
 //! async code build their own tokio runtime.
 
+mod caption_cmd;
 mod config_cmd;
+mod data_cmd;
+mod eval_cmd;
 pub mod logging;
+mod run_cmd;
+mod score_cmd;
+mod train_cmd;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -57,6 +63,18 @@ impl Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Generate the synthetic data set (when missing), train XE then RL, evaluate both: the whole job.
+    Run(run_cmd::Args),
+    /// Train in one process: XE warm start, then the configured RL objective.
+    Train(train_cmd::Args),
+    /// Evaluate a checkpoint on a split (BLEU, ROUGE-L, CIDEr-D, diversity).
+    Eval(eval_cmd::Args),
+    /// Caption new inputs from a features file.
+    Caption(caption_cmd::Args),
+    /// Score candidate captions against references (BLEU-1..4, ROUGE-L, CIDEr-D).
+    Score(score_cmd::ScoreArgs),
+    /// Data set tools: generate the synthetic task, print statistics.
+    Data(data_cmd::Args),
     /// Print the default config or the resolved one.
     Config(config_cmd::Args),
 }
@@ -65,6 +83,12 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     match cli.command {
+        Command::Run(args) => run_cmd::run(args, global),
+        Command::Train(args) => train_cmd::run(args, global),
+        Command::Eval(args) => eval_cmd::run(args, global),
+        Command::Caption(args) => caption_cmd::run(args, global),
+        Command::Score(args) => score_cmd::run(args),
+        Command::Data(args) => data_cmd::run(args),
         Command::Config(args) => config_cmd::run(args, global),
     }
 }

@@ -20,6 +20,7 @@ mod greedy;
 mod io;
 mod rng;
 mod rnn;
+mod rows;
 mod sample;
 mod teacher;
 
@@ -31,6 +32,7 @@ pub use decode::Decoded;
 pub use device::parse_device;
 pub use error::ModelError;
 pub use rng::{CaprlRng, RngState};
+pub use rows::inputs_for_rows;
 pub use sample::SampleOptions;
 pub use teacher::TeacherForced;
 

@@ -1,0 +1,198 @@
+//! Evaluation: caption a split and compute every metric the seed papers report.
+//!
+//! - Main captions: beam search of width `beam` (greedy when `beam = 1`), the
+//!   top hypothesis per image; BLEU-1..4, ROUGE-L and CIDEr-D (corpus df, as
+//!   pycocoevalcap) against the references; vocabulary used and mean length;
+//!   Self-BLEU over the set of main captions (seed 004).
+//! - Diversity (seed 002, table 4): Div-1, Div-2 and mBLEU-4 over `samples`
+//!   random samples per image (`_sample`) and over the top `samples` beams
+//!   (`_beam`), averaged over images.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use caprl_common::data::{Dataset, Item};
+use caprl_common::model::{inputs_for_rows, BeamOptions, Captioner, CaprlRng, SampleOptions, EOS};
+use caprl_common::progress::Progress;
+use caprl_common::score::{self, Interner};
+
+use crate::error::LearnerError;
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// Beam width of the main captions; 1 = greedy.
+    pub beam: usize,
+    pub length_norm: bool,
+    pub block_trigrams: bool,
+    /// Samples (and beams) per image for the diversity metrics; 0 = skip them.
+    pub samples: usize,
+    pub temperature: f32,
+    /// Images per decode batch.
+    pub batch: usize,
+    /// Evaluate only the first `limit` images; 0 = all.
+    pub limit: usize,
+    pub seed: u64,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        Self {
+            beam: 1,
+            length_norm: false,
+            block_trigrams: false,
+            samples: 5,
+            temperature: 1.0,
+            batch: 64,
+            limit: 0,
+            seed: 1234,
+            progress: false,
+        }
+    }
+}
+
+/// Metrics by name, and the main caption of every image.
+#[derive(Debug, Clone)]
+pub struct EvalReport {
+    pub metrics: BTreeMap<String, f64>,
+    /// `(image id, caption)` in split order.
+    pub captions: Vec<(String, String)>,
+}
+
+fn strip_eos(tokens: &[u32]) -> Vec<u32> {
+    tokens.iter().copied().take_while(|&t| t != EOS).collect()
+}
+
+/// Captions `items` with `model` and scores them against their references.
+pub fn evaluate(
+    model: &Captioner,
+    data: &Dataset,
+    items: &[Item],
+    opts: &EvalOptions,
+) -> Result<EvalReport, LearnerError> {
+    let items = if opts.limit > 0 && opts.limit < items.len() {
+        &items[..opts.limit]
+    } else {
+        items
+    };
+    if items.is_empty() {
+        return Err(LearnerError::Invalid(
+            "nothing to evaluate: the split has no images".into(),
+        ));
+    }
+    let cfg = model.config().clone();
+    let device = model.device().clone();
+    // Vocabulary ids are interner ids; reference words outside the vocabulary get new ids.
+    let mut interner = Interner::with_words(data.vocab.words());
+    let refs: Vec<Vec<Vec<u32>>> = items
+        .iter()
+        .map(|it| {
+            it.refs
+                .iter()
+                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
+                .collect()
+        })
+        .collect();
+
+    let mut main: Vec<Vec<u32>> = Vec::with_capacity(items.len());
+    let mut div_sample = [0.0f64; 3];
+    let mut div_beam = [0.0f64; 3];
+    let mut rng = CaprlRng::new(opts.seed);
+    let bar = opts
+        .progress
+        .then(|| Progress::new(items.len() as u64, "eval"));
+    let beam_width = opts.beam.max(opts.samples).max(1);
+    for chunk in items.chunks(opts.batch.max(1)) {
+        let rows: Vec<usize> = chunk.iter().map(|it| it.row).collect();
+        let x = inputs_for_rows(data, &rows, &cfg, &device)?;
+        if opts.beam <= 1 {
+            let d = model.greedy(&x, cfg.max_len)?;
+            main.extend(d.tokens.iter().map(|t| strip_eos(t)));
+        }
+        if opts.beam > 1 || opts.samples > 1 {
+            let beams = model.beam(
+                &x,
+                &BeamOptions {
+                    width: beam_width,
+                    max_len: cfg.max_len,
+                    length_norm: opts.length_norm,
+                    block_trigrams: opts.block_trigrams,
+                },
+            )?;
+            for hyps in &beams {
+                if opts.beam > 1 {
+                    main.push(hyps.first().map(|h| strip_eos(&h.tokens)).unwrap_or_default());
+                }
+                if opts.samples > 1 {
+                    let set: Vec<Vec<u32>> = hyps
+                        .iter()
+                        .take(opts.samples)
+                        .map(|h| strip_eos(&h.tokens))
+                        .collect();
+                    add_diversity(&mut div_beam, &set);
+                }
+            }
+        }
+        if opts.samples > 1 {
+            let d = model.sample(
+                &x,
+                &SampleOptions {
+                    n_per_input: opts.samples,
+                    temperature: opts.temperature,
+                    top_k: 0,
+                    max_len: cfg.max_len,
+                },
+                &mut rng,
+            )?;
+            for set in d.tokens.chunks(opts.samples) {
+                let set: Vec<Vec<u32>> = set.iter().map(|t| strip_eos(t)).collect();
+                add_diversity(&mut div_sample, &set);
+            }
+        }
+        if let Some(b) = &bar {
+            b.inc(chunk.len() as u64);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish();
+    }
+
+    let n = items.len() as f64;
+    let mut metrics = BTreeMap::new();
+    let (bleu, _) = score::bleu_corpus(&refs, &main);
+    for (k, b) in bleu.iter().enumerate() {
+        metrics.insert(format!("bleu{}", k + 1), *b);
+    }
+    metrics.insert("rouge_l".into(), score::rouge_l_corpus(&refs, &main).0);
+    metrics.insert("cider_d".into(), score::cider_corpus(&refs, &main).0);
+    metrics.insert("self_bleu".into(), score::self_bleu(&main));
+    let used: BTreeSet<u32> = main.iter().flatten().copied().collect();
+    metrics.insert("vocab_used".into(), used.len() as f64);
+    metrics.insert(
+        "mean_len".into(),
+        main.iter().map(|c| c.len()).sum::<usize>() as f64 / n,
+    );
+    if opts.samples > 1 {
+        for (name, v) in [("sample", div_sample), ("beam", div_beam)] {
+            metrics.insert(format!("div1_{name}"), v[0] / n);
+            metrics.insert(format!("div2_{name}"), v[1] / n);
+            metrics.insert(format!("mbleu4_{name}"), v[2] / n);
+        }
+    }
+    let captions = items
+        .iter()
+        .zip(&main)
+        .map(|(it, c)| {
+            let words: Vec<&str> = c.iter().map(|&t| interner.word(t).unwrap_or("<unk>")).collect();
+            (it.id.clone(), words.join(" "))
+        })
+        .collect();
+    Ok(EvalReport { metrics, captions })
+}
+
+fn add_diversity(acc: &mut [f64; 3], set: &[Vec<u32>]) {
+    acc[0] += score::div_n(set, 1);
+    acc[1] += score::div_n(set, 2);
+    acc[2] += score::mbleu4(set);
+}

@@ -1,0 +1,37 @@
+//! SLE, sequence-level exploration (seed 002, eq. 15 with the baselines of its §4):
+//!
+//! `Lʲ = −α(CIDEr(ỹⱼ) − b_greedy)·log p(ỹⱼ) − (1−α)(2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)·log p(ỹⱼ)`
+//!
+//! `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` is the mean of all pairwise distances of the `s`
+//! samples of one input. The reward worker computes the exploration term
+//! `eⱼ = (2/s)Σₖ(dⱼₖ − d̄)` (reward component `diversity`); this file combines
+//! it with the quality term into the multiplier of `log p(ỹⱼ)`, which
+//! [`crate::pg`] turns into the loss.
+
+/// `α(rⱼ − b_greedy) + (1−α)·eⱼ` for the samples of one input.
+pub fn multipliers(rewards: &[f32], greedy: f32, exploration: &[f32], alpha: f32) -> Vec<f32> {
+    rewards
+        .iter()
+        .zip(exploration)
+        .map(|(r, e)| alpha * (r - greedy) + (1.0 - alpha) * e)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sle_multipliers_match_a_hand_example() {
+        // s = 3, d12 = 0.1, d13 = d23 = 0.9: d̄ = 3.8 / 9.
+        // e1 = (2/3)((0 − d̄) + (0.1 − d̄) + (0.9 − d̄)) = (2/3)(1.0 − 3.8/3).
+        let d_bar = 3.8f32 / 9.0;
+        let e1 = (2.0 / 3.0) * (1.0 - 3.0 * d_bar);
+        let e3 = (2.0 / 3.0) * (1.8 - 3.0 * d_bar);
+        let m = multipliers(&[1.0, 0.5, 0.2], 0.5, &[e1, e1, e3], 0.75);
+        assert!((m[0] - (0.75 * 0.5 + 0.25 * e1)).abs() < 1e-6);
+        assert!((m[1] - (0.25 * e1)).abs() < 1e-6);
+        assert!((m[2] - (0.75 * -0.3 + 0.25 * e3)).abs() < 1e-6);
+        assert!(e3 > 0.0 && e1 < 0.0, "the odd caption out is pushed up");
+    }
+}

@@ -1,0 +1,300 @@
+//! The learner's state machine: weights, optimizer, data cursor and RNG, one
+//! gradient step at a time, checkpointed so that a resumed run continues bit
+//! for bit where it stopped.
+
+use std::path::Path;
+
+use caprl_common::data::{Dataset, Item};
+use caprl_common::model::{
+    batch_tokens, inputs_for_rows, Captioner, CaptionerConfig, CaprlRng, Device, RngState,
+};
+use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::batch;
+use crate::checkpoint::{self, Checkpoint};
+use crate::error::LearnerError;
+use crate::{pg, xe};
+
+/// Which part of the schedule the learner is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Xe,
+    Rl,
+}
+
+/// Everything besides weights and optimizer moments that a resume needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Optimizer steps taken so far.
+    pub step: u64,
+    /// Epoch within the current phase (0-based).
+    pub epoch: u64,
+    /// Position in this epoch's image order.
+    pub cursor: usize,
+    pub phase: Phase,
+    /// Incremented after every applied update; snapshots carry it.
+    pub policy_version: u64,
+    /// Batches skipped because a reward, loss or gradient was not finite.
+    pub skipped_batches: u64,
+    dropout_rng: RngState,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Default)]
+pub struct StepStats {
+    pub loss: f32,
+    pub grad_norm: f32,
+    pub lr: f64,
+    /// Tokens the step trained on (masked count).
+    pub tokens: usize,
+    /// True when the batch was skipped (non-finite reward, loss or gradient).
+    pub skipped: bool,
+}
+
+/// Per-step knobs (from `[optim]` and `[train]`).
+#[derive(Debug, Clone, Copy)]
+pub struct StepOptions {
+    pub lr: f64,
+    /// Global-norm clip; 0 = off.
+    pub grad_clip: f64,
+    pub label_smoothing: f32,
+    pub entropy_coef: f32,
+}
+
+pub struct Trainer {
+    pub model: Captioner,
+    opt: AdamW,
+    dropout_rng: CaprlRng,
+    seed: u64,
+    pub state: TrainState,
+}
+
+const WEIGHTS: &str = "model.safetensors";
+const OPTIM: &str = "optim.safetensors";
+const STATE: &str = "state.json";
+
+impl Trainer {
+    pub fn new(model: Captioner, adam: AdamWParams, seed: u64) -> Result<Self, LearnerError> {
+        let opt = AdamW::new(model.varmap(), adam)?;
+        let dropout_rng = CaprlRng::with_stream(seed, 7);
+        let state = TrainState {
+            step: 0,
+            epoch: 0,
+            cursor: 0,
+            phase: Phase::Xe,
+            policy_version: 0,
+            skipped_batches: 0,
+            dropout_rng: dropout_rng.state(),
+        };
+        Ok(Self {
+            model,
+            opt,
+            dropout_rng,
+            seed,
+            state,
+        })
+    }
+
+    /// Switches phase (XE → RL): epochs and cursor restart, weights and step count stay.
+    /// The optimizer's moments restart too, as when self-critical.pytorch starts SCST
+    /// from an XE checkpoint.
+    pub fn enter_phase(&mut self, phase: Phase, adam: AdamWParams) -> Result<(), LearnerError> {
+        if self.state.phase != phase {
+            self.state.phase = phase;
+            self.state.epoch = 0;
+            self.state.cursor = 0;
+            self.opt = AdamW::new(self.model.varmap(), adam)?;
+        }
+        Ok(())
+    }
+
+    /// The next `batch` item indices of this epoch's shuffled order over `n_items`,
+    /// or `None` at the end of the epoch (which then advances to the next).
+    pub fn next_batch(&mut self, n_items: usize, batch: usize) -> Option<Vec<usize>> {
+        if self.state.cursor >= n_items {
+            self.state.epoch += 1;
+            self.state.cursor = 0;
+            return None;
+        }
+        let order = epoch_order(self.seed, self.state.phase, self.state.epoch, n_items);
+        let end = (self.state.cursor + batch).min(n_items);
+        let rows = order[self.state.cursor..end].to_vec();
+        self.state.cursor = end;
+        Some(rows)
+    }
+
+    /// One teacher-forced cross-entropy step on all references of `items`.
+    pub fn xe_step(
+        &mut self,
+        data: &Dataset,
+        items: &[&Item],
+        opts: StepOptions,
+    ) -> Result<StepStats, LearnerError> {
+        let cfg = self.model.config().clone();
+        let mut rows = Vec::new();
+        let mut targets = Vec::new();
+        for item in items {
+            for t in batch::reference_targets(item, &data.vocab, cfg.max_len) {
+                rows.push(item.row);
+                targets.push(t);
+            }
+        }
+        let device = self.model.device().clone();
+        let x = inputs_for_rows(data, &rows, &cfg, &device)?;
+        let seqs = batch_tokens(&targets, &device)?;
+        let tf = self
+            .model
+            .teacher_forced(&x, &seqs, Some(&mut self.dropout_rng))?;
+        let mask = self.model.token_mask(&seqs)?;
+        let loss = xe::loss(&tf.logprobs_full, &seqs, &mask, opts.label_smoothing)?;
+        let tokens = mask.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()? as usize;
+        self.apply(loss, opts, tokens)
+    }
+
+    /// One policy-gradient step: sequence `i` (tokens ending at EOS) belongs to image
+    /// `rows[i]` and has multiplier `multipliers[i]` (see [`crate::pg`]). Non-finite
+    /// multipliers skip the whole batch, which is counted.
+    pub fn pg_step(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+        multipliers: &[f32],
+        opts: StepOptions,
+    ) -> Result<StepStats, LearnerError> {
+        if multipliers.iter().any(|m| !m.is_finite()) {
+            return Ok(self.skip("reward"));
+        }
+        let cfg = self.model.config().clone();
+        let device = self.model.device().clone();
+        let x = inputs_for_rows(data, rows, &cfg, &device)?;
+        let toks = batch_tokens(seqs, &device)?;
+        let tf = self.model.teacher_forced(&x, &toks, None)?;
+        let logp = tf
+            .logprobs_full
+            .gather(&toks.unsqueeze(2)?, 2)?
+            .squeeze(2)?;
+        let mask = self.model.token_mask(&toks)?;
+        let mut loss = pg::loss(&logp, &mask, multipliers)?;
+        if opts.entropy_coef > 0.0 {
+            let h = pg::entropy(&tf.logprobs_full, &mask)?;
+            loss = (loss - (h * opts.entropy_coef as f64)?)?;
+        }
+        let tokens = mask.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()? as usize;
+        self.apply(loss, opts, tokens)
+    }
+
+    fn skip(&mut self, reason: &str) -> StepStats {
+        self.state.skipped_batches += 1;
+        tracing::warn!("skipping batch: non-finite {reason}");
+        StepStats {
+            skipped: true,
+            ..StepStats::default()
+        }
+    }
+
+    fn apply(
+        &mut self,
+        loss: candle_core::Tensor,
+        opts: StepOptions,
+        tokens: usize,
+    ) -> Result<StepStats, LearnerError> {
+        let value = loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?;
+        if !value.is_finite() {
+            return Ok(self.skip("loss"));
+        }
+        let mut grads = loss.backward()?;
+        let vars = self.opt.vars();
+        let norm = if opts.grad_clip > 0.0 {
+            clip_grad_norm(&mut grads, &vars, opts.grad_clip)?
+        } else {
+            caprl_common::optim::grad_norm(&grads, &vars)?
+        };
+        if !norm.is_finite() {
+            return Ok(self.skip("gradient"));
+        }
+        self.opt.step(&grads, opts.lr)?;
+        self.state.step += 1;
+        self.state.policy_version += 1;
+        Ok(StepStats {
+            loss: value,
+            grad_norm: norm as f32,
+            lr: opts.lr,
+            tokens,
+            skipped: false,
+        })
+    }
+
+    /// Writes weights, optimizer moments and trainer state as one checkpoint
+    /// under `root` (plus any `extra` files), keeping the newest `keep`.
+    pub fn save(
+        &mut self,
+        root: &Path,
+        keep: usize,
+        extra: &[(&str, Vec<u8>)],
+    ) -> Result<Checkpoint, LearnerError> {
+        self.state.dropout_rng = self.dropout_rng.state();
+        let weights = self.model.to_safetensors()?;
+        let tmp = tempfile::NamedTempFile::new_in(root.parent().unwrap_or(Path::new(".")))
+            .or_else(|_| tempfile::NamedTempFile::new())
+            .map_err(|e| LearnerError::Io {
+                path: root.to_path_buf(),
+                source: e,
+            })?;
+        self.opt.save(tmp.path())?;
+        let optim = std::fs::read(tmp.path()).map_err(|e| LearnerError::Io {
+            path: tmp.path().to_path_buf(),
+            source: e,
+        })?;
+        let state = serde_json::to_vec_pretty(&self.state)
+            .map_err(|e| LearnerError::Invalid(format!("cannot encode trainer state: {e}")))?;
+        let mut files = vec![(WEIGHTS, weights), (OPTIM, optim), (STATE, state)];
+        files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
+        checkpoint::write(root, self.state.step, &files, keep)
+    }
+
+    /// Restores a trainer from a verified checkpoint.
+    pub fn restore(
+        ck: &Checkpoint,
+        cfg: &CaptionerConfig,
+        device: &Device,
+        adam: AdamWParams,
+        seed: u64,
+    ) -> Result<Self, LearnerError> {
+        let model = Captioner::load(&ck.file(WEIGHTS), cfg, device)?;
+        let mut opt = AdamW::new(model.varmap(), adam)?;
+        opt.load(&ck.file(OPTIM))?;
+        let raw = std::fs::read(ck.file(STATE)).map_err(|e| LearnerError::Io {
+            path: ck.file(STATE),
+            source: e,
+        })?;
+        let state: TrainState = serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
+            path: ck.file(STATE),
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            dropout_rng: CaprlRng::from_state(&state.dropout_rng),
+            model,
+            opt,
+            seed,
+            state,
+        })
+    }
+}
+
+/// The shuffled item order of one epoch: a pure function of (seed, phase, epoch),
+/// so a resumed run visits the same images in the same order.
+fn epoch_order(seed: u64, phase: Phase, epoch: u64, n: usize) -> Vec<usize> {
+    let tag = match phase {
+        Phase::Xe => 0x5845u64,
+        Phase::Rl => 0x524cu64,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ tag.rotate_left(32) ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    order
+}

@@ -1,0 +1,26 @@
+//! XE: teacher-forced cross-entropy, the warm start of every seed paper,
+//! with optional label smoothing ε:
+//! `L = Σₜ mₜ [ (1−ε)(−log p(wₜ)) + ε·(−(1/V)Σ_v log p(v)) ] / Σₜ mₜ`.
+
+use candle_core::{Tensor, D};
+
+/// XE loss from the full log-softmax `[N, T, V]`, targets `[N, T]` (u32) and mask `[N, T]`.
+pub fn loss(
+    logprobs_full: &Tensor,
+    targets: &Tensor,
+    mask: &Tensor,
+    label_smoothing: f32,
+) -> candle_core::Result<Tensor> {
+    let nll = logprobs_full
+        .gather(&targets.unsqueeze(2)?, 2)?
+        .squeeze(2)?
+        .neg()?;
+    let per_token = if label_smoothing > 0.0 {
+        let smooth = logprobs_full.mean(D::Minus1)?.neg()?;
+        ((nll * (1.0 - label_smoothing as f64))? + (smooth * label_smoothing as f64)?)?
+    } else {
+        nll
+    };
+    let tokens = mask.sum_all()?.maximum(1.0)?;
+    per_token.mul(mask)?.sum_all()?.div(&tokens)
+}

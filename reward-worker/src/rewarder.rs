@@ -1,0 +1,218 @@
+//! Reward computation: a weighted sum of named rewards per caption, through
+//! the scoring engine, plus SLE's exploration term.
+//!
+//! References of every training image are interned and prepared once
+//! (CIDEr-D tf-idf vectors and norms), so scoring a caption touches only its
+//! own n-grams.
+
+use caprl_common::config::RewardName;
+use caprl_common::data::{Dataset, Item};
+use caprl_common::model::EOS;
+use caprl_common::score::{self, CiderD, Distance, DocFreq, Interner, PreparedRefs};
+use caprl_common::wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
+
+/// Scores captions of the images of one split.
+pub struct Rewarder {
+    spec: Vec<(RewardName, f32)>,
+    cider: CiderD,
+    /// Indexed by feature row; `None` for rows outside the split.
+    refs: Vec<Option<ImageRefs>>,
+    exploration: Option<Distance>,
+}
+
+struct ImageRefs {
+    tokens: Vec<Vec<u32>>,
+    prepared: PreparedRefs,
+}
+
+/// Errors the reward worker reports instead of scoring.
+#[derive(Debug, thiserror::Error)]
+pub enum RewardError {
+    #[error("reward `{0:?}` is not computed by this reward worker yet; use cider, bleu1..bleu4 or rouge")]
+    Unsupported(RewardName),
+    #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]
+    UnknownRow(u32),
+}
+
+impl Rewarder {
+    /// A rewarder for `items` with document frequencies `df` (the precomputed
+    /// training table for SCST, as self-critical.pytorch does).
+    /// `exploration` adds SLE's `diversity` component to sampled captions.
+    pub fn new(
+        data: &Dataset,
+        items: &[Item],
+        spec: &[(RewardName, f32)],
+        df: DocFreq,
+        exploration: Option<Distance>,
+    ) -> Result<Self, RewardError> {
+        for (name, _) in spec {
+            if !matches!(
+                name,
+                RewardName::Cider
+                    | RewardName::Bleu1
+                    | RewardName::Bleu2
+                    | RewardName::Bleu3
+                    | RewardName::Bleu4
+                    | RewardName::Rouge
+            ) {
+                return Err(RewardError::Unsupported(*name));
+            }
+        }
+        let mut interner = Interner::with_words(data.vocab.words());
+        let cider = CiderD::new(df);
+        let max_row = items.iter().map(|it| it.row).max().unwrap_or(0);
+        let mut refs: Vec<Option<ImageRefs>> = (0..=max_row).map(|_| None).collect();
+        for it in items {
+            let tokens: Vec<Vec<u32>> = it
+                .refs
+                .iter()
+                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
+                .collect();
+            let prepared = cider.prepare(&tokens);
+            refs[it.row] = Some(ImageRefs { tokens, prepared });
+        }
+        Ok(Self {
+            spec: spec.to_vec(),
+            cider,
+            refs,
+            exploration,
+        })
+    }
+
+    /// Document frequencies of the training references of `items`, interned in the
+    /// vocabulary's id space (what [`Rewarder::new`] expects).
+    pub fn training_df(data: &Dataset, items: &[Item]) -> DocFreq {
+        let mut interner = Interner::with_words(data.vocab.words());
+        let refs: Vec<Vec<Vec<u32>>> = items
+            .iter()
+            .map(|it| {
+                it.refs
+                    .iter()
+                    .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
+                    .collect()
+            })
+            .collect();
+        DocFreq::from_refs(&refs)
+    }
+
+    fn image(&self, row: u32) -> Result<&ImageRefs, RewardError> {
+        self.refs
+            .get(row as usize)
+            .and_then(Option::as_ref)
+            .ok_or(RewardError::UnknownRow(row))
+    }
+
+    /// The reward vector of one caption (tokens may end with EOS).
+    pub fn score_caption(&self, row: u32, tokens: &[u32]) -> Result<RewardVector, RewardError> {
+        let img = self.image(row)?;
+        let cand: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
+        let mut bleu: Option<[f64; 4]> = None;
+        let mut total = 0.0f32;
+        let mut components = Vec::with_capacity(self.spec.len());
+        for (name, weight) in &self.spec {
+            let value = match name {
+                RewardName::Cider => self.cider.score(&img.prepared, &cand),
+                RewardName::Rouge => score::rouge_l(&cand, &img.tokens),
+                RewardName::Bleu1 | RewardName::Bleu2 | RewardName::Bleu3 | RewardName::Bleu4 => {
+                    let b = *bleu.get_or_insert_with(|| score::bleu_sentence(&cand, &img.tokens));
+                    let k = match name {
+                        RewardName::Bleu1 => 0,
+                        RewardName::Bleu2 => 1,
+                        RewardName::Bleu3 => 2,
+                        _ => 3,
+                    };
+                    b[k]
+                }
+                other => return Err(RewardError::Unsupported(*other)),
+            } as f32;
+            total += weight * value;
+            components.push((reward_label(*name).to_string(), value));
+        }
+        Ok(RewardVector { total, components })
+    }
+
+    /// Scores every sequence of a rollout; sampled captions of one image also get
+    /// SLE's exploration term when enabled.
+    pub fn score(&self, rollout: Rollout) -> Result<ScoredRollout, RewardError> {
+        let mut rewards = rollout
+            .sequences
+            .iter()
+            .map(|s| self.score_caption(s.image_row, &s.tokens))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(kind) = self.exploration {
+            let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+            for (i, s) in rollout.sequences.iter().enumerate() {
+                if s.kind == DecodeKind::Sample {
+                    groups.entry(s.image_row).or_default().push(i);
+                }
+            }
+            for idx in groups.values() {
+                let caps: Vec<Vec<u32>> = idx
+                    .iter()
+                    .map(|&i| {
+                        rollout.sequences[i]
+                            .tokens
+                            .iter()
+                            .copied()
+                            .take_while(|&t| t != EOS)
+                            .collect()
+                    })
+                    .collect();
+                let e = exploration_terms(&score::pairwise_distances(&caps, kind, Some(&self.cider)));
+                for (&i, e) in idx.iter().zip(e) {
+                    rewards[i].components.push(("diversity".into(), e));
+                }
+            }
+        }
+        Ok(ScoredRollout { rollout, rewards })
+    }
+}
+
+/// SLE's exploration term of each sample (seed 002, eq. 15 and §4):
+/// `eⱼ = (2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)` with `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` over all `s²` pairs.
+pub fn exploration_terms(d: &[Vec<f64>]) -> Vec<f32> {
+    let s = d.len();
+    if s == 0 {
+        return Vec::new();
+    }
+    let d_bar = d.iter().flatten().sum::<f64>() / (s * s) as f64;
+    d.iter()
+        .map(|row| ((2.0 / s as f64) * row.iter().map(|x| x - d_bar).sum::<f64>()) as f32)
+        .collect()
+}
+
+/// The name a reward component carries on the wire and in metrics.
+pub fn reward_label(name: RewardName) -> &'static str {
+    match name {
+        RewardName::Cider => "cider",
+        RewardName::Bleu1 => "bleu1",
+        RewardName::Bleu2 => "bleu2",
+        RewardName::Bleu3 => "bleu3",
+        RewardName::Bleu4 => "bleu4",
+        RewardName::Rouge => "rouge",
+        RewardName::Clip => "clip",
+        RewardName::ClipI2t => "clip-i2t",
+        RewardName::ClipS => "clip-s",
+        RewardName::Disc => "disc",
+        RewardName::Embed => "embed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exploration_terms_match_a_hand_example() {
+        let d = vec![
+            vec![0.0, 0.1, 0.9],
+            vec![0.1, 0.0, 0.9],
+            vec![0.9, 0.9, 0.0],
+        ];
+        let e = exploration_terms(&d);
+        let d_bar = 3.8 / 9.0;
+        assert!((e[0] as f64 - (2.0 / 3.0) * (1.0 - 3.0 * d_bar)).abs() < 1e-6);
+        assert!((e[2] as f64 - (2.0 / 3.0) * (1.8 - 3.0 * d_bar)).abs() < 1e-6);
+        assert!(e[2] > 0.0 && e[0] < 0.0);
+    }
+}

@@ -1,0 +1,115 @@
+//! `caprl caption`: captions for new inputs from a features file.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use caprl_common::model::{BeamOptions, Inputs, EOS};
+
+use super::{write_stdout, Global};
+use crate::train;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A checkpoint directory (ckpt-*) or a directory holding them.
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Safetensors file with `fc` [N, D] (and `att` [N, R, D] for att models).
+    /// Ids are read from `<file>.ids.json` or `features.ids.json` beside it when present.
+    #[arg(long)]
+    pub features: PathBuf,
+    /// Beam width; 1 = greedy.
+    #[arg(long, default_value_t = 3)]
+    pub beam: usize,
+    /// Compute device: cpu or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+pub fn run(args: Args, _global: &Global) -> Result<()> {
+    let device = caprl_common::model::parse_device(&args.device)?;
+    let loaded = train::load_checkpoint(&args.checkpoint, None, &device)?;
+    let cfg = loaded.model.config().clone();
+    let tensors = candle_core::safetensors::load(&args.features, &candle_core::Device::Cpu)
+        .with_context(|| {
+            format!(
+                "{}: not a readable safetensors file (expected a tensor `fc` of shape [N, {}])",
+                args.features.display(),
+                cfg.fc_dim
+            )
+        })?;
+    let fc = tensors.get("fc").with_context(|| {
+        format!("{}: no tensor named `fc` (expected [N, {}])", args.features.display(), cfg.fc_dim)
+    })?;
+    let (n, d) = fc.dims2().with_context(|| format!("{}: `fc` must be 2-D [N, D]", args.features.display()))?;
+    if d != cfg.fc_dim {
+        bail!(
+            "{}: `fc` has {d} features per input but the model was trained on {}",
+            args.features.display(),
+            cfg.fc_dim
+        );
+    }
+    let fc_host: Vec<f32> = fc.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    if let Some(i) = fc_host.iter().position(|v| !v.is_finite()) {
+        bail!("{}: `fc` row {} has a NaN or infinite value", args.features.display(), i / d);
+    }
+    let att_host: Option<Vec<f32>> = match tensors.get("att") {
+        Some(a) => Some(a.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?),
+        None => None,
+    };
+    let ids = read_ids(&args.features, n)?;
+    let mut out = String::new();
+    let chunk = 64;
+    for start in (0..n).step_by(chunk) {
+        let b = chunk.min(n - start);
+        let fc_part = &fc_host[start * d..(start + b) * d];
+        let att_part = match (&att_host, cfg.att) {
+            (Some(a), Some((r, ad))) => Some(&a[start * r * ad..(start + b) * r * ad]),
+            _ => None,
+        };
+        let x = Inputs::from_host(fc_part, att_part, b, &cfg, &device)?;
+        let captions: Vec<Vec<u32>> = if args.beam <= 1 {
+            loaded.model.greedy(&x, cfg.max_len)?.tokens
+        } else {
+            loaded
+                .model
+                .beam(
+                    &x,
+                    &BeamOptions {
+                        width: args.beam,
+                        max_len: cfg.max_len,
+                        length_norm: loaded.cfg.decode.length_norm,
+                        block_trigrams: loaded.cfg.decode.block_trigrams,
+                    },
+                )?
+                .into_iter()
+                .map(|h| h.into_iter().next().map(|h| h.tokens).unwrap_or_default())
+                .collect()
+        };
+        for (i, toks) in captions.iter().enumerate() {
+            let toks: Vec<u32> = toks.iter().copied().take_while(|&t| t != EOS).collect();
+            let words = loaded.data.vocab.decode(&toks).join(" ");
+            out.push_str(&format!("{}\t{}\n", ids[start + i], words));
+        }
+    }
+    write_stdout(&out)
+}
+
+fn read_ids(features: &std::path::Path, n: usize) -> Result<Vec<String>> {
+    let candidates = [
+        features.with_extension("ids.json"),
+        features.with_file_name("features.ids.json"),
+    ];
+    for p in candidates.iter().filter(|p| p.exists()) {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let v: Vec<serde_json::Value> = serde_json::from_str(&text)
+            .with_context(|| format!("{}: expected a JSON array of ids", p.display()))?;
+        if v.len() != n {
+            bail!("{}: {} ids for {n} feature rows", p.display(), v.len());
+        }
+        return Ok(v
+            .into_iter()
+            .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+            .collect());
+    }
+    Ok((0..n).map(|i| i.to_string()).collect())
+}

@@ -1,0 +1,105 @@
+//! `caprl eval`: caption a split with a checkpoint and print every metric.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use caprl_common::data::SplitName;
+use caprl_learner::eval::{self, EvalOptions, EvalReport};
+
+use super::{write_stdout, Global};
+use crate::train;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A checkpoint directory (ckpt-*) or a directory holding them (the newest valid is used).
+    #[arg(long)]
+    pub checkpoint: PathBuf,
+    /// Split to evaluate: train, val or test.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+    /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
+    #[arg(long)]
+    pub beam: Option<usize>,
+    /// Evaluate only the first N images.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Data set directory (default: the one the checkpoint was trained on).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Write the generated captions in COCO results format to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Compute device: cpu or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+pub fn run(args: Args, _global: &Global) -> Result<()> {
+    let device = caprl_common::model::parse_device(&args.device)?;
+    let loaded = train::load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    let split: SplitName = args
+        .split
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--split {}: {e}", args.split))?;
+    let items = &loaded.data.split(split).items;
+    let opts = EvalOptions {
+        beam: args.beam.unwrap_or(loaded.cfg.decode.beam as usize),
+        length_norm: loaded.cfg.decode.length_norm,
+        block_trigrams: loaded.cfg.decode.block_trigrams,
+        limit: args.limit.unwrap_or(0),
+        seed: loaded.cfg.seed,
+        progress: true,
+        ..EvalOptions::default()
+    };
+    let report = eval::evaluate(&loaded.model, &loaded.data, items, &opts)?;
+    if let Some(out) = &args.out {
+        write_results(out, &report)?;
+    }
+    if args.json {
+        let json = serde_json::json!({
+            "checkpoint": args.checkpoint.display().to_string(),
+            "split": args.split,
+            "beam": opts.beam,
+            "metrics": report.metrics,
+        });
+        write_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
+    } else {
+        let mut out = format!(
+            "{} on {} ({} images, beam {})\n",
+            args.checkpoint.display(),
+            args.split,
+            report.captions.len(),
+            opts.beam
+        );
+        for (k, v) in &report.metrics {
+            out.push_str(&format!("  {k:<14} {v:>10.4}\n"));
+        }
+        write_stdout(&out)
+    }
+}
+
+/// Captions in COCO results format: `[{"image_id", "caption"}]`, written atomically.
+pub(crate) fn write_results(path: &Path, report: &EvalReport) -> Result<()> {
+    let rows: Vec<serde_json::Value> = report
+        .captions
+        .iter()
+        .map(|(id, c)| {
+            let id = id
+                .parse::<u64>()
+                .map(serde_json::Value::from)
+                .unwrap_or_else(|_| serde_json::Value::from(id.clone()));
+            serde_json::json!({"image_id": id, "caption": c})
+        })
+        .collect();
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer_pretty(&tmp, &rows)?;
+    tmp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+

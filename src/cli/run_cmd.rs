@@ -1,0 +1,89 @@
+//! `caprl run`: the whole job on one machine. Generates the synthetic data
+//! set when missing, trains XE, then the RL objective (SCST by default),
+//! evaluates both on the test split and prints one comparison table.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use caprl_common::config::Objective;
+use caprl_learner::eval::{self, EvalOptions, EvalReport};
+
+use super::train_cmd::config_with;
+use super::{write_stdout, Global};
+use crate::{setup, train};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// RL objective after the XE warm start (same as --set train.objective=...).
+    #[arg(long)]
+    pub objective: Option<String>,
+    /// Compute device (same as --set device=...): cpu or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Print the table as JSON as well, to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// Metrics of the final table, in order, with their display names.
+const TABLE: [(&str, &str); 8] = [
+    ("cider_d", "CIDEr-D"),
+    ("bleu4", "BLEU-4"),
+    ("rouge_l", "ROUGE-L"),
+    ("div2_sample", "Div-2 (5 samples)"),
+    ("mbleu4_sample", "mBLEU-4 (5 samples)"),
+    ("div2_beam", "Div-2 (5 beams)"),
+    ("mbleu4_beam", "mBLEU-4 (5 beams)"),
+    ("vocab_used", "vocabulary used"),
+];
+
+pub fn run(args: Args, global: &Global) -> Result<()> {
+    let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
+    if cfg.train.objective == Objective::Xe {
+        anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
+    }
+    let data = setup::open_data(&cfg, true)?;
+    let device = setup::device(&cfg)?;
+    let started = std::time::Instant::now();
+    let outcome = train::train(&cfg, &data, &device, false)?;
+    let test = &data.test.items;
+    let opts = EvalOptions {
+        beam: cfg.decode.beam as usize,
+        length_norm: cfg.decode.length_norm,
+        block_trigrams: cfg.decode.block_trigrams,
+        seed: cfg.seed,
+        progress: true,
+        ..EvalOptions::default()
+    };
+    let evaluate = |ck: &Path| -> Result<EvalReport> {
+        let loaded = train::load_checkpoint(ck, None, &device)?;
+        Ok(eval::evaluate(&loaded.model, &data, test, &opts)?)
+    };
+    let xe = evaluate(outcome.best_xe.as_deref().context("the XE phase did not run (train.xe_epochs = 0)")?)?;
+    let rl = evaluate(outcome.best_rl.as_deref().context("the RL phase did not run (train.rl_epochs = 0)")?)?;
+    let name = format!("{:?}", cfg.train.objective).to_uppercase();
+    let mut out = format!(
+        "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
+        test.len(),
+        opts.beam,
+        started.elapsed().as_secs_f64() / 60.0,
+        "metric",
+        "XE",
+        name,
+        "change"
+    );
+    for (key, label) in TABLE {
+        let (a, b) = (xe.metrics.get(key).copied(), rl.metrics.get(key).copied());
+        if let (Some(a), Some(b)) = (a, b) {
+            let change = if a.abs() > 1e-12 { format!("{:+.1}%", 100.0 * (b - a) / a.abs()) } else { "-".into() };
+            out.push_str(&format!("{label:<22} {a:>9.4} {b:>9.4} {change:>9}\n"));
+        }
+    }
+    out.push_str(&format!("\nrun dir: {}\n", cfg.run_dir));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({"xe": xe.metrics, "rl": rl.metrics, "objective": name});
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    write_stdout(&out)
+}

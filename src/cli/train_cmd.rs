@@ -1,0 +1,57 @@
+//! `caprl train`: XE warm start, then the configured RL objective, in one process.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::{write_stdout, Global};
+use crate::{setup, train};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Objective (same as --set train.objective=...): xe, scst, sle.
+    #[arg(long)]
+    pub objective: Option<String>,
+    /// Continue from the newest valid checkpoint in the checkpoint dir.
+    #[arg(long)]
+    pub resume: bool,
+    /// Compute device (same as --set device=...): cpu or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+/// The config with the command's shortcut flags applied as `--set` overrides,
+/// so they are validated (and reported) exactly like the keys they stand for.
+pub(crate) fn config_with(
+    global: &Global,
+    objective: Option<&str>,
+    device: Option<&str>,
+) -> Result<caprl_common::config::RunConfig> {
+    let mut sets = global.sets.clone();
+    if let Some(o) = objective {
+        sets.push(format!("train.objective={o:?}"));
+    }
+    if let Some(d) = device {
+        sets.push(format!("device={d:?}"));
+    }
+    Ok(caprl_common::config::RunConfig::load(
+        global.config.as_deref(),
+        &sets,
+    )?)
+}
+
+pub fn run(args: Args, global: &Global) -> Result<()> {
+    let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
+    let data = setup::open_data(&cfg, true)?;
+    let device = setup::device(&cfg)?;
+    let outcome = train::train(&cfg, &data, &device, args.resume)?;
+    let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let mut out = String::new();
+    if let Some(p) = show(&outcome.best_xe) {
+        out.push_str(&format!("best XE checkpoint: {p}\n"));
+    }
+    if let Some(p) = show(&outcome.best_rl) {
+        out.push_str(&format!("best RL checkpoint: {p}\n"));
+    }
+    write_stdout(&out)
+}

@@ -1,0 +1,105 @@
+//! Turning the run config into the objects a command needs: the data set
+//! (generated on first use when it is the synthetic one), the device, the
+//! model shape and the learning-rate schedule.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use caprl_common::config::{self, RunConfig};
+use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_common::model::{parse_device, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::optim::Schedule;
+use caprl_common::wire::TaskId;
+
+/// Opens `data.dir`; when it does not exist and is the default synthetic
+/// location, generates the synthetic task there first (cached afterwards).
+pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> {
+    let dir = Path::new(&cfg.data.dir);
+    if generate_if_missing && !dir.exists() {
+        tracing::info!(
+            "no data set at {}: generating the synthetic task (seed {})",
+            dir.display(),
+            cfg.seed
+        );
+        let summary = synth(
+            dir,
+            &SynthConfig {
+                seed: cfg.seed,
+                ..SynthConfig::default()
+            },
+        )
+        .with_context(|| format!("generating the synthetic data set in {}", dir.display()))?;
+        tracing::info!("{summary}");
+    }
+    Dataset::open(dir).with_context(|| {
+        format!(
+            "opening the data set {} (generate one with `caprl data synth --out {}`)",
+            dir.display(),
+            dir.display()
+        )
+    })
+}
+
+/// The compute device named by `device` in the config.
+pub fn device(cfg: &RunConfig) -> Result<Device> {
+    Ok(parse_device(&cfg.device.to_string())?)
+}
+
+/// The captioner's shape: the `[model]` section plus what the data set fixes.
+pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConfig> {
+    let kind = match cfg.model.kind {
+        config::ModelKind::Fc => ModelKind::Fc,
+        config::ModelKind::Att => ModelKind::Att,
+    };
+    if kind == ModelKind::Att && data.att_shape().is_none() {
+        anyhow::bail!(
+            "model.kind = \"att\" needs region features, but {} has only global (fc) features; use model.kind = \"fc\"",
+            cfg.data.dir
+        );
+    }
+    let c = CaptionerConfig {
+        kind,
+        rnn: match cfg.model.rnn {
+            config::RnnKind::Gru => RnnKind::Gru,
+            config::RnnKind::Lstm => RnnKind::Lstm,
+        },
+        layers: cfg.model.layers as usize,
+        embed: cfg.model.embed as usize,
+        hidden: cfg.model.hidden as usize,
+        att_hidden: cfg.model.att_hidden as usize,
+        dropout: cfg.model.dropout as f32,
+        vocab_size: data.vocab.len(),
+        fc_dim: data.fc_dim(),
+        att: data.att_shape(),
+        max_len: cfg.data.max_len as usize,
+        dtype: DType::F32,
+    };
+    c.validate()?;
+    Ok(c)
+}
+
+/// The learning-rate schedule of one phase of `epochs` epochs over `n_items` images.
+pub fn schedule(cfg: &RunConfig, lr: f64, epochs: u64, n_items: usize) -> Schedule {
+    match cfg.optim.schedule {
+        config::Schedule::Constant => Schedule::Constant { lr },
+        config::Schedule::Step => Schedule::Step {
+            lr,
+            every: cfg.optim.decay_every as u64,
+            rate: cfg.optim.decay_rate,
+        },
+        config::Schedule::Cosine => Schedule::Cosine {
+            lr,
+            warmup: cfg.optim.warmup_steps,
+            total: epochs * n_items.div_ceil(cfg.train.batch_size.max(1) as usize) as u64,
+        },
+    }
+}
+
+/// The sampling seed of a task: a pure function of (run seed, task id), so a
+/// task gives the same samples whichever actor runs it.
+pub fn task_seed(seed: u64, task: TaskId) -> u64 {
+    let mut z = seed ^ task.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
