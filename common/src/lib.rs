@@ -14,4 +14,5 @@ pub mod data;
 pub mod model;
 pub mod optim;
 pub mod score;
+pub mod telemetry;
 pub mod wire;
