@@ -10,7 +10,7 @@ use std::time::Duration;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 
 use super::names::{self, *};
-use super::runlog::{EvalRecord, StepRecord};
+use super::runlog::{unix_ms_now, EvalRecord, StepRecord};
 
 /// Histogram buckets of the `_seconds` metrics: 1 ms to 5 min.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -30,6 +30,12 @@ pub const REWARD_BUCKETS: &[f64] = &[
 /// installed are lost).
 pub fn describe_all() {
     describe_gauge!(INFO, "Always 1; one series per live caprl process, labelled role, run, version.");
+    describe_gauge!(START_TIME, Unit::Seconds, "Unix time this process started serving metrics.");
+    describe_gauge!(
+        LEARNER_LAST_STEP_TIME,
+        Unit::Seconds,
+        "Unix time of the learner's last optimizer step."
+    );
     describe_gauge!(REWARD_MEAN, "Mean reward of the last scored batch, per reward component.");
     describe_histogram!(REWARD, "Reward of every scored trajectory, per reward component.");
     describe_gauge!(LOSS, "Value of each loss term at the last learner step.");
@@ -81,6 +87,8 @@ pub fn record_step(record: &StepRecord) {
     gauge!(LEARNING_RATE).set(record.lr);
     gauge!(POLICY_VERSION).set(record.policy_version as f64);
     counter!(LEARNER_STEPS_TOTAL).increment(1);
+    let unix_ms = if record.unix_ms == 0 { unix_ms_now() } else { record.unix_ms };
+    gauge!(LEARNER_LAST_STEP_TIME).set(unix_ms as f64 / 1000.0);
     if record.seconds.is_finite() {
         histogram!(LEARNER_STEP_SECONDS).record(record.seconds);
     }
@@ -171,7 +179,9 @@ pub fn set_tasks_in_flight(n: u64) {
     gauge!(TASKS_IN_FLIGHT).set(n as f64);
 }
 
-/// Sets [`names::INFO`] to 1 (done by `serve`; role and run come from the global labels).
+/// Sets [`names::INFO`] to 1 and the start time (done once by `install_recorder`;
+/// role and run come from the global labels).
 pub(crate) fn set_info() {
     gauge!(names::INFO, LABEL_VERSION => env!("CARGO_PKG_VERSION")).set(1.0);
+    gauge!(START_TIME).set(unix_ms_now() as f64 / 1000.0);
 }

@@ -34,6 +34,11 @@ pub const LABEL_VERSION: &str = "version";
 /// Gauge, always 1: one series per live process, labelled with role, run and version.
 pub const INFO: &str = "caprl_info";
 
+/// Gauge: Unix time this process started serving metrics.
+pub const START_TIME: &str = "caprl_start_time_seconds";
+/// Gauge: Unix time of the learner's last optimizer step (the stalled-learner alert).
+pub const LEARNER_LAST_STEP_TIME: &str = "caprl_learner_last_step_timestamp_seconds";
+
 /// Gauge: mean reward of the last scored batch, per component (label `component`).
 pub const REWARD_MEAN: &str = "caprl_reward_mean";
 /// Histogram: reward of every scored trajectory, per component (label `component`).
@@ -84,6 +89,8 @@ pub const TASKS_IN_FLIGHT: &str = "caprl_tasks_in_flight";
 
 const ALL: &[&str] = &[
     INFO,
+    START_TIME,
+    LEARNER_LAST_STEP_TIME,
     REWARD_MEAN,
     REWARD,
     LOSS,

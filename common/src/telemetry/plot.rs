@@ -125,7 +125,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
     let (y0, y1) = padded_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
 
     let mut chart = ChartBuilder::on(root)
-        .caption(&spec.title, ("sans-serif", 18))
+        .caption(&spec.title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(64)
@@ -135,6 +135,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
         .configure_mesh()
         .x_desc(&spec.x_label)
         .y_desc(&spec.y_label)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
         .light_line_style(RGBColor(240, 240, 240))
         .bold_line_style(RGBColor(215, 215, 215))
         .draw()
@@ -185,6 +187,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
         .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(160, 160, 160))
+        .label_font(("sans-serif", 15))
         .draw()
         .map_err(e)?;
     Ok(())

@@ -147,10 +147,19 @@ impl RunLog {
         if let Some(Value::Object(extra)) = line.remove("versions") {
             versions.extend(extra);
         }
-        line.insert("type".into(), "header".into());
-        line.insert("config".into(), config);
-        line.insert("versions".into(), Value::Object(versions));
+        line.remove("type");
         line.entry("unix_ms").or_insert_with(|| unix_ms_now().into());
+        let head = format!(
+            "{{\"type\":\"header\",\"versions\":{},\"config\":{}",
+            Value::Object(versions),
+            config
+        );
+        line.remove("config");
+        let rest = serde_json::to_string(&Value::Object(line))?;
+        let header_line = match rest.strip_prefix('{').filter(|r| *r != "}") {
+            Some(rest) => format!("{head},{rest}"),
+            None => format!("{head}}}"),
+        };
 
         std::fs::create_dir_all(run_dir)
             .map_err(|e| TelemetryError::io("create the run directory", run_dir, e))?;
@@ -167,7 +176,7 @@ impl RunLog {
         std::fs::write(&config_path, config_toml)
             .map_err(|e| TelemetryError::io("write", &config_path, e))?;
         let mut log = RunLog { path, file };
-        log.write_line(&Value::Object(line))?;
+        log.write_line(header_line)?;
         Ok(log)
     }
 
@@ -208,41 +217,43 @@ impl RunLog {
         &self.path
     }
 
-    /// Appends one step line.
+    /// Appends one step line (a zero `unix_ms` is filled with the current time).
     pub fn log_step(&mut self, record: &StepRecord) -> Result<()> {
-        let mut value = serde_json::to_value(record)?;
-        stamp(&mut value, "step", record.unix_ms);
-        self.write_line(&value)
+        let line = if record.unix_ms == 0 {
+            tagged("step", &StepRecord { unix_ms: unix_ms_now(), ..record.clone() })?
+        } else {
+            tagged("step", record)?
+        };
+        self.write_line(line)
     }
 
-    /// Appends one eval line.
+    /// Appends one eval line (a zero `unix_ms` is filled with the current time).
     pub fn log_eval(&mut self, record: &EvalRecord) -> Result<()> {
-        let mut value = serde_json::to_value(record)?;
-        stamp(&mut value, "eval", record.unix_ms);
-        self.write_line(&value)
+        let line = if record.unix_ms == 0 {
+            tagged("eval", &EvalRecord { unix_ms: unix_ms_now(), ..record.clone() })?
+        } else {
+            tagged("eval", record)?
+        };
+        self.write_line(line)
     }
 
-    fn write_line(&mut self, value: &Value) -> Result<()> {
-        let mut line = serde_json::to_vec(value)?;
-        line.push(b'\n');
+    fn write_line(&mut self, mut line: String) -> Result<()> {
+        line.push('\n');
         self.file
-            .write_all(&line)
+            .write_all(line.as_bytes())
             .and_then(|()| self.file.flush())
             .map_err(|e| TelemetryError::io("append to", &self.path, e))
     }
 }
 
-/// Puts `"type"` first and fills a zero `unix_ms` with the current time.
-fn stamp(value: &mut Value, kind: &str, unix_ms: u64) {
-    if let Value::Object(fields) = value {
-        let mut line = serde_json::Map::new();
-        line.insert("type".into(), kind.into());
-        line.append(fields);
-        if unix_ms == 0 {
-            line.insert("unix_ms".into(), unix_ms_now().into());
-        }
-        *fields = line;
-    }
+/// `record` as one JSON object with `"type": kind` as its first key (so a
+/// reader can tell line kinds apart at a glance with `head`/`grep`).
+fn tagged<T: Serialize>(kind: &str, record: &T) -> Result<String> {
+    let body = serde_json::to_string(record)?;
+    Ok(match body.strip_prefix('{').filter(|rest| *rest != "}") {
+        Some(rest) => format!("{{\"type\":\"{kind}\",{rest}"),
+        None => format!("{{\"type\":\"{kind}\"}}"),
+    })
 }
 
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).

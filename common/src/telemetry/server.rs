@@ -12,7 +12,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -97,11 +97,17 @@ impl Drop for ServerHandle {
 }
 
 static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
+static INSTALLING: Mutex<()> = Mutex::new(());
 
 /// Installs the process-wide Prometheus recorder (once; later calls return
 /// the first handle and ignore their labels) and registers every metric's
 /// description. `serve` calls it; call it directly to record without serving.
 pub fn install_recorder(labels: &ProcessLabels) -> Result<&'static PrometheusHandle> {
+    if let Some(handle) = RECORDER.get() {
+        return Ok(handle);
+    }
+    // Two roles of one process may start their endpoints concurrently.
+    let _installing = INSTALLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(handle) = RECORDER.get() {
         return Ok(handle);
     }
