@@ -110,11 +110,24 @@ fn padded_range(values: impl Iterator<Item = f64>, pad: bool) -> (f64, f64) {
         return (0.0, 1.0);
     }
     if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
-        let half = (lo.abs() * 0.1).max(1.0);
+        let half = if lo == 0.0 { 1.0 } else { lo.abs() * 0.1 };
         return (lo - half, hi + half);
     }
     let margin = if pad { (hi - lo) * 0.05 } else { 0.0 };
     (lo - margin, hi + margin)
+}
+
+/// Short tick labels: `2` not `2.0`, `5e-5` not `0.00005`.
+fn tick_label(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-3..1e5).contains(&a) {
+        let s = format!("{v:.1e}");
+        s.replace(".0e", "e")
+    } else {
+        let s = format!("{v:.4}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        if s == "-0" { "0".into() } else { s.to_owned() }
+    }
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> std::result::Result<(), String> {
@@ -136,6 +149,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
         .x_desc(&spec.x_label)
         .y_desc(&spec.y_label)
         .label_style(("sans-serif", 14))
+        .x_label_formatter(&|x| tick_label(*x))
+        .y_label_formatter(&|y| tick_label(*y))
         .axis_desc_style(("sans-serif", 15))
         .light_line_style(RGBColor(240, 240, 240))
         .bold_line_style(RGBColor(215, 215, 215))
