@@ -7,7 +7,9 @@ use std::process::Command;
 use caprl_common::telemetry::names::is_known_series;
 
 fn monitoring(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../k8s/monitoring").join(file)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../k8s/monitoring")
+        .join(file)
 }
 
 /// Every `caprl_...` identifier in `text`.
@@ -17,7 +19,8 @@ fn referenced_series(text: &str) -> Vec<String> {
     let mut i = 0;
     while let Some(at) = text[i..].find("caprl_") {
         let start = i + at;
-        let boundary = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        let boundary =
+            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
         let end = start
             + text[start..]
                 .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -32,12 +35,23 @@ fn referenced_series(text: &str) -> Vec<String> {
 
 #[test]
 fn dashboard_and_alerts_reference_only_declared_metrics() {
-    for (file, at_least) in [("grafana-dashboard.json", 20), ("alerts.yaml", 8), ("alerts.test.yaml", 6)] {
+    for (file, at_least) in [
+        ("grafana-dashboard.json", 20),
+        ("alerts.yaml", 8),
+        ("alerts.test.yaml", 6),
+    ] {
         let text = std::fs::read_to_string(monitoring(file)).expect("monitoring file");
         let series = referenced_series(&text);
-        assert!(series.len() >= at_least, "{file}: only {} metric references", series.len());
+        assert!(
+            series.len() >= at_least,
+            "{file}: only {} metric references",
+            series.len()
+        );
         for s in &series {
-            assert!(is_known_series(s), "{file} uses {s}, which names.rs does not declare");
+            assert!(
+                is_known_series(s),
+                "{file} uses {s}, which names.rs does not declare"
+            );
         }
     }
 }
@@ -54,8 +68,16 @@ fn dashboard_is_valid_grafana_json_with_queries() {
         .filter_map(|t| t["expr"].as_str())
         .collect();
     assert!(queries.len() >= 20);
-    for needle in ["caprl_reward_mean", "caprl_policy_lag_versions_bucket", "caprl_tokens_total", "caprl_queue_depth_messages"] {
-        assert!(queries.iter().any(|q| q.contains(needle)), "dashboard lacks a {needle} panel");
+    for needle in [
+        "caprl_reward_mean",
+        "caprl_policy_lag_versions_bucket",
+        "caprl_tokens_total",
+        "caprl_queue_depth_messages",
+    ] {
+        assert!(
+            queries.iter().any(|q| q.contains(needle)),
+            "dashboard lacks a {needle} panel"
+        );
     }
     let mut ids: Vec<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
     ids.dedup();
@@ -65,15 +87,24 @@ fn dashboard_is_valid_grafana_json_with_queries() {
 #[test]
 fn alert_rules_cover_the_failure_modes() {
     let text = std::fs::read_to_string(monitoring("alerts.yaml")).expect("alerts");
-    for alert in ["CaprlLearnerStalled", "CaprlPolicyLagAboveBound", "CaprlRedeliveryStorm", "CaprlNoLiveActors"] {
-        assert!(text.contains(&format!("alert: {alert}")), "missing alert {alert}");
+    for alert in [
+        "CaprlLearnerStalled",
+        "CaprlPolicyLagAboveBound",
+        "CaprlRedeliveryStorm",
+        "CaprlNoLiveActors",
+    ] {
+        assert!(
+            text.contains(&format!("alert: {alert}")),
+            "missing alert {alert}"
+        );
     }
 }
 
 /// `$PROMTOOL`, else `promtool` on the PATH. Debian's `prometheus` package
 /// ships it: `apt-get download prometheus && dpkg -x prometheus_*.deb DIR`.
 fn promtool() -> Option<PathBuf> {
-    let candidate = std::env::var_os("PROMTOOL").map_or_else(|| PathBuf::from("promtool"), PathBuf::from);
+    let candidate =
+        std::env::var_os("PROMTOOL").map_or_else(|| PathBuf::from("promtool"), PathBuf::from);
     Command::new(&candidate)
         .arg("--version")
         .output()
@@ -89,7 +120,10 @@ fn alert_rules_pass_promtool_check_and_unit_tests() {
         return;
     };
     let dir = monitoring("");
-    for args in [["check", "rules", "alerts.yaml"], ["test", "rules", "alerts.test.yaml"]] {
+    for args in [
+        ["check", "rules", "alerts.yaml"],
+        ["test", "rules", "alerts.test.yaml"],
+    ] {
         let out = Command::new(&promtool)
             .args(args)
             .current_dir(&dir)

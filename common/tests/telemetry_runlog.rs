@@ -13,7 +13,11 @@ fn step(n: u64) -> StepRecord {
         epoch: n / 10,
         phase: "scst".into(),
         policy_version: n,
-        losses: [("total".to_string(), 1.0 / n as f64), ("pg".to_string(), 0.5)].into(),
+        losses: [
+            ("total".to_string(), 1.0 / n as f64),
+            ("pg".to_string(), 0.5),
+        ]
+        .into(),
         rewards: [("cider".to_string(), 0.1 * n as f64)].into(),
         grad_norm: 2.0,
         lr: 5e-5,
@@ -55,21 +59,32 @@ fn run_log_round_trips_header_steps_and_evals() {
     nan_step.losses.insert("total".into(), f64::NAN);
     log.log_step(&nan_step).expect("log a NaN step");
 
-    assert_eq!(std::fs::read_to_string(run_dir.join("config.toml")).expect("config copy"), CONFIG);
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("config.toml")).expect("config copy"),
+        CONFIG
+    );
     let text = std::fs::read_to_string(log.path()).expect("read");
-    let first: serde_json::Value = serde_json::from_str(text.lines().next().expect("header")).expect("json");
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("header")).expect("json");
     assert_eq!(first["type"], "header");
     assert_eq!(first["config"]["train"]["objective"], "scst");
     assert_eq!(first["versions"]["caprl"], env!("CARGO_PKG_VERSION"));
     assert_eq!(first["versions"]["candle"], "0.11");
     assert_eq!(first["run_id"], "r1");
-    assert!(text.lines().nth(1).expect("step line").starts_with("{\"type\":\"step\""));
+    assert!(text
+        .lines()
+        .nth(1)
+        .expect("step line")
+        .starts_with("{\"type\":\"step\""));
 
     let back = read_run_log(log.path()).expect("read back");
     assert!(back.warnings.is_empty());
     assert_eq!(back.steps.len(), 4);
     assert_eq!(back.steps[..3], [step(1), step(2), step(3)]);
-    assert!(back.steps[3].grad_norm.is_nan(), "NaN is written as null and read back as NaN");
+    assert!(
+        back.steps[3].grad_norm.is_nan(),
+        "NaN is written as null and read back as NaN"
+    );
     assert!(back.steps[3].losses["total"].is_nan());
     assert_eq!(back.evals, vec![eval(3, 0.9)]);
     assert_eq!(back.config().expect("config")["seed"], 3);
@@ -83,8 +98,12 @@ fn truncated_last_line_is_skipped_with_a_warning() {
     log.log_step(&step(2)).expect("log");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
-    f.write_all(b"{\"type\":\"step\",\"step\":3,\"polic").expect("write torn line");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
+    f.write_all(b"{\"type\":\"step\",\"step\":3,\"polic")
+        .expect("write torn line");
     drop(f);
 
     let back = read_run_log(&path).expect("a torn last line is tolerated");
@@ -100,13 +119,21 @@ fn malformed_line_in_the_middle_names_file_and_line() {
     log.log_step(&step(1)).expect("log");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
-    f.write_all(b"{\"type\":\"step\",\"step\":2,\"polic\n").expect("write");
-    f.write_all(b"{\"type\":\"step\",\"step\":3,\"policy_version\":3}\n").expect("write");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
+    f.write_all(b"{\"type\":\"step\",\"step\":2,\"polic\n")
+        .expect("write");
+    f.write_all(b"{\"type\":\"step\",\"step\":3,\"policy_version\":3}\n")
+        .expect("write");
     drop(f);
 
     let err = read_run_log(&path).expect_err("corrupt middle line");
-    assert!(matches!(err, TelemetryError::MalformedLine { line: 3, .. }), "{err:?}");
+    assert!(
+        matches!(err, TelemetryError::MalformedLine { line: 3, .. }),
+        "{err:?}"
+    );
     let msg = err.to_string();
     assert!(msg.contains(&format!("{}:3:", path.display())), "{msg}");
 
@@ -124,9 +151,16 @@ fn malformed_line_in_the_middle_names_file_and_line() {
 fn a_log_without_header_is_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("run.jsonl");
-    std::fs::write(&path, "{\"type\":\"step\",\"step\":1,\"policy_version\":1}\n").expect("write");
+    std::fs::write(
+        &path,
+        "{\"type\":\"step\",\"step\":1,\"policy_version\":1}\n",
+    )
+    .expect("write");
     let err = read_run_log(&path).expect_err("no header");
-    assert!(err.to_string().contains("expected the header line"), "{err}");
+    assert!(
+        err.to_string().contains("expected the header line"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -150,7 +184,10 @@ fn resume_appends_after_a_torn_line_and_replayed_steps_supersede() {
     log.log_eval(&eval(5, 0.5)).expect("eval");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new().append(true).open(&path).expect("open");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
     f.write_all(b"{\"type\":\"st").expect("torn");
     drop(f);
 
@@ -165,11 +202,26 @@ fn resume_appends_after_a_torn_line_and_replayed_steps_supersede() {
     drop(log);
 
     let back = read_run_log(&path).expect("read");
-    assert!(back.warnings.is_empty(), "the torn line was cut before appending: {:?}", back.warnings);
-    let steps: Vec<(u64, &str)> = back.steps.iter().map(|s| (s.step, s.phase.as_str())).collect();
+    assert!(
+        back.warnings.is_empty(),
+        "the torn line was cut before appending: {:?}",
+        back.warnings
+    );
+    let steps: Vec<(u64, &str)> = back
+        .steps
+        .iter()
+        .map(|s| (s.step, s.phase.as_str()))
+        .collect();
     assert_eq!(
         steps,
-        vec![(1, "scst"), (2, "scst"), (3, "scst"), (4, "resumed"), (5, "resumed"), (6, "resumed")]
+        vec![
+            (1, "scst"),
+            (2, "scst"),
+            (3, "scst"),
+            (4, "resumed"),
+            (5, "resumed"),
+            (6, "resumed")
+        ]
     );
     assert_eq!(back.evals, vec![eval(5, 0.7)]);
 

@@ -10,11 +10,19 @@ use caprl_common::telemetry::{serve, Readiness, StepRecord};
 
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).expect("connect to the metrics endpoint");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("set timeout");
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: test\r\n\r\n").expect("send request");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("set timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: test\r\n\r\n"
+    )
+    .expect("send request");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("response has a head");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .expect("response has a head");
     let status: u16 = head
         .split_whitespace()
         .nth(1)
@@ -31,12 +39,10 @@ fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// Value of the unlabelled sample `name` in a Prometheus text exposition.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok())?
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
 }
 
 #[test]
@@ -47,7 +53,8 @@ fn metrics_endpoint_serves_recorded_metrics_over_http() {
     caprl_metrics::count_rollout(10);
     let (status, before) = get(addr, "/metrics");
     assert_eq!(status, 200);
-    let rollouts_before = sample(&before, names::ROLLOUTS_TOTAL).expect("rollouts counter exported");
+    let rollouts_before =
+        sample(&before, names::ROLLOUTS_TOTAL).expect("rollouts counter exported");
     let tokens_before = sample(&before, names::TOKENS_TOTAL).expect("tokens counter exported");
 
     caprl_metrics::count_rollout(12);
@@ -70,22 +77,46 @@ fn metrics_endpoint_serves_recorded_metrics_over_http() {
 
     let (status, after) = get(addr, "/metrics");
     assert_eq!(status, 200);
-    assert_eq!(sample(&after, names::ROLLOUTS_TOTAL), Some(rollouts_before + 2.0));
-    assert_eq!(sample(&after, names::TOKENS_TOTAL), Some(tokens_before + 20.0));
+    assert_eq!(
+        sample(&after, names::ROLLOUTS_TOTAL),
+        Some(rollouts_before + 2.0)
+    );
+    assert_eq!(
+        sample(&after, names::TOKENS_TOTAL),
+        Some(tokens_before + 20.0)
+    );
     assert_eq!(sample(&after, names::GRAD_NORM), Some(1.5));
     assert!(sample(&after, names::LEARNER_STEPS_TOTAL).is_some_and(|v| v >= 1.0));
-    assert!(after.contains("# TYPE caprl_learner_steps_total counter"), "{after}");
-    assert!(after.contains("# HELP caprl_rollouts_total "), "descriptions are registered");
-    assert!(after.contains("caprl_queue_depth_messages{queue=\"tasks\"} 17"), "{after}");
-    assert!(after.contains("caprl_rejected_messages_total{reason=\"bad_magic\"} "), "{after}");
+    assert!(
+        after.contains("# TYPE caprl_learner_steps_total counter"),
+        "{after}"
+    );
+    assert!(
+        after.contains("# HELP caprl_rollouts_total "),
+        "descriptions are registered"
+    );
+    assert!(
+        after.contains("caprl_queue_depth_messages{queue=\"tasks\"} 17"),
+        "{after}"
+    );
+    assert!(
+        after.contains("caprl_rejected_messages_total{reason=\"bad_magic\"} "),
+        "{after}"
+    );
     assert!(after.contains("caprl_loss{term=\"total\"} 0.5"), "{after}");
     // `_seconds` histograms are real Prometheus histograms with the configured buckets.
     assert!(
         after.contains("caprl_reward_latency_seconds_bucket{le=\"0.05\"} "),
         "latency histogram has buckets: {after}"
     );
-    assert!(after.contains("caprl_policy_lag_versions_bucket{le=\"2\"} "), "{after}");
-    assert!(after.contains("caprl_reward_bucket{component=\"cider\",le=\"1\"} "), "{after}");
+    assert!(
+        after.contains("caprl_policy_lag_versions_bucket{le=\"2\"} "),
+        "{after}"
+    );
+    assert!(
+        after.contains("caprl_reward_bucket{component=\"cider\",le=\"1\"} "),
+        "{after}"
+    );
     assert!(after.contains("caprl_info{version="), "{after}");
 
     // Everything exported under the caprl_ prefix is declared in names.rs.
@@ -124,5 +155,8 @@ fn a_taken_port_is_a_clear_error() {
     let addr = taken.local_addr().expect("addr");
     let err = serve(addr, Readiness::new()).expect_err("port is taken");
     let msg = err.to_string();
-    assert!(msg.contains(&addr.to_string()) && msg.contains("--metrics-addr"), "{msg}");
+    assert!(
+        msg.contains(&addr.to_string()) && msg.contains("--metrics-addr"),
+        "{msg}"
+    );
 }

@@ -31,7 +31,9 @@ pub enum TelemetryError {
     )]
     NotARunDir { dir: PathBuf },
     /// The config handed to `RunLog::create` is not valid TOML.
-    #[error("the run config is not valid TOML, so it cannot be recorded in the run log header: {0}")]
+    #[error(
+        "the run config is not valid TOML, so it cannot be recorded in the run log header: {0}"
+    )]
     ConfigNotToml(#[from] toml::de::Error),
     /// The header value handed to `RunLog::create` is not a JSON object.
     #[error("the run log header must be a JSON object (or null), got: {got}")]
@@ -44,13 +46,17 @@ pub enum TelemetryError {
         reason: String,
     },
     /// A run log does not start with a header line.
-    #[error("{path}:1: expected the header line `{{\"type\":\"header\", ...}}` first, found {found}")]
+    #[error(
+        "{path}:1: expected the header line `{{\"type\":\"header\", ...}}` first, found {found}"
+    )]
     MissingHeader { path: PathBuf, found: String },
     /// A record could not be encoded as JSON.
     #[error("could not encode a run log record as JSON: {0}")]
     Encode(#[from] serde_json::Error),
     /// The metrics HTTP listener could not bind.
-    #[error("could not listen for metrics on {addr}: {source}; pick a free port with --metrics-addr")]
+    #[error(
+        "could not listen for metrics on {addr}: {source}; pick a free port with --metrics-addr"
+    )]
     Bind {
         addr: SocketAddr,
         #[source]
@@ -68,7 +74,11 @@ pub enum TelemetryError {
 }
 
 impl TelemetryError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> Self {
         Self::Io {
             action,
             path: path.into(),

@@ -164,7 +164,11 @@ mod tests {
         let mut sorted = all_metric_names().to_vec();
         sorted.sort_unstable();
         sorted.dedup();
-        assert_eq!(sorted.len(), all_metric_names().len(), "duplicate metric name");
+        assert_eq!(
+            sorted.len(),
+            all_metric_names().len(),
+            "duplicate metric name"
+        );
         for h in histogram_names() {
             assert!(all_metric_names().contains(h));
         }

@@ -81,7 +81,8 @@ pub fn render_svg(spec: &PlotSpec) -> Result<String> {
     {
         let root = SVGBackend::with_string(&mut svg, PLOT_SIZE).into_drawing_area();
         draw(&root, spec).map_err(|reason| plot_error(spec, reason))?;
-        root.present().map_err(|e| plot_error(spec, e.to_string()))?;
+        root.present()
+            .map_err(|e| plot_error(spec, e.to_string()))?;
     }
     Ok(svg)
 }
@@ -126,16 +127,29 @@ fn tick_label(v: f64) -> String {
     } else {
         let s = format!("{v:.4}");
         let s = s.trim_end_matches('0').trim_end_matches('.');
-        if s == "-0" { "0".into() } else { s.to_owned() }
+        if s == "-0" {
+            "0".into()
+        } else {
+            s.to_owned()
+        }
     }
 }
 
-fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> std::result::Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    spec: &PlotSpec,
+) -> std::result::Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
     let series = spec.drawable();
-    let (x0, x1) = padded_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)), false);
-    let (y0, y1) = padded_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)), true);
+    let (x0, x1) = padded_range(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
+        false,
+    );
+    let (y0, y1) = padded_range(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        true,
+    );
 
     let mut chart = ChartBuilder::on(root)
         .caption(&spec.title, ("sans-serif", 20))
@@ -161,7 +175,9 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
         root.draw(&Text::new(
             "no data",
             (PLOT_SIZE.0 as i32 / 2 - 24, PLOT_SIZE.1 as i32 / 2),
-            ("sans-serif", 16).into_font().color(&RGBColor(120, 120, 120)),
+            ("sans-serif", 16)
+                .into_font()
+                .color(&RGBColor(120, 120, 120)),
         ))
         .map_err(e)?;
         return Ok(());
@@ -171,7 +187,10 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, spec: &PlotSpec) -> s
         let (r, g, b) = series_color(s.color);
         let color = RGBColor(r, g, b);
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
             .map_err(e)?
             .label(s.label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], color.filled()));

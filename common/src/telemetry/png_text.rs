@@ -49,13 +49,13 @@ const SYSTEM_FONTS: &[&str] = &[
 /// PNGs will lack text, a sentence saying why.
 pub(crate) fn load_font(choice: &PngFont) -> (Option<FontArc>, Option<String>) {
     match choice {
-        PngFont::NoText => (None, Some("PNG plots drawn without text (asked for no font)".into())),
+        PngFont::NoText => (
+            None,
+            Some("PNG plots drawn without text (asked for no font)".into()),
+        ),
         PngFont::File(path) => match read_font(path) {
             Ok(font) => (Some(font), None),
-            Err(why) => (
-                None,
-                Some(format!("PNG plots drawn without text: {why}")),
-            ),
+            Err(why) => (None, Some(format!("PNG plots drawn without text: {why}"))),
         },
         PngFont::Search => {
             let from_env = std::env::var_os("CAPRL_REPORT_FONT").map(PathBuf::from);
@@ -80,8 +80,10 @@ pub(crate) fn load_font(choice: &PngFont) -> (Option<FontArc>, Option<String>) {
 }
 
 fn read_font(path: &Path) -> Result<FontArc, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("could not read font {}: {e}", path.display()))?;
-    FontArc::try_from_vec(bytes).map_err(|_| format!("{} is not a TrueType/OpenType font", path.display()))
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("could not read font {}: {e}", path.display()))?;
+    FontArc::try_from_vec(bytes)
+        .map_err(|_| format!("{} is not a TrueType/OpenType font", path.display()))
 }
 
 /// A [`BitMapBackend`] whose text is drawn with `font` (or skipped without one).
@@ -132,7 +134,11 @@ impl<'a> DrawingBackend for TextBitmap<'a> {
         self.inner.present()
     }
 
-    fn draw_pixel(&mut self, point: BackendCoord, color: BackendColor) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+    fn draw_pixel(
+        &mut self,
+        point: BackendCoord,
+        color: BackendColor,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
         self.inner.draw_pixel(point, color)
     }
 

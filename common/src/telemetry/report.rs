@@ -52,11 +52,15 @@ pub struct LoadedRun {
 pub fn write_report(options: &ReportOptions) -> Result<ReportOutcome> {
     let runs = load_runs(&options.run_dirs)?;
     let plots = report_plots(&runs);
-    let mut notes: Vec<String> = runs.iter().flat_map(|r| r.log.warnings.iter().cloned()).collect();
+    let mut notes: Vec<String> = runs
+        .iter()
+        .flat_map(|r| r.log.warnings.iter().cloned())
+        .collect();
 
     let mut pngs = Vec::new();
     if let Some(dir) = &options.png_dir {
-        std::fs::create_dir_all(dir).map_err(|e| TelemetryError::io("create the PNG directory", dir, e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| TelemetryError::io("create the PNG directory", dir, e))?;
         let (font, note) = load_font(&options.png_font);
         notes.extend(note);
         for plot in &plots {
@@ -124,7 +128,9 @@ fn dir_name(dir: &Path) -> String {
 pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
     let mut plots = Vec::new();
     let union = |pick: &dyn Fn(&StepRecord) -> Vec<String>| -> BTreeSet<String> {
-        runs.iter().flat_map(|r| r.log.steps.iter().flat_map(pick)).collect()
+        runs.iter()
+            .flat_map(|r| r.log.steps.iter().flat_map(pick))
+            .collect()
     };
 
     let components = union(&|s| s.rewards.keys().cloned().collect());
@@ -145,7 +151,14 @@ pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
         }
     }
     let mut eval_keys: Vec<(String, String)> = eval_keys.into_iter().collect();
-    eval_keys.sort_by_key(|(split, metric)| (split != "val", !metric.contains("cider"), split.clone(), metric.clone()));
+    eval_keys.sort_by_key(|(split, metric)| {
+        (
+            split != "val",
+            !metric.contains("cider"),
+            split.clone(),
+            metric.clone(),
+        )
+    });
     for (split, metric) in eval_keys {
         let series = runs
             .iter()
@@ -173,23 +186,49 @@ pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
 
     let terms = union(&|s| s.losses.keys().cloned().collect());
     for t in ordered(terms, &["total"]) {
-        plots.push(step_plot(runs, format!("loss-{t}"), format!("Loss: {t}"), "loss", |s| {
-            s.losses.get(&t).copied()
-        }));
+        plots.push(step_plot(
+            runs,
+            format!("loss-{t}"),
+            format!("Loss: {t}"),
+            "loss",
+            |s| s.losses.get(&t).copied(),
+        ));
     }
-    plots.push(step_plot(runs, "policy-lag".into(), "Policy lag (batch mean)".into(), "versions", |s| {
-        Some(s.lag)
-    }));
-    plots.push(step_plot(runs, "tokens-per-s".into(), "Throughput: tokens/s".into(), "tokens/s", |s| {
-        Some(s.tokens_per_s)
-    }));
-    plots.push(step_plot(runs, "rollouts-per-s".into(), "Throughput: rollouts/s".into(), "rollouts/s", |s| {
-        Some(s.rollouts_per_s)
-    }));
-    plots.push(step_plot(runs, "grad-norm".into(), "Gradient norm (before clipping)".into(), "L2 norm", |s| {
-        Some(s.grad_norm)
-    }));
-    plots.push(step_plot(runs, "learning-rate".into(), "Learning rate".into(), "lr", |s| Some(s.lr)));
+    plots.push(step_plot(
+        runs,
+        "policy-lag".into(),
+        "Policy lag (batch mean)".into(),
+        "versions",
+        |s| Some(s.lag),
+    ));
+    plots.push(step_plot(
+        runs,
+        "tokens-per-s".into(),
+        "Throughput: tokens/s".into(),
+        "tokens/s",
+        |s| Some(s.tokens_per_s),
+    ));
+    plots.push(step_plot(
+        runs,
+        "rollouts-per-s".into(),
+        "Throughput: rollouts/s".into(),
+        "rollouts/s",
+        |s| Some(s.rollouts_per_s),
+    ));
+    plots.push(step_plot(
+        runs,
+        "grad-norm".into(),
+        "Gradient norm (before clipping)".into(),
+        "L2 norm",
+        |s| Some(s.grad_norm),
+    ));
+    plots.push(step_plot(
+        runs,
+        "learning-rate".into(),
+        "Learning rate".into(),
+        "lr",
+        |s| Some(s.lr),
+    ));
 
     plots.retain(|p| {
         p.series
@@ -201,7 +240,11 @@ pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
 
 /// `first` names (when present) in that order, then the rest sorted.
 fn ordered(set: BTreeSet<String>, first: &[&str]) -> Vec<String> {
-    let mut out: Vec<String> = first.iter().filter(|f| set.contains(**f)).map(|f| f.to_string()).collect();
+    let mut out: Vec<String> = first
+        .iter()
+        .filter(|f| set.contains(**f))
+        .map(|f| f.to_string())
+        .collect();
     out.extend(set.into_iter().filter(|k| !first.contains(&k.as_str())));
     out
 }
@@ -239,7 +282,13 @@ fn step_plot(
 
 fn slug(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c.to_ascii_lowercase() } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
         .collect()
 }
 
@@ -307,7 +356,12 @@ pub fn render_html(runs: &[LoadedRun], plots: &[PlotSpec], notes: &[String]) -> 
             section = heading;
         }
         let svg = render_svg(plot)?;
-        let _ = write!(html, "<figure id=\"plot-{}\">\n{}\n</figure>\n", plot.id, svg.trim());
+        let _ = write!(
+            html,
+            "<figure id=\"plot-{}\">\n{}\n</figure>\n",
+            plot.id,
+            svg.trim()
+        );
     }
     if !section.is_empty() {
         html.push_str("</div>\n");
@@ -342,7 +396,14 @@ fn summary_table(runs: &[LoadedRun]) -> String {
         finals.push(last);
     }
     let mut columns: Vec<(String, String)> = columns.into_iter().collect();
-    columns.sort_by_key(|(split, metric)| (split != "val", !metric.contains("cider"), split.clone(), metric.clone()));
+    columns.sort_by_key(|(split, metric)| {
+        (
+            split != "val",
+            !metric.contains("cider"),
+            split.clone(),
+            metric.clone(),
+        )
+    });
 
     let mut t = String::from("<table class=\"summary\">\n<thead><tr><th class=\"name\">run</th><th>steps</th><th>policy version</th>");
     for (split, metric) in &columns {
@@ -363,7 +424,11 @@ fn summary_table(runs: &[LoadedRun]) -> String {
         for key in &columns {
             match last.get(key) {
                 Some((value, at)) => {
-                    let _ = write!(t, "<td>{}<br><small>step {at}</small></td>", fmt_value(*value));
+                    let _ = write!(
+                        t,
+                        "<td>{}<br><small>step {at}</small></td>",
+                        fmt_value(*value)
+                    );
                 }
                 None => t.push_str("<td>–</td>"),
             }

@@ -148,7 +148,8 @@ impl RunLog {
             versions.extend(extra);
         }
         line.remove("type");
-        line.entry("unix_ms").or_insert_with(|| unix_ms_now().into());
+        line.entry("unix_ms")
+            .or_insert_with(|| unix_ms_now().into());
         let head = format!(
             "{{\"type\":\"header\",\"versions\":{},\"config\":{}",
             Value::Object(versions),
@@ -169,7 +170,9 @@ impl RunLog {
             .create_new(true)
             .open(&path)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => TelemetryError::RunLogExists { path: path.clone() },
+                std::io::ErrorKind::AlreadyExists => {
+                    TelemetryError::RunLogExists { path: path.clone() }
+                }
                 _ => TelemetryError::io("create", &path, e),
             })?;
         let config_path = run_dir.join(CONFIG_FILE);
@@ -191,7 +194,9 @@ impl RunLog {
             .write(true)
             .open(&path)
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => TelemetryError::RunLogMissing { path: path.clone() },
+                std::io::ErrorKind::NotFound => {
+                    TelemetryError::RunLogMissing { path: path.clone() }
+                }
                 _ => TelemetryError::io("open", &path, e),
             })?;
         let mut bytes = Vec::new();
@@ -220,7 +225,13 @@ impl RunLog {
     /// Appends one step line (a zero `unix_ms` is filled with the current time).
     pub fn log_step(&mut self, record: &StepRecord) -> Result<()> {
         let line = if record.unix_ms == 0 {
-            tagged("step", &StepRecord { unix_ms: unix_ms_now(), ..record.clone() })?
+            tagged(
+                "step",
+                &StepRecord {
+                    unix_ms: unix_ms_now(),
+                    ..record.clone()
+                },
+            )?
         } else {
             tagged("step", record)?
         };
@@ -230,7 +241,13 @@ impl RunLog {
     /// Appends one eval line (a zero `unix_ms` is filled with the current time).
     pub fn log_eval(&mut self, record: &EvalRecord) -> Result<()> {
         let line = if record.unix_ms == 0 {
-            tagged("eval", &EvalRecord { unix_ms: unix_ms_now(), ..record.clone() })?
+            tagged(
+                "eval",
+                &EvalRecord {
+                    unix_ms: unix_ms_now(),
+                    ..record.clone()
+                },
+            )?
         } else {
             tagged("eval", record)?
         };
@@ -306,7 +323,11 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
             }
             Err(e) => return Err(malformed(format!("not a JSON object: {e}"))),
         };
-        let kind = value.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         if header.is_none() {
             if kind != "header" {
                 return Err(TelemetryError::MissingHeader {

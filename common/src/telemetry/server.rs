@@ -107,11 +107,14 @@ pub fn install_recorder(labels: &ProcessLabels) -> Result<&'static PrometheusHan
         return Ok(handle);
     }
     // Two roles of one process may start their endpoints concurrently.
-    let _installing = INSTALLING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _installing = INSTALLING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(handle) = RECORDER.get() {
         return Ok(handle);
     }
-    let recorder_err = |e: metrics_exporter_prometheus::BuildError| TelemetryError::Recorder(e.to_string());
+    let recorder_err =
+        |e: metrics_exporter_prometheus::BuildError| TelemetryError::Recorder(e.to_string());
     let mut builder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
         .map_err(recorder_err)?
@@ -119,7 +122,11 @@ pub fn install_recorder(labels: &ProcessLabels) -> Result<&'static PrometheusHan
         .map_err(recorder_err)?
         .set_buckets_for_metric(Matcher::Full(REWARD.into()), REWARD_BUCKETS)
         .map_err(recorder_err)?;
-    for (key, value) in [(LABEL_ROLE, &labels.role), (LABEL_RUN, &labels.run), (LABEL_WORKER, &labels.worker)] {
+    for (key, value) in [
+        (LABEL_ROLE, &labels.role),
+        (LABEL_RUN, &labels.run),
+        (LABEL_WORKER, &labels.worker),
+    ] {
         if !value.is_empty() {
             builder = builder.add_global_label(key, value.clone());
         }
@@ -141,9 +148,14 @@ pub fn serve(addr: SocketAddr, readiness: Readiness) -> Result<ServerHandle> {
 /// - `GET /metrics`: the Prometheus text exposition of every recorded metric;
 /// - `GET /healthz`: 200 while the process runs (liveness);
 /// - `GET /readyz`: 200 once `readiness.set_ready(true)`, else 503.
-pub fn serve_labeled(addr: SocketAddr, readiness: Readiness, labels: &ProcessLabels) -> Result<ServerHandle> {
+pub fn serve_labeled(
+    addr: SocketAddr,
+    readiness: Readiness,
+    labels: &ProcessLabels,
+) -> Result<ServerHandle> {
     let handle = install_recorder(labels)?;
-    let listener = TcpListener::bind(addr).map_err(|source| TelemetryError::Bind { addr, source })?;
+    let listener =
+        TcpListener::bind(addr).map_err(|source| TelemetryError::Bind { addr, source })?;
     let local_addr = listener
         .local_addr()
         .map_err(|source| TelemetryError::Bind { addr, source })?;
@@ -183,7 +195,9 @@ pub fn serve_labeled(addr: SocketAddr, readiness: Readiness, labels: &ProcessLab
                 }
             }
         })
-        .map_err(|e| TelemetryError::io("start the metrics upkeep thread for", addr.to_string(), e))?;
+        .map_err(|e| {
+            TelemetryError::io("start the metrics upkeep thread for", addr.to_string(), e)
+        })?;
 
     tracing::info!(%local_addr, "serving /metrics, /healthz, /readyz");
     Ok(ServerHandle {
@@ -194,7 +208,11 @@ pub fn serve_labeled(addr: SocketAddr, readiness: Readiness, labels: &ProcessLab
 }
 
 /// Reads one request head and writes one response, then closes.
-fn answer(stream: TcpStream, handle: &PrometheusHandle, readiness: &Readiness) -> std::io::Result<()> {
+fn answer(
+    stream: TcpStream,
+    handle: &PrometheusHandle,
+    readiness: &Readiness,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
