@@ -160,3 +160,13 @@ fn a_taken_port_is_a_clear_error() {
         "{msg}"
     );
 }
+
+#[test]
+fn serving_on_all_interfaces_answers_and_shuts_down() {
+    let server = serve("0.0.0.0:0".parse().expect("addr"), Readiness::new()).expect("serve");
+    let port = server.local_addr().port();
+    let local = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(local, "/healthz").0, 200);
+    server.shutdown();
+    assert!(TcpStream::connect_timeout(&local, Duration::from_millis(500)).is_err());
+}

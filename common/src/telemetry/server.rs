@@ -10,7 +10,7 @@
 //! Prometheus and the kubelet probes are its only clients.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -83,7 +83,14 @@ impl ServerHandle {
     fn stop_threads(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the blocking accept so the thread sees the flag.
-        let _ = TcpStream::connect_timeout(&self.local_addr, IO_TIMEOUT);
+        let mut wake = self.local_addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, IO_TIMEOUT);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -169,9 +176,16 @@ pub fn serve_labeled(
                 if accept_stop.load(Ordering::SeqCst) {
                     break;
                 }
-                if let Ok(stream) = stream {
-                    if let Err(e) = answer(stream, handle, &readiness) {
-                        tracing::debug!(error = %e, "metrics endpoint: dropped a connection");
+                match stream {
+                    Ok(stream) => {
+                        if let Err(e) = answer(stream, handle, &readiness) {
+                            tracing::debug!(error = %e, "metrics endpoint: dropped a connection");
+                        }
+                    }
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                 }
             }
