@@ -16,4 +16,5 @@ pub mod model;
 pub mod optim;
 pub mod progress;
 pub mod score;
+pub mod telemetry;
 pub mod wire;

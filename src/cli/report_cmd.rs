@@ -1,0 +1,48 @@
+//! `caprl report RUN_DIR [RUN_DIR...]`: draw the curves of one or more runs
+//! into one self-contained HTML page (and optionally PNGs).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use caprl_common::telemetry::{write_report, PngFont, ReportOptions};
+
+/// Arguments of `caprl report`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReportArgs {
+    /// Run directories written by `caprl train` / `caprl run` (each holds run.jsonl);
+    /// several are overlaid, one colour per run.
+    #[arg(required = true, value_name = "RUN_DIR")]
+    pub run_dirs: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(long, default_value = "report.html", value_name = "FILE")]
+    pub out: PathBuf,
+    /// Also write one PNG per plot into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub png: Option<PathBuf>,
+    /// TrueType font for PNG text (default: CAPRL_REPORT_FONT, then common system fonts).
+    #[arg(long, value_name = "FILE.ttf", requires = "png")]
+    pub png_font: Option<PathBuf>,
+}
+
+/// Runs `caprl report`.
+pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let options = ReportOptions {
+        run_dirs: args.run_dirs,
+        out: args.out,
+        png_dir: args.png,
+        png_font: args.png_font.map_or(PngFont::Search, PngFont::File),
+    };
+    let outcome = write_report(&options).context("caprl report failed")?;
+    for note in &outcome.notes {
+        eprintln!("note: {note}");
+    }
+    println!("wrote {} ({} plots)", outcome.html.display(), outcome.plots);
+    if let Some(dir) = &options.png_dir {
+        println!(
+            "wrote {} PNG files to {}",
+            outcome.pngs.len(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
