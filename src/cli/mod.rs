@@ -10,6 +10,7 @@ mod config_cmd;
 mod data_cmd;
 mod eval_cmd;
 pub mod logging;
+mod report_cmd;
 mod run_cmd;
 mod score_cmd;
 mod train_cmd;
@@ -75,6 +76,8 @@ pub enum Command {
     Score(score_cmd::ScoreArgs),
     /// Data set tools: generate the synthetic task, print statistics.
     Data(data_cmd::Args),
+    /// Draw the curves of one or more run directories into an HTML report.
+    Report(report_cmd::ReportArgs),
     /// Print the default config or the resolved one.
     Config(config_cmd::Args),
 }
@@ -89,6 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Caption(args) => caption_cmd::run(args, global),
         Command::Score(args) => score_cmd::run(args),
         Command::Data(args) => data_cmd::run(args),
+        Command::Report(args) => report_cmd::run(args),
         Command::Config(args) => config_cmd::run(args, global),
     }
 }
