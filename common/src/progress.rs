@@ -40,7 +40,10 @@ pub struct Progress {
 
 enum Output {
     Bar(ProgressBar),
-    Log { last: Mutex<Instant> },
+    Log {
+        last: Mutex<Instant>,
+        msg: Mutex<String>,
+    },
     Silent,
 }
 
@@ -54,6 +57,7 @@ impl Progress {
         } else {
             Output::Log {
                 last: Mutex::new(started),
+                msg: Mutex::new(String::new()),
             }
         };
         Progress {
@@ -70,14 +74,18 @@ impl Progress {
         let done = self.done.fetch_add(n, Ordering::Relaxed).saturating_add(n);
         match &self.output {
             Output::Bar(bar) => bar.inc(n),
-            Output::Log { last } => {
+            Output::Log { last, msg } => {
                 let now = Instant::now();
                 // Busy (another thread is logging) or poisoned: skipping one
                 // progress line is harmless.
                 if let Ok(mut last) = last.try_lock() {
                     if now.duration_since(*last) >= LOG_EVERY {
                         *last = now;
-                        tracing::info!("{}", self.line(done, ""));
+                        let suffix = msg
+                            .lock()
+                            .map(|m| if m.is_empty() { String::new() } else { format!(" · {m}") })
+                            .unwrap_or_default();
+                        tracing::info!("{}", self.line(done, &suffix));
                     }
                 }
             }
@@ -89,7 +97,12 @@ impl Progress {
     pub fn set_message(&self, msg: &str) {
         match &self.output {
             Output::Bar(bar) => bar.set_message(msg.to_string()),
-            Output::Log { .. } => tracing::debug!("{}: {}", self.label, msg),
+            Output::Log { msg: slot, .. } => {
+                if let Ok(mut slot) = slot.lock() {
+                    slot.clear();
+                    slot.push_str(msg);
+                }
+            }
             Output::Silent => {}
         }
     }

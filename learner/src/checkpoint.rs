@@ -134,7 +134,7 @@ fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>, LearnerError> {
             out.push((step, entry.path()));
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|e| std::cmp::Reverse(e.0));
     Ok(out)
 }
 

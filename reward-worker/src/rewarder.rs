@@ -92,7 +92,10 @@ impl Rewarder {
                     .collect()
             })
             .collect();
-        DocFreq::from_refs(&refs)
+        let words = (0..interner.len() as u32)
+            .map(|id| interner.word(id).unwrap_or_default().to_string())
+            .collect();
+        DocFreq::from_refs(&refs).with_words(words)
     }
 
     fn image(&self, row: u32) -> Result<&ImageRefs, RewardError> {

@@ -99,7 +99,7 @@ fn read_ids(features: &std::path::Path, n: usize) -> Result<Vec<String>> {
         features.with_extension("ids.json"),
         features.with_file_name("features.ids.json"),
     ];
-    for p in candidates.iter().filter(|p| p.exists()) {
+    if let Some(p) = candidates.iter().find(|p| p.exists()) {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let v: Vec<serde_json::Value> = serde_json::from_str(&text)
             .with_context(|| format!("{}: expected a JSON array of ids", p.display()))?;

@@ -19,6 +19,18 @@ pub enum Command {
     Synth(SynthArgs),
     /// Print a summary of a data set directory (any supported format).
     Stats(StatsArgs),
+    /// Precompute CIDEr-D document frequencies from the training references
+    /// (what SCST rewards use; `caprl score --df FILE` reads it).
+    Df(DfArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DfArgs {
+    /// Data set directory.
+    pub dir: PathBuf,
+    /// Output file (default: DIR/train-df.bin).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,6 +77,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
             print!("{}", data::stats(&ds));
+        }
+        Command::Df(a) => {
+            let ds = Dataset::open(&a.dir)
+                .with_context(|| format!("opening data set {}", a.dir.display()))?;
+            let df = caprl_reward_worker::Rewarder::training_df(&ds, &ds.train.items);
+            let out = a.out.unwrap_or_else(|| a.dir.join("train-df.bin"));
+            df.save(&out)
+                .with_context(|| format!("writing {}", out.display()))?;
+            println!(
+                "{}: document frequencies of {} n-grams over {} training images",
+                out.display(),
+                df.len(),
+                df.num_images()
+            );
         }
     }
     Ok(())
