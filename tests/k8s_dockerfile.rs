@@ -77,8 +77,14 @@ fn dockerfiles_copy_every_workspace_path_that_exists_and_build_the_caprl_binary(
             .iter()
             .find(|s| s.contains("cargo build"))
             .unwrap_or_else(|| panic!("{file}: no cargo build step"));
-        assert!(build.contains("--release") && build.contains("--locked"), "{file}: {build}");
-        assert!(build.contains("--bin caprl"), "{file}: builds something else: {build}");
+        assert!(
+            build.contains("--release") && build.contains("--locked"),
+            "{file}: {build}"
+        );
+        assert!(
+            build.contains("--bin caprl"),
+            "{file}: builds something else: {build}"
+        );
         if file.ends_with(".cuda") {
             assert!(build.contains("--features cuda"), "{file}: no CUDA feature");
         }
@@ -91,8 +97,16 @@ fn dockerfiles_copy_every_workspace_path_that_exists_and_build_the_caprl_binary(
             .iter()
             .find_map(|s| s.strip_prefix("USER "))
             .unwrap_or_else(|| panic!("{file}: runtime stage sets no USER"));
-        let uid: u32 = user.split(':').next().unwrap_or("").parse().expect("numeric uid");
-        assert!(uid >= 1000, "{file}: runtime user {uid} should be unprivileged");
+        let uid: u32 = user
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .parse()
+            .expect("numeric uid");
+        assert!(
+            uid >= 1000,
+            "{file}: runtime user {uid} should be unprivileged"
+        );
         assert!(
             last_stage
                 .iter()
@@ -114,7 +128,10 @@ fn dockerignore_keeps_build_outputs_out_and_sources_in() {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    assert!(rules.contains(&"**/target"), "target dirs must stay out of the context");
+    assert!(
+        rules.contains(&"**/target"),
+        "target dirs must stay out of the context"
+    );
     assert!(rules.contains(&".git"));
     for path in workspace_paths() {
         assert!(

@@ -56,7 +56,9 @@ fn every_overlay_renders_and_every_object_validates_strictly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut files = vec![repo("k8s/base/nats-credentials.template.yaml")];
     for (target, _) in TARGETS {
-        let path = dir.path().join(format!("{}.yaml", target.replace('/', "_")));
+        let path = dir
+            .path()
+            .join(format!("{}.yaml", target.replace('/', "_")));
         std::fs::write(&path, render(&kubectl, target)).expect("write rendered");
         files.push(path);
     }
@@ -71,7 +73,10 @@ fn every_overlay_renders_and_every_object_validates_strictly() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "kubernetes-validate failed:\n{report}");
+    assert!(
+        out.status.success(),
+        "kubernetes-validate failed:\n{report}"
+    );
     for line in report.lines() {
         // Prometheus operator kinds have no built-in schema; everything else must have one.
         let tolerated = line.contains("monitoring.coreos.com/");
@@ -119,8 +124,15 @@ fn every_pod_runs_non_root_read_only_without_capabilities_and_with_limits() {
             .lines()
             .filter(|l| l.trim_start().starts_with("image: "))
             .count();
-        assert!(pods >= 4 && containers >= 2 * pods - 1, "{target}: pods {pods}");
-        assert_eq!(count(&text, "runAsNonRoot: true"), pods, "{target}: runAsNonRoot");
+        assert!(
+            pods >= 4 && containers >= 2 * pods - 1,
+            "{target}: pods {pods}"
+        );
+        assert_eq!(
+            count(&text, "runAsNonRoot: true"),
+            pods,
+            "{target}: runAsNonRoot"
+        );
         assert_eq!(
             count(&text, "type: RuntimeDefault"),
             pods,
@@ -158,9 +170,18 @@ fn gpu_overlay_gives_the_learner_a_gpu_and_dev_overlay_gives_it_none() {
     assert!(gpu.contains("nvidia.com/gpu.present: \"true\""));
     assert!(gpu.contains("kind: PodMonitor"));
     let dev = render(&kubectl, "k8s/overlays/dev");
-    assert!(!dev.contains("nvidia.com/gpu"), "dev overlay must fit a laptop");
-    assert!(!dev.contains("caprl-cuda"), "dev overlay runs the CPU image only");
-    assert!(dev.contains("kind: Secret"), "dev overlay brings its own NATS secret");
+    assert!(
+        !dev.contains("nvidia.com/gpu"),
+        "dev overlay must fit a laptop"
+    );
+    assert!(
+        !dev.contains("caprl-cuda"),
+        "dev overlay runs the CPU image only"
+    );
+    assert!(
+        dev.contains("kind: Secret"),
+        "dev overlay brings its own NATS secret"
+    );
 }
 
 /// One container's `command` + `args` from kustomize's block-style output.
@@ -201,7 +222,9 @@ fn caprl_command_lines(text: &str) -> Vec<Vec<String>> {
             .partition(|p| p.col < col || (p.col == col && !new_item));
         open = keep;
         done.extend(close);
-        let key = rest.strip_suffix(':').filter(|k| *k == "command" || *k == "args");
+        let key = rest
+            .strip_suffix(':')
+            .filter(|k| *k == "command" || *k == "args");
         i += 1;
         if let Some(key) = key {
             let prefix = format!("{}- ", " ".repeat(col));

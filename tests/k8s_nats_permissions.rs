@@ -90,9 +90,11 @@ async fn assert_publish_denied(
         .expect("publish is queued");
     client.flush().await.expect("flush");
     for _ in 0..40 {
-        let seen = errors.lock().expect("error log").iter().any(|e| {
-            e.to_lowercase().contains("permissions violation") && e.contains(subject)
-        });
+        let seen = errors
+            .lock()
+            .expect("error log")
+            .iter()
+            .any(|e| e.to_lowercase().contains("permissions violation") && e.contains(subject));
         if seen {
             return;
         }
@@ -154,11 +156,7 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
         .messages()
         .await
         .expect("actor pulls");
-    let task = batch
-        .next()
-        .await
-        .expect("one task")
-        .expect("task message");
+    let task = batch.next().await.expect("one task").expect("task message");
     assert_eq!(task.payload.as_ref(), b"task-1");
     task.double_ack().await.expect("actor acks the task");
     js.publish("caprl.default.rollouts", Bytes::from_static(b"rollout-1"))
@@ -187,7 +185,10 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
         .get_object_store("caprl-default-snapshots")
         .await
         .expect("actor opens the snapshot store");
-    let mut object = store.get("policy-v1").await.expect("actor reads a snapshot");
+    let mut object = store
+        .get("policy-v1")
+        .await
+        .expect("actor reads a snapshot");
     let mut data = Vec::new();
     object.read_to_end(&mut data).await.expect("snapshot bytes");
     meta.verify(&data).expect("the snapshot the learner wrote");
@@ -199,8 +200,12 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
     assert_publish_denied(&actor, &errors, "caprl.default.tasks").await;
     assert_publish_denied(&actor, &errors, "caprl.default.scored").await;
     assert_publish_denied(&actor, &errors, "$JS.API.STREAM.PURGE.caprl-default-tasks").await;
-    assert_publish_denied(&actor, &errors, "$JS.API.STREAM.DELETE.OBJ_caprl-default-snapshots")
-        .await;
+    assert_publish_denied(
+        &actor,
+        &errors,
+        "$JS.API.STREAM.DELETE.OBJ_caprl-default-snapshots",
+    )
+    .await;
 
     // The run is unchanged: still snapshot v1 as latest, no forged chunk stored.
     let still = learner.latest().await.expect("latest").expect("set");
