@@ -1,0 +1,310 @@
+//! The per-role NATS permissions in k8s/base/nats.conf, checked against a real
+//! nats-server: the learner can do everything a run needs, an actor can pull tasks, read
+//! snapshots and publish rollouts, and is refused when it tries to write a snapshot,
+//! `latest` or a task.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+use futures::StreamExt;
+use tokio::io::AsyncReadExt;
+
+const PASSWORDS: [(&str, &str, &str); 3] = [
+    ("$CAPRL_NATS_LEARNER_PASSWORD", "learner", "learner-pw"),
+    ("$CAPRL_NATS_ACTOR_PASSWORD", "actor", "actor-pw"),
+    (
+        "$CAPRL_NATS_REWARD_WORKER_PASSWORD",
+        "reward-worker",
+        "reward-pw",
+    ),
+];
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The shipped config with literal passwords (the pod gets them from env) and without
+/// the fixed monitor port and store dir (the test server picks its own).
+fn test_config(dir: &Path) -> PathBuf {
+    let mut text = std::fs::read_to_string(repo_file("k8s/base/nats.conf")).expect("nats.conf");
+    for (var, _, password) in PASSWORDS {
+        assert!(text.contains(var), "nats.conf should read {var}");
+        text = text.replace(var, &format!("\"{password}\""));
+    }
+    let text: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("http_port") && !l.contains("store_dir"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let path = dir.join("nats.conf");
+    std::fs::write(&path, text).expect("write test config");
+    path
+}
+
+fn password(user: &str) -> &'static str {
+    PASSWORDS
+        .iter()
+        .find(|(_, u, _)| *u == user)
+        .map(|(_, _, p)| *p)
+        .expect("known user")
+}
+
+/// A raw client as `user` that records every error the server sends back.
+async fn raw_client(url: &str, user: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let sink = errors.clone();
+    let client = async_nats::ConnectOptions::with_user_and_password(
+        user.to_string(),
+        password(user).to_string(),
+    )
+    .event_callback(move |event| {
+        let sink = sink.clone();
+        async move {
+            if let async_nats::Event::ServerError(e) = event {
+                sink.lock().expect("error log").push(e.to_string());
+            }
+        }
+    })
+    .connect(url)
+    .await
+    .expect("role connects with its password");
+    (client, errors)
+}
+
+/// Publishes to `subject` and waits until the server has answered with a permissions
+/// violation for it.
+async fn assert_publish_denied(
+    client: &async_nats::Client,
+    errors: &Arc<Mutex<Vec<String>>>,
+    subject: &str,
+) {
+    client
+        .publish(subject.to_string(), Bytes::from_static(b"forged"))
+        .await
+        .expect("publish is queued");
+    client.flush().await.expect("flush");
+    for _ in 0..40 {
+        let seen = errors
+            .lock()
+            .expect("error log")
+            .iter()
+            .any(|e| e.to_lowercase().contains("permissions violation") && e.contains(subject));
+        if seen {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no permissions violation for a publish to {subject}; server errors: {:?}",
+        errors.lock().expect("error log")
+    );
+}
+
+#[tokio::test]
+async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(test_config(dir.path())),
+        ..LocalNatsServerOptions::default()
+    })
+    .expect("nats-server starts with k8s/base/nats.conf");
+    let url = server.url();
+    let opts = BusOptions::for_run("default");
+
+    // The learner creates the run and publishes a snapshot and a task.
+    let learner_cfg = NatsConnect {
+        user: "learner".into(),
+        password: password("learner").into(),
+        connect_timeout_secs: 2,
+        ..NatsConnect::to_url(&url)
+    };
+    let learner = NatsBus::connect(&learner_cfg, &opts)
+        .await
+        .expect("learner opens the run with its permissions");
+    let weights = Bytes::from(vec![7u8; 300_000]);
+    let meta = learner
+        .put_snapshot(1, weights.clone())
+        .await
+        .expect("learner writes a snapshot");
+    learner
+        .publish(Queue::Tasks, Bytes::from_static(b"task-1"))
+        .await
+        .expect("learner publishes a task");
+
+    // The actor does what its loop does.
+    let (actor, errors) = raw_client(&url, "actor").await;
+    let js = jetstream::ContextBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build(actor.clone());
+    let tasks = js
+        .get_stream("caprl-default-tasks")
+        .await
+        .expect("actor reads the tasks stream info");
+    let consumer: jetstream::consumer::PullConsumer = tasks
+        .get_consumer("workers")
+        .await
+        .expect("actor opens the workers consumer");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .messages()
+        .await
+        .expect("actor pulls");
+    let task = batch.next().await.expect("one task").expect("task message");
+    assert_eq!(task.payload.as_ref(), b"task-1");
+    task.double_ack().await.expect("actor acks the task");
+    js.publish("caprl.default.rollouts", Bytes::from_static(b"rollout-1"))
+        .await
+        .expect("actor publishes a rollout")
+        .await
+        .expect("rollout stored");
+
+    let control = js
+        .get_key_value("caprl-default-control")
+        .await
+        .expect("actor opens the control bucket");
+    let latest = control.get("latest").await.expect("actor reads latest");
+    assert!(latest.is_some(), "latest is set");
+    let mut watch = control
+        .watch_with_history("latest")
+        .await
+        .expect("actor watches latest");
+    let first = tokio::time::timeout(Duration::from_secs(5), watch.next())
+        .await
+        .expect("watch delivers")
+        .expect("an entry")
+        .expect("entry ok");
+    assert_eq!(first.key, "latest");
+    let store = js
+        .get_object_store("caprl-default-snapshots")
+        .await
+        .expect("actor opens the snapshot store");
+    let mut object = store
+        .get("policy-v1")
+        .await
+        .expect("actor reads a snapshot");
+    let mut data = Vec::new();
+    object.read_to_end(&mut data).await.expect("snapshot bytes");
+    meta.verify(&data).expect("the snapshot the learner wrote");
+
+    // ...and nothing a learner does.
+    assert_publish_denied(&actor, &errors, "$O.caprl-default-snapshots.C.forged").await;
+    assert_publish_denied(&actor, &errors, "$O.caprl-default-snapshots.M.cG9saWN5LXYy").await;
+    assert_publish_denied(&actor, &errors, "$KV.caprl-default-control.latest").await;
+    assert_publish_denied(&actor, &errors, "caprl.default.tasks").await;
+    assert_publish_denied(&actor, &errors, "caprl.default.scored").await;
+    assert_publish_denied(&actor, &errors, "$JS.API.STREAM.PURGE.caprl-default-tasks").await;
+    assert_publish_denied(
+        &actor,
+        &errors,
+        "$JS.API.STREAM.DELETE.OBJ_caprl-default-snapshots",
+    )
+    .await;
+
+    // The run is unchanged: still snapshot v1 as latest, no forged chunk stored.
+    let still = learner.latest().await.expect("latest").expect("set");
+    assert_eq!(still, meta);
+    let learner_js = jetstream::new(
+        async_nats::ConnectOptions::with_user_and_password(
+            "learner".into(),
+            password("learner").into(),
+        )
+        .connect(&url)
+        .await
+        .expect("learner raw client"),
+    );
+    let mut objects = learner_js
+        .get_stream("OBJ_caprl-default-snapshots")
+        .await
+        .expect("object stream");
+    let before = objects.info().await.expect("info").state.messages;
+    assert!(
+        learner_js
+            .get_stream("OBJ_caprl-default-snapshots")
+            .await
+            .expect("object stream")
+            .get_last_raw_message_by_subject("$O.caprl-default-snapshots.C.forged")
+            .await
+            .is_err(),
+        "no forged chunk was stored"
+    );
+    assert!(before > 0);
+}
+
+#[tokio::test]
+async fn reward_worker_may_pull_rollouts_and_publish_scored_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(test_config(dir.path())),
+        ..LocalNatsServerOptions::default()
+    })
+    .expect("nats-server starts with k8s/base/nats.conf");
+    let url = server.url();
+    let learner_cfg = NatsConnect {
+        user: "learner".into(),
+        password: password("learner").into(),
+        connect_timeout_secs: 2,
+        ..NatsConnect::to_url(&url)
+    };
+    let learner = NatsBus::connect(&learner_cfg, &BusOptions::for_run("default"))
+        .await
+        .expect("learner opens the run");
+
+    let (actor, _) = raw_client(&url, "actor").await;
+    jetstream::new(actor)
+        .publish("caprl.default.rollouts", Bytes::from_static(b"rollout-1"))
+        .await
+        .expect("publish")
+        .await
+        .expect("stored");
+
+    let (worker, errors) = raw_client(&url, "reward-worker").await;
+    let js = jetstream::ContextBuilder::new()
+        .timeout(Duration::from_secs(2))
+        .build(worker.clone());
+    let consumer: jetstream::consumer::PullConsumer = js
+        .get_stream("caprl-default-rollouts")
+        .await
+        .expect("worker reads the rollouts stream info")
+        .get_consumer("workers")
+        .await
+        .expect("worker opens the workers consumer");
+    let rollout = consumer
+        .fetch()
+        .max_messages(1)
+        .messages()
+        .await
+        .expect("pull")
+        .next()
+        .await
+        .expect("one rollout")
+        .expect("message");
+    js.publish("caprl.default.scored", Bytes::from_static(b"scored-1"))
+        .await
+        .expect("worker publishes a scored rollout")
+        .await
+        .expect("stored");
+    rollout.double_ack().await.expect("worker acks the rollout");
+    let scored = learner
+        .pull(Queue::Scored, 1, Duration::from_secs(2))
+        .await
+        .expect("learner pulls scored");
+    assert_eq!(scored.len(), 1);
+
+    assert_publish_denied(&worker, &errors, "caprl.default.rollouts").await;
+    assert_publish_denied(&worker, &errors, "caprl.default.tasks").await;
+    assert_publish_denied(&worker, &errors, "$KV.caprl-default-control.latest").await;
+    assert_publish_denied(&worker, &errors, "$O.caprl-default-snapshots.C.forged").await;
+    assert_publish_denied(
+        &worker,
+        &errors,
+        "$JS.API.CONSUMER.MSG.NEXT.caprl-default-tasks.workers",
+    )
+    .await;
+}
