@@ -220,6 +220,7 @@ impl Trainer {
         self.opt.step(&grads, opts.lr)?;
         self.state.step += 1;
         self.state.policy_version += 1;
+        self.state.dropout_rng = self.dropout_rng.state();
         Ok(StepStats {
             loss: value,
             grad_norm: norm as f32,
