@@ -6,4 +6,4 @@
 
 mod rewarder;
 
-pub use rewarder::{exploration_terms, reward_label, RewardError, Rewarder};
+pub use rewarder::{exploration_terms, RewardError, Rewarder};

@@ -129,7 +129,7 @@ impl Rewarder {
                 other => return Err(RewardError::Unsupported(*other)),
             } as f32;
             total += weight * value;
-            components.push((reward_label(*name).to_string(), value));
+            components.push((name.as_str().to_string(), value));
         }
         Ok(RewardVector { total, components })
     }
@@ -182,23 +182,6 @@ pub fn exploration_terms(d: &[Vec<f64>]) -> Vec<f32> {
     d.iter()
         .map(|row| ((2.0 / s as f64) * row.iter().map(|x| x - d_bar).sum::<f64>()) as f32)
         .collect()
-}
-
-/// The name a reward component carries on the wire and in metrics.
-pub fn reward_label(name: RewardName) -> &'static str {
-    match name {
-        RewardName::Cider => "cider",
-        RewardName::Bleu1 => "bleu1",
-        RewardName::Bleu2 => "bleu2",
-        RewardName::Bleu3 => "bleu3",
-        RewardName::Bleu4 => "bleu4",
-        RewardName::Rouge => "rouge",
-        RewardName::Clip => "clip",
-        RewardName::ClipI2t => "clip-i2t",
-        RewardName::ClipS => "clip-s",
-        RewardName::Disc => "disc",
-        RewardName::Embed => "embed",
-    }
 }
 
 #[cfg(test)]
