@@ -180,8 +180,9 @@ struct NgramIds {
     /// `ids[n][p]`: id of the (n+1)-gram starting at token `p` (valid where
     /// it fits in its sentence). `ids[0]` is empty: unigram ids are tokens.
     ids: [Vec<u32>; MAX_ORDER],
-    /// `idf[n][id]`.
-    idf: [Vec<f64>; MAX_ORDER],
+    /// `pos_idf[n][p]`: idf of the (n+1)-gram starting at token `p`,
+    /// gathered once in a tight loop so per-image work reads it in order.
+    pos_idf: [Vec<f64>; MAX_ORDER],
 }
 
 impl NgramIds {
@@ -266,7 +267,7 @@ impl NgramIds {
         };
         let ref_len = (num_images as f64).ln();
         let ln_table: Vec<f64> = (0..=num_images).map(|k| (k as f64).max(1.0).ln()).collect();
-        let idf = std::array::from_fn(|n| {
+        let pos_idf = std::array::from_fn(|n| {
             let df: Vec<u32> = match df_source {
                 DfSource::Corpus => corpus_df(corpus, n, num_ids[n], &ids[n]),
                 DfSource::Table(t) => (0..num_ids[n])
@@ -281,26 +282,33 @@ impl NgramIds {
                     })
                     .collect(),
             };
-            df.iter()
+            let idf: Vec<f64> = df
+                .iter()
                 .map(|&d| ref_len - ln_table[(d as usize).min(num_images)])
-                .collect()
+                .collect();
+            if idf.is_empty() {
+                return vec![0.0; tokens.len()];
+            }
+            let src = if n == 0 { &tokens[..] } else { &ids[n][..] };
+            src.iter().map(|&id| idf[id as usize]).collect()
         });
-        Self { ids, idf }
+        Self { ids, pos_idf }
     }
 
-    /// The ids of the (n+1)-grams of sentence range `r`.
+    /// The ids and idfs of the (n+1)-grams of sentence range `r`.
     #[inline]
     fn sentence_ids<'a>(
         &'a self,
         tokens: &'a [u32],
         n: usize,
         r: std::ops::Range<usize>,
-    ) -> &'a [u32] {
+    ) -> (&'a [u32], &'a [f64]) {
         if r.len() <= n {
-            return &[];
+            return (&[], &[]);
         }
         let src = if n == 0 { tokens } else { &self.ids[n] };
-        &src[r.start..r.end - n]
+        let end = r.end - n;
+        (&src[r.start..end], &self.pos_idf[n][r.start..end])
     }
 }
 
@@ -330,9 +338,9 @@ fn corpus_df(corpus: &FlatCorpus, n: usize, num_ids: usize, ids: &[u32]) -> Vec<
 
 #[derive(Default)]
 struct Scratch {
-    sort: Vec<u32>,
-    /// Sorted (id, count) lists: candidate first, then each reference.
-    counts: Vec<(u32, u32)>,
+    sort: Vec<u64>,
+    /// Sorted (id, count, idf) lists: candidate first, then each reference.
+    counts: Vec<Count>,
     /// `bounds[i]..bounds[i + 1]` is list `i` of `counts`.
     bounds: Vec<usize>,
     max_ref: Vec<u32>,
@@ -345,19 +353,35 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Appends the sorted (id, count) pairs of `ids` to `out`.
+/// One distinct n-gram of a sentence.
+#[derive(Clone, Copy)]
+struct Count {
+    id: u32,
+    tf: u32,
+    idf: f64,
+}
+
+/// Appends the distinct n-grams of `ids` (with their idfs `idfs`) to `out`,
+/// sorted by id.
 #[inline]
-fn push_counts(ids: &[u32], sort: &mut Vec<u32>, out: &mut Vec<(u32, u32)>) {
+fn push_counts((ids, idfs): (&[u32], &[f64]), sort: &mut Vec<u64>, out: &mut Vec<Count>) {
     sort.clear();
-    sort.extend_from_slice(ids);
+    for (i, &id) in ids.iter().enumerate() {
+        sort.push((u64::from(id) << 32) | i as u64);
+    }
     sort.sort_unstable();
     let start = out.len();
     for &k in sort.iter() {
+        let id = (k >> 32) as u32;
         let len = out.len();
-        if len > start && out[len - 1].0 == k {
-            out[len - 1].1 += 1;
+        if len > start && out[len - 1].id == id {
+            out[len - 1].tf += 1;
         } else {
-            out.push((k, 1));
+            out.push(Count {
+                id,
+                tf: 1,
+                idf: idfs[(k & 0xffff_ffff) as usize],
+            });
         }
     }
 }
@@ -410,7 +434,6 @@ fn score_image(
     s.ref_norm.resize(nrefs * MAX_ORDER, 0.0);
     let mut cand_norm = [0.0; MAX_ORDER];
     for n in 0..MAX_ORDER {
-        let idf = &ids.idf[n];
         s.counts.clear();
         s.bounds.clear();
         s.bounds.push(0);
@@ -430,8 +453,8 @@ fn score_image(
         }
         let (cand_counts, ref_counts) = s.counts.split_at(s.bounds[1]);
         let mut norm2 = 0.0;
-        for &(k, tf) in cand_counts {
-            let v = f64::from(tf) * idf[k as usize];
+        for c in cand_counts {
+            let v = f64::from(c.tf) * c.idf;
             norm2 += v * v;
         }
         cand_norm[n] = norm2.sqrt();
@@ -444,14 +467,14 @@ fn score_image(
             let mut rnorm2 = 0.0;
             let mut dot = 0.0;
             let mut i = 0;
-            for &(k, tf) in list {
-                let wr = f64::from(tf) * idf[k as usize];
+            for &Count { id: k, tf, idf } in list {
+                let wr = f64::from(tf) * idf;
                 rnorm2 += wr * wr;
-                while i < cand_counts.len() && cand_counts[i].0 < k {
+                while i < cand_counts.len() && cand_counts[i].id < k {
                     i += 1;
                 }
-                if i < cand_counts.len() && cand_counts[i].0 == k {
-                    let wc = f64::from(cand_counts[i].1) * idf[k as usize];
+                if i < cand_counts.len() && cand_counts[i].id == k {
+                    let wc = f64::from(cand_counts[i].tf) * idf;
                     dot += wc.min(wr) * wr;
                     if metrics.bleu {
                         s.max_ref[i] = s.max_ref[i].max(tf);
@@ -465,7 +488,7 @@ fn score_image(
             out.bleu.correct[n] = cand_counts
                 .iter()
                 .zip(&s.max_ref)
-                .map(|(&(_, c), &m)| c.min(m) as usize)
+                .map(|(c, &m)| c.tf.min(m) as usize)
                 .sum();
         }
     }
