@@ -7,7 +7,9 @@
 
 use std::time::Instant;
 
-use caprl_common::score::{evaluate, load_cands, load_refs, CiderD, DocFreq, Interner};
+use caprl_common::score::{
+    cider_corpus_parallel, evaluate, load_cands, load_refs, CiderD, DocFreq, Interner,
+};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 /// Deterministic captions of 7..14 words over a 2,000-word vocabulary
 /// skewed towards low ids (a small LCG keeps the bench free of extra deps).
@@ -49,6 +51,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function("prepare_refs", |b| {
         b.iter(|| refs.iter().map(|r| scorer.prepare(r)).collect::<Vec<_>>())
     });
+    g.bench_function("cider_corpus_1_thread", |b| {
+        b.iter(|| cider_corpus_parallel(&refs, &cands, false))
+    });
+    g.bench_function("cider_corpus_all_threads", |b| {
+        b.iter(|| cider_corpus_parallel(&refs, &cands, true))
+    });
     g.finish();
 
     if let Ok(path) = std::env::var("CAPRL_SCORE_SET") {
@@ -56,14 +64,18 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// Captions/s of the best of 10 runs after one warm-up (the machine may be
+/// shared; `bench.py` takes pycocoevalcap's best run too).
 fn rate(n: usize, f: impl Fn()) -> f64 {
     f();
-    let reps = 5;
-    let t = Instant::now();
-    for _ in 0..reps {
-        f();
-    }
-    (n * reps) as f64 / t.elapsed().as_secs_f64()
+    let best = (0..10)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    n as f64 / best
 }
 
 /// Scores a REFS/CANDS pair the way `caprl score` does and prints captions/s.
@@ -86,11 +98,10 @@ fn compare(set: &std::path::Path) {
         .iter()
         .map(|(_, c)| interner.intern_sentence(c))
         .collect();
+    // End to end like pycocoevalcap's Cider().compute_score: df over the
+    // set's references, then every image.
     let cider_only = |parallel: bool| {
-        let scorer = CiderD::new(DocFreq::from_refs(&ref_ids));
-        let prepared: Vec<_> = ref_ids.iter().map(|r| scorer.prepare(r)).collect();
-        let p: Vec<_> = prepared.iter().collect();
-        scorer.score_batch(&p, &cand_ids, parallel);
+        cider_corpus_parallel(&ref_ids, &cand_ids, parallel);
     };
     let c1 = rate(n, || cider_only(false));
     let call = rate(n, || cider_only(true));

@@ -59,6 +59,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::corpus::{score_corpus, DfSource, FlatCorpus, Metrics};
 use super::df::DocFreq;
 use super::ngrams::{count_sorted, push_ngrams, KeyMap, NgramKey, MAX_ORDER};
 
@@ -285,7 +286,8 @@ impl CiderD {
 
 /// CIDEr-D in corpus mode: df from `refs` (one entry per image), the mean
 /// over images and the per-image scores, as pycocoevalcap's
-/// `Cider().compute_score(gts, res)`.
+/// `Cider().compute_score(gts, res)`. Computed on dense n-gram ids (see
+/// the `corpus` module), on one thread.
 ///
 /// # Panics
 /// If `refs` and `cands` differ in length.
@@ -293,16 +295,31 @@ pub fn cider_corpus<C: AsRef<[u32]> + Sync>(
     refs: &[Vec<Vec<u32>>],
     cands: &[C],
 ) -> (f64, Vec<f64>) {
+    cider_corpus_parallel(refs, cands, false)
+}
+
+/// [`cider_corpus`], scoring the images on rayon's pool when `parallel`.
+///
+/// # Panics
+/// If `refs` and `cands` differ in length.
+pub fn cider_corpus_parallel<C: AsRef<[u32]> + Sync>(
+    refs: &[Vec<Vec<u32>>],
+    cands: &[C],
+    parallel: bool,
+) -> (f64, Vec<f64>) {
     assert_eq!(
         refs.len(),
         cands.len(),
         "cider_corpus: one reference set per candidate"
     );
-    let scorer = CiderD::new(DocFreq::from_refs(refs));
-    let scores: Vec<f64> = refs
-        .iter()
-        .zip(cands)
-        .map(|(r, c)| scorer.score(&scorer.prepare(r), c.as_ref()))
+    let corpus = FlatCorpus::from_nested(refs, cands);
+    let metrics = Metrics {
+        bleu: false,
+        rouge: false,
+    };
+    let scores: Vec<f64> = score_corpus(&corpus, DfSource::Corpus, metrics, parallel)
+        .into_iter()
+        .map(|r| r.cider)
         .collect();
     (mean(&scores), scores)
 }

@@ -12,15 +12,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use rayon::prelude::*;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::bleu::BleuStats;
-use super::cider::CiderD;
+use super::corpus::{score_corpus, DfSource, FlatCorpus, Metrics};
 use super::df::DocFreq;
 use super::intern::Interner;
-use super::rouge::rouge_l;
 
 /// What is wrong with a REFS or CANDS file.
 #[derive(Debug, thiserror::Error)]
@@ -245,40 +243,36 @@ pub fn evaluate(
         Some(d) => Interner::with_words(d.words()),
         None => Interner::new(),
     };
-    let ref_ids: Vec<Vec<Vec<u32>>> = cands
-        .iter()
-        .map(|(id, _)| {
-            refs[id]
-                .iter()
-                .map(|r| interner.intern_sentence(r))
-                .collect()
+    let nref: usize = cands.iter().map(|(id, _)| refs[id].len()).sum();
+    let mut corpus = FlatCorpus::with_capacity(cands.len(), nref + cands.len(), 12 * nref);
+    for (id, _) in cands {
+        for r in &refs[id] {
+            corpus.push_sentence(r.split_whitespace().map(|w| interner.intern(w)));
+        }
+        corpus.end_image_refs();
+    }
+    for (_, c) in cands {
+        corpus.push_sentence(c.split_whitespace().map(|w| interner.intern(w)));
+    }
+    let source = match &df {
+        Some(d) => DfSource::Table(d),
+        None => DfSource::Corpus,
+    };
+    let metrics = Metrics {
+        bleu: true,
+        rouge: true,
+    };
+    let per: Vec<(BleuStats, Scores)> = score_corpus(&corpus, source, metrics, parallel)
+        .into_iter()
+        .map(|r| {
+            let s = Scores {
+                bleu: r.bleu.scores(),
+                rouge_l: r.rouge,
+                cider_d: r.cider,
+            };
+            (r.bleu, s)
         })
         .collect();
-    let cand_ids: Vec<Vec<u32>> = cands
-        .iter()
-        .map(|(_, c)| interner.intern_sentence(c))
-        .collect();
-    let scorer = CiderD::new(df.unwrap_or_else(|| DocFreq::from_refs(&ref_ids)));
-
-    let one = |i: usize| {
-        let stats = BleuStats::new(&cand_ids[i], &ref_ids[i]);
-        let prepared = scorer.prepare(&ref_ids[i]);
-        let s = Scores {
-            bleu: stats.scores(),
-            rouge_l: rouge_l(&cand_ids[i], &ref_ids[i]),
-            cider_d: scorer.score(&prepared, &cand_ids[i]),
-        };
-        (stats, s)
-    };
-    let per: Vec<(BleuStats, Scores)> = if parallel {
-        (0..cands.len())
-            .into_par_iter()
-            .with_min_len(32)
-            .map(one)
-            .collect()
-    } else {
-        (0..cands.len()).map(one).collect()
-    };
     let mut total = BleuStats::default();
     for (s, _) in &per {
         total.add(s);

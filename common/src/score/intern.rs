@@ -1,6 +1,13 @@
 //! Word → integer id interning, so every metric works on `u32` tokens.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use super::ngrams::KeyHasher;
+
+/// Word table with a fast non-cryptographic hash (inputs are captions, not
+/// adversarial keys).
+type WordMap = HashMap<String, u32, BuildHasherDefault<KeyHasher>>;
 
 /// Maps words to dense `u32` ids (0, 1, 2, … in order of first sight).
 ///
@@ -9,7 +16,7 @@ use std::collections::HashMap;
 /// Id `u32::MAX` is never handed out (the n-gram packing reserves it).
 #[derive(Debug, Clone, Default)]
 pub struct Interner {
-    ids: HashMap<String, u32>,
+    ids: WordMap,
     words: Vec<String>,
 }
 
@@ -23,7 +30,7 @@ impl Interner {
     /// repeated in `words` keeps its first id (its later slot still counts,
     /// so positions stay aligned with the vocabulary).
     pub fn with_words(words: &[String]) -> Self {
-        let mut ids = HashMap::with_capacity(words.len());
+        let mut ids = WordMap::with_capacity_and_hasher(words.len(), Default::default());
         for (i, w) in words.iter().enumerate() {
             ids.entry(w.clone()).or_insert(i as u32);
         }

@@ -18,6 +18,7 @@
 
 pub mod bleu;
 pub mod cider;
+mod corpus;
 pub mod df;
 pub mod diversity;
 pub mod eval;
@@ -26,7 +27,7 @@ pub mod ngrams;
 pub mod rouge;
 
 pub use bleu::{bleu_corpus, bleu_sentence, BleuStats};
-pub use cider::{cider_corpus, CiderD, PreparedRefs, SIGMA};
+pub use cider::{cider_corpus, cider_corpus_parallel, CiderD, PreparedRefs, SIGMA};
 pub use df::{DfError, DocFreq};
 pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
 pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};

@@ -46,12 +46,20 @@ fn lcs(a: &[u32], b: &[u32], row: &mut Vec<u32>) -> u32 {
 
 /// ROUGE-L of one candidate against its references (0 with no references).
 pub fn rouge_l<R: AsRef<[u32]>>(cand: &[u32], refs: &[R]) -> f64 {
+    rouge_l_slices(cand, refs.iter().map(AsRef::as_ref), &mut Vec::new())
+}
+
+/// [`rouge_l`] over any sequence of references, reusing the DP row `row`.
+pub(crate) fn rouge_l_slices<'a>(
+    cand: &[u32],
+    refs: impl IntoIterator<Item = &'a [u32]>,
+    row: &mut Vec<u32>,
+) -> f64 {
     let cand = as_split(cand);
-    let mut row = Vec::new();
     let (mut p_max, mut r_max) = (0.0f64, 0.0f64);
     for r in refs {
-        let r = as_split(r.as_ref());
-        let l = f64::from(lcs(r, cand, &mut row));
+        let r = as_split(r);
+        let l = f64::from(lcs(r, cand, row));
         p_max = p_max.max(l / cand.len() as f64);
         r_max = r_max.max(l / r.len() as f64);
     }

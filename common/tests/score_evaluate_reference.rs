@@ -1,0 +1,172 @@
+//! `evaluate` (the whole-corpus path on dense n-gram ids behind `caprl
+//! score`) gives the pycocoevalcap numbers of the committed fixture within
+//! 1e-6, in corpus-df mode and with a precomputed df table, serial and
+//! parallel, and `cider_corpus_parallel` equals `cider_corpus`.
+
+use caprl_common::score::{
+    cider_corpus, cider_corpus_parallel, evaluate, load_cands, load_refs, DocFreq, Interner,
+};
+use serde_json::{json, Map, Value};
+
+const TOL: f64 = 1e-6;
+
+fn fixture() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/score/coco_reference.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present"))
+        .expect("fixture is JSON")
+}
+
+fn close(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= TOL,
+        "{what}: got {got}, pycocoevalcap {want}"
+    );
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().expect("number")
+}
+
+/// Writes the fixture as REFS / CANDS files and returns their paths.
+fn write_set(dir: &tempfile::TempDir, fx: &Value) -> (std::path::PathBuf, std::path::PathBuf) {
+    let mut refs = Map::new();
+    let mut cands = Vec::new();
+    for im in fx["images"].as_array().expect("images") {
+        let id = im["id"].as_str().expect("id");
+        refs.insert(id.to_owned(), im["refs"].clone());
+        cands.push(json!({"image_id": id, "caption": im["cand"]}));
+    }
+    let rp = dir.path().join("refs.json");
+    let cp = dir.path().join("cands.json");
+    std::fs::write(&rp, Value::Object(refs).to_string()).expect("write refs");
+    std::fs::write(&cp, Value::Array(cands).to_string()).expect("write cands");
+    (rp, cp)
+}
+
+#[test]
+fn evaluate_matches_pycocoevalcap_serial_and_parallel() {
+    let fx = fixture();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rp, cp) = write_set(&dir, &fx);
+    let refs = load_refs(&rp).expect("refs");
+    let cands = load_cands(&cp).expect("cands");
+    for parallel in [false, true] {
+        let report = evaluate(&rp, &refs, &cands, None, parallel).expect("scores");
+        for n in 0..4 {
+            close(
+                &format!("corpus BLEU-{}", n + 1),
+                report.corpus.bleu[n],
+                f(&fx["corpus"]["bleu"][n]),
+            );
+        }
+        close(
+            "corpus ROUGE-L",
+            report.corpus.rouge_l,
+            f(&fx["corpus"]["rouge_l"]),
+        );
+        close(
+            "corpus CIDEr-D",
+            report.corpus.cider_d,
+            f(&fx["corpus"]["cider_d"]),
+        );
+        let images = fx["images"].as_array().expect("images");
+        assert_eq!(report.images.len(), images.len());
+        for (got, im) in report.images.iter().zip(images) {
+            assert_eq!(got.image_id, im["id"].as_str().expect("id"));
+            for n in 0..4 {
+                close(
+                    &format!("BLEU-{} of {}", n + 1, im["id"]),
+                    got.scores.bleu[n],
+                    f(&im["bleu"][n]),
+                );
+            }
+            close(
+                &format!("ROUGE-L of {}", im["id"]),
+                got.scores.rouge_l,
+                f(&im["rouge_l"]),
+            );
+            close(
+                &format!("CIDEr-D of {}", im["id"]),
+                got.scores.cider_d,
+                f(&im["cider_d"]),
+            );
+        }
+    }
+}
+
+#[test]
+fn evaluate_with_training_df_matches_self_critical_scorer() {
+    let fx = fixture();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (rp, cp) = write_set(&dir, &fx);
+    let mut interner = Interner::new();
+    let train: Vec<Vec<Vec<u32>>> = fx["train_refs"]
+        .as_array()
+        .expect("train_refs")
+        .iter()
+        .map(|im| {
+            im.as_array()
+                .expect("sentences")
+                .iter()
+                .map(|s| interner.intern_sentence(s.as_str().expect("string")))
+                .collect()
+        })
+        .collect();
+    let words: Vec<String> = (0..interner.len())
+        .map(|i| interner.word(i as u32).expect("word").to_owned())
+        .collect();
+    let df = DocFreq::from_refs(&train).with_words(words);
+    let report = evaluate(
+        &rp,
+        &load_refs(&rp).expect("refs"),
+        &load_cands(&cp).expect("cands"),
+        Some(df),
+        true,
+    )
+    .expect("scores");
+    for (got, im) in report
+        .images
+        .iter()
+        .zip(fx["images"].as_array().expect("images"))
+    {
+        close(
+            &format!("CIDEr-D (train df) of {}", im["id"]),
+            got.scores.cider_d,
+            f(&im["cider_d_train_df"]),
+        );
+    }
+    close(
+        "corpus CIDEr-D (train df)",
+        report.corpus.cider_d,
+        f(&fx["corpus"]["cider_d_train_df"]),
+    );
+}
+
+#[test]
+fn parallel_cider_corpus_equals_serial() {
+    let fx = fixture();
+    let mut interner = Interner::new();
+    let images = fx["images"].as_array().expect("images");
+    let refs: Vec<Vec<Vec<u32>>> = images
+        .iter()
+        .map(|im| {
+            im["refs"]
+                .as_array()
+                .expect("refs")
+                .iter()
+                .map(|s| interner.intern_sentence(s.as_str().expect("string")))
+                .collect()
+        })
+        .collect();
+    let cands: Vec<Vec<u32>> = images
+        .iter()
+        .map(|im| interner.intern_sentence(im["cand"].as_str().expect("cand")))
+        .collect();
+    assert_eq!(
+        cider_corpus(&refs, &cands),
+        cider_corpus_parallel(&refs, &cands, true)
+    );
+}
