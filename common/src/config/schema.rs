@@ -213,8 +213,8 @@ impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
             objective: Objective::Scst,
-            xe_epochs: 10,
-            rl_epochs: 10,
+            xe_epochs: 2,
+            rl_epochs: 1,
             batch_size: 32,
             samples: 5,
             baseline: Baseline::Greedy,
@@ -322,7 +322,7 @@ impl Default for OptimConfig {
     fn default() -> Self {
         OptimConfig {
             lr: 5e-4,
-            rl_lr: 5e-5,
+            rl_lr: 1e-4,
             weight_decay: 0.0,
             beta1: 0.9,
             beta2: 0.999,
