@@ -10,7 +10,7 @@ use caprl_learner::eval::{self, EvalOptions, EvalReport};
 
 use super::train_cmd::config_with;
 use super::{write_stdout, Global};
-use crate::{setup, train};
+use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -42,10 +42,12 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if cfg.train.objective == Objective::Xe {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
-    let data = setup::open_data(&cfg, true)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
     let started = std::time::Instant::now();
-    let outcome = train::train(&cfg, &data, &device, false)?;
+    let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
+        train::train(&cfg, &data, &device, false, driver)
+    })?;
     let test = &data.test.items;
     let opts = EvalOptions {
         beam: cfg.decode.beam as usize,
