@@ -183,3 +183,59 @@ pub fn with_inproc_roles<T>(
     worker.context("the in-process reward worker failed")?;
     learned
 }
+
+/// Turns `stop` true on Ctrl-C or SIGTERM (how `caprl local` and Kubernetes stop a role).
+pub fn stop_on_signals(rt: &tokio::runtime::Runtime, stop: Arc<watch::Sender<bool>>) {
+    rt.spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("stopping (signal)");
+        let _ = stop.send(true);
+    });
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` on `addr` when given, labelled
+/// with the role, the run id and this process's id.
+pub fn serve_metrics(
+    addr: Option<&str>,
+    role: &str,
+    cfg: &RunConfig,
+    id: &str,
+) -> Result<(
+    Option<caprl_common::telemetry::ServerHandle>,
+    caprl_common::telemetry::Readiness,
+)> {
+    use caprl_common::telemetry::{serve_labeled, ProcessLabels, Readiness};
+    let readiness = Readiness::new();
+    let Some(addr) = addr else {
+        return Ok((None, readiness));
+    };
+    let sock: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("--metrics-addr {addr:?} is not HOST:PORT (e.g. 0.0.0.0:9090)"))?;
+    let labels = ProcessLabels {
+        role: role.to_string(),
+        run: cfg.runtime.run_id.clone(),
+        worker: id.to_string(),
+    };
+    let handle = serve_labeled(sock, readiness.clone(), &labels)?;
+    tracing::info!("metrics on http://{}/metrics", handle.local_addr());
+    Ok((Some(handle), readiness))
+}

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use caprl_common::bus::{Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::model::Captioner;
 use caprl_common::telemetry::metrics as tm;
+use caprl_common::telemetry::Readiness;
 use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -92,6 +93,7 @@ pub struct Driver {
     /// Every task id already used in a step (sync de-duplication across steps).
     done_below: u64,
     pub totals: DriverTotals,
+    readiness: Option<Readiness>,
 }
 
 /// The sampling seed of a task: a pure function of (run seed, task id), so a
@@ -127,7 +129,13 @@ impl Driver {
             next_async_id: 0,
             done_below: 0,
             totals: DriverTotals::default(),
+            readiness: None,
         }
+    }
+
+    /// Marks `readiness` ready once the first snapshot is published.
+    pub fn set_readiness(&mut self, readiness: Readiness) {
+        self.readiness = Some(readiness);
     }
 
     /// The bus this driver talks to.
@@ -174,6 +182,9 @@ impl Driver {
             let _ = self.rt.block_on(self.bus.delete_snapshot(old));
         }
         self.published = Some(meta.clone());
+        if let Some(r) = &self.readiness {
+            r.set_ready(true);
+        }
         Ok(meta)
     }
 
