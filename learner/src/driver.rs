@@ -74,6 +74,8 @@ pub struct DriverTotals {
     pub rejected: u64,
     pub redeliveries: u64,
     pub scored: u64,
+    /// Task ids of every scored rollout trained on, in order.
+    pub used: Vec<TaskId>,
 }
 
 /// The learner's handle on the bus.
@@ -324,6 +326,9 @@ impl Driver {
         self.totals.rejected += out.rejected;
         self.totals.redeliveries += out.redeliveries;
         self.totals.scored += out.scored.len() as u64;
+        self.totals
+            .used
+            .extend(out.scored.iter().map(|s| s.rollout.task_id));
         Ok(out)
     }
 

@@ -57,9 +57,17 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     heartbeat.abort();
     let outcome = outcome?;
     let t = &driver.totals;
+    let distinct: std::collections::BTreeSet<_> = t.used.iter().collect();
     let mut out = format!(
-        "scored rollouts used {}, duplicates {}, dropped stale {}, rejected {}, redeliveries {}\n",
-        t.scored, t.duplicates, t.dropped_stale, t.rejected, t.redeliveries
+        "scored rollouts used {}, {} duplicates, {} dropped stale, {} rejected, {} redeliveries\n\
+         task ids used {} ({} distinct)\n",
+        t.scored,
+        t.duplicates,
+        t.dropped_stale,
+        t.rejected,
+        t.redeliveries,
+        t.used.len(),
+        distinct.len()
     );
     if let Some(p) = &outcome.best_rl {
         out.push_str(&format!("best RL checkpoint: {}\n", p.display()));

@@ -61,8 +61,18 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         let loaded = train::load_checkpoint(ck, None, &device)?;
         Ok(eval::evaluate(&loaded.model, &data, test, &opts)?)
     };
-    let xe = evaluate(outcome.best_xe.as_deref().context("the XE phase did not run (train.xe_epochs = 0)")?)?;
-    let rl = evaluate(outcome.best_rl.as_deref().context("the RL phase did not run (train.rl_epochs = 0)")?)?;
+    let xe = evaluate(
+        outcome
+            .best_xe
+            .as_deref()
+            .context("the XE phase did not run (train.xe_epochs = 0)")?,
+    )?;
+    let rl = evaluate(
+        outcome
+            .best_rl
+            .as_deref()
+            .context("the RL phase did not run (train.rl_epochs = 0)")?,
+    )?;
     let name = format!("{:?}", cfg.train.objective).to_uppercase();
     let mut out = format!(
         "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
@@ -77,7 +87,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     for (key, label) in TABLE {
         let (a, b) = (xe.metrics.get(key).copied(), rl.metrics.get(key).copied());
         if let (Some(a), Some(b)) = (a, b) {
-            let change = if a.abs() > 1e-12 { format!("{:+.1}%", 100.0 * (b - a) / a.abs()) } else { "-".into() };
+            let change = if a.abs() > 1e-12 {
+                format!("{:+.1}%", 100.0 * (b - a) / a.abs())
+            } else {
+                "-".into()
+            };
             out.push_str(&format!("{label:<22} {a:>9.4} {b:>9.4} {change:>9}\n"));
         }
     }

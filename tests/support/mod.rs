@@ -1,0 +1,75 @@
+//! Shared helpers of the end-to-end runtime tests: a tiny synthetic data set,
+//! the small config every test uses, and the `caprl` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `caprl` binary under test.
+pub fn caprl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_caprl"))
+}
+
+/// Generates the tiny synthetic data set (64/16/16 images) in `dir/data`.
+pub fn synth(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
+    let out = caprl()
+        .args([
+            "data", "synth", "--train", "64", "--val", "16", "--test", "16", "-q", "--out",
+        ])
+        .arg(&data)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "synth failed: {}", text(&out));
+    data
+}
+
+/// `--set` arguments of a tiny run: hidden 32, batch 16 in tasks of 4 images,
+/// one XE and `rl_epochs` RL epochs, plus `extra` keys.
+pub fn sets(data: &Path, run_dir: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<String> {
+    let mut keys = vec![
+        format!("data.dir={:?}", data.display().to_string()),
+        format!("run_dir={:?}", run_dir.display().to_string()),
+        "model.hidden=32".into(),
+        "model.embed=32".into(),
+        "train.batch_size=16".into(),
+        "runtime.images_per_task=4".into(),
+        "runtime.tasks_in_flight=4".into(),
+        "train.xe_epochs=1".into(),
+        format!("train.rl_epochs={rl_epochs}"),
+        "train.eval_images=8".into(),
+        "checkpoint.every_steps=1000".into(),
+    ];
+    keys.extend(extra.iter().map(|s| s.to_string()));
+    keys.into_iter()
+        .flat_map(|k| ["--set".to_string(), k])
+        .collect()
+}
+
+/// stdout and stderr of a finished command, for assertion messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The newest regular checkpoint's weights of a run directory.
+pub fn final_weights(run_dir: &Path) -> Vec<u8> {
+    let ck = run_dir.join("checkpoints");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&ck)
+        .unwrap_or_else(|e| panic!("{}: {e}", ck.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("ckpt-")
+        })
+        .collect();
+    dirs.sort();
+    let last = dirs.last().expect("a checkpoint");
+    std::fs::read(last.join("model.safetensors")).expect("weights")
+}
