@@ -290,6 +290,7 @@ fn rl_step(
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
     let collected = driver.collect(trainer.state.step, version, &rows)?;
+    driver.record_depths();
     record.rollouts_per_s =
         collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
     record.lag = collected.mean_lag;

@@ -4,39 +4,10 @@
 
 mod support;
 
-use std::io::Read;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{caprl, sets, synth};
-
-fn spawn(args: &[String], sub: &[&str], url: &str) -> Child {
-    caprl()
-        .args(sub)
-        .args(args)
-        .args(["--nats-url", url])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("caprl starts")
-}
-
-fn finish(mut child: Child) -> (bool, String) {
-    let status = child.wait().unwrap();
-    let mut s = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
-    (status.success(), s)
-}
-
-fn stop(child: Child) -> (bool, String) {
-    // SAFETY: kill(2) on a child we spawned and have not reaped.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
-    finish(child)
-}
+use support::{finish, sets, spawn, stop, synth};
 
 /// The number after `label` in `text`, summed over every occurrence.
 fn count(text: &str, label: &str) -> u64 {

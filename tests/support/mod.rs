@@ -73,3 +73,43 @@ pub fn final_weights(run_dir: &Path) -> Vec<u8> {
     let last = dirs.last().expect("a checkpoint");
     std::fs::read(last.join("model.safetensors")).expect("weights")
 }
+
+/// Starts `caprl <sub> <args> --nats-url <url>` with piped output.
+pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
+    caprl()
+        .args(sub)
+        .args(args)
+        .args(["--nats-url", url])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("caprl starts")
+}
+
+/// Waits for `child`; returns whether it succeeded and its stdout + stderr.
+pub fn finish(mut child: std::process::Child) -> (bool, String) {
+    use std::io::Read;
+    let status = child.wait().unwrap();
+    let mut s = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
+    (status.success(), s)
+}
+
+/// SIGTERM (a clean stop), then [`finish`].
+pub fn stop(child: std::process::Child) -> (bool, String) {
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    finish(child)
+}
+
+/// The step records of one phase in `run_dir/run.jsonl`.
+pub fn steps(run_dir: &Path, phase: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(run_dir.join("run.jsonl")).expect("run.jsonl");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "step" && v["phase"] == phase)
+        .collect()
+}
