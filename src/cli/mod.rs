@@ -17,6 +17,7 @@ mod report_cmd;
 mod reward_worker_cmd;
 mod run_cmd;
 mod score_cmd;
+mod status_cmd;
 mod train_cmd;
 
 use std::io::Write;
@@ -92,6 +93,8 @@ pub enum Command {
     RewardWorker(reward_worker_cmd::Args),
     /// Learner, actors and reward workers as local processes on a local (or given) NATS server.
     Local(local_cmd::Args),
+    /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
+    Status(status_cmd::Args),
 }
 
 /// Runs the chosen command.
@@ -110,6 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Actor(args) => actor_cmd::run(args, global),
         Command::RewardWorker(args) => reward_worker_cmd::run(args, global),
         Command::Local(args) => local_cmd::run(args, global),
+        Command::Status(args) => status_cmd::run(args, global),
     }
 }
 
