@@ -90,10 +90,11 @@ pub fn actor_config(
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
     let items = &data.train.items;
     let df = Rewarder::training_df(data, items);
-    let exploration = (cfg.train.objective == Objective::Sle).then(|| match cfg.reward.distance {
-        config::Distance::Bleu => Distance::Bleu,
-        config::Distance::Cider => Distance::Cider,
-    });
+    let exploration =
+        (cfg.train.objective == Objective::Sle).then_some(match cfg.reward.distance {
+            config::Distance::Bleu => Distance::Bleu,
+            config::Distance::Cider => Distance::Cider,
+        });
     let rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
     Ok(WorkerConfig {
         id,

@@ -219,7 +219,11 @@ fn run_phase(
             };
             bar.set_message(&msg);
             bar.inc(1);
-            if trainer.state.step % cfg.checkpoint.every_steps.max(1) == 0 {
+            if trainer
+                .state
+                .step
+                .is_multiple_of(cfg.checkpoint.every_steps.max(1))
+            {
                 trainer.save(
                     &cfg.checkpoint_dir(),
                     cfg.checkpoint.keep as usize,
@@ -232,7 +236,9 @@ fn run_phase(
         }
         bar.finish();
         let finished_epoch = trainer.state.epoch;
-        if finished_epoch % cfg.train.eval_every.max(1) as u64 == 0 || finished_epoch == epochs {
+        if finished_epoch.is_multiple_of(cfg.train.eval_every.max(1) as u64)
+            || finished_epoch == epochs
+        {
             let report = validate(cfg, data, trainer)?;
             let cider = report.metrics.get("cider_d").copied().unwrap_or(0.0);
             tracing::info!(
@@ -271,7 +277,7 @@ fn run_phase(
     if best.is_none() {
         save_best(cfg, data, &best_dir, trainer, 0.0)?;
     }
-    Ok(latest_in(&best_dir)?)
+    latest_in(&best_dir)
 }
 
 /// One RL iteration over the bus: publish the policy, have the batch's

@@ -260,10 +260,11 @@ impl Driver {
                         if s.rollout.policy_version.0 != version {
                             out.dropped_stale += 1;
                             tm::count_dropped_stale(1);
-                        } else if got.contains_key(&id) {
-                            out.duplicates += 1;
+                        } else if let std::collections::btree_map::Entry::Vacant(e) = got.entry(id)
+                        {
+                            e.insert(s);
                         } else {
-                            got.insert(id, s);
+                            out.duplicates += 1;
                         }
                     } else if id.0 >= step * k + k && !self.buffer.contains_key(&id) {
                         self.buffer.insert(id, s);

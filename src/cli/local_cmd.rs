@@ -70,6 +70,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     for _ in 0..global.verbose {
         common.push("-v".into());
     }
+    if global.quiet {
+        common.push("-q".into());
+    }
     let mut specs: Vec<(String, Vec<String>)> = vec![("learner".into(), vec!["learner".into()])];
     for i in 0..args.actors {
         specs.push((

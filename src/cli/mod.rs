@@ -6,6 +6,7 @@
 //! async code build their own tokio runtime.
 
 mod actor_cmd;
+mod bench_cmd;
 mod caption_cmd;
 mod config_cmd;
 mod data_cmd;
@@ -95,6 +96,8 @@ pub enum Command {
     Local(local_cmd::Args),
     /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
     Status(status_cmd::Args),
+    /// Benchmarks: `bench transport` (in-process vs NATS, snapshot broadcast, rollout throughput).
+    Bench(bench_cmd::Args),
 }
 
 /// Runs the chosen command.
@@ -114,6 +117,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::RewardWorker(args) => reward_worker_cmd::run(args, global),
         Command::Local(args) => local_cmd::run(args, global),
         Command::Status(args) => status_cmd::run(args, global),
+        Command::Bench(args) => bench_cmd::run(args, global),
     }
 }
 
