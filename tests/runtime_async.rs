@@ -9,6 +9,7 @@ use support::{finish, sets, spawn, steps, stop, synth};
 
 #[test]
 fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
+    let _reaper = support::Reaper;
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let run = dir.path().join("run");

@@ -11,6 +11,7 @@ use support::{caprl, finish, sets, spawn, stop, synth, text};
 
 #[test]
 fn right_credentials_work_and_a_wrong_password_is_a_clear_error() {
+    let _reaper = support::Reaper;
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("auth.conf");
     std::fs::write(

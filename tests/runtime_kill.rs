@@ -23,6 +23,7 @@ fn count(text: &str, label: &str) -> u64 {
 
 #[test]
 fn killing_an_actor_and_a_reward_worker_loses_no_task() {
+    let _reaper = support::Reaper;
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let run = dir.path().join("run");
@@ -53,9 +54,8 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    for mut victim in [victim_actor, victim_worker] {
-        victim.kill().unwrap();
-        victim.wait().unwrap();
+    for victim in [victim_actor, victim_worker] {
+        support::kill9(victim);
     }
 
     let (ok, learner_out) = finish(learner);

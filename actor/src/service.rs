@@ -238,6 +238,17 @@ impl SnapshotState {
         let Some(meta) = newest.borrow_and_update().clone() else {
             return;
         };
+        self.load(cfg, bus, meta, stats).await;
+    }
+
+    /// Loads snapshot `meta` unless it is the one held or was refused before.
+    async fn load(
+        &mut self,
+        cfg: &ActorConfig,
+        bus: &dyn Bus,
+        meta: SnapshotMeta,
+        stats: &mut ActorStats,
+    ) {
         if self.held.as_ref().is_some_and(|h| h.meta == meta) || self.refused.contains(&meta.sha256)
         {
             return;
@@ -293,8 +304,8 @@ async fn load_snapshot(
     meta: &SnapshotMeta,
 ) -> Result<Arc<Captioner>, ActorError> {
     let started = Instant::now();
+    // The bus checks length and sha256 against `meta` before returning the bytes.
     let bytes = bus.get_snapshot(meta).await?;
-    meta.verify(&bytes)?;
     let (model, device) = (cfg.model.clone(), cfg.device.clone());
     let policy =
         tokio::task::spawn_blocking(move || Captioner::from_safetensors(&bytes, &model, &device))
@@ -328,10 +339,17 @@ async fn handle_task(
     }
     let want = task.policy_version.0;
     let need = if cfg.sync { want } else { task.min_version.0 };
+    if cfg.sync && state.version().is_some_and(|v| v > want) {
+        // Either the learner moved past this task's step, or it restarted from an
+        // older checkpoint and `latest` went back: ask the store, not the watch.
+        if let Some(meta) = bus.latest().await? {
+            state.load(cfg, bus, meta, stats).await;
+        }
+    }
     if state.version().is_none_or(|v| v < need) {
         // The task was issued right after a new snapshot: fetch it first.
         state
-            .wait_for(cfg, bus, newest, need, Duration::from_secs(2), stats)
+            .wait_for(cfg, bus, newest, need, Duration::from_millis(500), stats)
             .await;
     }
     let Some(held) = state.held.as_ref() else {

@@ -74,8 +74,43 @@ pub fn final_weights(run_dir: &Path) -> Vec<u8> {
     std::fs::read(last.join("model.safetensors")).expect("weights")
 }
 
+/// Pids of role processes a test started and has not reaped yet; killed when
+/// the test panics so that no role outlives its test.
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Kills (SIGKILL) every still-running role of this test binary on drop.
+pub struct Reaper;
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let pids = std::mem::take(&mut *RUNNING.lock().unwrap_or_else(|e| e.into_inner()));
+        for pid in pids {
+            // SAFETY: kill(2) on a child of this process that was not reaped yet.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+fn forget(pid: u32) {
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&p| p != pid);
+}
+
 /// Starts `caprl <sub> <args> --nats-url <url>` with piped output.
 pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
+    let child = spawn_untracked(args, sub, url);
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(child.id());
+    child
+}
+
+fn spawn_untracked(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
     caprl()
         .args(sub)
         .args(args)
@@ -90,6 +125,7 @@ pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
 pub fn finish(mut child: std::process::Child) -> (bool, String) {
     use std::io::Read;
     let status = child.wait().unwrap();
+    forget(child.id());
     let mut s = String::new();
     child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
     child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
@@ -105,11 +141,18 @@ pub fn stop(child: std::process::Child) -> (bool, String) {
     finish(child)
 }
 
-/// The step records of one phase in `run_dir/run.jsonl`.
+/// The step records of one phase in `run_dir/run.jsonl` (none while it does not exist).
 pub fn steps(run_dir: &Path, phase: &str) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(run_dir.join("run.jsonl")).expect("run.jsonl");
+    let text = std::fs::read_to_string(run_dir.join("run.jsonl")).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["type"] == "step" && v["phase"] == phase)
         .collect()
+}
+
+/// SIGKILL, then reap.
+pub fn kill9(mut child: std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+    forget(child.id());
 }
