@@ -59,3 +59,48 @@ fn local_without_nats_server_binary_names_the_package() {
         text(&out)
     );
 }
+
+#[test]
+fn local_stops_every_role_on_ctrl_c_and_exits_non_zero() {
+    let _reaper = support::Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let child = caprl()
+        .args(["local", "--actors", "1", "--reward-workers", "1"])
+        .args(sets(&data, &run, 50, &[]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while support::steps(&run, "rl").is_empty() {
+        assert!(started.elapsed().as_secs() < 40, "RL never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let stopping = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        stopping.elapsed().as_secs() < 15,
+        "took {:?} to stop",
+        stopping.elapsed()
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("interrupted"), "{all}");
+    for role in ["[actor-0]", "[reward-worker-0]"] {
+        assert!(
+            all.lines()
+                .any(|l| l.starts_with(role) && l.contains("stopped:")),
+            "{role} did not stop cleanly:\n{all}"
+        );
+    }
+}
