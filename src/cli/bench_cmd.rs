@@ -5,7 +5,7 @@
 //!    both from the step timestamps of their `run.jsonl` (target: NATS ≥ 90%).
 //! 2. Broadcast latency of a snapshot (default 10 MB) to 4 actors — publish,
 //!    then each actor sees `latest`, fetches and verifies it — against one raw
-//!    object-store put + get of the same bytes (target: ≤ 3×).
+//!    object-store put + get of the same bytes (target: ≤ 3×); best of 3 each.
 //! 3. Rollouts/s and bytes/s through the rollouts queue (publish, pull, ack).
 
 use std::path::Path;
@@ -140,6 +140,9 @@ fn rl_rate(run_dir: &Path) -> Result<f64> {
     Ok((times.len() - 1) as f64 / span.max(1e-3))
 }
 
+/// Repetitions of each snapshot measurement.
+const TRIALS: u64 = 3;
+
 async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Duration, Duration)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-snapshot");
     let nc = NatsConnect::to_url(url);
@@ -153,42 +156,45 @@ async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Dura
     publisher
         .put_snapshot(0, Bytes::from_static(b"warm"))
         .await?;
-    let mut receivers = Vec::new();
+    let mut actor_buses: Vec<Arc<dyn Bus>> = Vec::new();
     for _ in 0..actors {
-        let bus: Arc<dyn Bus> = Arc::new(NatsBus::connect(&nc, &opts).await?);
-        let mut watch = bus.watch_latest().await?;
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
-        receivers.push((
-            tokio::spawn(async move {
+        actor_buses.push(Arc::new(NatsBus::connect(&nc, &opts).await?));
+    }
+    // Best of TRIALS for both sides: the machine is shared, the minimum is the cost.
+    let mut broadcast = Duration::MAX;
+    for version in 1..=TRIALS {
+        let mut handles = Vec::new();
+        for bus in &actor_buses {
+            let bus = Arc::clone(bus);
+            let mut watch = bus.watch_latest().await?;
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+            let h = tokio::spawn(async move {
                 let mut ready = Some(ready_tx);
                 while let Some(meta) = watch.next().await {
                     let meta = meta?;
                     if let Some(tx) = ready.take() {
                         let _ = tx.send(());
                     }
-                    if meta.version == 1 {
+                    if meta.version == version {
                         // Fetches and checks length + sha256, as an actor does.
                         bus.get_snapshot(&meta).await?;
                         return Ok::<Instant, anyhow::Error>(Instant::now());
                     }
                 }
                 bail!("watch ended")
-            }),
-            ready_rx,
-        ));
+            });
+            let _ = ready_rx.await;
+            handles.push(h);
+        }
+        let started = Instant::now();
+        publisher.put_snapshot(version, data.clone()).await?;
+        let mut last = started;
+        for h in handles {
+            last = last.max(h.await??);
+        }
+        broadcast = broadcast.min(last - started);
+        publisher.delete_snapshot(version - 1).await?;
     }
-    let mut handles = Vec::new();
-    for (h, ready) in receivers {
-        let _ = ready.await;
-        handles.push(h);
-    }
-    let started = Instant::now();
-    publisher.put_snapshot(1, data.clone()).await?;
-    let mut last = started;
-    for h in handles {
-        last = last.max(h.await??);
-    }
-    let broadcast = last - started;
 
     let client = async_nats::connect(url).await?;
     let js = async_nats::jetstream::new(client);
@@ -199,19 +205,25 @@ async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Dura
         })
         .await?;
     store.put("warm", &mut &b"warm"[..]).await?;
-    let started = Instant::now();
-    store.put("raw", &mut data.as_ref()).await?;
-    let mut obj = store.get("raw").await?;
-    let mut back = Vec::with_capacity(data.len());
-    tokio::io::AsyncReadExt::read_to_end(&mut obj, &mut back).await?;
-    let raw = started.elapsed();
-    if back.len() != data.len() {
-        bail!(
-            "raw object store returned {} of {} bytes",
-            back.len(),
-            data.len()
-        );
+    let mut raw = Duration::MAX;
+    for trial in 0..TRIALS {
+        let name = format!("raw-{trial}");
+        let started = Instant::now();
+        store.put(name.as_str(), &mut data.as_ref()).await?;
+        let mut obj = store.get(name.as_str()).await?;
+        let mut back = Vec::with_capacity(data.len());
+        tokio::io::AsyncReadExt::read_to_end(&mut obj, &mut back).await?;
+        raw = raw.min(started.elapsed());
+        if back.len() != data.len() {
+            bail!(
+                "raw object store returned {} of {} bytes",
+                back.len(),
+                data.len()
+            );
+        }
+        store.delete(name.as_str()).await?;
     }
+    js.delete_object_store("bench-raw").await?;
     publisher.delete_run().await?;
     Ok((broadcast, raw))
 }
