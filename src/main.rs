@@ -2,6 +2,7 @@
 //! All the work is in `cli`; this only parses, runs and maps errors to exit codes.
 
 mod cli;
+mod roles;
 mod setup;
 mod train;
 

@@ -9,7 +9,6 @@ use caprl_common::config::{self, RunConfig};
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{parse_device, CaptionerConfig, DType, Device, ModelKind, RnnKind};
 use caprl_common::optim::Schedule;
-use caprl_common::wire::TaskId;
 
 /// Opens `data.dir`; when it does not exist and is the default synthetic
 /// location, generates the synthetic task there first (cached afterwards).
@@ -93,13 +92,4 @@ pub fn schedule(cfg: &RunConfig, lr: f64, epochs: u64, n_items: usize) -> Schedu
             total: epochs * n_items.div_ceil(cfg.train.batch_size.max(1) as usize) as u64,
         },
     }
-}
-
-/// The sampling seed of a task: a pure function of (run seed, task id), so a
-/// task gives the same samples whichever actor runs it.
-pub fn task_seed(seed: u64, task: TaskId) -> u64 {
-    let mut z = seed ^ task.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -2,10 +2,12 @@
 //! objective, with per-epoch validation, best-checkpoint keeping, periodic
 //! checkpoints and exact resume.
 //!
-//! Rollouts are produced and scored in this process by the same functions the
-//! actor and reward-worker roles run ([`caprl_actor::rollout`],
-//! [`caprl_reward_worker::Rewarder`]); the learner's objectives see only the
-//! scored batch, never how it arrived.
+//! The RL phase runs over a bus ([`caprl_learner::driver::Driver`]): the
+//! learner publishes a snapshot, issues rollout tasks, and trains on the
+//! scored rollouts the actor and reward-worker roles send back, whether they
+//! run as tasks of this process (in-process bus) or as other processes (NATS).
+//! The learner's objectives see only the scored batch, never how it arrived.
+//! Every step goes to `RUN_DIR/run.jsonl` and the Prometheus metrics.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,14 +16,15 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use caprl_common::config::{self, Baseline as CfgBaseline, Objective, RunConfig};
 use caprl_common::data::{Dataset, Item};
+use caprl_common::model::{batch_tokens, inputs_for_rows};
 use caprl_common::model::{Captioner, CaptionerConfig, Device};
 use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
-use caprl_common::score::Distance;
-use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
+use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, StepRecord};
+use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_learner::driver::Driver;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::{checkpoint, scst, sle, Phase, StepOptions, Trainer};
-use caprl_reward_worker::Rewarder;
 
 use crate::setup;
 
@@ -35,7 +38,17 @@ pub struct Outcome {
 /// Trains per `cfg`: `xe_epochs` of XE (skipped when 0), then `rl_epochs` of
 /// the configured objective (skipped for `objective = xe`). With `resume`,
 /// continues from the newest valid checkpoint in the checkpoint dir.
-pub fn train(cfg: &RunConfig, data: &Dataset, device: &Device, resume: bool) -> Result<Outcome> {
+///
+/// The RL phase gets its rollouts through `driver` (see [`crate::roles`] for
+/// how the in-process and NATS wirings build one); `on_ready` runs once the
+/// first snapshot is published (readiness of the learner).
+pub fn train(
+    cfg: &RunConfig,
+    data: &Dataset,
+    device: &Device,
+    resume: bool,
+    driver: &mut Driver,
+) -> Result<Outcome> {
     let model_cfg = setup::captioner_config(cfg, data)?;
     let adam = adam_params(cfg);
     let ck_root = cfg.checkpoint_dir();
@@ -50,17 +63,28 @@ pub fn train(cfg: &RunConfig, data: &Dataset, device: &Device, resume: bool) -> 
                 ck_root.display()
             ),
         },
-        false => Trainer::new(Captioner::new(&model_cfg, device, cfg.seed)?, adam, cfg.seed)?,
+        false => Trainer::new(
+            Captioner::new(&model_cfg, device, cfg.seed)?,
+            adam,
+            cfg.seed,
+        )?,
     };
     let mut outcome = Outcome {
         best_xe: None,
         best_rl: None,
     };
-    let train_items = &data.train.items;
+    let mut log = open_run_log(cfg, resume)?;
     let wants_rl = cfg.train.objective != Objective::Xe;
 
     if trainer.state.phase == Phase::Xe && cfg.train.xe_epochs > 0 {
-        outcome.best_xe = Some(run_phase(cfg, data, &mut trainer, Phase::Xe, None)?);
+        outcome.best_xe = Some(run_phase(
+            cfg,
+            data,
+            &mut trainer,
+            Phase::Xe,
+            None,
+            &mut log,
+        )?);
     }
     if wants_rl && cfg.train.rl_epochs > 0 {
         if trainer.state.phase == Phase::Xe {
@@ -71,13 +95,17 @@ pub fn train(cfg: &RunConfig, data: &Dataset, device: &Device, resume: bool) -> 
             }
             trainer.enter_phase(Phase::Rl, adam)?;
         }
-        let df = Rewarder::training_df(data, train_items);
-        let exploration = (cfg.train.objective == Objective::Sle).then(|| match cfg.reward.distance {
-            config::Distance::Bleu => Distance::Bleu,
-            config::Distance::Cider => Distance::Cider,
-        });
-        let rewarder = Rewarder::new(data, train_items, cfg.reward.spec.terms(), df, exploration)?;
-        outcome.best_rl = Some(run_phase(cfg, data, &mut trainer, Phase::Rl, Some(&rewarder))?);
+        if !resume {
+            driver.purge()?;
+        }
+        outcome.best_rl = Some(run_phase(
+            cfg,
+            data,
+            &mut trainer,
+            Phase::Rl,
+            Some(driver),
+            &mut log,
+        )?);
     }
     Ok(outcome)
 }
@@ -97,7 +125,8 @@ fn run_phase(
     data: &Dataset,
     trainer: &mut Trainer,
     phase: Phase,
-    rewarder: Option<&Rewarder>,
+    mut driver: Option<&mut Driver>,
+    log: &mut Option<RunLog>,
 ) -> Result<PathBuf> {
     let epochs = match phase {
         Phase::Xe => cfg.train.xe_epochs,
@@ -129,6 +158,7 @@ fn run_phase(
         let mut loss_sum = 0.0f64;
         let mut reward_sum = 0.0f64;
         let mut n = 0usize;
+        let mut last = Instant::now();
         while let Some(idx) = trainer.next_batch(items.len(), bs) {
             let batch: Vec<&Item> = idx.iter().map(|&i| &items[i]).collect();
             let opts = StepOptions {
@@ -137,21 +167,49 @@ fn run_phase(
                 label_smoothing: cfg.train.label_smoothing as f32,
                 entropy_coef: cfg.train.entropy_coef as f32,
             };
+            let mut record = StepRecord {
+                epoch,
+                phase: label.to_string(),
+                ..StepRecord::default()
+            };
             let stats = match phase {
                 Phase::Xe => trainer.xe_step(data, &batch, opts)?,
                 Phase::Rl => {
-                    let rewarder = rewarder.context("RL phase without a rewarder")?;
-                    let (stats, mean_reward) = rl_step(cfg, data, trainer, rewarder, &batch, opts)?;
+                    let driver = driver
+                        .as_deref_mut()
+                        .context("RL phase without a bus driver")?;
+                    let (stats, mean_reward) =
+                        rl_step(cfg, data, trainer, driver, &batch, opts, &mut record)?;
                     reward_sum += mean_reward;
                     stats
                 }
             };
+            if stats.skipped {
+                tm::count_skipped_batch("non_finite");
+            }
+            let secs_step = last.elapsed().as_secs_f64();
+            last = Instant::now();
+            record.step = trainer.state.step;
+            record.policy_version = trainer.state.policy_version;
+            record.losses.insert("total".into(), stats.loss as f64);
+            record.grad_norm = stats.grad_norm as f64;
+            record.lr = stats.lr;
+            record.tokens_per_s = stats.tokens as f64 / secs_step.max(1e-9);
+            record.seconds = secs_step;
+            tm::record_step(&record);
+            if let Some(log) = log.as_mut() {
+                log.log_step(&record)?;
+            }
             tokens += stats.tokens;
             loss_sum += stats.loss as f64;
             n += 1;
             let secs = started.elapsed().as_secs_f64().max(1e-9);
             let msg = match phase {
-                Phase::Xe => format!("loss {:.3} · {:.0} tok/s", loss_sum / n as f64, tokens as f64 / secs),
+                Phase::Xe => format!(
+                    "loss {:.3} · {:.0} tok/s",
+                    loss_sum / n as f64,
+                    tokens as f64 / secs
+                ),
                 Phase::Rl => format!(
                     "reward {:.3} · loss {:.3} · {:.0} tok/s",
                     reward_sum / n as f64,
@@ -161,8 +219,16 @@ fn run_phase(
             };
             bar.set_message(&msg);
             bar.inc(1);
-            if trainer.state.step % cfg.checkpoint.every_steps.max(1) == 0 {
-                trainer.save(&cfg.checkpoint_dir(), cfg.checkpoint.keep as usize, &extras(cfg, data))?;
+            if trainer
+                .state
+                .step
+                .is_multiple_of(cfg.checkpoint.every_steps.max(1))
+            {
+                trainer.save(
+                    &cfg.checkpoint_dir(),
+                    cfg.checkpoint.keep as usize,
+                    &extras(cfg, data),
+                )?;
             }
             if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
                 break;
@@ -170,19 +236,40 @@ fn run_phase(
         }
         bar.finish();
         let finished_epoch = trainer.state.epoch;
-        if finished_epoch % cfg.train.eval_every.max(1) as u64 == 0 || finished_epoch == epochs {
+        if finished_epoch.is_multiple_of(cfg.train.eval_every.max(1) as u64)
+            || finished_epoch == epochs
+        {
             let report = validate(cfg, data, trainer)?;
             let cider = report.metrics.get("cider_d").copied().unwrap_or(0.0);
             tracing::info!(
                 "{label} epoch {finished_epoch}: val CIDEr-D {cider:.4} BLEU-4 {:.4}",
                 report.metrics.get("bleu4").copied().unwrap_or(0.0)
             );
+            let eval_record = EvalRecord {
+                step: trainer.state.step,
+                epoch: finished_epoch,
+                split: "val".into(),
+                metrics: report
+                    .metrics
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+                unix_ms: 0,
+            };
+            tm::record_eval(&eval_record);
+            if let Some(log) = log.as_mut() {
+                log.log_eval(&eval_record)?;
+            }
             if best.is_none_or(|b| cider > b) {
                 best = Some(cider);
                 save_best(cfg, data, &best_dir, trainer, cider)?;
             }
         }
-        trainer.save(&cfg.checkpoint_dir(), cfg.checkpoint.keep as usize, &extras(cfg, data))?;
+        trainer.save(
+            &cfg.checkpoint_dir(),
+            cfg.checkpoint.keep as usize,
+            &extras(cfg, data),
+        )?;
         if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
             break;
         }
@@ -190,46 +277,72 @@ fn run_phase(
     if best.is_none() {
         save_best(cfg, data, &best_dir, trainer, 0.0)?;
     }
-    Ok(latest_in(&best_dir)?)
+    latest_in(&best_dir)
 }
 
-/// One RL iteration: the actor's decodes, the reward worker's scores, the
-/// learner's update.
+/// One RL iteration over the bus: publish the policy, have the batch's
+/// images decoded by actors and scored by reward workers, then update.
 fn rl_step(
     cfg: &RunConfig,
     data: &Dataset,
     trainer: &mut Trainer,
-    rewarder: &Rewarder,
+    driver: &mut Driver,
     batch: &[&Item],
     opts: StepOptions,
+    record: &mut StepRecord,
 ) -> Result<(caprl_learner::StepStats, f64)> {
-    let objective = cfg.train.objective;
-    let greedy_baseline = objective == Objective::Sle || cfg.train.baseline == CfgBaseline::Greedy;
-    let task_id = TaskId(trainer.state.step);
-    let task = RolloutTask {
-        task_id,
-        policy_version: PolicyVersion(trainer.state.policy_version),
-        min_version: PolicyVersion(trainer.state.policy_version),
-        image_rows: batch.iter().map(|it| it.row as u32).collect(),
-        samples: cfg.train.samples as u32,
-        temperature: cfg.decode.temperature as f32,
-        top_k: cfg.decode.top_k,
-        greedy: greedy_baseline,
-        beam: 0,
-        seed: setup::task_seed(cfg.seed, task_id),
-        with_gt: false,
-    };
-    let rollout = caprl_actor::rollout(
-        &trainer.model,
-        PolicyVersion(trainer.state.policy_version),
-        data,
-        &task,
-        "local",
-    )?;
-    let scored = rewarder.score(rollout)?;
-    let batch = assemble(cfg, &scored)?;
-    let stats = trainer.pg_step(data, &batch.rows, &batch.seqs, &batch.multipliers, opts)?;
-    Ok((stats, batch.mean_reward))
+    let version = trainer.state.policy_version;
+    driver.publish(&trainer.model, version)?;
+    let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
+    let started = Instant::now();
+    let collected = driver.collect(trainer.state.step, version, &rows)?;
+    driver.record_depths();
+    record.rollouts_per_s =
+        collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    record.lag = collected.mean_lag;
+    record.dropped_stale = collected.dropped_stale;
+    let mut pg = assemble(cfg, &collected.scored, version)?;
+    if !cfg.runtime.mode.eq(&config::Mode::Sync) {
+        importance_weights(cfg, data, trainer, &mut pg)?;
+    }
+    for (name, value) in &pg.components {
+        record.rewards.insert(name.clone(), *value);
+    }
+    record.rewards.insert("total".into(), pg.mean_reward);
+    let stats = trainer.pg_step(data, &pg.rows, &pg.seqs, &pg.multipliers, opts)?;
+    Ok((stats, pg.mean_reward))
+}
+
+/// Async mode: multiplies each sampled sequence's multiplier by the truncated
+/// importance ratio `ρ = min(is_clip, π(y)/μ(y))`, with `π` the current
+/// policy and `μ` the behaviour policy that sampled `y` (its per-token
+/// log-probs ride along in the rollout). This is the truncated-IS correction
+/// of V-trace (Espeholt et al. 2018) at the sequence level, where the whole
+/// caption is one action of the SCST bandit (seed 000/002). Sequences from
+/// the current policy have `ρ = 1` exactly and are not recomputed.
+fn importance_weights(
+    cfg: &RunConfig,
+    data: &Dataset,
+    trainer: &Trainer,
+    pg: &mut PgBatch,
+) -> Result<()> {
+    let stale: Vec<usize> = (0..pg.seqs.len()).filter(|&i| pg.lags[i] > 0).collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    let model = &trainer.model;
+    let rows: Vec<usize> = stale.iter().map(|&i| pg.rows[i]).collect();
+    let seqs: Vec<Vec<u32>> = stale.iter().map(|&i| pg.seqs[i].clone()).collect();
+    let x = inputs_for_rows(data, &rows, model.config(), model.device())?;
+    let toks = batch_tokens(&seqs, model.device())?;
+    let (logp, _mask) = model.token_logprobs(&x, &toks, None)?;
+    let pi: Vec<f32> = logp.sum(1)?.to_vec1()?;
+    let clip = cfg.runtime.is_clip as f32;
+    for (j, &i) in stale.iter().enumerate() {
+        let rho = (pi[j] - pg.behaviour[i]).exp().min(clip);
+        pg.multipliers[i] *= if rho.is_finite() { rho } else { 0.0 };
+    }
+    Ok(())
 }
 
 /// Sampled sequences of a scored rollout with their multipliers.
@@ -237,10 +350,57 @@ struct PgBatch {
     rows: Vec<usize>,
     seqs: Vec<Vec<u32>>,
     multipliers: Vec<f32>,
+    /// `Σₜ log μ(wₜ)` of each sequence under the policy that sampled it.
+    behaviour: Vec<f32>,
+    /// Policy lag of the rollout each sequence came from.
+    lags: Vec<u64>,
     mean_reward: f64,
+    /// Mean of each reward component over the sampled sequences.
+    components: BTreeMap<String, f64>,
 }
 
-fn assemble(cfg: &RunConfig, scored: &ScoredRollout) -> Result<PgBatch> {
+/// The sampled sequences of the step's scored rollouts (in task-id order) with
+/// their SCST/SLE multipliers.
+fn assemble(cfg: &RunConfig, scored: &[ScoredRollout], version: u64) -> Result<PgBatch> {
+    let mut out = PgBatch {
+        rows: Vec::new(),
+        seqs: Vec::new(),
+        multipliers: Vec::new(),
+        behaviour: Vec::new(),
+        lags: Vec::new(),
+        mean_reward: 0.0,
+        components: BTreeMap::new(),
+    };
+    let mut reward_total = 0.0f64;
+    let mut component_sums: BTreeMap<String, f64> = BTreeMap::new();
+    for one in scored {
+        let lag = version.saturating_sub(one.rollout.policy_version.0);
+        assemble_one(
+            cfg,
+            one,
+            lag,
+            &mut out,
+            &mut reward_total,
+            &mut component_sums,
+        )?;
+    }
+    let n = out.seqs.len().max(1) as f64;
+    out.mean_reward = reward_total / n;
+    out.components = component_sums
+        .into_iter()
+        .map(|(k, v)| (k, v / n))
+        .collect();
+    Ok(out)
+}
+
+fn assemble_one(
+    cfg: &RunConfig,
+    scored: &ScoredRollout,
+    lag: u64,
+    out: &mut PgBatch,
+    reward_total: &mut f64,
+    component_sums: &mut BTreeMap<String, f64>,
+) -> Result<()> {
     let mut greedy: BTreeMap<u32, f32> = BTreeMap::new();
     let mut samples: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, s) in scored.rollout.sequences.iter().enumerate() {
@@ -252,19 +412,19 @@ fn assemble(cfg: &RunConfig, scored: &ScoredRollout) -> Result<PgBatch> {
             _ => {}
         }
     }
-    let mut out = PgBatch {
-        rows: Vec::new(),
-        seqs: Vec::new(),
-        multipliers: Vec::new(),
-        mean_reward: 0.0,
-    };
-    let mut reward_total = 0.0f64;
     for (row, idx) in &samples {
         let rewards: Vec<f32> = idx.iter().map(|&i| scored.rewards[i].total).collect();
-        reward_total += rewards.iter().map(|&r| r as f64).sum::<f64>();
+        *reward_total += rewards.iter().map(|&r| r as f64).sum::<f64>();
+        for &i in idx {
+            for (name, v) in &scored.rewards[i].components {
+                *component_sums.entry(name.clone()).or_default() += *v as f64;
+            }
+        }
         let m = match cfg.train.objective {
             Objective::Sle => {
-                let b = *greedy.get(row).context("SLE needs the greedy caption's reward")?;
+                let b = *greedy
+                    .get(row)
+                    .context("SLE needs the greedy caption's reward")?;
                 let e: Vec<f32> = idx
                     .iter()
                     .map(|&i| {
@@ -290,10 +450,12 @@ fn assemble(cfg: &RunConfig, scored: &ScoredRollout) -> Result<PgBatch> {
             out.rows.push(*row as usize);
             out.seqs.push(scored.rollout.sequences[i].tokens.clone());
             out.multipliers.push(m);
+            out.behaviour
+                .push(scored.rollout.sequences[i].logprobs.iter().sum());
+            out.lags.push(lag);
         }
     }
-    out.mean_reward = reward_total / out.seqs.len().max(1) as f64;
-    Ok(out)
+    Ok(())
 }
 
 /// Validation with greedy decoding on (part of) the val split.
@@ -305,7 +467,41 @@ fn validate(cfg: &RunConfig, data: &Dataset, trainer: &Trainer) -> Result<EvalRe
         seed: cfg.seed,
         ..EvalOptions::default()
     };
-    Ok(eval::evaluate(&trainer.model, data, &data.val.items, &opts)?)
+    Ok(eval::evaluate(
+        &trainer.model,
+        data,
+        &data.val.items,
+        &opts,
+    )?)
+}
+
+/// The run log: created for a new run, appended to on resume (created when
+/// the resumed run has none yet).
+fn open_run_log(cfg: &RunConfig, resume: bool) -> Result<Option<RunLog>> {
+    let dir = Path::new(&cfg.run_dir);
+    let toml = cfg.redacted().to_toml_string();
+    let header = serde_json::json!({
+        "run_id": cfg.runtime.run_id,
+        "seed": cfg.seed,
+        "device": cfg.device.to_string(),
+        "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
+    });
+    let log = if resume
+        && dir
+            .join(caprl_common::telemetry::runlog::RUN_LOG_FILE)
+            .exists()
+    {
+        RunLog::open_append(dir)?
+    } else {
+        match RunLog::create(dir, &toml, header) {
+            Ok(log) => log,
+            Err(caprl_common::telemetry::TelemetryError::RunLogExists { .. }) => {
+                RunLog::open_append(dir)?
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    Ok(Some(log))
 }
 
 const BEST_SCORE: &str = "val_cider.txt";
@@ -338,7 +534,11 @@ fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
 
 fn best_cider(dir: &Path) -> Option<f64> {
     let ck = checkpoint::latest_valid(dir).ok()??;
-    std::fs::read_to_string(ck.file(BEST_SCORE)).ok()?.trim().parse().ok()
+    std::fs::read_to_string(ck.file(BEST_SCORE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn latest_in(dir: &Path) -> Result<PathBuf> {
@@ -379,8 +579,13 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
     }
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
         .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
-    let data = Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim())
-        .with_context(|| format!("opening the data set the checkpoint was trained on ({})", cfg.data.dir))?;
+    let data =
+        Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).with_context(|| {
+            format!(
+                "opening the data set the checkpoint was trained on ({})",
+                cfg.data.dir
+            )
+        })?;
     let model_cfg: CaptionerConfig = setup::captioner_config(&cfg, &data)?;
     let model = Captioner::load(&ck.file("model.safetensors"), &model_cfg, device)?;
     Ok(Loaded { cfg, data, model })

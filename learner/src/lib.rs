@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod driver;
 pub mod error;
 pub mod eval;
 pub mod pg;

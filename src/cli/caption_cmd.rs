@@ -38,9 +38,15 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
             )
         })?;
     let fc = tensors.get("fc").with_context(|| {
-        format!("{}: no tensor named `fc` (expected [N, {}])", args.features.display(), cfg.fc_dim)
+        format!(
+            "{}: no tensor named `fc` (expected [N, {}])",
+            args.features.display(),
+            cfg.fc_dim
+        )
     })?;
-    let (n, d) = fc.dims2().with_context(|| format!("{}: `fc` must be 2-D [N, D]", args.features.display()))?;
+    let (n, d) = fc
+        .dims2()
+        .with_context(|| format!("{}: `fc` must be 2-D [N, D]", args.features.display()))?;
     if d != cfg.fc_dim {
         bail!(
             "{}: `fc` has {d} features per input but the model was trained on {}",
@@ -48,12 +54,23 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
             cfg.fc_dim
         );
     }
-    let fc_host: Vec<f32> = fc.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    let fc_host: Vec<f32> = fc
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1()?;
     if let Some(i) = fc_host.iter().position(|v| !v.is_finite()) {
-        bail!("{}: `fc` row {} has a NaN or infinite value", args.features.display(), i / d);
+        bail!(
+            "{}: `fc` row {} has a NaN or infinite value",
+            args.features.display(),
+            i / d
+        );
     }
     let att_host: Option<Vec<f32>> = match tensors.get("att") {
-        Some(a) => Some(a.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?),
+        Some(a) => Some(
+            a.to_dtype(candle_core::DType::F32)?
+                .flatten_all()?
+                .to_vec1()?,
+        ),
         None => None,
     };
     let ids = read_ids(&args.features, n)?;
@@ -100,7 +117,8 @@ fn read_ids(features: &std::path::Path, n: usize) -> Result<Vec<String>> {
         features.with_file_name("features.ids.json"),
     ];
     if let Some(p) = candidates.iter().find(|p| p.exists()) {
-        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let v: Vec<serde_json::Value> = serde_json::from_str(&text)
             .with_context(|| format!("{}: expected a JSON array of ids", p.display()))?;
         if v.len() != n {
@@ -108,7 +126,11 @@ fn read_ids(features: &std::path::Path, n: usize) -> Result<Vec<String>> {
         }
         return Ok(v
             .into_iter()
-            .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| x.to_string())
+            })
             .collect());
     }
     Ok((0..n).map(|i| i.to_string()).collect())

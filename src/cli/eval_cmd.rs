@@ -94,7 +94,10 @@ pub(crate) fn write_results(path: &Path, report: &EvalReport) -> Result<()> {
             serde_json::json!({"image_id": id, "caption": c})
         })
         .collect();
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = tempfile::NamedTempFile::new_in(dir)?;
     serde_json::to_writer_pretty(&tmp, &rows)?;
@@ -102,4 +105,3 @@ pub(crate) fn write_results(path: &Path, report: &EvalReport) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
-

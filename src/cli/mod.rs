@@ -5,14 +5,20 @@
 //! below, a variant to [`Command`] and an arm to [`run`]. Commands that need
 //! async code build their own tokio runtime.
 
+mod actor_cmd;
+mod bench_cmd;
 mod caption_cmd;
 mod config_cmd;
 mod data_cmd;
 mod eval_cmd;
+mod learner_cmd;
+mod local_cmd;
 pub mod logging;
 mod report_cmd;
+mod reward_worker_cmd;
 mod run_cmd;
 mod score_cmd;
+mod status_cmd;
 mod train_cmd;
 
 use std::io::Write;
@@ -80,6 +86,18 @@ pub enum Command {
     Report(report_cmd::ReportArgs),
     /// Print the default config or the resolved one.
     Config(config_cmd::Args),
+    /// The learner role over NATS: XE warm start, then RL with remote actors and reward workers.
+    Learner(learner_cmd::Args),
+    /// The actor role over NATS: decode rollout tasks with the newest policy snapshot.
+    Actor(actor_cmd::Args),
+    /// The reward-worker role over NATS: score rollouts with the reward spec.
+    RewardWorker(reward_worker_cmd::Args),
+    /// Learner, actors and reward workers as local processes on a local (or given) NATS server.
+    Local(local_cmd::Args),
+    /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
+    Status(status_cmd::Args),
+    /// Benchmarks: `bench transport` (in-process vs NATS, snapshot broadcast, rollout throughput).
+    Bench(bench_cmd::Args),
 }
 
 /// Runs the chosen command.
@@ -94,6 +112,12 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Data(args) => data_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Config(args) => config_cmd::run(args, global),
+        Command::Learner(args) => learner_cmd::run(args, global),
+        Command::Actor(args) => actor_cmd::run(args, global),
+        Command::RewardWorker(args) => reward_worker_cmd::run(args, global),
+        Command::Local(args) => local_cmd::run(args, global),
+        Command::Status(args) => status_cmd::run(args, global),
+        Command::Bench(args) => bench_cmd::run(args, global),
     }
 }
 

@@ -10,7 +10,7 @@ use caprl_learner::eval::{self, EvalOptions, EvalReport};
 
 use super::train_cmd::config_with;
 use super::{write_stdout, Global};
-use crate::{setup, train};
+use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -42,10 +42,12 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if cfg.train.objective == Objective::Xe {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
-    let data = setup::open_data(&cfg, true)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
     let started = std::time::Instant::now();
-    let outcome = train::train(&cfg, &data, &device, false)?;
+    let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
+        train::train(&cfg, &data, &device, false, driver)
+    })?;
     let test = &data.test.items;
     let opts = EvalOptions {
         beam: cfg.decode.beam as usize,
@@ -59,8 +61,18 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         let loaded = train::load_checkpoint(ck, None, &device)?;
         Ok(eval::evaluate(&loaded.model, &data, test, &opts)?)
     };
-    let xe = evaluate(outcome.best_xe.as_deref().context("the XE phase did not run (train.xe_epochs = 0)")?)?;
-    let rl = evaluate(outcome.best_rl.as_deref().context("the RL phase did not run (train.rl_epochs = 0)")?)?;
+    let xe = evaluate(
+        outcome
+            .best_xe
+            .as_deref()
+            .context("the XE phase did not run (train.xe_epochs = 0)")?,
+    )?;
+    let rl = evaluate(
+        outcome
+            .best_rl
+            .as_deref()
+            .context("the RL phase did not run (train.rl_epochs = 0)")?,
+    )?;
     let name = format!("{:?}", cfg.train.objective).to_uppercase();
     let mut out = format!(
         "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
@@ -75,7 +87,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     for (key, label) in TABLE {
         let (a, b) = (xe.metrics.get(key).copied(), rl.metrics.get(key).copied());
         if let (Some(a), Some(b)) = (a, b) {
-            let change = if a.abs() > 1e-12 { format!("{:+.1}%", 100.0 * (b - a) / a.abs()) } else { "-".into() };
+            let change = if a.abs() > 1e-12 {
+                format!("{:+.1}%", 100.0 * (b - a) / a.abs())
+            } else {
+                "-".into()
+            };
             out.push_str(&format!("{label:<22} {a:>9.4} {b:>9.4} {change:>9}\n"));
         }
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::{write_stdout, Global};
-use crate::{setup, train};
+use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -42,9 +42,11 @@ pub(crate) fn config_with(
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
-    let data = setup::open_data(&cfg, true)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
-    let outcome = train::train(&cfg, &data, &device, args.resume)?;
+    let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
+        train::train(&cfg, &data, &device, args.resume, driver)
+    })?;
     let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let mut out = String::new();
     if let Some(p) = show(&outcome.best_xe) {

@@ -1,0 +1,411 @@
+//! The learner's side of the bus: publish policy snapshots, issue rollout
+//! tasks with credit-based backpressure, collect scored rollouts,
+//! de-duplicate them by task id and drop stale ones.
+//!
+//! The training loop itself is synchronous (heavy compute stays on its own
+//! thread, off the async executor); every bus call goes through
+//! [`tokio::runtime::Handle::block_on`].
+//!
+//! - `sync` (the seed papers' setting): the tasks of step `s` have ids
+//!   `s·K .. s·K+K-1` (`K` = tasks per step) and name policy `v`; the learner
+//!   waits for exactly these ids from exactly `v` and returns them sorted by
+//!   task id, so the batch does not depend on which actor or reward worker ran
+//!   what, nor on the transport. Results for later steps that are already in
+//!   the queue (a resumed learner) are kept for their step.
+//! - `async`: tasks are issued ahead within `tasks_in_flight` credits; the step
+//!   takes the first `K` scored rollouts whose lag `v - v_rollout` is at most
+//!   `max_policy_lag`; older ones are dropped and counted.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caprl_common::bus::{Bus, BusError, Queue, SnapshotMeta};
+use caprl_common::model::Captioner;
+use caprl_common::telemetry::metrics as tm;
+use caprl_common::telemetry::Readiness;
+use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+
+use crate::LearnerError;
+
+/// How the learner drives the roles; from `[runtime]`, `[train]` and `[decode]`.
+#[derive(Debug, Clone)]
+pub struct DriverOptions {
+    /// `runtime.mode = "sync"`.
+    pub sync: bool,
+    pub tasks_in_flight: usize,
+    pub images_per_task: usize,
+    /// Images per optimizer step (`train.batch_size`); fixes the tasks per step.
+    pub batch_size: usize,
+    pub samples: u32,
+    pub temperature: f32,
+    pub top_k: u32,
+    /// Ask actors for a greedy decode too (the greedy baseline).
+    pub greedy: bool,
+    /// The run seed; task seeds derive from (seed, task id).
+    pub seed: u64,
+    pub max_policy_lag: u64,
+    pub max_message_bytes: usize,
+    /// Snapshots kept in the store besides the newest.
+    pub keep_snapshots: u64,
+}
+
+/// What one step's collection saw.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// The batch's scored rollouts, sorted by task id.
+    pub scored: Vec<ScoredRollout>,
+    pub dropped_stale: u64,
+    pub duplicates: u64,
+    pub rejected: u64,
+    pub redeliveries: u64,
+    /// Mean `v - v_rollout` of the batch.
+    pub mean_lag: f64,
+}
+
+/// Running totals over the whole run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverTotals {
+    pub dropped_stale: u64,
+    pub duplicates: u64,
+    pub rejected: u64,
+    pub redeliveries: u64,
+    pub scored: u64,
+    /// Task ids of every scored rollout trained on, in order.
+    pub used: Vec<TaskId>,
+}
+
+/// The learner's handle on the bus.
+pub struct Driver {
+    bus: Arc<dyn Bus>,
+    rt: Handle,
+    shutdown: watch::Receiver<bool>,
+    opts: DriverOptions,
+    published: Option<SnapshotMeta>,
+    /// Scored rollouts that arrived before their step (sync) or are waiting to be used.
+    buffer: BTreeMap<TaskId, ScoredRollout>,
+    /// Task ids issued and not yet back.
+    outstanding: BTreeSet<TaskId>,
+    /// Async: tasks made but not yet issued (no credit).
+    queued: VecDeque<RolloutTask>,
+    next_async_id: u64,
+    /// Every task id already used in a step (sync de-duplication across steps).
+    done_below: u64,
+    pub totals: DriverTotals,
+    readiness: Option<Readiness>,
+}
+
+/// The sampling seed of a task: a pure function of (run seed, task id), so a
+/// task gives the same samples whichever actor runs it (splitmix64 finaliser).
+pub fn task_seed(seed: u64, task: TaskId) -> u64 {
+    let mut z = seed ^ task.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn bus_err(e: BusError) -> LearnerError {
+    LearnerError::Invalid(format!("bus: {e}"))
+}
+
+impl Driver {
+    /// A driver on `bus`, calling it through `rt`; stops waiting when `shutdown` turns true.
+    pub fn new(
+        bus: Arc<dyn Bus>,
+        rt: Handle,
+        shutdown: watch::Receiver<bool>,
+        opts: DriverOptions,
+    ) -> Driver {
+        Driver {
+            bus,
+            rt,
+            shutdown,
+            opts,
+            published: None,
+            buffer: BTreeMap::new(),
+            outstanding: BTreeSet::new(),
+            queued: VecDeque::new(),
+            next_async_id: 0,
+            done_below: 0,
+            totals: DriverTotals::default(),
+            readiness: None,
+        }
+    }
+
+    /// Marks `readiness` ready once the first snapshot is published.
+    pub fn set_readiness(&mut self, readiness: Readiness) {
+        self.readiness = Some(readiness);
+    }
+
+    /// The bus this driver talks to.
+    pub fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// Tasks per optimizer step: `ceil(batch_size / images_per_task)`.
+    pub fn tasks_per_step(&self) -> u64 {
+        self.opts
+            .batch_size
+            .div_ceil(self.opts.images_per_task.max(1))
+            .max(1) as u64
+    }
+
+    /// Drops everything queued from an earlier run with the same run id.
+    pub fn purge(&mut self) -> Result<(), LearnerError> {
+        for q in Queue::ALL {
+            self.rt.block_on(self.bus.purge(q)).map_err(bus_err)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes `model` as policy `version` unless that exact snapshot is already `latest`.
+    pub fn publish(
+        &mut self,
+        model: &Captioner,
+        version: u64,
+    ) -> Result<SnapshotMeta, LearnerError> {
+        if let Some(p) = &self.published {
+            if p.version == version {
+                return Ok(p.clone());
+            }
+        }
+        let started = Instant::now();
+        let bytes = Bytes::from(model.to_safetensors()?);
+        let meta = self
+            .rt
+            .block_on(self.bus.put_snapshot(version, bytes))
+            .map_err(bus_err)?;
+        tm::record_snapshot(meta.bytes, started.elapsed());
+        tm::set_policy_version(version);
+        if let Some(old) = version.checked_sub(self.opts.keep_snapshots + 1) {
+            let _ = self.rt.block_on(self.bus.delete_snapshot(old));
+        }
+        self.published = Some(meta.clone());
+        if let Some(r) = &self.readiness {
+            r.set_ready(true);
+        }
+        Ok(meta)
+    }
+
+    fn make_task(&self, id: TaskId, version: u64, rows: &[u32]) -> RolloutTask {
+        RolloutTask {
+            task_id: id,
+            policy_version: PolicyVersion(version),
+            min_version: PolicyVersion(if self.opts.sync {
+                version
+            } else {
+                version.saturating_sub(self.opts.max_policy_lag)
+            }),
+            image_rows: rows.to_vec(),
+            samples: self.opts.samples,
+            temperature: self.opts.temperature,
+            top_k: self.opts.top_k,
+            greedy: self.opts.greedy,
+            beam: 0,
+            seed: task_seed(self.opts.seed, id),
+            with_gt: false,
+        }
+    }
+
+    fn issue(&mut self, task: &RolloutTask) -> Result<(), LearnerError> {
+        let bytes = wire::encode(task, self.opts.max_message_bytes)
+            .map_err(|e| LearnerError::Invalid(format!("encoding {}: {e}", task.task_id)))?;
+        self.rt
+            .block_on(self.bus.publish(Queue::Tasks, Bytes::from(bytes)))
+            .map_err(bus_err)?;
+        self.outstanding.insert(task.task_id);
+        tm::set_tasks_in_flight(self.outstanding.len() as u64);
+        Ok(())
+    }
+
+    /// Runs the rollouts of optimizer step `step` (images `rows`) under policy
+    /// `version` and returns the scored batch (see the module docs for the modes).
+    pub fn collect(
+        &mut self,
+        step: u64,
+        version: u64,
+        rows: &[u32],
+    ) -> Result<Collected, LearnerError> {
+        let k = self.tasks_per_step();
+        let chunks: Vec<&[u32]> = rows.chunks(self.opts.images_per_task.max(1)).collect();
+        let mut out = Collected::default();
+        if self.opts.sync {
+            let ids: Vec<TaskId> = (0..chunks.len() as u64)
+                .map(|i| TaskId(step * k + i))
+                .collect();
+            let mut pending: VecDeque<RolloutTask> = VecDeque::new();
+            let mut got: BTreeMap<TaskId, ScoredRollout> = BTreeMap::new();
+            for (id, chunk) in ids.iter().zip(&chunks) {
+                match self.buffer.remove(id) {
+                    Some(s) if s.rollout.policy_version.0 == version => {
+                        got.insert(*id, s);
+                    }
+                    _ => pending.push_back(self.make_task(*id, version, chunk)),
+                }
+            }
+            let wanted: BTreeSet<TaskId> = ids.iter().copied().collect();
+            self.done_below = self.done_below.max(step * k);
+            while got.len() < ids.len() {
+                while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
+                    let Some(t) = pending.pop_front() else { break };
+                    self.issue(&t)?;
+                }
+                for s in self.pull(&mut out)? {
+                    let id = s.rollout.task_id;
+                    self.outstanding.remove(&id);
+                    if wanted.contains(&id) {
+                        if s.rollout.policy_version.0 != version {
+                            out.dropped_stale += 1;
+                            tm::count_dropped_stale(1);
+                        } else if let std::collections::btree_map::Entry::Vacant(e) = got.entry(id)
+                        {
+                            e.insert(s);
+                        } else {
+                            out.duplicates += 1;
+                        }
+                    } else if id.0 >= step * k + k && !self.buffer.contains_key(&id) {
+                        self.buffer.insert(id, s);
+                    } else {
+                        out.duplicates += 1;
+                    }
+                }
+            }
+            self.outstanding.retain(|id| !wanted.contains(id));
+            out.scored = got.into_values().collect();
+        } else {
+            for chunk in &chunks {
+                let id = TaskId(self.next_async_id);
+                self.next_async_id += 1;
+                let t = self.make_task(id, version, chunk);
+                self.queued.push_back(t);
+            }
+            let mut got: Vec<ScoredRollout> = Vec::new();
+            while (got.len() as u64) < (chunks.len() as u64).min(k) {
+                while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
+                    let Some(t) = self.queued.pop_front() else {
+                        break;
+                    };
+                    self.issue(&t)?;
+                }
+                for s in self.pull(&mut out)? {
+                    let id = s.rollout.task_id;
+                    if !self.outstanding.remove(&id) {
+                        out.duplicates += 1;
+                        continue;
+                    }
+                    let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
+                    tm::observe_policy_lag(lag);
+                    if lag > self.opts.max_policy_lag {
+                        out.dropped_stale += 1;
+                        tm::count_dropped_stale(1);
+                    } else {
+                        got.push(s);
+                    }
+                }
+                tm::set_tasks_in_flight(self.outstanding.len() as u64);
+            }
+            got.sort_by_key(|s| s.rollout.task_id);
+            out.scored = got;
+        }
+        let n = out.scored.len().max(1) as f64;
+        out.mean_lag = out
+            .scored
+            .iter()
+            .map(|s| s.rollout.policy_version.lag_behind(PolicyVersion(version)) as f64)
+            .sum::<f64>()
+            / n;
+        if self.opts.sync {
+            for _ in &out.scored {
+                tm::observe_policy_lag(0);
+            }
+        }
+        self.totals.dropped_stale += out.dropped_stale;
+        self.totals.duplicates += out.duplicates;
+        self.totals.rejected += out.rejected;
+        self.totals.redeliveries += out.redeliveries;
+        self.totals.scored += out.scored.len() as u64;
+        self.totals
+            .used
+            .extend(out.scored.iter().map(|s| s.rollout.task_id));
+        Ok(out)
+    }
+
+    /// One pull of scored rollouts: decoded ones are acked and returned,
+    /// undecodable ones termed and counted.
+    fn pull(&mut self, out: &mut Collected) -> Result<Vec<ScoredRollout>, LearnerError> {
+        if *self.shutdown.borrow() {
+            return Err(LearnerError::Invalid(
+                "stopped while waiting for scored rollouts (shutdown requested or a role failed)"
+                    .into(),
+            ));
+        }
+        let bus = Arc::clone(&self.bus);
+        let limit = self.opts.max_message_bytes;
+        let mut stop = self.shutdown.clone();
+        let result = self.rt.block_on(async move {
+            let deliveries = tokio::select! {
+                d = bus.pull(Queue::Scored, 64, Duration::from_millis(250)) => d?,
+                _ = stop.changed() => Vec::new(),
+            };
+            let mut good = Vec::new();
+            let (mut rejected, mut redelivered) = (0u64, 0u64);
+            for d in deliveries {
+                if d.is_redelivery() {
+                    redelivered += 1;
+                    tm::count_redelivery("scored");
+                }
+                match wire::decode::<ScoredRollout>(d.payload(), limit) {
+                    Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
+                        d.ack().await?;
+                        good.push(s);
+                    }
+                    Ok(s) => {
+                        tracing::warn!(
+                            "learner: rejecting scored {}: {} rewards for {} sequences",
+                            s.rollout.task_id,
+                            s.rewards.len(),
+                            s.rollout.sequences.len()
+                        );
+                        tm::count_rejected("bad_payload");
+                        rejected += 1;
+                        d.term().await?;
+                    }
+                    Err(e) => {
+                        tracing::warn!("learner: rejecting a scored message: {e}");
+                        tm::count_rejected(reject_label(&e));
+                        rejected += 1;
+                        d.term().await?;
+                    }
+                }
+            }
+            Ok::<_, BusError>((good, rejected, redelivered))
+        });
+        let (good, rejected, redelivered) = result.map_err(bus_err)?;
+        out.rejected += rejected;
+        out.redeliveries += redelivered;
+        Ok(good)
+    }
+
+    /// Depth of each queue, recorded as gauges.
+    pub fn record_depths(&self) {
+        for q in Queue::ALL {
+            if let Ok(d) = self.rt.block_on(self.bus.depth(q)) {
+                tm::set_queue_depth(q.name(), d);
+            }
+        }
+    }
+}
+
+fn reject_label(e: &wire::WireError) -> &'static str {
+    match e {
+        wire::WireError::BadMagic => "bad_magic",
+        wire::WireError::UnknownVersion { .. } => "unknown_version",
+        wire::WireError::UnknownKind(_) | wire::WireError::WrongKind { .. } => "wrong_kind",
+        wire::WireError::Truncated { .. } => "truncated",
+        wire::WireError::Oversize { .. } => "oversize",
+        wire::WireError::Payload(_) | wire::WireError::TrailingBytes => "bad_payload",
+    }
+}

@@ -1,0 +1,242 @@
+//! Wiring the roles from the run config: bus options and NATS connection,
+//! each role's settings, and the in-process arrangement `caprl run` and
+//! `caprl train` use (learner on the calling thread, one actor and one reward
+//! worker as tasks of a tokio runtime, all on an [`InProcBus`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use caprl_actor::ActorConfig;
+use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect};
+use caprl_common::config::{self, Baseline, Objective, RunConfig};
+use caprl_common::data::Dataset;
+use caprl_common::model::Device;
+use caprl_common::score::Distance;
+use caprl_learner::driver::{Driver, DriverOptions};
+use caprl_reward_worker::{Rewarder, WorkerConfig};
+use tokio::sync::watch;
+
+use crate::setup;
+
+/// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
+pub fn bus_options(cfg: &RunConfig) -> BusOptions {
+    BusOptions {
+        run_id: cfg.runtime.run_id.clone(),
+        ack_wait_secs: cfg.runtime.ack_wait_secs,
+        max_message_bytes: cfg.nats.max_message_bytes as usize,
+        ..BusOptions::default()
+    }
+}
+
+/// How to reach NATS: `[nats]`, with `--nats-url` winning over `nats.url` and
+/// the password and token falling back to `CAPRL_NATS_PASSWORD` / `CAPRL_NATS_TOKEN`.
+pub fn nats_connect(cfg: &RunConfig, url: Option<&str>) -> NatsConnect {
+    let n = &cfg.nats;
+    NatsConnect {
+        url: url.map_or_else(|| n.url.clone(), str::to_string),
+        user: n.user.clone(),
+        password: n.resolved_password().unwrap_or_default(),
+        token: n.resolved_token().unwrap_or_default(),
+        nkey_seed: n.nkey_seed.clone(),
+        creds_file: n.creds_file.clone(),
+        tls_ca: n.tls_ca.clone(),
+        tls_cert: n.tls_cert.clone(),
+        tls_key: n.tls_key.clone(),
+        connect_timeout_secs: n.connect_timeout_secs,
+    }
+}
+
+/// Connects to NATS and opens the run's streams and buckets.
+pub async fn connect(cfg: &RunConfig, url: Option<&str>) -> Result<Arc<dyn Bus>> {
+    let nc = nats_connect(cfg, url);
+    let bus = NatsBus::connect(&nc, &bus_options(cfg))
+        .await
+        .with_context(|| format!("connecting to NATS at {}", nc.url))?;
+    Ok(Arc::new(bus))
+}
+
+/// The default role id: `<hostname>-<pid>`.
+pub fn default_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".to_string());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The actor's settings.
+pub fn actor_config(
+    cfg: &RunConfig,
+    data: Arc<Dataset>,
+    device: Device,
+    id: String,
+) -> Result<ActorConfig> {
+    Ok(ActorConfig {
+        id,
+        model: setup::captioner_config(cfg, &data)?,
+        data,
+        device,
+        max_message_bytes: cfg.nats.max_message_bytes as usize,
+        sync: cfg.runtime.mode == config::Mode::Sync,
+        delay: Duration::ZERO,
+    })
+}
+
+/// The reward worker's settings: the rewarder over the training split with the
+/// precomputed training document frequencies.
+pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
+    let items = &data.train.items;
+    let df = Rewarder::training_df(data, items);
+    let exploration =
+        (cfg.train.objective == Objective::Sle).then_some(match cfg.reward.distance {
+            config::Distance::Bleu => Distance::Bleu,
+            config::Distance::Cider => Distance::Cider,
+        });
+    let rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
+    Ok(WorkerConfig {
+        id,
+        rewarder: Arc::new(rewarder),
+        max_message_bytes: cfg.nats.max_message_bytes as usize,
+    })
+}
+
+/// The learner's bus driver settings.
+pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
+    DriverOptions {
+        sync: cfg.runtime.mode == config::Mode::Sync,
+        tasks_in_flight: cfg.runtime.tasks_in_flight as usize,
+        images_per_task: cfg.runtime.images_per_task as usize,
+        batch_size: cfg.train.batch_size as usize,
+        samples: cfg.train.samples,
+        temperature: cfg.decode.temperature as f32,
+        top_k: cfg.decode.top_k,
+        greedy: cfg.train.objective == Objective::Sle || cfg.train.baseline == Baseline::Greedy,
+        seed: cfg.seed,
+        max_policy_lag: cfg.runtime.max_policy_lag,
+        max_message_bytes: cfg.nats.max_message_bytes as usize,
+        keep_snapshots: 2,
+    }
+}
+
+/// A multi-threaded tokio runtime for the roles (the learner's compute runs
+/// on the calling thread, the roles' compute on blocking threads).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("caprl-rt")
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Runs `learn` (the learner) with one actor and one reward worker as tasks
+/// on an in-process bus; stops the roles when `learn` returns, and stops
+/// `learn`'s waiting (with an error) when a role fails.
+pub fn with_inproc_roles<T>(
+    cfg: &RunConfig,
+    data: &Arc<Dataset>,
+    device: &Device,
+    learn: impl FnOnce(&mut Driver) -> Result<T>,
+) -> Result<T> {
+    let rt = runtime()?;
+    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&bus_options(cfg))?);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let actor_cfg = actor_config(cfg, Arc::clone(data), device.clone(), "local-actor".into())?;
+    let worker_cfg = worker_config(cfg, data, "local-reward-worker".into())?;
+    let actor = {
+        let (bus, stop, tx) = (Arc::clone(&bus), stop_rx.clone(), Arc::clone(&stop_tx));
+        rt.spawn(async move {
+            let r = caprl_actor::run(actor_cfg, bus, stop).await;
+            if r.is_err() {
+                let _ = tx.send(true);
+            }
+            r
+        })
+    };
+    let worker = {
+        let (bus, stop, tx) = (Arc::clone(&bus), stop_rx.clone(), Arc::clone(&stop_tx));
+        rt.spawn(async move {
+            let r = caprl_reward_worker::run(worker_cfg, bus, stop).await;
+            if r.is_err() {
+                let _ = tx.send(true);
+            }
+            r
+        })
+    };
+    let mut driver = Driver::new(
+        Arc::clone(&bus),
+        rt.handle().clone(),
+        stop_rx,
+        driver_options(cfg),
+    );
+    let learned = learn(&mut driver);
+    let _ = stop_tx.send(true);
+    let actor = rt.block_on(actor).context("the actor task panicked")?;
+    let worker = rt
+        .block_on(worker)
+        .context("the reward-worker task panicked")?;
+    // A role's failure explains a learner stopped by it: report it first.
+    actor.context("the in-process actor failed")?;
+    worker.context("the in-process reward worker failed")?;
+    learned
+}
+
+/// Turns `stop` true on Ctrl-C or SIGTERM (how `caprl local` and Kubernetes stop a role).
+pub fn stop_on_signals(rt: &tokio::runtime::Runtime, stop: Arc<watch::Sender<bool>>) {
+    rt.spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("stopping (signal)");
+        let _ = stop.send(true);
+    });
+}
+
+/// Serves `/metrics`, `/healthz`, `/readyz` on `addr` when given, labelled
+/// with the role, the run id and this process's id.
+pub fn serve_metrics(
+    addr: Option<&str>,
+    role: &str,
+    cfg: &RunConfig,
+    id: &str,
+) -> Result<(
+    Option<caprl_common::telemetry::ServerHandle>,
+    caprl_common::telemetry::Readiness,
+)> {
+    use caprl_common::telemetry::{serve_labeled, ProcessLabels, Readiness};
+    let readiness = Readiness::new();
+    let Some(addr) = addr else {
+        return Ok((None, readiness));
+    };
+    let sock: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("--metrics-addr {addr:?} is not HOST:PORT (e.g. 0.0.0.0:9090)"))?;
+    let labels = ProcessLabels {
+        role: role.to_string(),
+        run: cfg.runtime.run_id.clone(),
+        worker: id.to_string(),
+    };
+    let handle = serve_labeled(sock, readiness.clone(), &labels)?;
+    tracing::info!("metrics on http://{}/metrics", handle.local_addr());
+    Ok((Some(handle), readiness))
+}

@@ -1,0 +1,301 @@
+//! Bad input on the bus: garbage bytes and messages with a future schema
+//! version on every subject are rejected (termed, counted, logged) by the role
+//! that pulls them, nothing crashes, and real work still flows; a snapshot
+//! whose bytes do not match the advertised sha256 is refused and the actor
+//! keeps decoding with the previous one. Real nats-server, real roles.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use caprl_actor::{ActorConfig, ActorStats};
+use caprl_common::bus::{
+    sha256_hex, Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect,
+    Queue,
+};
+use caprl_common::config::RewardName;
+use caprl_common::data::Dataset;
+use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
+use caprl_learner::driver::{Driver, DriverOptions};
+use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
+use tokio::sync::watch;
+
+const LIMIT: usize = 8 << 20;
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    _server: LocalNatsServer,
+    url: String,
+    opts: BusOptions,
+    rt: tokio::runtime::Runtime,
+    bus: Arc<dyn Bus>,
+    data: Arc<Dataset>,
+    model_cfg: CaptionerConfig,
+}
+
+fn setup(run: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = support::synth(dir.path());
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let url = server.url();
+    let opts = BusOptions {
+        ack_wait_secs: 2,
+        ..BusOptions::for_run(run)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus: Arc<dyn Bus> = Arc::new(
+        rt.block_on(NatsBus::connect(&NatsConnect::to_url(&url), &opts))
+            .unwrap(),
+    );
+    let data = Arc::new(Dataset::open(&data_dir).unwrap());
+    let model_cfg = CaptionerConfig {
+        kind: ModelKind::Fc,
+        rnn: RnnKind::Gru,
+        layers: 1,
+        embed: 32,
+        hidden: 32,
+        att_hidden: 32,
+        dropout: 0.0,
+        vocab_size: data.vocab.len(),
+        fc_dim: data.fc_dim(),
+        att: data.att_shape(),
+        max_len: 16,
+        dtype: DType::F32,
+    };
+    Setup {
+        _dir: dir,
+        _server: server,
+        url,
+        opts,
+        rt,
+        bus,
+        data,
+        model_cfg,
+    }
+}
+
+fn actor_cfg(s: &Setup) -> ActorConfig {
+    ActorConfig {
+        id: "actor-test".into(),
+        data: Arc::clone(&s.data),
+        model: s.model_cfg.clone(),
+        device: Device::Cpu,
+        max_message_bytes: LIMIT,
+        sync: true,
+        delay: Duration::ZERO,
+    }
+}
+
+fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
+    RolloutTask {
+        task_id: TaskId(id),
+        policy_version: PolicyVersion(version),
+        min_version: PolicyVersion(version),
+        image_rows: rows.to_vec(),
+        samples: 2,
+        temperature: 1.0,
+        top_k: 0,
+        greedy: true,
+        beam: 0,
+        seed: 7,
+        with_gt: false,
+    }
+}
+
+/// The same envelope with schema version 2 in its header.
+fn future_version(mut bytes: Vec<u8>) -> Bytes {
+    bytes[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
+    Bytes::from(bytes)
+}
+
+#[test]
+fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() {
+    let s = setup("rejects");
+    let rows: Vec<u32> = s
+        .data
+        .train
+        .items
+        .iter()
+        .take(8)
+        .map(|it| it.row as u32)
+        .collect();
+    let rollout = Rollout {
+        task_id: TaskId(999),
+        policy_version: PolicyVersion(0),
+        actor_id: "x".into(),
+        sequences: Vec::new(),
+        decode_seconds: 0.0,
+    };
+    let scored = ScoredRollout {
+        rollout: rollout.clone(),
+        rewards: Vec::new(),
+    };
+    let bad: [(Queue, Bytes); 3] = [
+        (
+            Queue::Tasks,
+            future_version(wire::encode(&task(999, 0, &rows[..1]), LIMIT).unwrap()),
+        ),
+        (
+            Queue::Rollouts,
+            future_version(wire::encode(&rollout, LIMIT).unwrap()),
+        ),
+        (
+            Queue::Scored,
+            future_version(wire::encode(&scored, LIMIT).unwrap()),
+        ),
+    ];
+    s.rt.block_on(async {
+        for (q, future) in bad {
+            s.bus
+                .publish(q, Bytes::from_static(b"\x00\xffnot a caprl message"))
+                .await
+                .unwrap();
+            s.bus.publish(q, future).await.unwrap();
+        }
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let actor = s.rt.spawn(caprl_actor::run(
+        actor_cfg(&s),
+        Arc::clone(&s.bus),
+        stop_rx.clone(),
+    ));
+    let rewarder = Rewarder::new(
+        &s.data,
+        &s.data.train.items,
+        &[(RewardName::Cider, 1.0)],
+        Rewarder::training_df(&s.data, &s.data.train.items),
+        None,
+    )
+    .unwrap();
+    let worker_cfg = WorkerConfig {
+        id: "worker-test".into(),
+        rewarder: Arc::new(rewarder),
+        max_message_bytes: LIMIT,
+    };
+    let worker = s.rt.spawn(caprl_reward_worker::run(
+        worker_cfg,
+        Arc::clone(&s.bus),
+        stop_rx.clone(),
+    ));
+
+    let mut driver = Driver::new(
+        Arc::clone(&s.bus),
+        s.rt.handle().clone(),
+        stop_rx,
+        DriverOptions {
+            sync: true,
+            tasks_in_flight: 4,
+            images_per_task: 4,
+            batch_size: 8,
+            samples: 2,
+            temperature: 1.0,
+            top_k: 0,
+            greedy: true,
+            seed: 7,
+            max_policy_lag: 2,
+            max_message_bytes: LIMIT,
+            keep_snapshots: 2,
+        },
+    );
+    let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
+    driver.publish(&model, 0).unwrap();
+    let collected = driver
+        .collect(0, 0, &rows)
+        .expect("real work flows past the bad messages");
+    assert_eq!(collected.scored.len(), 2);
+    assert_eq!(
+        collected.rejected, 2,
+        "garbage + future version on `scored`"
+    );
+
+    // Nothing is waiting to be redelivered after ack_wait: the bad messages were termed.
+    std::thread::sleep(Duration::from_millis(2500));
+    for q in Queue::ALL {
+        let depth = s.rt.block_on(s.bus.depth(q)).unwrap();
+        assert_eq!(depth, 0, "queue {q} still holds {depth} messages");
+    }
+    stop_tx.send(true).unwrap();
+    let a: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let w: WorkerStats = s.rt.block_on(worker).unwrap().unwrap();
+    assert_eq!(a.rejected, 2, "{a:?}");
+    assert_eq!(w.rejected, 2, "{w:?}");
+    assert_eq!(a.rollouts, 2);
+    assert_eq!(w.scored, 2);
+}
+
+#[test]
+fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
+    let s = setup("badsnap");
+    let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
+    let good = model.to_safetensors().unwrap();
+    s.rt.block_on(s.bus.put_snapshot(0, Bytes::from(good.clone())))
+        .unwrap();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let actor =
+        s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
+    let rows: Vec<u32> = s
+        .data
+        .train
+        .items
+        .iter()
+        .take(2)
+        .map(|it| it.row as u32)
+        .collect();
+    let rollout_of = |id: u64, version: u64| -> Rollout {
+        s.rt.block_on(async {
+            let bytes = wire::encode(&task(id, version, &rows), LIMIT).unwrap();
+            s.bus
+                .publish(Queue::Tasks, Bytes::from(bytes))
+                .await
+                .unwrap();
+            let got = s
+                .bus
+                .pull(Queue::Rollouts, 1, Duration::from_secs(20))
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 1, "no rollout for task {id}");
+            let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
+            for d in got {
+                d.ack().await.unwrap();
+            }
+            r
+        })
+    };
+    assert_eq!(rollout_of(1, 0).policy_version, PolicyVersion(0));
+
+    // Version 1 in the store is corrupt: its bytes are not what `latest` advertises.
+    let mut corrupt = good.clone();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    s.rt.block_on(async {
+        let client = async_nats::connect(&s.url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let store = js.get_object_store(s.opts.snapshot_bucket()).await.unwrap();
+        store
+            .put("policy-v1", &mut corrupt.as_slice())
+            .await
+            .unwrap();
+        let kv = js.get_key_value(s.opts.control_bucket()).await.unwrap();
+        let meta =
+            serde_json::json!({"version": 1, "sha256": sha256_hex(&good), "bytes": good.len()});
+        kv.put("latest", serde_json::to_vec(&meta).unwrap().into())
+            .await
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // The actor still decodes with v0.
+    assert_eq!(rollout_of(2, 0).policy_version, PolicyVersion(0));
+    stop_tx.send(true).unwrap();
+    let stats = s.rt.block_on(actor).unwrap().unwrap();
+    assert_eq!(stats.refused_snapshots, 1, "{stats:?}");
+    assert_eq!(stats.rollouts, 2);
+}

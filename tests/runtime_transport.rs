@@ -1,0 +1,106 @@
+//! Transport invariance: in sync mode with a fixed seed, the in-process bus
+//! (`caprl train`) and NATS with two actors and two reward workers
+//! (`caprl local`, which starts its own nats-server) give bit-identical weights.
+
+mod support;
+
+use support::{caprl, final_weights, sets, synth, text};
+
+#[test]
+fn in_process_and_nats_with_two_actors_and_two_workers_give_identical_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let inproc = dir.path().join("inproc");
+    let out = caprl()
+        .arg("train")
+        .args(sets(&data, &inproc, 1, &[]))
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "caprl train: {}", text(&out));
+
+    let nats = dir.path().join("nats");
+    let out = caprl()
+        .args(["local", "--actors", "2", "--reward-workers", "2"])
+        .args(sets(&data, &nats, 1, &[]))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "caprl local: {}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("[learner] scored rollouts used 16"),
+        "{}",
+        text(&out)
+    );
+
+    let (a, b) = (final_weights(&inproc), final_weights(&nats));
+    assert!(a == b, "weights differ between the in-process bus and NATS");
+}
+
+#[test]
+fn local_without_nats_server_binary_names_the_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = caprl()
+        .args(["local", "--actors", "1", "--reward-workers", "1"])
+        .args(sets(
+            &dir.path().join("data"),
+            &dir.path().join("run"),
+            1,
+            &[],
+        ))
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nats-server") && err.contains("apt-get install"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn local_stops_every_role_on_ctrl_c_and_exits_non_zero() {
+    let _reaper = support::Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let child = caprl()
+        .args(["local", "--actors", "1", "--reward-workers", "1"])
+        .args(sets(&data, &run, 50, &[]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while support::steps(&run, "rl").is_empty() {
+        assert!(started.elapsed().as_secs() < 40, "RL never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let stopping = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        stopping.elapsed().as_secs() < 15,
+        "took {:?} to stop",
+        stopping.elapsed()
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("interrupted"), "{all}");
+    for role in ["[actor-0]", "[reward-worker-0]"] {
+        assert!(
+            all.lines()
+                .any(|l| l.starts_with(role) && l.contains("stopped:")),
+            "{role} did not stop cleanly:\n{all}"
+        );
+    }
+}
