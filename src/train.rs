@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use caprl_common::config::{self, Baseline as CfgBaseline, Objective, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{batch_tokens, inputs_for_rows};
@@ -52,22 +52,30 @@ pub fn train(
     let model_cfg = setup::captioner_config(cfg, data)?;
     let adam = adam_params(cfg);
     let ck_root = cfg.checkpoint_dir();
-    let mut trainer = match resume {
-        true => match checkpoint::latest_valid(&ck_root)? {
-            Some(ck) => {
-                tracing::info!("resuming from {}", ck.dir.display());
-                Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?
+    // `--resume` with nothing to resume starts fresh: a learner pod restarted
+    // by Kubernetes always passes it, including on its very first start.
+    let previous = match resume {
+        true => checkpoint::latest_valid(&ck_root)?,
+        false => None,
+    };
+    let mut trainer = match previous {
+        Some(ck) => {
+            tracing::info!("resuming from {}", ck.dir.display());
+            Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?
+        }
+        None => {
+            if resume {
+                tracing::info!(
+                    "--resume: no checkpoint in {} yet; starting a new run",
+                    ck_root.display()
+                );
             }
-            None => bail!(
-                "--resume: no valid checkpoint in {}; start without --resume",
-                ck_root.display()
-            ),
-        },
-        false => Trainer::new(
-            Captioner::new(&model_cfg, device, cfg.seed)?,
-            adam,
-            cfg.seed,
-        )?,
+            Trainer::new(
+                Captioner::new(&model_cfg, device, cfg.seed)?,
+                adam,
+                cfg.seed,
+            )?
+        }
     };
     let mut outcome = Outcome {
         best_xe: None,
