@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
-use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect};
+use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
 use caprl_common::config::{self, Baseline, Objective, RunConfig};
 use caprl_common::data::Dataset;
 use caprl_common::model::Device;
@@ -47,10 +47,12 @@ pub fn nats_connect(cfg: &RunConfig, url: Option<&str>) -> NatsConnect {
     }
 }
 
-/// Connects to NATS and opens the run's streams and buckets.
-pub async fn connect(cfg: &RunConfig, url: Option<&str>) -> Result<Arc<dyn Bus>> {
+/// Connects to NATS and opens the run's buckets and the consumers of the
+/// queues this role pulls from (`pulls`; the learner passes all of them,
+/// which creates every stream of the run).
+pub async fn connect(cfg: &RunConfig, url: Option<&str>, pulls: &[Queue]) -> Result<Arc<dyn Bus>> {
     let nc = nats_connect(cfg, url);
-    let bus = NatsBus::connect(&nc, &bus_options(cfg))
+    let bus = NatsBus::connect_pulling(&nc, &bus_options(cfg), pulls)
         .await
         .with_context(|| format!("connecting to NATS at {}", nc.url))?;
     Ok(Arc::new(bus))

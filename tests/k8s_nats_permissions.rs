@@ -137,6 +137,20 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
         .await
         .expect("learner publishes a task");
 
+    // The actor's own connect path opens the existing run without create rights.
+    let actor_cfg = NatsConnect {
+        user: "actor".into(),
+        password: password("actor").into(),
+        connect_timeout_secs: 2,
+        ..NatsConnect::to_url(&url)
+    };
+    let actor_bus = NatsBus::connect_pulling(&actor_cfg, &opts, &[Queue::Tasks])
+        .await
+        .expect("actor opens the run the learner created, with its permissions");
+    let latest = actor_bus.latest().await.expect("actor reads latest");
+    assert_eq!(latest.map(|m| m.version), Some(1));
+    drop(actor_bus);
+
     // The actor does what its loop does.
     let (actor, errors) = raw_client(&url, "actor").await;
     let js = jetstream::ContextBuilder::new()

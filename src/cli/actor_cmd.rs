@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use caprl_common::bus::Queue;
 use anyhow::{Context, Result};
 use tokio::sync::watch;
 
@@ -33,7 +34,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let mut actor = roles::actor_config(&cfg, data, device, id.clone())?;
     actor.delay = Duration::from_millis(args.delay_ms);
     let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref()))?;
+    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &[Queue::Tasks]))?;
     let (_metrics, readiness) =
         roles::serve_metrics(args.metrics_addr.as_deref(), "actor", &cfg, &id)?;
     readiness.set_ready(true);

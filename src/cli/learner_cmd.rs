@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use caprl_common::bus::Queue;
 use anyhow::Result;
 use caprl_learner::driver::Driver;
 use tokio::sync::watch;
@@ -29,7 +30,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let data = Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
     let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref()))?;
+    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &Queue::ALL))?;
     let (_metrics, readiness) =
         roles::serve_metrics(args.metrics_addr.as_deref(), "learner", &cfg, "learner")?;
     let (stop_tx, stop_rx) = watch::channel(false);

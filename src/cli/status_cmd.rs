@@ -31,7 +31,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let rt = roles::runtime()?;
     let text = rt.block_on(async {
-        let bus = roles::connect(&cfg, args.nats_url.as_deref()).await?;
+        let bus = roles::connect(&cfg, args.nats_url.as_deref(), &[]).await?;
         let latest = bus.latest().await?;
         let mut out = format!("run {}\n", cfg.runtime.run_id);
         let version = latest.as_ref().map(|m| m.version);

@@ -39,7 +39,9 @@ pub struct NatsBus {
     js: Context,
     opts: BusOptions,
     max_payload: usize,
-    consumers: [PullConsumer; 3],
+    /// One shared durable consumer per queue, opened at connect for the queues
+    /// this process pulls from and on first use for the others.
+    consumers: [tokio::sync::OnceCell<PullConsumer>; 3],
     kv: kv::Store,
     objects: ObjectStore,
 }
@@ -48,38 +50,43 @@ impl NatsBus {
     /// Connects with `[nats]` settings, then creates (or opens) the run's streams,
     /// consumers and buckets.
     pub async fn connect(nats: &NatsConnect, opts: &BusOptions) -> BusResult<NatsBus> {
+        NatsBus::connect_pulling(nats, opts, &Queue::ALL).await
+    }
+
+    /// Like [`NatsBus::connect`], opening (or creating) only the consumers of
+    /// `pulls` at once. A worker names the one queue it pulls from, so it needs
+    /// no rights on the others (per-role NATS permissions); the learner opens all,
+    /// which also creates every stream before anyone publishes.
+    pub async fn connect_pulling(
+        nats: &NatsConnect,
+        opts: &BusOptions,
+        pulls: &[Queue],
+    ) -> BusResult<NatsBus> {
         opts.validate()?;
         let client = connect(nats).await?;
-        NatsBus::with_client(client, opts).await
+        NatsBus::with_client_pulling(client, opts, pulls).await
     }
 
     /// Same as [`NatsBus::connect`] on an existing client.
     pub async fn with_client(client: async_nats::Client, opts: &BusOptions) -> BusResult<NatsBus> {
+        NatsBus::with_client_pulling(client, opts, &Queue::ALL).await
+    }
+
+    async fn with_client_pulling(
+        client: async_nats::Client,
+        opts: &BusOptions,
+        pulls: &[Queue],
+    ) -> BusResult<NatsBus> {
         opts.validate()?;
         let js = jetstream::ContextBuilder::new()
             .timeout(opts.request_timeout())
             .build(client.clone());
         let limit = opts.request_timeout() * 4;
-        let consumers = [
-            deadline(
-                "open tasks queue",
-                limit,
-                open_queue(&js, opts, Queue::Tasks),
-            )
-            .await??,
-            deadline(
-                "open rollouts queue",
-                limit,
-                open_queue(&js, opts, Queue::Rollouts),
-            )
-            .await??,
-            deadline(
-                "open scored queue",
-                limit,
-                open_queue(&js, opts, Queue::Scored),
-            )
-            .await??,
-        ];
+        let consumers: [tokio::sync::OnceCell<PullConsumer>; 3] = Default::default();
+        for &queue in pulls {
+            let consumer = deadline("open queue", limit, open_queue(&js, opts, queue)).await??;
+            let _ = consumers[queue.index()].set(consumer);
+        }
         let kv = deadline("open control bucket", limit, open_kv(&js, opts)).await??;
         let objects = deadline("open snapshot store", limit, open_objects(&js, opts)).await??;
         let max_payload = opts.max_message_bytes.min(client.server_info().max_payload);
@@ -99,8 +106,18 @@ impl NatsBus {
         &self.opts
     }
 
+    /// The queue's consumer, opened on first use when connect did not open it.
+    async fn consumer(&self, queue: Queue) -> BusResult<&PullConsumer> {
+        let limit = self.opts.request_timeout() * 4;
+        self.consumers[queue.index()]
+            .get_or_try_init(|| async {
+                deadline("open queue", limit, open_queue(&self.js, &self.opts, queue)).await?
+            })
+            .await
+    }
+
     async fn fetch_now(&self, queue: Queue, max: usize) -> BusResult<Vec<Delivery>> {
-        let consumer = &self.consumers[queue.index()];
+        let consumer = self.consumer(queue).await?;
         let work = async {
             let batch = consumer
                 .fetch()
@@ -114,7 +131,7 @@ impl NatsBus {
     }
 
     async fn wait_for_one(&self, queue: Queue, wait: Duration) -> BusResult<Vec<Delivery>> {
-        let consumer = &self.consumers[queue.index()];
+        let consumer = self.consumer(queue).await?;
         let work = async {
             let batch = consumer
                 .batch()
@@ -162,7 +179,17 @@ async fn deadline<T>(
         .map_err(|_| BusError::Timeout { op, after })
 }
 
+/// Opens a queue's stream and shared consumer, creating or updating them only
+/// when they are missing or differ: actors and reward workers may only read
+/// stream and consumer info (per-role NATS permissions); the learner creates.
 async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<PullConsumer> {
+    if let Ok(stream) = js.get_stream(opts.stream_name(queue)).await {
+        if let Ok(consumer) = stream.get_consumer::<pull::Config>(CONSUMER).await {
+            if consumer.cached_info().config.ack_wait == opts.ack_wait() {
+                return Ok(consumer);
+            }
+        }
+    }
     let config = stream::Config {
         name: opts.stream_name(queue),
         subjects: vec![opts.subject(queue)],
@@ -206,6 +233,9 @@ async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<
 /// fields that servers before 2.10 do not send.
 async fn open_kv(js: &Context, opts: &BusOptions) -> BusResult<kv::Store> {
     let bucket = opts.control_bucket();
+    if let Ok(store) = js.get_key_value(&bucket).await {
+        return Ok(store);
+    }
     let config = stream::Config {
         name: format!("KV_{bucket}"),
         description: Some(format!("caprl control state of run {}", opts.run_id)),
@@ -357,7 +387,7 @@ impl Bus for NatsBus {
 
     fn depth(&self, queue: Queue) -> BoxFuture<'_, BusResult<u64>> {
         Box::pin(async move {
-            let consumer = &self.consumers[queue.index()];
+            let consumer = self.consumer(queue).await?;
             let info = deadline("depth", self.opts.request_timeout(), consumer.get_info())
                 .await?
                 .map_err(|e| BusError::js("depth", e))?;
