@@ -306,12 +306,7 @@ impl Captioner {
             cells: p
                 .rnn
                 .iter()
-                .map(|r| {
-                    Ok(CellWeights {
-                        w_hh_t: tt(&r.w_hh)?,
-                        b_hh: d(&r.b_hh),
-                    })
-                })
+                .map(|r| CellWeights::new(&d(&r.w_hh), &d(&r.b_hh)))
                 .collect::<Result<_>>()?,
             img_w_t: tt(&p.img_w)?,
             img_b: d(&p.img_b),

@@ -16,6 +16,7 @@ mod decode;
 mod device;
 mod dropout;
 mod error;
+mod fused_rnn;
 mod greedy;
 mod io;
 mod rng;

@@ -7,10 +7,11 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
 
-use super::captioner::{Captioner, Inputs};
+use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
+use super::rnn::{run_sequence, unpack_states, CellWeights, LayerState};
 use super::{BOS, EOS, PAD};
 
 /// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
@@ -83,13 +84,19 @@ impl Captioner {
             .matmul(&w.w_ih0_t)?
             .broadcast_add(&w.b_ih0)?
             .reshape((t, b, ()))?;
-        let mut hs = Vec::with_capacity(t);
-        for s in 0..t {
-            let gx = gx_all.get(s)?;
-            states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
-            hs.push(states[states.len() - 1].h.clone());
-        }
-        let hidden = Tensor::stack(&hs, 1)?; // [B, T, H]
+        let hidden = match self.run_fused(&w, &enc, &states, &gx_all, dropout_rng.as_deref_mut())? {
+            // [T, B, H] → [B, T, H]
+            Some(top) => top.transpose(0, 1)?,
+            None => {
+                let mut hs = Vec::with_capacity(t);
+                for s in 0..t {
+                    let gx = gx_all.get(s)?;
+                    states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
+                    hs.push(states[states.len() - 1].h.clone());
+                }
+                Tensor::stack(&hs, 1)? // [B, T, H]
+            }
+        };
         let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
         let logits = out
             .reshape((b * t, ()))?
@@ -101,6 +108,52 @@ impl Captioner {
             logprobs_full,
             hidden,
         })
+    }
+
+    /// The whole sequence layer by layer with the fused recurrent layer, when the model has no
+    /// attention (whose query is the previous hidden state, so it must go step by step) and the
+    /// weights are prepared for it. Returns the top layer's states `[T, B, H]`, or `None` to fall
+    /// back to the step loop. Dropout between layers draws its masks in the same order as the
+    /// step loop (time-major), so both give the same result for the same RNG.
+    fn run_fused(
+        &self,
+        w: &Prepared,
+        enc: &Encoded,
+        states: &[LayerState],
+        gx_word: &Tensor,
+        mut drop: Option<&mut CaprlRng>,
+    ) -> Result<Option<Tensor>> {
+        if enc.keys.is_some()
+            || w.cells
+                .iter()
+                .any(|c| !matches!(c, CellWeights::Fused { .. }))
+        {
+            return Ok(None);
+        }
+        let kind = self.cfg.rnn;
+        let hidden = self.cfg.hidden;
+        let (t, b, _) = gx_word.dims3()?;
+        let mut gx = gx_word.broadcast_add(&enc.fx.unsqueeze(0)?)?;
+        let mut top = None;
+        for (l, state) in states.iter().enumerate() {
+            if l > 0 {
+                let below = top.take().ok_or_else(|| {
+                    ModelError::Input("fused decoder: missing the layer below".into())
+                })?;
+                let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
+                let (wt, bias) = &w.upper[l - 1];
+                gx = below
+                    .reshape((t * b, hidden))?
+                    .matmul(wt)?
+                    .broadcast_add(bias)?
+                    .reshape((t, b, ()))?;
+            }
+            let Some(out) = run_sequence(kind, &gx, state, &w.cells[l])? else {
+                return Ok(None);
+            };
+            top = Some(unpack_states(kind, &out, hidden)?.0);
+        }
+        Ok(top)
     }
 
     /// 1 for tokens up to and including the first EOS (or up to the first PAD when there is no
