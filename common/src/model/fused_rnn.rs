@@ -42,16 +42,40 @@ pub(crate) trait Real:
     fn unwrap(s: &Saved) -> Option<&[Self]>;
 }
 
+/// `eˣ` for f32 without branches or library calls, so that gate loops vectorise (Cephes `expf`:
+/// `x = n ln2 + r`, `|r| ≤ ln2/2`, degree-6 polynomial for `eʳ`, `2ⁿ` built from its bits;
+/// relative error about 2e-7). The input is clamped to `[-87, 88]`.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2²³: adding and subtracting it rounds to an integer
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 5.000_000_1e-1;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
 impl Real for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    /// `σ(x) = 1 / (1 + e⁻ˣ)`.
     #[inline(always)]
     fn sigmoid(self) -> Self {
-        1.0 / (1.0 + (-self).exp())
+        1.0 / (1.0 + exp_f32(-self))
     }
+    /// `tanh x = 1 - 2 / (e²ˣ + 1)` (absolute error below 1e-7).
     #[inline(always)]
     fn tanh_(self) -> Self {
-        self.tanh()
+        1.0 - 2.0 / (exp_f32(2.0 * self) + 1.0)
     }
     fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
         match s {
@@ -104,12 +128,15 @@ pub(crate) fn supported(device: &Device, dtype: DType) -> bool {
 }
 
 /// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_aug` `[G, H + 1]` → states `[T, B, S]`.
-/// Records a backward node when any input tracks gradients.
+/// `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the forward gemm
+/// reads without repacking); gradients flow through `w_aug` only. Records a backward node when
+/// any input tracks gradients.
 pub(crate) fn run(
     kind: RnnKind,
     gx: &Tensor,
     s0: &Tensor,
     w_aug: &Tensor,
+    w_hh_t: &Tensor,
 ) -> candle_core::Result<Tensor> {
     let gx = gx.contiguous()?;
     let s0 = s0.contiguous()?;
@@ -119,6 +146,7 @@ pub(crate) fn run(
         kind,
         save,
         saved: Mutex::new(None),
+        w_hh_t: w_hh_t.detach().contiguous()?,
     };
     if save {
         gx.apply_op3(&s0, &w_aug, op)
@@ -138,6 +166,8 @@ struct FusedRnn {
     kind: RnnKind,
     save: bool,
     saved: Mutex<Option<Saved>>,
+    /// `W_hhᵀ` `[H, G]`, read by the forward gemm.
+    w_hh_t: Tensor,
 }
 
 /// Sizes of one call.
@@ -273,6 +303,7 @@ fn forward<T: Real>(
     gx: &[T],
     s0: &[T],
     w: &[T],
+    w_t: &[T],
     save: bool,
 ) -> (Vec<T>, Vec<T>) {
     let Dims { t, b, h, g, s } = d;
@@ -284,11 +315,11 @@ fn forward<T: Real>(
         Vec::new()
     };
     let mut gh = vec![T::ZERO; b * g];
-    // W_hhᵀ as a [H, G] view of the [G, H + 1] matrix.
+    let mut scratch = vec![T::ZERO; sw];
     let w_t = Mat {
-        ptr: w.as_ptr(),
-        rs: 1,
-        cs: (h + 1) as isize,
+        ptr: w_t.as_ptr(),
+        rs: g as isize,
+        cs: 1,
     };
     for step in 0..t {
         let (prev, cur) = out.split_at_mut(step * b * s);
@@ -304,7 +335,7 @@ fn forward<T: Real>(
                 *v = w[j * (h + 1) + h];
             }
         }
-        // SAFETY: h_prev rows have stride S and width H within `prev`; W is [G, H + 1]; gh is
+        // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
         // [B, G] and distinct from both.
         unsafe {
             gemm_into(
@@ -326,53 +357,150 @@ fn forward<T: Real>(
         for i in 0..b {
             let gxr = &gx_t[i * g..(i + 1) * g];
             let ghr = &gh[i * g..(i + 1) * g];
-            let hp = &prev[i * s..i * s + s];
+            let hp = &prev[i * s..(i + 1) * s];
             let o = &mut cur[i * s..(i + 1) * s];
             let sv: &mut [T] = if save {
                 let at = (step * b + i) * sw;
                 &mut saved[at..at + sw]
             } else {
-                &mut []
+                &mut scratch
             };
             match kind {
-                RnnKind::Gru => {
-                    for j in 0..h {
-                        let r = (gxr[j] + ghr[j]).sigmoid();
-                        let z = (gxr[h + j] + ghr[h + j]).sigmoid();
-                        let ghn = ghr[2 * h + j];
-                        let n = (gxr[2 * h + j] + r * ghn).tanh_();
-                        o[j] = n + z * (hp[j] - n);
-                        if save {
-                            sv[j] = r;
-                            sv[h + j] = z;
-                            sv[2 * h + j] = n;
-                            sv[3 * h + j] = ghn;
-                        }
-                    }
-                }
-                RnnKind::Lstm => {
-                    for j in 0..h {
-                        let ig = (gxr[j] + ghr[j]).sigmoid();
-                        let fg = (gxr[h + j] + ghr[h + j]).sigmoid();
-                        let gg = (gxr[2 * h + j] + ghr[2 * h + j]).tanh_();
-                        let og = (gxr[3 * h + j] + ghr[3 * h + j]).sigmoid();
-                        let c = fg * hp[h + j] + ig * gg;
-                        let tc = c.tanh_();
-                        o[j] = og * tc;
-                        o[h + j] = c;
-                        if save {
-                            sv[j] = ig;
-                            sv[h + j] = fg;
-                            sv[2 * h + j] = gg;
-                            sv[3 * h + j] = og;
-                            sv[4 * h + j] = tc;
-                        }
-                    }
-                }
+                RnnKind::Gru => gru_gates(h, gxr, ghr, hp, o, sv),
+                RnnKind::Lstm => lstm_gates(h, gxr, ghr, hp, o, sv),
             }
         }
     }
     (out, saved)
+}
+
+/// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
+#[inline(always)]
+fn gru_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
+    let (gxr, gxz, gxn) = (&gx[..h], &gx[h..2 * h], &gx[2 * h..3 * h]);
+    let (ghr, ghz, ghn) = (&gh[..h], &gh[h..2 * h], &gh[2 * h..3 * h]);
+    let hp = &hp[..h];
+    let o = &mut o[..h];
+    let (sr, rest) = sv.split_at_mut(h);
+    let (sz, rest) = rest.split_at_mut(h);
+    let (sn, rest) = rest.split_at_mut(h);
+    let sg = &mut rest[..h];
+    for j in 0..h {
+        let r = (gxr[j] + ghr[j]).sigmoid();
+        let z = (gxz[j] + ghz[j]).sigmoid();
+        let n = (gxn[j] + r * ghn[j]).tanh_();
+        o[j] = n + z * (hp[j] - n);
+        sr[j] = r;
+        sz[j] = z;
+        sn[j] = n;
+        sg[j] = ghn[j];
+    }
+}
+
+/// One row of LSTM gates: `o = [h', c']` `[2H]`, `sv = [i, f, g, o, tanh c']`.
+#[inline(always)]
+fn lstm_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
+    let (gxi, gxf, gxg, gxo) = (
+        &gx[..h],
+        &gx[h..2 * h],
+        &gx[2 * h..3 * h],
+        &gx[3 * h..4 * h],
+    );
+    let (ghi, ghf, ghg, gho) = (
+        &gh[..h],
+        &gh[h..2 * h],
+        &gh[2 * h..3 * h],
+        &gh[3 * h..4 * h],
+    );
+    let cp = &hp[h..2 * h];
+    let (oh, oc) = o.split_at_mut(h);
+    let oc = &mut oc[..h];
+    let (si, rest) = sv.split_at_mut(h);
+    let (sf, rest) = rest.split_at_mut(h);
+    let (sg, rest) = rest.split_at_mut(h);
+    let (so, rest) = rest.split_at_mut(h);
+    let st = &mut rest[..h];
+    for j in 0..h {
+        let ig = (gxi[j] + ghi[j]).sigmoid();
+        let fg = (gxf[j] + ghf[j]).sigmoid();
+        let gg = (gxg[j] + ghg[j]).tanh_();
+        let og = (gxo[j] + gho[j]).sigmoid();
+        let c = fg * cp[j] + ig * gg;
+        let tc = c.tanh_();
+        oh[j] = og * tc;
+        oc[j] = c;
+        si[j] = ig;
+        sf[j] = fg;
+        sg[j] = gg;
+        so[j] = og;
+        st[j] = tc;
+    }
+}
+
+/// One row of GRU gate gradients from `dh` (first `H` of `ds`): `dx = d gx`, `dgh = d gh`,
+/// `dp = ∂h'/∂h ⊙ dh` (the direct part of `d h_prev`).
+#[inline(always)]
+fn gru_grads<T: Real>(
+    h: usize,
+    sv: &[T],
+    ds: &[T],
+    hp: &[T],
+    dp: &mut [T],
+    dx: &mut [T],
+    dgh: &mut [T],
+) {
+    let (r, z, n, ghn) = (
+        &sv[..h],
+        &sv[h..2 * h],
+        &sv[2 * h..3 * h],
+        &sv[3 * h..4 * h],
+    );
+    let (dh, hp, dp) = (&ds[..h], &hp[..h], &mut dp[..h]);
+    let (dxr, rest) = dx.split_at_mut(h);
+    let (dxz, rest) = rest.split_at_mut(h);
+    let dxn = &mut rest[..h];
+    let (dhr, rest) = dgh.split_at_mut(h);
+    let (dhz, rest) = rest.split_at_mut(h);
+    let dhn = &mut rest[..h];
+    for j in 0..h {
+        let (r, z, n) = (r[j], z[j], n[j]);
+        let dan = dh[j] * (T::ONE - z) * (T::ONE - n * n);
+        let daz = dh[j] * (hp[j] - n) * z * (T::ONE - z);
+        let dar = dan * ghn[j] * r * (T::ONE - r);
+        dxr[j] = dar;
+        dxz[j] = daz;
+        dxn[j] = dan;
+        dhr[j] = dar;
+        dhz[j] = daz;
+        dhn[j] = dan * r;
+        dp[j] = dh[j] * z;
+    }
+}
+
+/// One row of LSTM gate gradients from `ds = [dh, dc]`: `dx = d gx = d gh`,
+/// `dp = [0, f ⊙ dc_total]` (the direct part of `d [h_prev, c_prev]`).
+#[inline(always)]
+fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx: &mut [T]) {
+    let (ig, fg, gg) = (&sv[..h], &sv[h..2 * h], &sv[2 * h..3 * h]);
+    let (og, tc) = (&sv[3 * h..4 * h], &sv[4 * h..5 * h]);
+    let (dh, dcn) = (&ds[..h], &ds[h..2 * h]);
+    let cp = &hp[h..2 * h];
+    let (dph, dpc) = dp.split_at_mut(h);
+    let dpc = &mut dpc[..h];
+    let (dxi, rest) = dx.split_at_mut(h);
+    let (dxf, rest) = rest.split_at_mut(h);
+    let (dxg, rest) = rest.split_at_mut(h);
+    let dxo = &mut rest[..h];
+    for j in 0..h {
+        let (i, f, g, o, t) = (ig[j], fg[j], gg[j], og[j], tc[j]);
+        let dc = dcn[j] + dh[j] * o * (T::ONE - t * t);
+        dxi[j] = dc * g * i * (T::ONE - i);
+        dxf[j] = dc * cp[j] * f * (T::ONE - f);
+        dxg[j] = dc * i * (T::ONE - g * g);
+        dxo[j] = dh[j] * t * o * (T::ONE - o);
+        dph[j] = T::ZERO;
+        dpc[j] = dc * f;
+    }
 }
 
 /// Gradients of `(gx, s0, w_aug)` given the saved forward values and `d out` `[T, B, S]`.
@@ -422,42 +550,9 @@ fn backward<T: Real>(
             match kind {
                 RnnKind::Gru => {
                     let at = (step * b + i) * g;
-                    let dhh = &mut dgh_gru[at..at + g];
-                    for j in 0..h {
-                        let (r, z, n, ghn) = (sv[j], sv[h + j], sv[2 * h + j], sv[3 * h + j]);
-                        let dh = dsr[j];
-                        let dan = dh * (T::ONE - z) * (T::ONE - n * n);
-                        let daz = dh * (hp[j] - n) * z * (T::ONE - z);
-                        let dar = dan * ghn * r * (T::ONE - r);
-                        dx[j] = dar;
-                        dx[h + j] = daz;
-                        dx[2 * h + j] = dan;
-                        dhh[j] = dar;
-                        dhh[h + j] = daz;
-                        dhh[2 * h + j] = dan * r;
-                        dp[j] = dh * z;
-                    }
+                    gru_grads(h, sv, dsr, hp, dp, dx, &mut dgh_gru[at..at + g]);
                 }
-                RnnKind::Lstm => {
-                    for j in 0..h {
-                        let (ig, fg, gg, og, tc) = (
-                            sv[j],
-                            sv[h + j],
-                            sv[2 * h + j],
-                            sv[3 * h + j],
-                            sv[4 * h + j],
-                        );
-                        let dh = dsr[j];
-                        let dc = dsr[h + j] + dh * og * (T::ONE - tc * tc);
-                        let c_prev = hp[h + j];
-                        dx[j] = dc * gg * ig * (T::ONE - ig);
-                        dx[h + j] = dc * c_prev * fg * (T::ONE - fg);
-                        dx[2 * h + j] = dc * ig * (T::ONE - gg * gg);
-                        dx[3 * h + j] = dh * tc * og * (T::ONE - og);
-                        dp[j] = T::ZERO;
-                        dp[h + j] = dc * fg;
-                    }
-                }
+                RnnKind::Lstm => lstm_grads(h, sv, dsr, hp, dp, dx),
             }
         }
         let dgh_t: &[T] = match kind {
@@ -560,7 +655,20 @@ impl FusedRnn {
         let gx = contiguous::<T>(s1, l1, "gx")?;
         let s0 = contiguous::<T>(s2, l2, "s0")?;
         let w = contiguous::<T>(s3, l3, "w_hh")?;
-        let (out, saved) = forward(self.kind, d, gx, s0, w, self.save);
+        let (st, lt) = self.w_hh_t.storage_and_layout();
+        let Storage::Cpu(ct) = &*st else {
+            return Err(err("fused rnn: W_hhᵀ must be on the CPU".into()));
+        };
+        let w_t = contiguous::<T>(ct, lt, "W_hhᵀ")?;
+        if w_t.len() != d.h * d.g {
+            return Err(err(format!(
+                "fused rnn: W_hhᵀ has {} values, expected {} x {}",
+                w_t.len(),
+                d.h,
+                d.g
+            )));
+        }
+        let (out, saved) = forward(self.kind, d, gx, s0, w, w_t, self.save);
         if self.save {
             let mut slot = self
                 .saved
@@ -666,5 +774,27 @@ impl CustomOp3 for FusedRnn {
             }
         };
         Ok((Some(a), Some(b), Some(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_sigmoid_and_tanh_match_the_library_functions() {
+        let mut x = -90.0f32;
+        while x < 90.0 {
+            let e = exp_f32(x);
+            let want = x.clamp(-87.0, 88.0).exp();
+            assert!(
+                (e - want).abs() <= 4e-7 * want,
+                "exp({x}) = {e}, want {want}"
+            );
+            let s = x.sigmoid();
+            assert!((s - 1.0 / (1.0 + (-x).exp())).abs() < 2e-7, "sigmoid({x})");
+            assert!((x.tanh_() - x.tanh()).abs() < 2e-7, "tanh({x})");
+            x += 0.0137;
+        }
     }
 }

@@ -35,8 +35,9 @@ impl LayerState {
 /// Recurrent weights of one layer, prepared once per pass (outside the time loop).
 #[derive(Debug, Clone)]
 pub(crate) enum CellWeights {
-    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]`.
-    Fused { w_aug: Tensor },
+    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]` and a
+    /// detached `W_hhᵀ` `[H, G]` for its forward gemm.
+    Fused { w_aug: Tensor, w_hh_t: Tensor },
     /// For the step built from graph ops (other devices and dtypes).
     Graph {
         /// `W_hhᵀ` `[H, G]`.
@@ -53,6 +54,7 @@ impl CellWeights {
         if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
             Ok(Self::Fused {
                 w_aug: Tensor::cat(&[w_hh, &b_hh.unsqueeze(1)?], 1)?,
+                w_hh_t: w_hh.detach().t()?.contiguous()?,
             })
         } else {
             Ok(Self::Graph {
@@ -99,11 +101,12 @@ pub(crate) fn run_sequence(
     w: &CellWeights,
 ) -> Result<Option<Tensor>> {
     match w {
-        CellWeights::Fused { w_aug } => Ok(Some(fused_rnn::run(
+        CellWeights::Fused { w_aug, w_hh_t } => Ok(Some(fused_rnn::run(
             kind,
             gx,
             &packed_state(kind, state)?,
             w_aug,
+            w_hh_t,
         )?)),
         CellWeights::Graph { .. } => Ok(None),
     }
@@ -124,9 +127,15 @@ pub(crate) fn cell_step(
 ) -> Result<LayerState> {
     let hidden = state.h.dim(D::Minus1)?;
     let (w_hh_t, b_hh) = match w {
-        CellWeights::Fused { w_aug } => {
-            let out = fused_rnn::run(kind, &gx.unsqueeze(0)?, &packed_state(kind, state)?, w_aug)?
-                .squeeze(0)?;
+        CellWeights::Fused { w_aug, w_hh_t } => {
+            let out = fused_rnn::run(
+                kind,
+                &gx.unsqueeze(0)?,
+                &packed_state(kind, state)?,
+                w_aug,
+                w_hh_t,
+            )?
+            .squeeze(0)?;
             let (h, c) = unpack_states(kind, &out, hidden)?;
             // Contiguous, since decoders index_select the rows of the state.
             return Ok(LayerState {
