@@ -274,7 +274,14 @@ impl Captioner {
     /// Transposes (and for decoding detaches) every weight once for a pass.
     pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
         let d = |t: &Tensor| if detach { t.detach() } else { t.clone() };
-        let tt = |t: &Tensor| -> Result<Tensor> { Ok(d(t).t()?.contiguous()?) };
+        // Decoding (and the att model's step loop) reads the transposed weights at every step:
+        // copy them once, contiguous. The fc model's teacher-forced pass reads each once: the
+        // transposed view is enough (the gemm packs it anyway).
+        let per_step = detach || self.cfg.kind == ModelKind::Att;
+        let tt = |t: &Tensor| -> Result<Tensor> {
+            let t = d(t).t()?;
+            Ok(if per_step { t.contiguous()? } else { t })
+        };
         let p = &self.p;
         // PAD and BOS are never emitted: a large negative constant on their logits.
         let mut ban = vec![0f32; self.cfg.vocab_size];
