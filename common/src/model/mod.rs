@@ -10,6 +10,7 @@
 
 mod attention;
 mod beam;
+mod bias;
 mod captioner;
 mod config;
 mod decode;

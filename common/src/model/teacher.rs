@@ -7,6 +7,7 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
 
+use super::bias::add_row_bias;
 use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
@@ -80,10 +81,7 @@ impl Captioner {
         let (enc, mut states) = self.encode(&w, x, false)?;
         let emb = w.embed.index_select(&ids, 0)?;
         let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
-        let gx_all = emb
-            .matmul(&w.w_ih0_t)?
-            .broadcast_add(&w.b_ih0)?
-            .reshape((t, b, ()))?;
+        let gx_all = add_row_bias(&emb.matmul(&w.w_ih0_t)?, &w.b_ih0)?.reshape((t, b, ()))?;
         let hidden = match self.run_fused(&w, &enc, &states, &gx_all, dropout_rng.as_deref_mut())? {
             // [T, B, H] → [B, T, H]
             Some(top) => top.transpose(0, 1)?,
@@ -98,10 +96,7 @@ impl Captioner {
             }
         };
         let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
-        let logits = out
-            .reshape((b * t, ()))?
-            .matmul(&w.logit_w_t)?
-            .broadcast_add(&w.logit_b)?
+        let logits = add_row_bias(&out.reshape((b * t, ()))?.matmul(&w.logit_w_t)?, &w.logit_b)?
             .reshape((b, t, ()))?;
         let logprobs_full = log_softmax(&logits, D::Minus1)?;
         Ok(TeacherForced {
@@ -133,7 +128,7 @@ impl Captioner {
         let kind = self.cfg.rnn;
         let hidden = self.cfg.hidden;
         let (t, b, _) = gx_word.dims3()?;
-        let mut gx = gx_word.broadcast_add(&enc.fx.unsqueeze(0)?)?;
+        let mut gx = add_row_bias(gx_word, &enc.fx)?;
         let mut top = None;
         for (l, state) in states.iter().enumerate() {
             if l > 0 {
@@ -142,10 +137,7 @@ impl Captioner {
                 })?;
                 let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
                 let (wt, bias) = &w.upper[l - 1];
-                gx = below
-                    .reshape((t * b, hidden))?
-                    .matmul(wt)?
-                    .broadcast_add(bias)?
+                gx = add_row_bias(&below.reshape((t * b, hidden))?.matmul(wt)?, bias)?
                     .reshape((t, b, ()))?;
             }
             let Some(out) = run_sequence(kind, &gx, state, &w.cells[l])? else {

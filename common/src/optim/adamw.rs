@@ -194,15 +194,17 @@ fn fused_update(
             let (ibc1, ibc2) = ((1.0 / bc1) as $t, (1.0 / bc2) as $t);
             let decay = (1.0 - lr * p.weight_decay) as $t;
             let (lr_, eps) = (lr as $t, p.eps as $t);
-            let mut next = Vec::with_capacity(th.len());
-            let mut m1 = Vec::with_capacity(th.len());
-            let mut v1 = Vec::with_capacity(th.len());
-            for (((&g, &th), &m0), &v0) in g.iter().zip(th).zip(m0).zip(v0) {
-                let m = b1 * m0 + c1 * g;
-                let v = b2 * v0 + c2 * g * g;
-                next.push(th * decay - lr_ * (m * ibc1) / ((v * ibc2).sqrt() + eps));
-                m1.push(m);
-                v1.push(v);
+            let n = th.len();
+            let (g, m0, v0) = (&g[..n], &m0[..n], &v0[..n]);
+            let mut next: Vec<$t> = vec![0.0; n];
+            let mut m1: Vec<$t> = vec![0.0; n];
+            let mut v1: Vec<$t> = vec![0.0; n];
+            for i in 0..n {
+                let m = b1 * m0[i] + c1 * g[i];
+                let v = b2 * v0[i] + c2 * g[i] * g[i];
+                next[i] = th[i] * decay - lr_ * (m * ibc1) / ((v * ibc2).sqrt() + eps);
+                m1[i] = m;
+                v1[i] = v;
             }
             (
                 Tensor::from_vec(next, shape.clone(), &dev)?,
