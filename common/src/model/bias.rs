@@ -16,7 +16,7 @@ pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     if !supported(x.device(), x.dtype())
         || x.dtype() != b.dtype()
         || k == 0
-        || x.elem_count() % k != 0
+        || !x.elem_count().is_multiple_of(k)
         || !x.dims().ends_with(b.dims())
     {
         return Ok(x.broadcast_add(b)?);

@@ -59,7 +59,7 @@ pub(crate) fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
     e * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
@@ -642,6 +642,7 @@ fn backward<T: Real>(
 }
 
 impl FusedRnn {
+    #[allow(clippy::too_many_arguments)]
     fn fwd_typed<T: Real>(
         &self,
         d: Dims,
