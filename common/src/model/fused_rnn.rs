@@ -316,6 +316,7 @@ fn forward<T: Real>(
     };
     let mut gh = vec![T::ZERO; b * g];
     let mut scratch = vec![T::ZERO; sw];
+    let bias: Vec<T> = (0..g).map(|j| w[j * (h + 1) + h]).collect();
     let w_t = Mat {
         ptr: w_t.as_ptr(),
         rs: g as isize,
@@ -331,9 +332,7 @@ fn forward<T: Real>(
         let cur = &mut cur[..b * s];
         // gh = b_hh + h_prev W_hhᵀ.
         for row in gh.chunks_exact_mut(g) {
-            for (j, v) in row.iter_mut().enumerate() {
-                *v = w[j * (h + 1) + h];
-            }
+            row.copy_from_slice(&bias);
         }
         // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
         // [B, G] and distinct from both.

@@ -25,6 +25,7 @@ mod rnn;
 mod rows;
 mod sample;
 mod teacher;
+mod transpose;
 
 pub use beam::{BeamOptions, Hypothesis};
 pub use candle_core::{DType, Device, Tensor};

@@ -11,6 +11,7 @@ use candle_nn::ops::sigmoid;
 use super::config::RnnKind;
 use super::error::Result;
 use super::fused_rnn;
+use super::transpose::transposed_copy;
 
 /// One layer's recurrent state: `h` `[B, H]` and, for LSTM, the cell `c` `[B, H]`.
 #[derive(Debug, Clone)]
@@ -54,7 +55,7 @@ impl CellWeights {
         if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
             Ok(Self::Fused {
                 w_aug: Tensor::cat(&[w_hh, &b_hh.unsqueeze(1)?], 1)?,
-                w_hh_t: w_hh.detach().t()?.contiguous()?,
+                w_hh_t: transposed_copy(w_hh)?,
             })
         } else {
             Ok(Self::Graph {
