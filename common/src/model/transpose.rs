@@ -37,13 +37,15 @@ pub(crate) fn transposed_copy(w: &Tensor) -> Result<Tensor> {
 
 /// `out[j, i] = x[i, j]` for `x` `[r, c]` row-major, in 32 × 32 tiles.
 fn blocked<T: Copy + Default>(x: &[T], r: usize, c: usize) -> Vec<T> {
-    const TILE: usize = 32;
+    const TILE: usize = 16;
     let mut out = vec![T::default(); r * c];
     for i0 in (0..r).step_by(TILE) {
+        let i1 = (i0 + TILE).min(r);
         for j0 in (0..c).step_by(TILE) {
-            for i in i0..(i0 + TILE).min(r) {
-                for j in j0..(j0 + TILE).min(c) {
-                    out[j * r + i] = x[i * c + j];
+            let j1 = (j0 + TILE).min(c);
+            for (j, col) in out.chunks_exact_mut(r).enumerate().take(j1).skip(j0) {
+                for (o, i) in col[i0..i1].iter_mut().zip(i0..i1) {
+                    *o = x[i * c + j];
                 }
             }
         }
