@@ -77,6 +77,24 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // The parts of the XE step, to see where its time goes.
+    g.bench_function("xe_forward", |bch| {
+        bch.iter(|| {
+            let (logp, _) = m
+                .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
+                .expect("fwd");
+            logp.sum_all().expect("sum")
+        })
+    });
+    g.bench_function("xe_forward_backward", |bch| {
+        bch.iter(|| {
+            let (logp, _) = m
+                .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
+                .expect("fwd");
+            logp.sum_all().expect("sum").backward().expect("bwd")
+        })
+    });
+
     g.throughput(Throughput::Elements((B * MAX_LEN) as u64));
     g.bench_function("greedy", |bch| {
         bch.iter(|| m.greedy(&x, MAX_LEN).expect("greedy"))

@@ -97,3 +97,23 @@ fn att_lstm_two_layer_gradients_match_finite_differences() {
 fn att_gru_two_layer_gradients_match_finite_differences() {
     check(ModelKind::Att, RnnKind::Gru, 2);
 }
+
+#[test]
+fn fc_lstm_gradients_match_finite_differences() {
+    check(ModelKind::Fc, RnnKind::Lstm, 1);
+}
+
+#[test]
+fn fc_gru_two_layer_gradients_match_finite_differences() {
+    check(ModelKind::Fc, RnnKind::Gru, 2);
+}
+
+#[test]
+fn fc_lstm_two_layer_gradients_match_finite_differences() {
+    check(ModelKind::Fc, RnnKind::Lstm, 2);
+}
+
+#[test]
+fn att_gru_one_layer_gradients_match_finite_differences() {
+    check(ModelKind::Att, RnnKind::Gru, 1);
+}

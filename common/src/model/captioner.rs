@@ -16,6 +16,7 @@ use super::dropout::dropout;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
 use super::rnn::{cell_step, CellWeights, LayerState};
+use super::transpose::transposed_copy;
 use super::{BOS, PAD};
 
 /// A batch of image features on the model's device.
@@ -274,7 +275,21 @@ impl Captioner {
     /// Transposes (and for decoding detaches) every weight once for a pass.
     pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
         let d = |t: &Tensor| if detach { t.detach() } else { t.clone() };
-        let tt = |t: &Tensor| -> Result<Tensor> { Ok(d(t).t()?.contiguous()?) };
+        // Decoding (and the att model's step loop) reads the transposed weights at every step:
+        // copy them once, contiguous. The fc model's teacher-forced pass reads each once: the
+        // transposed view is enough (the gemm packs it anyway).
+        let per_step = detach || self.cfg.kind == ModelKind::Att;
+        let tt = |t: &Tensor| -> Result<Tensor> {
+            if detach {
+                transposed_copy(t)
+            } else if per_step {
+                Ok(t.t()?.contiguous()?)
+            } else {
+                Ok(t.t()?)
+            }
+        };
+        // Weights read once per pass (encoder, word projection): a view is enough.
+        let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t).t()?) };
         let p = &self.p;
         // PAD and BOS are never emitted: a large negative constant on their logits.
         let mut ban = vec![0f32; self.cfg.vocab_size];
@@ -285,7 +300,7 @@ impl Captioner {
         let mut att = None;
         if let Some(a) = &p.att {
             att = Some((
-                tt(&a.feat_w)?,
+                once(&a.feat_w)?,
                 d(&a.feat_b),
                 tt(&a.ctx_w)?,
                 AttWeights {
@@ -296,9 +311,9 @@ impl Captioner {
         }
         Ok(Prepared {
             embed: d(&p.embed),
-            w_ih0_t: tt(&p.rnn[0].w_ih)?,
+            w_ih0_t: once(&p.rnn[0].w_ih)?,
             b_ih0: d(&p.rnn[0].b_ih),
-            w_fc0_t: tt(&p.fc_w)?,
+            w_fc0_t: once(&p.fc_w)?,
             upper: p.rnn[1..]
                 .iter()
                 .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih))))
@@ -306,19 +321,14 @@ impl Captioner {
             cells: p
                 .rnn
                 .iter()
-                .map(|r| {
-                    Ok(CellWeights {
-                        w_hh_t: tt(&r.w_hh)?,
-                        b_hh: d(&r.b_hh),
-                    })
-                })
+                .map(|r| CellWeights::new(&d(&r.w_hh), &d(&r.b_hh)))
                 .collect::<Result<_>>()?,
-            img_w_t: tt(&p.img_w)?,
+            img_w_t: once(&p.img_w)?,
             img_b: d(&p.img_b),
             init: p
                 .init
                 .iter()
-                .map(|(w, b)| Ok((tt(w)?, d(b))))
+                .map(|(w, b)| Ok((once(w)?, d(b))))
                 .collect::<Result<_>>()?,
             att,
             logit_w_t: tt(&p.logit_w)?,

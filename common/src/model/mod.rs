@@ -10,12 +10,14 @@
 
 mod attention;
 mod beam;
+mod bias;
 mod captioner;
 mod config;
 mod decode;
 mod device;
 mod dropout;
 mod error;
+mod fused_rnn;
 mod greedy;
 mod io;
 mod rng;
@@ -23,6 +25,7 @@ mod rnn;
 mod rows;
 mod sample;
 mod teacher;
+mod transpose;
 
 pub use beam::{BeamOptions, Hypothesis};
 pub use candle_core::{DType, Device, Tensor};

@@ -10,6 +10,8 @@ use candle_nn::ops::sigmoid;
 
 use super::config::RnnKind;
 use super::error::Result;
+use super::fused_rnn;
+use super::transpose::transposed_copy;
 
 /// One layer's recurrent state: `h` `[B, H]` and, for LSTM, the cell `c` `[B, H]`.
 #[derive(Debug, Clone)]
@@ -31,13 +33,84 @@ impl LayerState {
     }
 }
 
-/// Recurrent weights of one layer, transposed once per forward pass (outside the time loop).
+/// Recurrent weights of one layer, prepared once per pass (outside the time loop).
 #[derive(Debug, Clone)]
-pub(crate) struct CellWeights {
-    /// `W_hhᵀ` `[H, G]`.
-    pub w_hh_t: Tensor,
-    /// `b_hh` `[G]`.
-    pub b_hh: Tensor,
+pub(crate) enum CellWeights {
+    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]` and a
+    /// detached `W_hhᵀ` `[H, G]` for its forward gemm.
+    Fused { w_aug: Tensor, w_hh_t: Tensor },
+    /// For the step built from graph ops (other devices and dtypes).
+    Graph {
+        /// `W_hhᵀ` `[H, G]`.
+        w_hh_t: Tensor,
+        /// `b_hh` `[G]`.
+        b_hh: Tensor,
+    },
+}
+
+impl CellWeights {
+    /// Prepares `w_hh` `[G, H]` and `b_hh` `[G]` for the fused layer when the device and dtype
+    /// allow it, else for the graph step.
+    pub fn new(w_hh: &Tensor, b_hh: &Tensor) -> Result<Self> {
+        if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
+            Ok(Self::Fused {
+                w_aug: Tensor::cat(&[w_hh, &b_hh.unsqueeze(1)?], 1)?,
+                w_hh_t: transposed_copy(w_hh)?,
+            })
+        } else {
+            Ok(Self::Graph {
+                w_hh_t: w_hh.t()?.contiguous()?,
+                b_hh: b_hh.clone(),
+            })
+        }
+    }
+}
+
+/// The state a layer starts from, as the fused layer takes it: `h` (GRU) or `[h, c]` (LSTM).
+pub(crate) fn packed_state(kind: RnnKind, state: &LayerState) -> Result<Tensor> {
+    Ok(match kind {
+        RnnKind::Gru => state.h.clone(),
+        RnnKind::Lstm => match &state.c {
+            Some(c) => Tensor::cat(&[&state.h, c], 1)?,
+            None => Tensor::cat(&[&state.h, &state.h.zeros_like()?], 1)?,
+        },
+    })
+}
+
+/// Splits the fused layer's states `[.., S]` into `h` and (LSTM) `c`.
+pub(crate) fn unpack_states(
+    kind: RnnKind,
+    states: &Tensor,
+    hidden: usize,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let last = states.rank() - 1;
+    Ok(match kind {
+        RnnKind::Gru => (states.clone(), None),
+        RnnKind::Lstm => (
+            states.narrow(last, 0, hidden)?,
+            Some(states.narrow(last, hidden, hidden)?),
+        ),
+    })
+}
+
+/// Runs one layer over a whole sequence: `gx` `[T, B, G]` from `state`; returns the states
+/// `[T, B, S]` (see [`fused_rnn`]). Needs [`CellWeights::Fused`].
+pub(crate) fn run_sequence(
+    kind: RnnKind,
+    gx: &Tensor,
+    state: &LayerState,
+    w: &CellWeights,
+) -> Result<Option<Tensor>> {
+    match w {
+        CellWeights::Fused { w_aug, w_hh_t } => Ok(Some(fused_rnn::run(
+            kind,
+            gx,
+            &packed_state(kind, state)?,
+            w_aug,
+            w_hh_t,
+        )?)),
+        CellWeights::Graph { .. } => Ok(None),
+    }
 }
 
 /// One step of the cell given the precomputed input term `gx = W_ih x + b_ih` `[B, G]`.
@@ -54,7 +127,26 @@ pub(crate) fn cell_step(
     w: &CellWeights,
 ) -> Result<LayerState> {
     let hidden = state.h.dim(D::Minus1)?;
-    let gh = state.h.matmul(&w.w_hh_t)?.broadcast_add(&w.b_hh)?;
+    let (w_hh_t, b_hh) = match w {
+        CellWeights::Fused { w_aug, w_hh_t } => {
+            let out = fused_rnn::run(
+                kind,
+                &gx.unsqueeze(0)?,
+                &packed_state(kind, state)?,
+                w_aug,
+                w_hh_t,
+            )?
+            .squeeze(0)?;
+            let (h, c) = unpack_states(kind, &out, hidden)?;
+            // Contiguous, since decoders index_select the rows of the state.
+            return Ok(LayerState {
+                h: h.contiguous()?,
+                c: c.map(|c| c.contiguous()).transpose()?,
+            });
+        }
+        CellWeights::Graph { w_hh_t, b_hh } => (w_hh_t, b_hh),
+    };
+    let gh = state.h.matmul(w_hh_t)?.broadcast_add(b_hh)?;
     match kind {
         RnnKind::Gru => {
             let rz = sigmoid(&(gx.narrow(1, 0, 2 * hidden)? + gh.narrow(1, 0, 2 * hidden)?)?)?;

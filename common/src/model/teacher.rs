@@ -7,10 +7,12 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
 
-use super::captioner::{Captioner, Inputs};
+use super::bias::add_row_bias;
+use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
+use super::rnn::{run_sequence, unpack_states, CellWeights, LayerState};
 use super::{BOS, EOS, PAD};
 
 /// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
@@ -79,28 +81,71 @@ impl Captioner {
         let (enc, mut states) = self.encode(&w, x, false)?;
         let emb = w.embed.index_select(&ids, 0)?;
         let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
-        let gx_all = emb
-            .matmul(&w.w_ih0_t)?
-            .broadcast_add(&w.b_ih0)?
-            .reshape((t, b, ()))?;
-        let mut hs = Vec::with_capacity(t);
-        for s in 0..t {
-            let gx = gx_all.get(s)?;
-            states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
-            hs.push(states[states.len() - 1].h.clone());
-        }
-        let hidden = Tensor::stack(&hs, 1)?; // [B, T, H]
+        let gx_all = add_row_bias(&emb.matmul(&w.w_ih0_t)?, &w.b_ih0)?.reshape((t, b, ()))?;
+        let hidden = match self.run_fused(&w, &enc, &states, &gx_all, dropout_rng.as_deref_mut())? {
+            // [T, B, H] → [B, T, H]
+            Some(top) => top.transpose(0, 1)?,
+            None => {
+                let mut hs = Vec::with_capacity(t);
+                for s in 0..t {
+                    let gx = gx_all.get(s)?;
+                    states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
+                    hs.push(states[states.len() - 1].h.clone());
+                }
+                Tensor::stack(&hs, 1)? // [B, T, H]
+            }
+        };
         let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
-        let logits = out
-            .reshape((b * t, ()))?
-            .matmul(&w.logit_w_t)?
-            .broadcast_add(&w.logit_b)?
+        let logits = add_row_bias(&out.reshape((b * t, ()))?.matmul(&w.logit_w_t)?, &w.logit_b)?
             .reshape((b, t, ()))?;
         let logprobs_full = log_softmax(&logits, D::Minus1)?;
         Ok(TeacherForced {
             logprobs_full,
             hidden,
         })
+    }
+
+    /// The whole sequence layer by layer with the fused recurrent layer, when the model has no
+    /// attention (whose query is the previous hidden state, so it must go step by step) and the
+    /// weights are prepared for it. Returns the top layer's states `[T, B, H]`, or `None` to fall
+    /// back to the step loop. Dropout between layers draws its masks in the same order as the
+    /// step loop (time-major), so both give the same result for the same RNG.
+    fn run_fused(
+        &self,
+        w: &Prepared,
+        enc: &Encoded,
+        states: &[LayerState],
+        gx_word: &Tensor,
+        mut drop: Option<&mut CaprlRng>,
+    ) -> Result<Option<Tensor>> {
+        if enc.keys.is_some()
+            || w.cells
+                .iter()
+                .any(|c| !matches!(c, CellWeights::Fused { .. }))
+        {
+            return Ok(None);
+        }
+        let kind = self.cfg.rnn;
+        let hidden = self.cfg.hidden;
+        let (t, b, _) = gx_word.dims3()?;
+        let mut gx = add_row_bias(gx_word, &enc.fx)?;
+        let mut top = None;
+        for (l, state) in states.iter().enumerate() {
+            if l > 0 {
+                let below = top.take().ok_or_else(|| {
+                    ModelError::Input("fused decoder: missing the layer below".into())
+                })?;
+                let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
+                let (wt, bias) = &w.upper[l - 1];
+                gx = add_row_bias(&below.reshape((t * b, hidden))?.matmul(wt)?, bias)?
+                    .reshape((t, b, ()))?;
+            }
+            let Some(out) = run_sequence(kind, &gx, state, &w.cells[l])? else {
+                return Ok(None);
+            };
+            top = Some(unpack_states(kind, &out, hidden)?.0);
+        }
+        Ok(top)
     }
 
     /// 1 for tokens up to and including the first EOS (or up to the first PAD when there is no

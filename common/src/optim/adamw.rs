@@ -5,7 +5,7 @@
 //! `θ ← θ (1 - lr·λ) - lr · m̂ / (√v̂ + ε)`.
 
 use candle_core::backprop::GradStore;
-use candle_core::{Tensor, Var};
+use candle_core::{CpuStorage, Storage, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::error::{OptimError, Result};
@@ -133,6 +133,12 @@ impl AdamW {
                 continue;
             };
             let g = g.detach();
+            if let Some((theta, m, v)) = fused_update(&g, s, p, lr, bc1, bc2)? {
+                s.var.set(&theta)?;
+                s.m = m;
+                s.v = v;
+                continue;
+            }
             let m = ((&s.m * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
             let v = ((&s.v * p.beta2)? + (g.sqr()? * (1.0 - p.beta2))?)?;
             let m_hat = (&m / bc1)?;
@@ -147,4 +153,74 @@ impl AdamW {
         }
         Ok(())
     }
+}
+
+/// The same update in one pass over host slices (CPU f32/f64, contiguous tensors) instead of a
+/// dozen whole-tensor ops; `None` when the tensors do not qualify (the caller uses the ops).
+fn fused_update(
+    g: &Tensor,
+    s: &Slot,
+    p: AdamWParams,
+    lr: f64,
+    bc1: f64,
+    bc2: f64,
+) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+    let theta = s.var.as_tensor();
+    if !theta.device().is_cpu() || g.shape() != theta.shape() {
+        return Ok(None);
+    }
+    let (gs, gl) = g.storage_and_layout();
+    let (ts, tl) = theta.storage_and_layout();
+    let (ms, ml) = s.m.storage_and_layout();
+    let (vs, vl) = s.v.storage_and_layout();
+    let (Storage::Cpu(gc), Storage::Cpu(tc), Storage::Cpu(mc), Storage::Cpu(vc)) =
+        (&*gs, &*ts, &*ms, &*vs)
+    else {
+        return Ok(None);
+    };
+    let range = |l: &candle_core::Layout| l.contiguous_offsets();
+    let (Some(gr), Some(tr), Some(mr), Some(vr)) = (range(gl), range(tl), range(ml), range(vl))
+    else {
+        return Ok(None);
+    };
+    let shape = theta.shape().clone();
+    let dev = theta.device().clone();
+    macro_rules! update {
+        ($t:ty, $g:expr, $th:expr, $m:expr, $v:expr) => {{
+            let (g, th) = (&$g[gr.0..gr.1], &$th[tr.0..tr.1]);
+            let (m0, v0) = (&$m[mr.0..mr.1], &$v[vr.0..vr.1]);
+            let (b1, b2) = (p.beta1 as $t, p.beta2 as $t);
+            let (c1, c2) = ((1.0 - p.beta1) as $t, (1.0 - p.beta2) as $t);
+            let (ibc1, ibc2) = ((1.0 / bc1) as $t, (1.0 / bc2) as $t);
+            let decay = (1.0 - lr * p.weight_decay) as $t;
+            let (lr_, eps) = (lr as $t, p.eps as $t);
+            let n = th.len();
+            let (g, m0, v0) = (&g[..n], &m0[..n], &v0[..n]);
+            let mut next: Vec<$t> = vec![0.0; n];
+            let mut m1: Vec<$t> = vec![0.0; n];
+            let mut v1: Vec<$t> = vec![0.0; n];
+            for i in 0..n {
+                let m = b1 * m0[i] + c1 * g[i];
+                let v = b2 * v0[i] + c2 * g[i] * g[i];
+                next[i] = th[i] * decay - lr_ * (m * ibc1) / ((v * ibc2).sqrt() + eps);
+                m1[i] = m;
+                v1[i] = v;
+            }
+            (
+                Tensor::from_vec(next, shape.clone(), &dev)?,
+                Tensor::from_vec(m1, shape.clone(), &dev)?,
+                Tensor::from_vec(v1, shape, &dev)?,
+            )
+        }};
+    }
+    let out = match (gc, tc, mc, vc) {
+        (CpuStorage::F32(g), CpuStorage::F32(t), CpuStorage::F32(m), CpuStorage::F32(v)) => {
+            update!(f32, g, t, m, v)
+        }
+        (CpuStorage::F64(g), CpuStorage::F64(t), CpuStorage::F64(m), CpuStorage::F64(v)) => {
+            update!(f64, g, t, m, v)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(out))
 }

@@ -2,7 +2,7 @@
 //! is scaled by `max_norm / ‖g‖`.
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Var};
+use candle_core::{CpuStorage, DType, Storage, Tensor, Var};
 
 use super::error::Result;
 
@@ -11,11 +11,14 @@ pub fn grad_norm(grads: &GradStore, vars: &[Var]) -> Result<f64> {
     let mut sq = 0f64;
     for v in vars {
         if let Some(g) = grads.get(v.as_tensor()) {
-            sq += g
-                .to_dtype(DType::F64)?
-                .sqr()?
-                .sum_all()?
-                .to_scalar::<f64>()?;
+            sq += match host_sum_sq(g) {
+                Some(s) => s,
+                None => g
+                    .to_dtype(DType::F64)?
+                    .sqr()?
+                    .sum_all()?
+                    .to_scalar::<f64>()?,
+            };
         }
     }
     Ok(sq.sqrt())
@@ -36,4 +39,17 @@ pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f64) -> Res
         }
     }
     Ok(norm)
+}
+
+/// `Σ g²` in f64 straight from a contiguous CPU f32/f64 tensor; `None` for anything else.
+fn host_sum_sq(g: &Tensor) -> Option<f64> {
+    let (st, l) = g.storage_and_layout();
+    let (a, b) = l.contiguous_offsets()?;
+    match &*st {
+        Storage::Cpu(CpuStorage::F32(v)) => {
+            Some(v[a..b].iter().map(|&x| (x as f64) * (x as f64)).sum())
+        }
+        Storage::Cpu(CpuStorage::F64(v)) => Some(v[a..b].iter().map(|&x| x * x).sum()),
+        _ => None,
+    }
 }

@@ -1,0 +1,108 @@
+//! `x + b` for a row vector `b` broadcast over the rows of `x`, as one graph node whose backward
+//! sums the gradient's rows in one contiguous pass (candle's broadcast-add backward reduces over
+//! the leading dims with a strided walk, which is slow for `[T·B, G]` gradients).
+//!
+//! `y[i, k] = x[i, k] + b[k]`; `dx = dy`, `db[k] = Σ_i dy[i, k]`.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+
+use super::error::Result;
+use super::fused_rnn::supported;
+
+/// `x + b` with `b` `[K]` broadcast over the leading dims of `x` `[.., K]` (`x` may also be
+/// `[N, M·K]`-shaped data given as `[N, M, K]` with `b` `[M, K]`: `b` covers the trailing dims).
+pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let k = b.elem_count();
+    if !supported(x.device(), x.dtype())
+        || x.dtype() != b.dtype()
+        || k == 0
+        || !x.elem_count().is_multiple_of(k)
+        || !x.dims().ends_with(b.dims())
+    {
+        return Ok(x.broadcast_add(b)?);
+    }
+    Ok(x.contiguous()?.apply_op2(&b.contiguous()?, RowBias)?)
+}
+
+struct RowBias;
+
+fn add<T: Copy + std::ops::Add<Output = T>>(x: &[T], b: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(b.len()) {
+        out.extend(row.iter().zip(b).map(|(&a, &c)| a + c));
+    }
+    out
+}
+
+fn col_sums<T: Copy + std::ops::AddAssign + Default>(g: &[T], k: usize) -> Vec<T> {
+    let mut s = vec![T::default(); k];
+    for row in g.chunks_exact(k) {
+        for (a, &v) in s.iter_mut().zip(row) {
+            *a += v;
+        }
+    }
+    s
+}
+
+fn slice<'a, T>(v: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg("row bias: input is not contiguous".into()))?;
+    Ok(&v[a..b])
+}
+
+impl CustomOp2 for RowBias {
+    fn name(&self) -> &'static str {
+        "row-bias-add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let out = match (s1, s2) {
+            (CpuStorage::F32(x), CpuStorage::F32(b)) => {
+                CpuStorage::F32(add(slice(x, l1)?, slice(b, l2)?))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(b)) => {
+                CpuStorage::F64(add(slice(x, l1)?, slice(b, l2)?))
+            }
+            _ => {
+                return Err(candle_core::Error::Msg(
+                    "row bias: f32 or f64 tensors of one dtype expected".into(),
+                ))
+            }
+        };
+        Ok((out, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let k = b.elem_count();
+        let g = grad.contiguous()?;
+        let db = {
+            let (st, l) = g.storage_and_layout();
+            match &*st {
+                candle_core::Storage::Cpu(CpuStorage::F32(v)) => {
+                    Tensor::from_vec(col_sums(slice(v, l)?, k), b.shape(), b.device())?
+                }
+                candle_core::Storage::Cpu(CpuStorage::F64(v)) => {
+                    Tensor::from_vec(col_sums(slice(v, l)?, k), b.shape(), b.device())?
+                }
+                _ => g
+                    .flatten_to(g.rank() - 1 - b.rank())?
+                    .sum(0)?
+                    .reshape(b.shape())?,
+            }
+        };
+        Ok((Some(g), Some(db)))
+    }
+}

@@ -1,0 +1,800 @@
+//! A whole recurrent layer over a sequence as one graph node (CPU, f32/f64).
+//!
+//! Inputs: the precomputed input term `gx = W_ih x_t + b_ih` for every step `[T, B, G]`, the
+//! initial state `s0` `[B, S]` (GRU: `h`, `S = H`; LSTM: `[h, c]`, `S = 2H`) and the recurrent
+//! weights with their bias as one matrix `W = [W_hh | b_hh]` `[G, H + 1]`. Output: the state
+//! after every step `[T, B, S]`. Gate layout and formulas are those of [`super::rnn`]:
+//!
+//! GRU: `gh = h W_hhᵀ + b_hh`, `r = σ(gx_r + gh_r)`, `z = σ(gx_z + gh_z)`,
+//! `n = tanh(gx_n + r ⊙ gh_n)`, `h' = n + z ⊙ (h - n)`.
+//! LSTM: `a = gx + h W_hhᵀ + b_hh`, `[i, f, g, o] = [σ, σ, tanh, σ](a)`, `c' = f ⊙ c + i ⊙ g`,
+//! `h' = o ⊙ tanh(c')`.
+//!
+//! The forward pass is one gemm per step plus the gate arithmetic, and keeps the gate values.
+//! The backward pass is back-propagation through time by hand: per step the gate gradients and
+//! `dh_{t-1} = dgh_t W_hh` (one gemm), then the weight gradient of all steps as ONE gemm,
+//! `dW_hh = dghᵀ [T·B, G] × h_prev [T·B, H]`, and `d gx` as one tensor. No per-step graph nodes.
+
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
+
+use super::config::RnnKind;
+
+/// Element types the fused layer runs on.
+pub(crate) trait Real:
+    Copy
+    + Send
+    + Sync
+    + 'static
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::AddAssign
+    + candle_core::WithDType
+{
+    const ZERO: Self;
+    const ONE: Self;
+    fn sigmoid(self) -> Self;
+    fn tanh_(self) -> Self;
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]>;
+    fn wrap(v: Vec<Self>) -> Saved;
+    fn unwrap(s: &Saved) -> Option<&[Self]>;
+}
+
+/// `eˣ` for f32 without branches or library calls, so that gate loops vectorise (Cephes `expf`:
+/// `x = n ln2 + r`, `|r| ≤ ln2/2`, degree-6 polynomial for `eʳ`, `2ⁿ` built from its bits;
+/// relative error about 2e-7). The input is clamped to `[-87, 88]`.
+#[inline(always)]
+pub(crate) fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2²³: adding and subtracting it rounds to an integer
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4_f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    /// `σ(x) = 1 / (1 + e⁻ˣ)`.
+    #[inline(always)]
+    fn sigmoid(self) -> Self {
+        1.0 / (1.0 + exp_f32(-self))
+    }
+    /// `tanh x = 1 - 2 / (e²ˣ + 1)` (absolute error below 1e-7).
+    #[inline(always)]
+    fn tanh_(self) -> Self {
+        1.0 - 2.0 / (exp_f32(2.0 * self) + 1.0)
+    }
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
+        match s {
+            CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn wrap(v: Vec<Self>) -> Saved {
+        Saved::F32(v)
+    }
+    fn unwrap(s: &Saved) -> Option<&[Self]> {
+        match s {
+            Saved::F32(v) => Some(v),
+            Saved::F64(_) => None,
+        }
+    }
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    #[inline(always)]
+    fn sigmoid(self) -> Self {
+        1.0 / (1.0 + (-self).exp())
+    }
+    #[inline(always)]
+    fn tanh_(self) -> Self {
+        self.tanh()
+    }
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
+        match s {
+            CpuStorage::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn wrap(v: Vec<Self>) -> Saved {
+        Saved::F64(v)
+    }
+    fn unwrap(s: &Saved) -> Option<&[Self]> {
+        match s {
+            Saved::F64(v) => Some(v),
+            Saved::F32(_) => None,
+        }
+    }
+}
+
+/// Whether the fused layer can run on tensors of this device and dtype.
+pub(crate) fn supported(device: &Device, dtype: DType) -> bool {
+    device.is_cpu() && matches!(dtype, DType::F32 | DType::F64)
+}
+
+/// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_aug` `[G, H + 1]` → states `[T, B, S]`.
+/// `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the forward gemm
+/// reads without repacking); gradients flow through `w_aug` only. Records a backward node when
+/// any input tracks gradients.
+pub(crate) fn run(
+    kind: RnnKind,
+    gx: &Tensor,
+    s0: &Tensor,
+    w_aug: &Tensor,
+    w_hh_t: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let gx = gx.contiguous()?;
+    let s0 = s0.contiguous()?;
+    let w_aug = w_aug.contiguous()?;
+    let save = gx.track_op() || s0.track_op() || w_aug.track_op();
+    let op = FusedRnn {
+        kind,
+        save,
+        saved: Mutex::new(None),
+        w_hh_t: w_hh_t.detach().contiguous()?,
+    };
+    if save {
+        gx.apply_op3(&s0, &w_aug, op)
+    } else {
+        gx.apply_op3_no_bwd(&s0, &w_aug, &op)
+    }
+}
+
+/// The values the backward pass needs, per step and row: GRU `[r, z, n, gh_n]`,
+/// LSTM `[i, f, g, o, tanh c]` (each `H` wide).
+pub(crate) enum Saved {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+struct FusedRnn {
+    kind: RnnKind,
+    save: bool,
+    saved: Mutex<Option<Saved>>,
+    /// `W_hhᵀ` `[H, G]`, read by the forward gemm.
+    w_hh_t: Tensor,
+}
+
+/// Sizes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    t: usize,
+    b: usize,
+    h: usize,
+    g: usize,
+    /// State width: `H` (GRU) or `2H` (LSTM).
+    s: usize,
+}
+
+impl Dims {
+    fn saved_width(&self, kind: RnnKind) -> usize {
+        match kind {
+            RnnKind::Gru => 4 * self.h,
+            RnnKind::Lstm => 5 * self.h,
+        }
+    }
+}
+
+fn err(msg: String) -> candle_core::Error {
+    candle_core::Error::Msg(msg)
+}
+
+fn contiguous<'a, T: Real>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<&'a [T]> {
+    let all =
+        T::cpu_slice(s).ok_or_else(|| err(format!("fused rnn: {what} has the wrong dtype")))?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&all[a..b]),
+        None => Err(err(format!("fused rnn: {what} is not contiguous"))),
+    }
+}
+
+fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<Dims> {
+    let (t, b, g) = l1.shape().dims3()?;
+    let (b2, s) = l2.shape().dims2()?;
+    let (g3, h1) = l3.shape().dims2()?;
+    let h = h1.saturating_sub(1);
+    let (gates, width) = match kind {
+        RnnKind::Gru => (3, 1),
+        RnnKind::Lstm => (4, 2),
+    };
+    if b2 != b || g3 != g || g != gates * h || s != width * h || h == 0 {
+        return Err(err(format!(
+            "fused rnn: shapes gx {:?}, s0 {:?}, w {:?} do not fit a {kind:?} layer",
+            l1.shape(),
+            l2.shape(),
+            l3.shape()
+        )));
+    }
+    Ok(Dims { t, b, h, g, s })
+}
+
+fn parallelism() -> gemm::Parallelism {
+    let n = candle_core::utils::get_num_threads();
+    if n > 1 {
+        gemm::Parallelism::Rayon(n)
+    } else {
+        gemm::Parallelism::None
+    }
+}
+
+/// A row-major matrix view: element `(i, j)` at `ptr + i * rs + j * cs`.
+#[derive(Clone, Copy)]
+struct Mat<T> {
+    ptr: *const T,
+    rs: isize,
+    cs: isize,
+}
+
+/// `dst[m, n] (+)= lhs[m, k] × rhs[k, n]`, `dst` row-major with row stride `dst_rs`.
+///
+/// # Safety
+/// Every view must address valid memory for its `m × k`, `k × n` and `m × n` extents, and `dst`
+/// must not overlap the inputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_into<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: Mat<T>,
+    rhs: Mat<T>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    *dst.add(i * dst_rs + j) = T::ZERO;
+                }
+            }
+        }
+        return;
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs as isize,
+        accumulate,
+        lhs.ptr,
+        lhs.cs,
+        lhs.rs,
+        rhs.ptr,
+        rhs.cs,
+        rhs.rs,
+        T::ONE,
+        T::ONE,
+        false,
+        false,
+        false,
+        parallelism(),
+    );
+}
+
+/// Forward pass; returns the states `[T, B, S]` and (when `save`) the saved gate values.
+fn forward<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    gx: &[T],
+    s0: &[T],
+    w: &[T],
+    w_t: &[T],
+    save: bool,
+) -> (Vec<T>, Vec<T>) {
+    let Dims { t, b, h, g, s } = d;
+    let sw = d.saved_width(kind);
+    let mut out = vec![T::ZERO; t * b * s];
+    let mut saved = if save {
+        vec![T::ZERO; t * b * sw]
+    } else {
+        Vec::new()
+    };
+    let mut gh = vec![T::ZERO; b * g];
+    let mut scratch = vec![T::ZERO; sw];
+    let bias: Vec<T> = (0..g).map(|j| w[j * (h + 1) + h]).collect();
+    let w_t = Mat {
+        ptr: w_t.as_ptr(),
+        rs: g as isize,
+        cs: 1,
+    };
+    for step in 0..t {
+        let (prev, cur) = out.split_at_mut(step * b * s);
+        let prev: &[T] = if step == 0 {
+            s0
+        } else {
+            &prev[(step - 1) * b * s..]
+        };
+        let cur = &mut cur[..b * s];
+        // gh = b_hh + h_prev W_hhᵀ.
+        for row in gh.chunks_exact_mut(g) {
+            row.copy_from_slice(&bias);
+        }
+        // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
+        // [B, G] and distinct from both.
+        unsafe {
+            gemm_into(
+                b,
+                g,
+                h,
+                gh.as_mut_ptr(),
+                g,
+                true,
+                Mat {
+                    ptr: prev.as_ptr(),
+                    rs: s as isize,
+                    cs: 1,
+                },
+                w_t,
+            );
+        }
+        let gx_t = &gx[step * b * g..(step + 1) * b * g];
+        for i in 0..b {
+            let gxr = &gx_t[i * g..(i + 1) * g];
+            let ghr = &gh[i * g..(i + 1) * g];
+            let hp = &prev[i * s..(i + 1) * s];
+            let o = &mut cur[i * s..(i + 1) * s];
+            let sv: &mut [T] = if save {
+                let at = (step * b + i) * sw;
+                &mut saved[at..at + sw]
+            } else {
+                &mut scratch
+            };
+            match kind {
+                RnnKind::Gru => gru_gates(h, gxr, ghr, hp, o, sv),
+                RnnKind::Lstm => lstm_gates(h, gxr, ghr, hp, o, sv),
+            }
+        }
+    }
+    (out, saved)
+}
+
+/// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
+#[inline(always)]
+fn gru_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
+    let (gxr, gxz, gxn) = (&gx[..h], &gx[h..2 * h], &gx[2 * h..3 * h]);
+    let (ghr, ghz, ghn) = (&gh[..h], &gh[h..2 * h], &gh[2 * h..3 * h]);
+    let hp = &hp[..h];
+    let o = &mut o[..h];
+    let (sr, rest) = sv.split_at_mut(h);
+    let (sz, rest) = rest.split_at_mut(h);
+    let (sn, rest) = rest.split_at_mut(h);
+    let sg = &mut rest[..h];
+    for j in 0..h {
+        let r = (gxr[j] + ghr[j]).sigmoid();
+        let z = (gxz[j] + ghz[j]).sigmoid();
+        let n = (gxn[j] + r * ghn[j]).tanh_();
+        o[j] = n + z * (hp[j] - n);
+        sr[j] = r;
+        sz[j] = z;
+        sn[j] = n;
+        sg[j] = ghn[j];
+    }
+}
+
+/// One row of LSTM gates: `o = [h', c']` `[2H]`, `sv = [i, f, g, o, tanh c']`.
+#[inline(always)]
+fn lstm_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
+    let (gxi, gxf, gxg, gxo) = (
+        &gx[..h],
+        &gx[h..2 * h],
+        &gx[2 * h..3 * h],
+        &gx[3 * h..4 * h],
+    );
+    let (ghi, ghf, ghg, gho) = (
+        &gh[..h],
+        &gh[h..2 * h],
+        &gh[2 * h..3 * h],
+        &gh[3 * h..4 * h],
+    );
+    let cp = &hp[h..2 * h];
+    let (oh, oc) = o.split_at_mut(h);
+    let oc = &mut oc[..h];
+    let (si, rest) = sv.split_at_mut(h);
+    let (sf, rest) = rest.split_at_mut(h);
+    let (sg, rest) = rest.split_at_mut(h);
+    let (so, rest) = rest.split_at_mut(h);
+    let st = &mut rest[..h];
+    for j in 0..h {
+        let ig = (gxi[j] + ghi[j]).sigmoid();
+        let fg = (gxf[j] + ghf[j]).sigmoid();
+        let gg = (gxg[j] + ghg[j]).tanh_();
+        let og = (gxo[j] + gho[j]).sigmoid();
+        let c = fg * cp[j] + ig * gg;
+        let tc = c.tanh_();
+        oh[j] = og * tc;
+        oc[j] = c;
+        si[j] = ig;
+        sf[j] = fg;
+        sg[j] = gg;
+        so[j] = og;
+        st[j] = tc;
+    }
+}
+
+/// One row of GRU gate gradients from `dh` (first `H` of `ds`): `dx = d gx`, `dgh = d gh`,
+/// `dp = ∂h'/∂h ⊙ dh` (the direct part of `d h_prev`).
+#[inline(always)]
+fn gru_grads<T: Real>(
+    h: usize,
+    sv: &[T],
+    ds: &[T],
+    hp: &[T],
+    dp: &mut [T],
+    dx: &mut [T],
+    dgh: &mut [T],
+) {
+    let (r, z, n, ghn) = (
+        &sv[..h],
+        &sv[h..2 * h],
+        &sv[2 * h..3 * h],
+        &sv[3 * h..4 * h],
+    );
+    let (dh, hp, dp) = (&ds[..h], &hp[..h], &mut dp[..h]);
+    let (dxr, rest) = dx.split_at_mut(h);
+    let (dxz, rest) = rest.split_at_mut(h);
+    let dxn = &mut rest[..h];
+    let (dhr, rest) = dgh.split_at_mut(h);
+    let (dhz, rest) = rest.split_at_mut(h);
+    let dhn = &mut rest[..h];
+    for j in 0..h {
+        let (r, z, n) = (r[j], z[j], n[j]);
+        let dan = dh[j] * (T::ONE - z) * (T::ONE - n * n);
+        let daz = dh[j] * (hp[j] - n) * z * (T::ONE - z);
+        let dar = dan * ghn[j] * r * (T::ONE - r);
+        dxr[j] = dar;
+        dxz[j] = daz;
+        dxn[j] = dan;
+        dhr[j] = dar;
+        dhz[j] = daz;
+        dhn[j] = dan * r;
+        dp[j] = dh[j] * z;
+    }
+}
+
+/// One row of LSTM gate gradients from `ds = [dh, dc]`: `dx = d gx = d gh`,
+/// `dp = [0, f ⊙ dc_total]` (the direct part of `d [h_prev, c_prev]`).
+#[inline(always)]
+fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx: &mut [T]) {
+    let (ig, fg, gg) = (&sv[..h], &sv[h..2 * h], &sv[2 * h..3 * h]);
+    let (og, tc) = (&sv[3 * h..4 * h], &sv[4 * h..5 * h]);
+    let (dh, dcn) = (&ds[..h], &ds[h..2 * h]);
+    let cp = &hp[h..2 * h];
+    let (dph, dpc) = dp.split_at_mut(h);
+    let dpc = &mut dpc[..h];
+    let (dxi, rest) = dx.split_at_mut(h);
+    let (dxf, rest) = rest.split_at_mut(h);
+    let (dxg, rest) = rest.split_at_mut(h);
+    let dxo = &mut rest[..h];
+    for j in 0..h {
+        let (i, f, g, o, t) = (ig[j], fg[j], gg[j], og[j], tc[j]);
+        let dc = dcn[j] + dh[j] * o * (T::ONE - t * t);
+        dxi[j] = dc * g * i * (T::ONE - i);
+        dxf[j] = dc * cp[j] * f * (T::ONE - f);
+        dxg[j] = dc * i * (T::ONE - g * g);
+        dxo[j] = dh[j] * t * o * (T::ONE - o);
+        dph[j] = T::ZERO;
+        dpc[j] = dc * f;
+    }
+}
+
+/// Gradients of `(gx, s0, w_aug)` given the saved forward values and `d out` `[T, B, S]`.
+#[allow(clippy::too_many_arguments)]
+fn backward<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    s0: &[T],
+    w: &[T],
+    out: &[T],
+    saved: &[T],
+    grad_out: &[T],
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let Dims { t, b, h, g, s } = d;
+    let sw = d.saved_width(kind);
+    let mut dgx = vec![T::ZERO; t * b * g];
+    // GRU: the recurrent term's gradient differs from dgx in its n block; LSTM: they are equal.
+    let mut dgh_gru = match kind {
+        RnnKind::Gru => vec![T::ZERO; t * b * g],
+        RnnKind::Lstm => Vec::new(),
+    };
+    // Running gradient of the state s_t (h, and c for LSTM), and the next one.
+    let mut ds = vec![T::ZERO; b * s];
+    let mut ds_prev = vec![T::ZERO; b * s];
+    let w_mat = Mat {
+        ptr: w.as_ptr(),
+        rs: (h + 1) as isize,
+        cs: 1,
+    };
+    for step in (0..t).rev() {
+        let go = &grad_out[step * b * s..(step + 1) * b * s];
+        for (a, &x) in ds.iter_mut().zip(go) {
+            *a += x;
+        }
+        let prev: &[T] = if step == 0 {
+            s0
+        } else {
+            &out[(step - 1) * b * s..step * b * s]
+        };
+        let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
+        for i in 0..b {
+            let sv = &saved[(step * b + i) * sw..(step * b + i + 1) * sw];
+            let dsr = &ds[i * s..(i + 1) * s];
+            let hp = &prev[i * s..(i + 1) * s];
+            let dp = &mut ds_prev[i * s..(i + 1) * s];
+            let dx = &mut dgx_t[i * g..(i + 1) * g];
+            match kind {
+                RnnKind::Gru => {
+                    let at = (step * b + i) * g;
+                    gru_grads(h, sv, dsr, hp, dp, dx, &mut dgh_gru[at..at + g]);
+                }
+                RnnKind::Lstm => lstm_grads(h, sv, dsr, hp, dp, dx),
+            }
+        }
+        let dgh_t: &[T] = match kind {
+            RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
+            RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
+        };
+        // dh_prev += dgh_t W_hh  ([B, G] × [G, H]); rows of ds_prev have stride S.
+        // SAFETY: dgh_t is [B, G]; W is [G, H + 1]; ds_prev is [B, S] with S >= H, distinct.
+        unsafe {
+            gemm_into(
+                b,
+                h,
+                g,
+                ds_prev.as_mut_ptr(),
+                s,
+                true,
+                Mat {
+                    ptr: dgh_t.as_ptr(),
+                    rs: g as isize,
+                    cs: 1,
+                },
+                w_mat,
+            );
+        }
+        std::mem::swap(&mut ds, &mut ds_prev);
+    }
+    let ds0 = ds;
+    // dW = Σ_t dgh_tᵀ h_{t-1}: the first step reads s0, the others the outputs 0..T-1.
+    let dgh_all: &[T] = match kind {
+        RnnKind::Gru => &dgh_gru,
+        RnnKind::Lstm => &dgx,
+    };
+    let mut dw = vec![T::ZERO; g * (h + 1)];
+    if t > 0 {
+        // SAFETY: dghᵀ views [G, rows] of dgh_all; h_prev views [rows, H] with row stride S;
+        // dw is [G, H + 1] and distinct from both.
+        unsafe {
+            gemm_into(
+                g,
+                h,
+                b,
+                dw.as_mut_ptr(),
+                h + 1,
+                false,
+                Mat {
+                    ptr: dgh_all.as_ptr(),
+                    rs: 1,
+                    cs: g as isize,
+                },
+                Mat {
+                    ptr: s0.as_ptr(),
+                    rs: s as isize,
+                    cs: 1,
+                },
+            );
+            gemm_into(
+                g,
+                h,
+                (t - 1) * b,
+                dw.as_mut_ptr(),
+                h + 1,
+                true,
+                Mat {
+                    ptr: dgh_all[b * g..].as_ptr(),
+                    rs: 1,
+                    cs: g as isize,
+                },
+                Mat {
+                    ptr: out.as_ptr(),
+                    rs: s as isize,
+                    cs: 1,
+                },
+            );
+        }
+    }
+    // db_hh = column sums of dgh.
+    let mut db = vec![T::ZERO; g];
+    for row in dgh_all.chunks_exact(g) {
+        for (a, &x) in db.iter_mut().zip(row) {
+            *a += x;
+        }
+    }
+    for (j, v) in db.into_iter().enumerate() {
+        dw[j * (h + 1) + h] = v;
+    }
+    (dgx, ds0, dw)
+}
+
+impl FusedRnn {
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_typed<T: Real>(
+        &self,
+        d: Dims,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<Vec<T>> {
+        let gx = contiguous::<T>(s1, l1, "gx")?;
+        let s0 = contiguous::<T>(s2, l2, "s0")?;
+        let w = contiguous::<T>(s3, l3, "w_hh")?;
+        let (st, lt) = self.w_hh_t.storage_and_layout();
+        let Storage::Cpu(ct) = &*st else {
+            return Err(err("fused rnn: W_hhᵀ must be on the CPU".into()));
+        };
+        let w_t = contiguous::<T>(ct, lt, "W_hhᵀ")?;
+        if w_t.len() != d.h * d.g {
+            return Err(err(format!(
+                "fused rnn: W_hhᵀ has {} values, expected {} x {}",
+                w_t.len(),
+                d.h,
+                d.g
+            )));
+        }
+        let (out, saved) = forward(self.kind, d, gx, s0, w, w_t, self.save);
+        if self.save {
+            let mut slot = self
+                .saved
+                .lock()
+                .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
+            *slot = Some(T::wrap(saved));
+        }
+        Ok(out)
+    }
+
+    fn bwd_typed<T: Real>(
+        &self,
+        d: Dims,
+        s0: &Tensor,
+        w: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let grad = grad.contiguous()?;
+        let slot = self
+            .saved
+            .lock()
+            .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
+        let saved = slot
+            .as_ref()
+            .and_then(T::unwrap)
+            .ok_or_else(|| err("fused rnn: backward without a saved forward pass".into()))?;
+        let (st0, l0) = s0.storage_and_layout();
+        let (stw, lw) = w.storage_and_layout();
+        let (str_, lr) = res.storage_and_layout();
+        let (stg, lg) = grad.storage_and_layout();
+        let (Storage::Cpu(c0), Storage::Cpu(cw), Storage::Cpu(cr), Storage::Cpu(cg)) =
+            (&*st0, &*stw, &*str_, &*stg)
+        else {
+            return Err(err("fused rnn: backward expects CPU tensors".into()));
+        };
+        let (dgx, ds0, dw) = backward(
+            self.kind,
+            d,
+            contiguous::<T>(c0, l0, "s0")?,
+            contiguous::<T>(cw, lw, "w_hh")?,
+            contiguous::<T>(cr, lr, "output")?,
+            saved,
+            contiguous::<T>(cg, lg, "output gradient")?,
+        );
+        let dev = Device::Cpu;
+        Ok((
+            Tensor::from_vec(dgx, (d.t, d.b, d.g), &dev)?,
+            Tensor::from_vec(ds0, (d.b, d.s), &dev)?,
+            Tensor::from_vec(dw, (d.g, d.h + 1), &dev)?,
+        ))
+    }
+}
+
+impl CustomOp3 for FusedRnn {
+    fn name(&self) -> &'static str {
+        "fused-rnn"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = dims(self.kind, l1, l2, l3)?;
+        let shape = Shape::from((d.t, d.b, d.s));
+        match s1 {
+            CpuStorage::F32(_) => Ok((
+                CpuStorage::F32(self.fwd_typed::<f32>(d, s1, l1, s2, l2, s3, l3)?),
+                shape,
+            )),
+            CpuStorage::F64(_) => Ok((
+                CpuStorage::F64(self.fwd_typed::<f64>(d, s1, l1, s2, l2, s3, l3)?),
+                shape,
+            )),
+            other => Err(err(format!(
+                "fused rnn: dtype {:?} is not supported (f32 or f64)",
+                candle_core::backend::BackendStorage::dtype(other)
+            ))),
+        }
+    }
+
+    fn bwd(
+        &self,
+        arg1: &Tensor,
+        arg2: &Tensor,
+        arg3: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let d = dims(self.kind, arg1.layout(), arg2.layout(), arg3.layout())?;
+        let (a, b, c) = match arg1.dtype() {
+            DType::F32 => self.bwd_typed::<f32>(d, arg2, arg3, res, grad_res)?,
+            DType::F64 => self.bwd_typed::<f64>(d, arg2, arg3, res, grad_res)?,
+            other => {
+                return Err(err(format!(
+                    "fused rnn: dtype {other:?} is not supported (f32 or f64)"
+                )))
+            }
+        };
+        Ok((Some(a), Some(b), Some(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_sigmoid_and_tanh_match_the_library_functions() {
+        let mut x = -90.0f32;
+        while x < 90.0 {
+            let e = exp_f32(x);
+            let want = x.clamp(-87.0, 88.0).exp();
+            assert!(
+                (e - want).abs() <= 4e-7 * want,
+                "exp({x}) = {e}, want {want}"
+            );
+            let s = x.sigmoid();
+            assert!((s - 1.0 / (1.0 + (-x).exp())).abs() < 2e-7, "sigmoid({x})");
+            assert!((x.tanh_() - x.tanh()).abs() < 2e-7, "tanh({x})");
+            x += 0.0137;
+        }
+    }
+}
