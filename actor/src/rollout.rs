@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use caprl_common::data::Dataset;
-use caprl_common::model::{inputs_for_rows, Captioner, CaprlRng, ModelError, SampleOptions};
+use caprl_common::model::{inputs_for_rows, CaprlRng, Captioner, ModelError, SampleOptions};
 use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
 
 /// Runs every decode the task asks for on `policy` (a snapshot of version

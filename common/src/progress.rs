@@ -83,7 +83,13 @@ impl Progress {
                         *last = now;
                         let suffix = msg
                             .lock()
-                            .map(|m| if m.is_empty() { String::new() } else { format!(" · {m}") })
+                            .map(|m| {
+                                if m.is_empty() {
+                                    String::new()
+                                } else {
+                                    format!(" · {m}")
+                                }
+                            })
                             .unwrap_or_default();
                         tracing::info!("{}", self.line(done, &suffix));
                     }

@@ -4,9 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use caprl_common::config::{
-    ConfigError, DeviceSpec, Dtype, Objective, RunConfig, DEFAULT_TOML,
-};
+use caprl_common::config::{ConfigError, DeviceSpec, Dtype, Objective, RunConfig, DEFAULT_TOML};
 
 fn write_config(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::Builder::new()
@@ -30,7 +28,10 @@ fn default_file_parses_to_exactly_the_default_config() {
 
 #[test]
 fn no_file_and_no_overrides_gives_the_default_config() {
-    assert_eq!(RunConfig::load(None, &[]).expect("loads"), RunConfig::default());
+    assert_eq!(
+        RunConfig::load(None, &[]).expect("loads"),
+        RunConfig::default()
+    );
 }
 
 #[test]
@@ -78,7 +79,10 @@ fn hash_is_hex_sha256_and_changes_with_any_key() {
 fn checkpoint_dir_defaults_to_run_dir_checkpoints() {
     let mut config = RunConfig::default();
     config.run_dir = "runs/x".to_string();
-    assert_eq!(config.checkpoint_dir(), Path::new("runs/x").join("checkpoints"));
+    assert_eq!(
+        config.checkpoint_dir(),
+        Path::new("runs/x").join("checkpoints")
+    );
     config.checkpoint.dir = "/ckpt".to_string();
     assert_eq!(config.checkpoint_dir(), PathBuf::from("/ckpt"));
 }
@@ -118,7 +122,13 @@ fn wrong_type_in_file_names_line_column_and_expected_type() {
     let (loaded, f) = load_text("[model]\nlayers = 1\nhidden = \"big\"\n");
     let err = loaded.expect_err("wrong type");
     match &err {
-        ConfigError::Parse { file, line, column, message, .. } => {
+        ConfigError::Parse {
+            file,
+            line,
+            column,
+            message,
+            ..
+        } => {
             assert_eq!(file, &f.path().display().to_string());
             assert_eq!((*line, *column), (3, 10));
             assert!(message.contains("u32"), "{message}");
@@ -148,7 +158,10 @@ fn unknown_section_in_file_is_refused() {
 fn unknown_enum_value_in_file_lists_the_variants() {
     let (loaded, _f) = load_text("[train]\nobjective = \"ppo\"\n");
     let msg = loaded.expect_err("unknown variant").to_string();
-    assert!(msg.contains("ppo") && msg.contains("mc-pg") && msg.contains("wtf-rl"), "{msg}");
+    assert!(
+        msg.contains("ppo") && msg.contains("mc-pg") && msg.contains("wtf-rl"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -171,5 +184,8 @@ fn missing_file_is_an_io_error_naming_the_path() {
 fn out_of_range_value_in_file_is_refused_after_parsing() {
     let (loaded, _f) = load_text("[data]\nmax_len = 65\n");
     let msg = loaded.expect_err("out of range").to_string();
-    assert!(msg.contains("data.max_len") && msg.contains("65") && msg.contains("1..=64"), "{msg}");
+    assert!(
+        msg.contains("data.max_len") && msg.contains("65") && msg.contains("1..=64"),
+        "{msg}"
+    );
 }

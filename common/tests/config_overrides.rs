@@ -3,9 +3,7 @@
 
 use std::io::Write;
 
-use caprl_common::config::{
-    ConfigError, DeviceSpec, ModelKind, Objective, RewardName, RunConfig,
-};
+use caprl_common::config::{ConfigError, DeviceSpec, ModelKind, Objective, RewardName, RunConfig};
 
 fn sets(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -41,12 +39,21 @@ fn every_key_can_be_overridden_with_its_default_value() {
             .unwrap_or_else(|e| panic!("{assignment}: {e}"));
         assert_eq!(config, RunConfig::default(), "{assignment}");
     }
-    assert_eq!(RunConfig::load(None, &all).expect("all at once"), RunConfig::default());
+    assert_eq!(
+        RunConfig::load(None, &all).expect("all at once"),
+        RunConfig::default()
+    );
 }
 
 #[test]
 fn top_level_keys_are_overridden() {
-    let config = load(&["seed=9", "device=cuda:1", "dtype=bf16", "run_dir=runs/exp-1"]).expect("loads");
+    let config = load(&[
+        "seed=9",
+        "device=cuda:1",
+        "dtype=bf16",
+        "run_dir=runs/exp-1",
+    ])
+    .expect("loads");
     assert_eq!(config.seed, 9);
     assert_eq!(config.device, DeviceSpec::Cuda(1));
     assert_eq!(config.dtype, caprl_common::config::Dtype::Bf16);
@@ -102,10 +109,17 @@ fn later_overrides_win() {
 
 #[test]
 fn overrides_apply_on_top_of_the_file() {
-    let mut f = tempfile::Builder::new().suffix(".toml").tempfile().expect("temp");
-    f.write_all(b"[model]\nhidden = 128\nembed = 64\n").expect("write");
-    let config = RunConfig::load(Some(f.path()), &sets(&["model.hidden=256", "train.samples=7"]))
-        .expect("loads");
+    let mut f = tempfile::Builder::new()
+        .suffix(".toml")
+        .tempfile()
+        .expect("temp");
+    f.write_all(b"[model]\nhidden = 128\nembed = 64\n")
+        .expect("write");
+    let config = RunConfig::load(
+        Some(f.path()),
+        &sets(&["model.hidden=256", "train.samples=7"]),
+    )
+    .expect("loads");
     assert_eq!(config.model.hidden, 256);
     assert_eq!(config.model.embed, 64);
     assert_eq!(config.train.samples, 7);
@@ -124,7 +138,9 @@ fn unknown_key_in_section_names_it_and_lists_the_section_keys() {
 
 #[test]
 fn unknown_section_names_it_and_lists_the_sections() {
-    let msg = load(&["modle.hidden=3"]).expect_err("unknown section").to_string();
+    let msg = load(&["modle.hidden=3"])
+        .expect_err("unknown section")
+        .to_string();
     assert!(msg.contains("modle.hidden"), "{msg}");
     for section in ["data", "model", "train", "nats", "checkpoint"] {
         assert!(msg.contains(section), "{msg} lacks {section}");
@@ -134,12 +150,17 @@ fn unknown_section_names_it_and_lists_the_sections() {
 #[test]
 fn unknown_top_level_key_lists_top_level_keys_and_sections() {
     let msg = load(&["hidden=3"]).expect_err("unknown").to_string();
-    assert!(msg.contains("`hidden`") && msg.contains("seed") && msg.contains("model"), "{msg}");
+    assert!(
+        msg.contains("`hidden`") && msg.contains("seed") && msg.contains("model"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn a_section_cannot_be_set_as_a_value() {
-    let msg = load(&["model=3"]).expect_err("section as value").to_string();
+    let msg = load(&["model=3"])
+        .expect_err("section as value")
+        .to_string();
     assert!(msg.contains("`model`"), "{msg}");
 }
 
@@ -153,7 +174,10 @@ fn too_deep_key_is_unknown() {
 fn override_without_equals_sign_is_refused() {
     for arg in ["model.hidden", "=3", ""] {
         let err = load(&[arg]).expect_err("no equals");
-        assert!(matches!(err, ConfigError::BadSetArg { .. }), "{arg}: {err:?}");
+        assert!(
+            matches!(err, ConfigError::BadSetArg { .. }),
+            "{arg}: {err:?}"
+        );
         assert!(err.to_string().contains("KEY=VALUE"));
     }
 }
@@ -163,13 +187,26 @@ fn wrong_type_names_the_key_the_value_and_the_range() {
     let err = load(&["model.hidden=-3"]).expect_err("negative");
     let msg = err.to_string();
     assert!(matches!(err, ConfigError::BadOverride { .. }), "{err:?}");
-    assert!(msg.contains("model.hidden") && msg.contains("-3") && msg.contains("1..=8192"), "{msg}");
+    assert!(
+        msg.contains("model.hidden") && msg.contains("-3") && msg.contains("1..=8192"),
+        "{msg}"
+    );
 
-    let msg = load(&["train.batch_size=many"]).expect_err("text").to_string();
-    assert!(msg.contains("train.batch_size") && msg.contains("many"), "{msg}");
+    let msg = load(&["train.batch_size=many"])
+        .expect_err("text")
+        .to_string();
+    assert!(
+        msg.contains("train.batch_size") && msg.contains("many"),
+        "{msg}"
+    );
 
-    let msg = load(&["train.objective=ppo"]).expect_err("variant").to_string();
-    assert!(msg.contains("train.objective") && msg.contains("scst"), "{msg}");
+    let msg = load(&["train.objective=ppo"])
+        .expect_err("variant")
+        .to_string();
+    assert!(
+        msg.contains("train.objective") && msg.contains("scst"),
+        "{msg}"
+    );
 
     let msg = load(&["device=tpu"]).expect_err("device").to_string();
     assert!(msg.contains("device") && msg.contains("cuda:N"), "{msg}");

@@ -24,12 +24,27 @@ fn out_of_range_values_name_key_value_and_range() {
         ("decode.temperature=0", "decode.temperature", "0", "> 0"),
         ("decode.temperature=nan", "decode.temperature", "NaN", "> 0"),
         ("decode.beam=0", "decode.beam", "0", ">= 1"),
-        ("decode.lookahead_lambda=1.5", "decode.lookahead_lambda", "1.5", "[0, 1]"),
+        (
+            "decode.lookahead_lambda=1.5",
+            "decode.lookahead_lambda",
+            "1.5",
+            "[0, 1]",
+        ),
         ("train.batch_size=0", "train.batch_size", "0", ">= 1"),
-        ("train.label_smoothing=1", "train.label_smoothing", "1", "[0, 1)"),
+        (
+            "train.label_smoothing=1",
+            "train.label_smoothing",
+            "1",
+            "[0, 1)",
+        ),
         ("train.sle_alpha=2", "train.sle_alpha", "2", "[0, 1]"),
         ("train.wtf_alpha=-1", "train.wtf_alpha", "-1", "[0, 1]"),
-        ("train.entropy_coef=-0.5", "train.entropy_coef", "-0.5", ">= 0"),
+        (
+            "train.entropy_coef=-0.5",
+            "train.entropy_coef",
+            "-0.5",
+            ">= 0",
+        ),
         ("train.kl_coef=inf", "train.kl_coef", "inf", ">= 0"),
         ("train.eval_every=0", "train.eval_every", "0", ">= 1"),
         ("optim.lr=0", "optim.lr", "0", "> 0"),
@@ -39,13 +54,38 @@ fn out_of_range_values_name_key_value_and_range() {
         ("optim.eps=0", "optim.eps", "0", "> 0"),
         ("optim.decay_rate=0", "optim.decay_rate", "0", "(0, 1]"),
         ("optim.decay_every=0", "optim.decay_every", "0", ">= 1"),
-        ("runtime.run_id=Exp_1", "runtime.run_id", "Exp_1", "[a-z0-9-]"),
+        (
+            "runtime.run_id=Exp_1",
+            "runtime.run_id",
+            "Exp_1",
+            "[a-z0-9-]",
+        ),
         ("runtime.is_clip=0", "runtime.is_clip", "0", "> 0"),
-        ("runtime.tasks_in_flight=0", "runtime.tasks_in_flight", "0", ">= 1"),
-        ("runtime.ack_wait_secs=0", "runtime.ack_wait_secs", "0", "1..="),
-        ("nats.max_message_bytes=100", "nats.max_message_bytes", "100", "1024..=67108864"),
+        (
+            "runtime.tasks_in_flight=0",
+            "runtime.tasks_in_flight",
+            "0",
+            ">= 1",
+        ),
+        (
+            "runtime.ack_wait_secs=0",
+            "runtime.ack_wait_secs",
+            "0",
+            "1..=",
+        ),
+        (
+            "nats.max_message_bytes=100",
+            "nats.max_message_bytes",
+            "100",
+            "1024..=67108864",
+        ),
         ("checkpoint.keep=0", "checkpoint.keep", "0", ">= 1"),
-        ("checkpoint.every_steps=0", "checkpoint.every_steps", "0", "1..="),
+        (
+            "checkpoint.every_steps=0",
+            "checkpoint.every_steps",
+            "0",
+            "1..=",
+        ),
     ];
     for (set, key, value, allowed) in cases {
         let msg = refused(set);
@@ -59,7 +99,11 @@ fn out_of_range_values_name_key_value_and_range() {
 fn validation_errors_are_typed() {
     let err = RunConfig::load(None, &["model.layers=5".to_string()]).expect_err("refused");
     match err {
-        ConfigError::OutOfRange { key, value, allowed } => {
+        ConfigError::OutOfRange {
+            key,
+            value,
+            allowed,
+        } => {
             assert_eq!(key, "model.layers");
             assert_eq!(value, "5");
             assert_eq!(allowed, "1 or 2");
@@ -70,12 +114,24 @@ fn validation_errors_are_typed() {
 
 #[test]
 fn sle_and_mean_baseline_need_two_samples() {
-    let sle = RunConfig::load(None, &["train.objective=sle".into(), "train.samples=1".into()]);
+    let sle = RunConfig::load(
+        None,
+        &["train.objective=sle".into(), "train.samples=1".into()],
+    );
     let msg = sle.expect_err("sle with one sample").to_string();
-    assert!(msg.contains("train.samples") && msg.contains("sle"), "{msg}");
-    let mean = RunConfig::load(None, &["train.baseline=mean".into(), "train.samples=1".into()]);
+    assert!(
+        msg.contains("train.samples") && msg.contains("sle"),
+        "{msg}"
+    );
+    let mean = RunConfig::load(
+        None,
+        &["train.baseline=mean".into(), "train.samples=1".into()],
+    );
     let msg = mean.expect_err("mean with one sample").to_string();
-    assert!(msg.contains("train.samples") && msg.contains("mean"), "{msg}");
+    assert!(
+        msg.contains("train.samples") && msg.contains("mean"),
+        "{msg}"
+    );
     let greedy = RunConfig::load(None, &["train.samples=1".into()]);
     assert!(greedy.is_ok());
 }
@@ -83,12 +139,16 @@ fn sle_and_mean_baseline_need_two_samples() {
 #[test]
 fn tls_cert_without_key_is_refused() {
     let msg = refused("nats.tls_cert=/etc/cert.pem");
-    assert!(msg.contains("nats.tls_key") && msg.contains("tls_cert"), "{msg}");
+    assert!(
+        msg.contains("nats.tls_key") && msg.contains("tls_cert"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn reward_spec_parses_names_and_weights_in_order() {
-    let spec = RewardSpec::parse("cider=1, bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2").expect("parses");
+    let spec =
+        RewardSpec::parse("cider=1, bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2").expect("parses");
     assert_eq!(
         spec.terms(),
         &[
@@ -101,7 +161,10 @@ fn reward_spec_parses_names_and_weights_in_order() {
     );
     assert!(spec.contains(RewardName::Disc));
     assert!(!spec.contains(RewardName::Rouge));
-    assert_eq!(spec.to_string(), "cider=1,bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2");
+    assert_eq!(
+        spec.to_string(),
+        "cider=1,bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2"
+    );
 }
 
 #[test]
@@ -119,16 +182,27 @@ fn unknown_reward_lists_the_allowed_names() {
     assert!(matches!(err, ConfigError::UnknownReward { .. }));
     let msg = err.to_string();
     assert!(msg.contains("`meteor`"), "{msg}");
-    for name in ["cider", "bleu1", "bleu4", "rouge", "clip", "clip-i2t", "clip-s", "disc", "embed"] {
+    for name in [
+        "cider", "bleu1", "bleu4", "rouge", "clip", "clip-i2t", "clip-s", "disc", "embed",
+    ] {
         assert!(msg.contains(name), "{msg} lacks {name}");
     }
 }
 
 #[test]
 fn negative_nan_and_infinite_weights_are_refused() {
-    for spec in ["cider=-1", "cider=NaN", "cider=nan", "cider=inf", "cider=1,bleu4=-0.5"] {
+    for spec in [
+        "cider=-1",
+        "cider=NaN",
+        "cider=nan",
+        "cider=inf",
+        "cider=1,bleu4=-0.5",
+    ] {
         let err = RewardSpec::parse(spec).expect_err(spec);
-        assert!(matches!(err, ConfigError::BadRewardWeight { .. }), "{spec}: {err:?}");
+        assert!(
+            matches!(err, ConfigError::BadRewardWeight { .. }),
+            "{spec}: {err:?}"
+        );
         assert!(err.to_string().contains(">= 0"), "{spec}: {err}");
     }
 }
@@ -152,5 +226,8 @@ fn malformed_reward_specs_say_why() {
 #[test]
 fn bad_reward_spec_in_override_names_the_reward() {
     let msg = refused("reward.spec=cider=1,ciderd=1");
-    assert!(msg.contains("reward.spec") && msg.contains("ciderd"), "{msg}");
+    assert!(
+        msg.contains("reward.spec") && msg.contains("ciderd"),
+        "{msg}"
+    );
 }

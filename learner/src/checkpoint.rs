@@ -130,7 +130,10 @@ fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>, LearnerError> {
     for entry in rd.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some(step) = name.strip_prefix(PREFIX).and_then(|s| s.parse::<u64>().ok()) {
+        if let Some(step) = name
+            .strip_prefix(PREFIX)
+            .and_then(|s| s.parse::<u64>().ok())
+        {
             out.push((step, entry.path()));
         }
     }
@@ -230,7 +233,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), 1, &[("w", vec![1; 8])], 3).unwrap();
         // A file name that cannot be created makes the write fail midway.
-        let err = write(dir.path(), 2, &[("ok", vec![0; 8]), ("no/such/dir", vec![0; 8])], 3);
+        let err = write(
+            dir.path(),
+            2,
+            &[("ok", vec![0; 8]), ("no/such/dir", vec![0; 8])],
+            3,
+        );
         assert!(err.is_err());
         let left: Vec<_> = fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "temp dir must be cleaned up");

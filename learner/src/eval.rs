@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{inputs_for_rows, BeamOptions, Captioner, CaprlRng, SampleOptions, EOS};
+use caprl_common::model::{inputs_for_rows, BeamOptions, CaprlRng, Captioner, SampleOptions, EOS};
 use caprl_common::progress::Progress;
 use caprl_common::score::{self, Interner};
 
@@ -122,7 +122,11 @@ pub fn evaluate(
             )?;
             for hyps in &beams {
                 if opts.beam > 1 {
-                    main.push(hyps.first().map(|h| strip_eos(&h.tokens)).unwrap_or_default());
+                    main.push(
+                        hyps.first()
+                            .map(|h| strip_eos(&h.tokens))
+                            .unwrap_or_default(),
+                    );
                 }
                 if opts.samples > 1 {
                     let set: Vec<Vec<u32>> = hyps
@@ -184,7 +188,10 @@ pub fn evaluate(
         .iter()
         .zip(&main)
         .map(|(it, c)| {
-            let words: Vec<&str> = c.iter().map(|&t| interner.word(t).unwrap_or("<unk>")).collect();
+            let words: Vec<&str> = c
+                .iter()
+                .map(|&t| interner.word(t).unwrap_or("<unk>"))
+                .collect();
             (it.id.clone(), words.join(" "))
         })
         .collect();

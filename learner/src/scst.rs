@@ -45,7 +45,10 @@ mod tests {
 
     #[test]
     fn greedy_baseline_subtracts_the_greedy_reward() {
-        assert_eq!(advantages(&[1.0, 0.5], Some(0.75), Baseline::Greedy), vec![0.25, -0.25]);
+        assert_eq!(
+            advantages(&[1.0, 0.5], Some(0.75), Baseline::Greedy),
+            vec![0.25, -0.25]
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{
-    batch_tokens, inputs_for_rows, Captioner, CaptionerConfig, CaprlRng, Device, RngState,
+    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, RngState,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use rand::seq::SliceRandom;
@@ -151,7 +151,10 @@ impl Trainer {
             .teacher_forced(&x, &seqs, Some(&mut self.dropout_rng))?;
         let mask = self.model.token_mask(&seqs)?;
         let loss = xe::loss(&tf.logprobs_full, &seqs, &mask, opts.label_smoothing)?;
-        let tokens = mask.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()? as usize;
+        let tokens = mask
+            .sum_all()?
+            .to_dtype(candle_core::DType::F32)?
+            .to_scalar::<f32>()? as usize;
         self.apply(loss, opts, tokens)
     }
 
@@ -184,7 +187,10 @@ impl Trainer {
             let h = pg::entropy(&tf.logprobs_full, &mask)?;
             loss = (loss - (h * opts.entropy_coef as f64)?)?;
         }
-        let tokens = mask.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()? as usize;
+        let tokens = mask
+            .sum_all()?
+            .to_dtype(candle_core::DType::F32)?
+            .to_scalar::<f32>()? as usize;
         self.apply(loss, opts, tokens)
     }
 
@@ -273,10 +279,11 @@ impl Trainer {
             path: ck.file(STATE),
             source: e,
         })?;
-        let state: TrainState = serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
-            path: ck.file(STATE),
-            reason: e.to_string(),
-        })?;
+        let state: TrainState =
+            serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
+                path: ck.file(STATE),
+                reason: e.to_string(),
+            })?;
         Ok(Self {
             dropout_rng: CaprlRng::from_state(&state.dropout_rng),
             model,
@@ -294,7 +301,9 @@ fn epoch_order(seed: u64, phase: Phase, epoch: u64, n: usize) -> Vec<usize> {
         Phase::Xe => 0x5845u64,
         Phase::Rl => 0x524cu64,
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ tag.rotate_left(32) ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = ChaCha8Rng::seed_from_u64(
+        seed ^ tag.rotate_left(32) ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rng);
     order

@@ -112,7 +112,10 @@ fn xe_training_lowers_loss_and_raises_validation_cider() {
 
     let head: f32 = losses[..5].iter().sum::<f32>() / 5.0;
     let tail: f32 = losses[losses.len() - 5..].iter().sum::<f32>() / 5.0;
-    assert!(tail < 0.7 * head, "XE loss did not fall enough: {head:.3} → {tail:.3}");
+    assert!(
+        tail < 0.7 * head,
+        "XE loss did not fall enough: {head:.3} → {tail:.3}"
+    );
     let (c0, c1) = (before.metrics["cider_d"], after.metrics["cider_d"]);
     assert!(
         c1 > c0 + 0.3,

@@ -161,7 +161,8 @@ impl Rewarder {
                             .collect()
                     })
                     .collect();
-                let e = exploration_terms(&score::pairwise_distances(&caps, kind, Some(&self.cider)));
+                let e =
+                    exploration_terms(&score::pairwise_distances(&caps, kind, Some(&self.cider)));
                 for (&i, e) in idx.iter().zip(e) {
                     rewards[i].components.push(("diversity".into(), e));
                 }

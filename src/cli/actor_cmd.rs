@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use caprl_common::bus::Queue;
 use anyhow::{Context, Result};
+use caprl_common::bus::Queue;
 use tokio::sync::watch;
 
 use super::Global;
@@ -34,7 +34,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let mut actor = roles::actor_config(&cfg, data, device, id.clone())?;
     actor.delay = Duration::from_millis(args.delay_ms);
     let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &[Queue::Tasks]))?;
+    let bus = rt.block_on(roles::connect(
+        &cfg,
+        args.nats_url.as_deref(),
+        &[Queue::Tasks],
+    ))?;
     let (_metrics, readiness) =
         roles::serve_metrics(args.metrics_addr.as_deref(), "actor", &cfg, &id)?;
     readiness.set_ready(true);

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use caprl_common::bus::Queue;
 use anyhow::Result;
+use caprl_common::bus::Queue;
 use caprl_learner::driver::Driver;
 use tokio::sync::watch;
 

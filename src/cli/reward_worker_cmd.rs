@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use caprl_common::bus::Queue;
 use anyhow::{Context, Result};
+use caprl_common::bus::Queue;
 use tokio::sync::watch;
 
 use super::Global;
@@ -29,7 +29,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let worker = roles::worker_config(&cfg, &data, id.clone())?;
     drop(data);
     let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &[Queue::Rollouts]))?;
+    let bus = rt.block_on(roles::connect(
+        &cfg,
+        args.nats_url.as_deref(),
+        &[Queue::Rollouts],
+    ))?;
     let (_metrics, readiness) =
         roles::serve_metrics(args.metrics_addr.as_deref(), "reward-worker", &cfg, &id)?;
     readiness.set_ready(true);

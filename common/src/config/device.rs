@@ -68,14 +68,22 @@ mod tests {
     #[test]
     fn parses_cpu_and_cuda_ordinals() {
         assert_eq!("cpu".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cpu));
-        assert_eq!("cuda:0".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cuda(0)));
-        assert_eq!("cuda:3".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cuda(3)));
+        assert_eq!(
+            "cuda:0".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(0))
+        );
+        assert_eq!(
+            "cuda:3".parse::<DeviceSpec>().ok(),
+            Some(DeviceSpec::Cuda(3))
+        );
         assert_eq!("cuda".parse::<DeviceSpec>().ok(), Some(DeviceSpec::Cuda(0)));
     }
 
     #[test]
     fn refuses_other_device_names() {
-        for bad in ["gpu", "cuda:", "cuda:x", "cuda:+1", "cuda:-1", "CPU", "metal"] {
+        for bad in [
+            "gpu", "cuda:", "cuda:x", "cuda:+1", "cuda:-1", "CPU", "metal",
+        ] {
             let err = bad.parse::<DeviceSpec>().err().map(|e| e.to_string());
             let msg = err.unwrap_or_default();
             assert!(msg.contains("cuda:N"), "{bad}: {msg}");

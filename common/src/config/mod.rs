@@ -75,7 +75,8 @@ impl RunConfig {
     pub fn to_toml_string(&self) -> String {
         // Only u64 values above i64::MAX fail to serialize, and validation
         // refuses those; the fallback keeps this total without panicking.
-        toml::to_string(self).unwrap_or_else(|e| format!("# not representable as TOML: {e}\n# {self:?}\n"))
+        toml::to_string(self)
+            .unwrap_or_else(|e| format!("# not representable as TOML: {e}\n# {self:?}\n"))
     }
 
     /// Hex SHA-256 of [`RunConfig::to_toml_string`]; identifies the run's config
@@ -97,7 +98,11 @@ impl RunConfig {
     /// printing and logging.
     pub fn redacted(&self) -> RunConfig {
         let mut c = self.clone();
-        for secret in [&mut c.nats.password, &mut c.nats.token, &mut c.nats.nkey_seed] {
+        for secret in [
+            &mut c.nats.password,
+            &mut c.nats.token,
+            &mut c.nats.nkey_seed,
+        ] {
             if !secret.is_empty() {
                 *secret = REDACTED.to_string();
             }

@@ -112,7 +112,8 @@ pub fn encode<M: Message>(msg: &M, limit: usize) -> Result<Vec<u8>, WireError> {
     if len > limit {
         return Err(WireError::Oversize { len, limit });
     }
-    let payload_len = u32::try_from(payload.len()).map_err(|_| WireError::Oversize { len, limit })?;
+    let payload_len =
+        u32::try_from(payload.len()).map_err(|_| WireError::Oversize { len, limit })?;
     let mut out = Vec::with_capacity(len);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&SCHEMA_VERSION.to_be_bytes());

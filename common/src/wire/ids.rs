@@ -5,12 +5,16 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Identifies one rollout task; the learner de-duplicates scored rollouts by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct TaskId(pub u64);
 
 /// Version of the policy weights; the learner increments it after each step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct PolicyVersion(pub u64);
 
