@@ -49,6 +49,16 @@ pub fn train(
     resume: bool,
     driver: &mut Driver,
 ) -> Result<Outcome> {
+    let unsupported = match cfg.train.objective {
+        Objective::McPg => Some("mc-pg"),
+        Objective::ActorCritic => Some("actor-critic"),
+        Objective::Wtf => Some("wtf"),
+        Objective::WtfRl => Some("wtf-rl"),
+        Objective::Xe | Objective::Scst | Objective::Sle => None,
+    };
+    if let Some(name) = unsupported {
+        anyhow::bail!("train.objective = \"{name}\" is not implemented yet; use xe, scst or sle");
+    }
     let model_cfg = setup::captioner_config(cfg, data)?;
     let adam = adam_params(cfg);
     let ck_root = cfg.checkpoint_dir();
