@@ -80,6 +80,7 @@ pub fn train(
                     ck_root.display()
                 );
             }
+            set_aside_previous_run(cfg)?;
             Trainer::new(
                 Captioner::new(&model_cfg, device, cfg.seed)?,
                 adam,
@@ -520,6 +521,42 @@ fn open_run_log(cfg: &RunConfig, resume: bool) -> Result<Option<RunLog>> {
         }
     };
     Ok(Some(log))
+}
+
+/// A new run in a run dir that holds an earlier one moves the earlier run's
+/// checkpoints, best models and run log into `RUN_DIR/previous/` (replacing an
+/// older one there), so its best checkpoints and log never leak into the new run.
+fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
+    let run_dir = Path::new(&cfg.run_dir);
+    let ck_root = cfg.checkpoint_dir();
+    let entries = [
+        run_dir.join("best-xe"),
+        run_dir.join("best-rl"),
+        run_dir.join(caprl_common::telemetry::runlog::RUN_LOG_FILE),
+        ck_root.clone(),
+    ];
+    if !entries.iter().any(|p| p.exists()) {
+        return Ok(());
+    }
+    let previous = run_dir.join("previous");
+    if previous.exists() {
+        std::fs::remove_dir_all(&previous)
+            .with_context(|| format!("removing {}", previous.display()))?;
+    }
+    std::fs::create_dir_all(&previous)
+        .with_context(|| format!("creating {}", previous.display()))?;
+    for path in entries.iter().filter(|p| p.exists()) {
+        let name = path.file_name().unwrap_or_default();
+        std::fs::rename(path, previous.join(name)).with_context(|| {
+            format!("moving {} aside to {}", path.display(), previous.display())
+        })?;
+    }
+    tracing::warn!(
+        "{} held an earlier run: moved its checkpoints and run log to {} (use --resume to continue a run)",
+        run_dir.display(),
+        previous.display()
+    );
+    Ok(())
 }
 
 const BEST_SCORE: &str = "val_cider.txt";
