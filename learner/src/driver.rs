@@ -14,7 +14,8 @@
 //!   the queue (a resumed learner) are kept for their step.
 //! - `async`: tasks are issued ahead within `tasks_in_flight` credits; the step
 //!   takes the first `K` scored rollouts whose lag `v - v_rollout` is at most
-//!   `max_policy_lag`; older ones are dropped and counted.
+//!   `max_policy_lag`; older ones are dropped and counted, and their images are
+//!   issued again (new task id, current policy) so the credits never run dry.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -91,6 +92,8 @@ pub struct Driver {
     outstanding: BTreeSet<TaskId>,
     /// Async: tasks made but not yet issued (no credit).
     queued: VecDeque<RolloutTask>,
+    /// Async: the images of each outstanding task, re-issued when its rollout is dropped.
+    rows_of: BTreeMap<TaskId, Vec<u32>>,
     next_async_id: u64,
     /// Every task id already used in a step (sync de-duplication across steps).
     done_below: u64,
@@ -128,6 +131,7 @@ impl Driver {
             buffer: BTreeMap::new(),
             outstanding: BTreeSet::new(),
             queued: VecDeque::new(),
+            rows_of: BTreeMap::new(),
             next_async_id: 0,
             done_below: 0,
             totals: DriverTotals::default(),
@@ -288,6 +292,7 @@ impl Driver {
                     let Some(t) = self.queued.pop_front() else {
                         break;
                     };
+                    self.rows_of.insert(t.task_id, t.image_rows.clone());
                     self.issue(&t)?;
                 }
                 for s in self.pull(&mut out)? {
@@ -296,11 +301,16 @@ impl Driver {
                         out.duplicates += 1;
                         continue;
                     }
+                    let rows = self.rows_of.remove(&id).unwrap_or_default();
                     let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
                     tm::observe_policy_lag(lag);
                     if lag > self.opts.max_policy_lag {
                         out.dropped_stale += 1;
                         tm::count_dropped_stale(1);
+                        // Its images go out again, for the current policy, under a new id.
+                        let retry = self.make_task(TaskId(self.next_async_id), version, &rows);
+                        self.next_async_id += 1;
+                        self.queued.push_back(retry);
                     } else {
                         got.push(s);
                     }

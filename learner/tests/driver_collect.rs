@@ -1,0 +1,173 @@
+//! The learner's collection of scored rollouts on the in-process bus, with the
+//! roles played by hand: sync steps take exactly their task ids from exactly
+//! the current policy, sorted; duplicates and stale versions are not used;
+//! results for a later step wait for it; async drops beyond `max_policy_lag`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
+use caprl_common::wire::{
+    self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
+    TaskId,
+};
+use caprl_learner::driver::{Driver, DriverOptions};
+use tokio::sync::watch;
+
+const LIMIT: usize = 1 << 20;
+
+fn options(sync: bool) -> DriverOptions {
+    DriverOptions {
+        sync,
+        tasks_in_flight: 8,
+        images_per_task: 2,
+        batch_size: 4,
+        samples: 1,
+        temperature: 1.0,
+        top_k: 0,
+        greedy: false,
+        seed: 3,
+        max_policy_lag: 1,
+        max_message_bytes: LIMIT,
+        keep_snapshots: 2,
+    }
+}
+
+fn scored(id: u64, version: u64) -> Bytes {
+    let s = ScoredRollout {
+        rollout: Rollout {
+            task_id: TaskId(id),
+            policy_version: PolicyVersion(version),
+            actor_id: "hand".into(),
+            sequences: vec![Sequence {
+                image_row: 0,
+                kind: DecodeKind::Sample,
+                tokens: vec![3, 2],
+                logprobs: vec![-0.5, -0.1],
+            }],
+            decode_seconds: 0.0,
+        },
+        rewards: vec![RewardVector {
+            total: id as f32,
+            components: Vec::new(),
+        }],
+    };
+    Bytes::from(wire::encode(&s, LIMIT).unwrap())
+}
+
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    bus: Arc<dyn Bus>,
+    _stop: watch::Sender<bool>,
+    driver: Driver,
+}
+
+fn fixture(sync: bool) -> Fixture {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::for_run("driver")).unwrap());
+    let (stop, stop_rx) = watch::channel(false);
+    let driver = Driver::new(
+        Arc::clone(&bus),
+        rt.handle().clone(),
+        stop_rx,
+        options(sync),
+    );
+    Fixture {
+        rt,
+        bus,
+        _stop: stop,
+        driver,
+    }
+}
+
+/// Plays actor + reward worker: answers each task pulled with `answer(task)`.
+fn answer_tasks(
+    f: &Fixture,
+    answer: impl Fn(&RolloutTask) -> Vec<Bytes> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let bus = Arc::clone(&f.bus);
+    f.rt.spawn(async move {
+        loop {
+            let got = bus
+                .pull(Queue::Tasks, 8, Duration::from_millis(50))
+                .await
+                .unwrap();
+            for d in got {
+                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+                for msg in answer(&task) {
+                    bus.publish(Queue::Scored, msg).await.unwrap();
+                }
+                d.ack().await.unwrap();
+            }
+        }
+    })
+}
+
+#[test]
+fn sync_step_uses_each_of_its_task_ids_once_in_order_and_keeps_later_ones() {
+    let mut f = fixture(true);
+    // Already in the queue before the step: garbage, a stale version, a later step's result.
+    f.rt.block_on(async {
+        f.bus
+            .publish(Queue::Scored, Bytes::from_static(b"garbage"))
+            .await
+            .unwrap();
+        f.bus.publish(Queue::Scored, scored(1, 6)).await.unwrap();
+        f.bus.publish(Queue::Scored, scored(3, 7)).await.unwrap();
+    });
+    // Answer every task twice (a redelivered duplicate), in reverse order.
+    let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0); 2]);
+    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3]).unwrap();
+    let ids: Vec<u64> = step0.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    assert_eq!(ids, vec![0, 1]);
+    assert!(step0
+        .scored
+        .iter()
+        .all(|s| s.rollout.policy_version == PolicyVersion(7)));
+    assert_eq!(step0.rejected, 1);
+    assert_eq!(step0.dropped_stale, 1, "task 1 from v6");
+
+    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3]).unwrap();
+    let ids: Vec<u64> = step1.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    assert_eq!(
+        ids,
+        vec![2, 3],
+        "task 3 came from the buffer, task 2 from a fresh task"
+    );
+    roles.abort();
+    let used: Vec<u64> = f.driver.totals.used.iter().map(|t| t.0).collect();
+    assert_eq!(used, vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn async_step_drops_rollouts_beyond_the_lag_bound() {
+    let mut f = fixture(false);
+    // The "actor" answers with a policy 3 versions old for even ids, current for odd ones.
+    let roles = answer_tasks(&f, |t| {
+        let v = if t.task_id.0 % 2 == 0 {
+            t.policy_version.0.saturating_sub(3)
+        } else {
+            t.policy_version.0
+        };
+        vec![scored(t.task_id.0, v)]
+    });
+    let mut dropped = 0;
+    let mut used = 0;
+    for step in 0..3u64 {
+        let c = f.driver.collect(step, 10 + step, &[0, 1, 2, 3]).unwrap();
+        assert!(
+            c.scored.iter().all(|s| s.rollout.task_id.0 % 2 == 1),
+            "a stale rollout was used"
+        );
+        dropped += c.dropped_stale;
+        used += c.scored.len();
+    }
+    roles.abort();
+    assert_eq!(used, 6);
+    assert!(dropped >= 5, "dropped {dropped}");
+}
