@@ -115,7 +115,11 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         samples: cfg.train.samples,
         temperature: cfg.decode.temperature as f32,
         top_k: cfg.decode.top_k,
-        greedy: cfg.train.objective == Objective::Sle || cfg.train.baseline == Baseline::Greedy,
+        greedy: needs_greedy(cfg),
+        mc_rollouts: match cfg.train.objective {
+            Objective::McPg => cfg.train.mc_rollouts,
+            _ => 0,
+        },
         seed: cfg.seed,
         max_policy_lag: cfg.runtime.max_policy_lag,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
@@ -241,4 +245,14 @@ pub fn serve_metrics(
     let handle = serve_labeled(sock, readiness.clone(), &labels)?;
     tracing::info!("metrics on http://{}/metrics", handle.local_addr());
     Ok((Some(handle), readiness))
+}
+
+/// Whether actors also decode greedily: the greedy caption's reward is the baseline of SLE's
+/// quality term and of SCST with `baseline = "greedy"`; mc-pg and actor-critic learn theirs.
+fn needs_greedy(cfg: &RunConfig) -> bool {
+    match cfg.train.objective {
+        Objective::Sle => true,
+        Objective::Scst => cfg.train.baseline == Baseline::Greedy,
+        _ => false,
+    }
 }

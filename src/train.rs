@@ -17,14 +17,16 @@ use anyhow::{Context, Result};
 use caprl_common::config::{self, Baseline as CfgBaseline, Objective, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{batch_tokens, inputs_for_rows};
-use caprl_common::model::{Captioner, CaptionerConfig, Device};
+use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, StepRecord};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 use caprl_learner::driver::Driver;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
-use caprl_learner::{checkpoint, scst, sle, Phase, StepOptions, Trainer};
+use caprl_learner::{
+    actor_critic, checkpoint, mc_pg, scst, sle, PgTargets, Phase, StepOptions, Trainer,
+};
 
 use crate::setup;
 
@@ -47,17 +49,24 @@ pub fn train(
     data: &Dataset,
     device: &Device,
     resume: bool,
+    start_from: Option<&Path>,
     driver: &mut Driver,
 ) -> Result<Outcome> {
     let unsupported = match cfg.train.objective {
-        Objective::McPg => Some("mc-pg"),
-        Objective::ActorCritic => Some("actor-critic"),
         Objective::Wtf => Some("wtf"),
         Objective::WtfRl => Some("wtf-rl"),
-        Objective::Xe | Objective::Scst | Objective::Sle => None,
+        _ => None,
     };
     if let Some(name) = unsupported {
-        anyhow::bail!("train.objective = \"{name}\" is not implemented yet; use xe, scst or sle");
+        anyhow::bail!(
+            "train.objective = \"{name}\" is not implemented yet; use xe, scst, sle, mc-pg or actor-critic"
+        );
+    }
+    if uses_critic(cfg) && cfg.runtime.mode != config::Mode::Sync {
+        anyhow::bail!(
+            "train.objective = \"{}\" trains a value head on on-policy returns: set runtime.mode = \"sync\"",
+            objective_name(cfg)
+        );
     }
     let model_cfg = setup::captioner_config(cfg, data)?;
     let adam = adam_params(cfg);
@@ -81,15 +90,19 @@ pub fn train(
                 );
             }
             set_aside_previous_run(cfg)?;
-            Trainer::new(
-                Captioner::new(&model_cfg, device, cfg.seed)?,
-                adam,
-                cfg.seed,
-            )?
+            let model = match start_from {
+                Some(dir) => start_model(dir, data, &model_cfg, device)?,
+                None => Captioner::new(&model_cfg, device, cfg.seed)?,
+            };
+            let mut trainer = Trainer::new(model, adam, cfg.seed)?;
+            if start_from.is_some() {
+                trainer.enter_phase(Phase::Rl, adam)?;
+            }
+            trainer
         }
     };
     let mut outcome = Outcome {
-        best_xe: None,
+        best_xe: start_from.map(Path::to_path_buf),
         best_rl: None,
     };
     let mut log = open_run_log(cfg, resume)?;
@@ -114,6 +127,29 @@ pub fn train(
             }
             trainer.enter_phase(Phase::Rl, adam)?;
         }
+        if uses_critic(cfg) {
+            trainer.ensure_critic(value_adam(cfg))?;
+        }
+        if cfg.train.kl_coef > 0.0 {
+            let xe_dir = outcome
+                .best_xe
+                .clone()
+                .unwrap_or_else(|| Path::new(&cfg.run_dir).join("best-xe"));
+            let ck = checkpoint::latest_valid(&xe_dir)?
+                .or_else(|| checkpoint::open(&xe_dir).ok())
+                .with_context(|| {
+                    format!(
+                        "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
+                         (train XE first, or pass --start-from)",
+                        xe_dir.display()
+                    )
+                })?;
+            trainer.set_reference(Captioner::load(
+                &ck.file("model.safetensors"),
+                &model_cfg,
+                device,
+            )?);
+        }
         if !resume {
             driver.purge()?;
         }
@@ -127,6 +163,71 @@ pub fn train(
         )?);
     }
     Ok(outcome)
+}
+
+/// mc-pg and actor-critic learn a value head (their baseline / critic).
+fn uses_critic(cfg: &RunConfig) -> bool {
+    matches!(
+        cfg.train.objective,
+        Objective::McPg | Objective::ActorCritic
+    )
+}
+
+/// The objective as written in the config (`mc-pg`, `actor-critic`, ...).
+pub(crate) fn objective_name(cfg: &RunConfig) -> String {
+    serde_json::to_value(cfg.train.objective)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The value head's optimizer: the run's AdamW settings without weight decay.
+fn value_adam(cfg: &RunConfig) -> AdamWParams {
+    AdamWParams {
+        weight_decay: 0.0,
+        ..adam_params(cfg)
+    }
+}
+
+/// The weights of checkpoint `dir` (a `ckpt-*` dir or a dir holding them, e.g. `RUN/best-xe`)
+/// as the start of an RL run, checked against the data set's vocabulary.
+fn start_model(
+    dir: &Path,
+    data: &Dataset,
+    model_cfg: &CaptionerConfig,
+    device: &Device,
+) -> Result<Captioner> {
+    let ck = match checkpoint::open(dir) {
+        Ok(ck) => ck,
+        Err(first) => match checkpoint::latest_valid(dir)? {
+            Some(ck) => ck,
+            None => {
+                return Err(first).with_context(|| {
+                    format!(
+                        "--start-from {}: not a checkpoint (a ckpt-* directory written by `caprl train`, or a directory holding them)",
+                        dir.display()
+                    )
+                })
+            }
+        },
+    };
+    let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
+        .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
+    if hash.trim() != data.vocab.hash() {
+        anyhow::bail!(
+            "--start-from {}: the checkpoint was trained with another vocabulary (hash {}, this data set's is {}); use the data set it was trained on",
+            ck.dir.display(),
+            hash.trim(),
+            data.vocab.hash()
+        );
+    }
+    tracing::info!("starting RL from {}", ck.dir.display());
+    Captioner::load(&ck.file("model.safetensors"), model_cfg, device).with_context(|| {
+        format!(
+            "--start-from {}: its weights do not fit the configured model (set [model] as it was trained)",
+            ck.dir.display()
+        )
+    })
 }
 
 fn adam_params(cfg: &RunConfig) -> AdamWParams {
@@ -185,6 +286,8 @@ fn run_phase(
                 grad_clip: cfg.optim.grad_clip,
                 label_smoothing: cfg.train.label_smoothing as f32,
                 entropy_coef: cfg.train.entropy_coef as f32,
+                kl_coef: cfg.train.kl_coef as f32,
+                value_lr: cfg.optim.value_lr,
             };
             let mut record = StepRecord {
                 epoch,
@@ -211,6 +314,9 @@ fn run_phase(
             record.step = trainer.state.step;
             record.policy_version = trainer.state.policy_version;
             record.losses.insert("total".into(), stats.loss as f64);
+            for (name, value) in &stats.parts {
+                record.losses.insert((*name).into(), *value as f64);
+            }
             record.grad_norm = stats.grad_norm as f64;
             record.lr = stats.lr;
             record.tokens_per_s = stats.tokens as f64 / secs_step.max(1e-9);
@@ -328,7 +434,11 @@ fn rl_step(
         record.rewards.insert(name.clone(), *value);
     }
     record.rewards.insert("total".into(), pg.mean_reward);
-    let stats = trainer.pg_step(data, &pg.rows, &pg.seqs, &pg.multipliers, opts)?;
+    let targets = match uses_critic(cfg) {
+        true => PgTargets::Critic(&pg.values),
+        false => PgTargets::Sequence(&pg.multipliers),
+    };
+    let stats = trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?;
     Ok((stats, pg.mean_reward))
 }
 
@@ -369,6 +479,8 @@ struct PgBatch {
     rows: Vec<usize>,
     seqs: Vec<Vec<u32>>,
     multipliers: Vec<f32>,
+    /// Per-token value targets (mc-pg's `Q` estimates, actor-critic's returns).
+    values: Vec<Vec<f32>>,
     /// `Σₜ log μ(wₜ)` of each sequence under the policy that sampled it.
     behaviour: Vec<f32>,
     /// Policy lag of the rollout each sequence came from.
@@ -385,6 +497,7 @@ fn assemble(cfg: &RunConfig, scored: &[ScoredRollout], version: u64) -> Result<P
         rows: Vec::new(),
         seqs: Vec::new(),
         multipliers: Vec::new(),
+        values: Vec::new(),
         behaviour: Vec::new(),
         lags: Vec::new(),
         mean_reward: 0.0,
@@ -422,12 +535,18 @@ fn assemble_one(
 ) -> Result<()> {
     let mut greedy: BTreeMap<u32, f32> = BTreeMap::new();
     let mut samples: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    // mc-pg: the scored completions of each sample, `(prefix_len, reward)`.
+    let mut completions: BTreeMap<usize, Vec<(usize, f32)>> = BTreeMap::new();
     for (i, s) in scored.rollout.sequences.iter().enumerate() {
         match s.kind {
             DecodeKind::Greedy => {
                 greedy.insert(s.image_row, scored.rewards[i].total);
             }
             DecodeKind::Sample => samples.entry(s.image_row).or_default().push(i),
+            DecodeKind::Completion { sample, prefix_len } => completions
+                .entry(sample as usize)
+                .or_default()
+                .push((prefix_len as usize, scored.rewards[i].total)),
             _ => {}
         }
     }
@@ -466,8 +585,18 @@ fn assemble_one(
             }
         };
         for (&i, m) in idx.iter().zip(m) {
+            let tokens = &scored.rollout.sequences[i].tokens;
+            let r = scored.rewards[i].total;
+            out.values.push(match cfg.train.objective {
+                Objective::McPg => mc_pg::q_estimates(
+                    tokens.len(),
+                    r,
+                    completions.get(&i).map_or(&[][..], Vec::as_slice),
+                ),
+                _ => actor_critic::return_targets(tokens.len(), r),
+            });
             out.rows.push(*row as usize);
-            out.seqs.push(scored.rollout.sequences[i].tokens.clone());
+            out.seqs.push(tokens.clone());
             out.multipliers.push(m);
             out.behaviour
                 .push(scored.rollout.sequences[i].logprobs.iter().sum());
@@ -609,6 +738,8 @@ pub struct Loaded {
     pub cfg: RunConfig,
     pub data: Dataset,
     pub model: Captioner,
+    /// The value head of an mc-pg / actor-critic checkpoint.
+    pub value: Option<ValueHead>,
 }
 
 /// Opens checkpoint `ck_dir` (a `ckpt-*` directory, or a directory holding them:
@@ -643,5 +774,18 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
         })?;
     let model_cfg: CaptionerConfig = setup::captioner_config(&cfg, &data)?;
     let model = Captioner::load(&ck.file("model.safetensors"), &model_cfg, device)?;
-    Ok(Loaded { cfg, data, model })
+    let value = match ck.file("value.safetensors").exists() {
+        true => Some(ValueHead::load(
+            &ck.file("value.safetensors"),
+            model_cfg.hidden,
+            device,
+        )?),
+        false => None,
+    };
+    Ok(Loaded {
+        cfg,
+        data,
+        model,
+        value,
+    })
 }

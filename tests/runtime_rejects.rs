@@ -106,10 +106,11 @@ fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
         beam: 0,
         seed: 7,
         with_gt: false,
+        mc_rollouts: 0,
     }
 }
 
-/// The same envelope with schema version 2 in its header.
+/// The same envelope with the next schema version in its header.
 fn future_version(mut bytes: Vec<u8>) -> Bytes {
     bytes[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
     Bytes::from(bytes)
@@ -199,6 +200,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             temperature: 1.0,
             top_k: 0,
             greedy: true,
+            mc_rollouts: 0,
             seed: 7,
             max_policy_lag: 2,
             max_message_bytes: LIMIT,

@@ -7,7 +7,8 @@
 use std::time::Instant;
 
 use caprl_common::data::Dataset;
-use caprl_common::model::{inputs_for_rows, CaprlRng, Captioner, ModelError, SampleOptions};
+use caprl_common::model::{inputs_for_rows, CaprlRng, Captioner, ModelError, SampleOptions, EOS};
+use caprl_common::telemetry::metrics as tm;
 use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
 
 /// Runs every decode the task asks for on `policy` (a snapshot of version
@@ -45,6 +46,10 @@ pub fn rollout(
                 logprobs,
             });
         }
+        if task.mc_rollouts > 0 {
+            let completions = mc_completions(policy, &x, task, &sequences)?;
+            sequences.extend(completions);
+        }
     }
     if task.greedy {
         let d = policy.greedy(&x, cfg.max_len)?;
@@ -65,3 +70,70 @@ pub fn rollout(
         decode_seconds: started.elapsed().as_secs_f32(),
     })
 }
+
+/// mc-pg's Monte-Carlo rollouts (seed 003): `task.mc_rollouts` sampled completions of every
+/// proper prefix `w_1..w_t` (`t < |w|`) of every sampled sequence, in one batched decode. Their
+/// mean reward estimates `Q(s_t, w_t)`; the full sample's own reward is `Q` of its last step.
+/// The completions draw from a stream of their own, so the samples do not depend on `K`.
+fn mc_completions(
+    policy: &Captioner,
+    x: &caprl_common::model::Inputs,
+    task: &RolloutTask,
+    samples: &[Sequence],
+) -> Result<Vec<Sequence>, ModelError> {
+    let started = Instant::now();
+    let k = task.mc_rollouts as usize;
+    let per_image = task.samples.max(1) as usize;
+    let mut rows = Vec::new();
+    let mut prefixes = Vec::new();
+    let mut origin = Vec::new();
+    for (si, seq) in samples.iter().enumerate() {
+        for t in 1..seq.tokens.len() {
+            if seq.tokens[t - 1] == EOS {
+                break;
+            }
+            rows.push(si / per_image);
+            prefixes.push(seq.tokens[..t].to_vec());
+            origin.push((si, t));
+        }
+    }
+    if prefixes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let xs = x.select_rows(&rows)?;
+    let mut rng = CaprlRng::with_stream(task.seed, MC_STREAM);
+    let d = policy.complete_from_prefix(
+        &xs,
+        &prefixes,
+        &SampleOptions {
+            n_per_input: k,
+            temperature: task.temperature,
+            top_k: task.top_k as usize,
+            max_len: policy.config().max_len,
+        },
+        &mut rng,
+    )?;
+    let out: Vec<Sequence> = d
+        .tokens
+        .into_iter()
+        .zip(d.logprobs)
+        .enumerate()
+        .map(|(j, (tokens, logprobs))| {
+            let (si, t) = origin[j / k];
+            Sequence {
+                image_row: samples[si].image_row,
+                kind: DecodeKind::Completion {
+                    sample: si as u32,
+                    prefix_len: t as u32,
+                },
+                tokens,
+                logprobs,
+            }
+        })
+        .collect();
+    tm::count_mc_completions(out.len() as u64, started.elapsed());
+    Ok(out)
+}
+
+/// RNG stream of the Monte-Carlo completions (the samples use stream 0 of the task seed).
+const MC_STREAM: u64 = 0x4d43;

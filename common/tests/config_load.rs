@@ -42,10 +42,12 @@ fn empty_file_gives_the_default_config() {
 
 #[test]
 fn canonical_toml_round_trips_to_an_equal_config() {
-    let mut config = RunConfig::default();
-    config.seed = 7;
-    config.device = DeviceSpec::Cuda(2);
-    config.dtype = Dtype::Bf16;
+    let mut config = RunConfig {
+        seed: 7,
+        device: DeviceSpec::Cuda(2),
+        dtype: Dtype::Bf16,
+        ..RunConfig::default()
+    };
     config.train.objective = Objective::WtfRl;
     config.model.dropout = 0.35;
     config.optim.lr = 3e-4;
@@ -77,8 +79,10 @@ fn hash_is_hex_sha256_and_changes_with_any_key() {
 
 #[test]
 fn checkpoint_dir_defaults_to_run_dir_checkpoints() {
-    let mut config = RunConfig::default();
-    config.run_dir = "runs/x".to_string();
+    let mut config = RunConfig {
+        run_dir: "runs/x".to_string(),
+        ..RunConfig::default()
+    };
     assert_eq!(
         config.checkpoint_dir(),
         Path::new("runs/x").join("checkpoints")

@@ -273,3 +273,72 @@ fn dropout_is_reproducible_from_the_rng() {
     let (eval, _) = m.token_logprobs(&x, &seqs, None).unwrap();
     assert_ne!(run(1), eval.to_vec2::<f32>().unwrap());
 }
+
+/// Lookahead inference: λ = 1 is plain beam search, and with λ < 1 every hypothesis is scored
+/// `λ·log p + (1 − λ)·v(state after its last token)`, `v` recomputed here by teacher forcing.
+#[test]
+fn lookahead_scores_mix_log_prob_and_value() {
+    use caprl_common::model::{Lookahead, ValueHead};
+    for cfg in configs() {
+        let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
+        let value = ValueHead::new(cfg.hidden, &Device::Cpu, 12).unwrap();
+        let x = inputs(&cfg, 3, 4);
+        let bo = BeamOptions {
+            width: 3,
+            max_len: cfg.max_len,
+            length_norm: false,
+            block_trigrams: false,
+        };
+        let plain = m.beam(&x, &bo).unwrap();
+        let one = m
+            .beam_lookahead(
+                &x,
+                &bo,
+                &Lookahead {
+                    value: &value,
+                    lambda: 1.0,
+                },
+            )
+            .unwrap();
+        assert_eq!(plain, one);
+
+        let lambda = 0.3f32;
+        let mixed = m
+            .beam_lookahead(
+                &x,
+                &bo,
+                &Lookahead {
+                    value: &value,
+                    lambda,
+                },
+            )
+            .unwrap();
+        for (i, hyps) in mixed.iter().enumerate() {
+            assert!(!hyps.is_empty());
+            for h in hyps {
+                // Teacher-force the hypothesis plus one token: the hidden state at its last
+                // position is the state after reading the hypothesis' last token.
+                let mut seq = h.tokens.clone();
+                seq.push(EOS);
+                let xi = x.select_rows(&[i]).unwrap();
+                let t = batch_tokens(&[seq], &Device::Cpu).unwrap();
+                let tf = m.teacher_forced(&xi, &t, None).unwrap();
+                let hid = tf.hidden.get(0).unwrap().get(h.tokens.len()).unwrap();
+                let v = value
+                    .forward(&hid.unsqueeze(0).unwrap())
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()[0];
+                let want = lambda * h.logp + (1.0 - lambda) * v;
+                assert!(
+                    (h.score - want).abs() < 1e-4,
+                    "score {} vs λ·logp + (1−λ)·v = {want}",
+                    h.score
+                );
+            }
+            for w in hyps.windows(2) {
+                assert!(w[0].score >= w[1].score, "hypotheses ranked by score");
+            }
+        }
+    }
+}

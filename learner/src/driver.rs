@@ -46,6 +46,8 @@ pub struct DriverOptions {
     pub top_k: u32,
     /// Ask actors for a greedy decode too (the greedy baseline).
     pub greedy: bool,
+    /// Monte-Carlo completions per prefix of each sample (mc-pg); 0 = none.
+    pub mc_rollouts: u32,
     /// The run seed; task seeds derive from (seed, task id).
     pub seed: u64,
     pub max_policy_lag: u64,
@@ -211,6 +213,7 @@ impl Driver {
             beam: 0,
             seed: task_seed(self.opts.seed, id),
             with_gt: false,
+            mc_rollouts: self.opts.mc_rollouts,
         }
     }
 

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{inputs_for_rows, BeamOptions, CaprlRng, Captioner, SampleOptions, EOS};
+use caprl_common::model::{
+    inputs_for_rows, BeamOptions, CaprlRng, Captioner, Lookahead, SampleOptions, EOS,
+};
 use caprl_common::progress::Progress;
 use caprl_common::score::{self, Interner};
 
@@ -71,6 +73,17 @@ pub fn evaluate(
     items: &[Item],
     opts: &EvalOptions,
 ) -> Result<EvalReport, LearnerError> {
+    evaluate_with(model, None, data, items, opts)
+}
+
+/// [`evaluate`] with the beams ranked by lookahead inference (seed 001) when `lookahead` is given.
+pub fn evaluate_with(
+    model: &Captioner,
+    lookahead: Option<&Lookahead>,
+    data: &Dataset,
+    items: &[Item],
+    opts: &EvalOptions,
+) -> Result<EvalReport, LearnerError> {
     let items = if opts.limit > 0 && opts.limit < items.len() {
         &items[..opts.limit]
     } else {
@@ -111,15 +124,16 @@ pub fn evaluate(
             main.extend(d.tokens.iter().map(|t| strip_eos(t)));
         }
         if opts.beam > 1 || opts.samples > 1 {
-            let beams = model.beam(
-                &x,
-                &BeamOptions {
-                    width: beam_width,
-                    max_len: cfg.max_len,
-                    length_norm: opts.length_norm,
-                    block_trigrams: opts.block_trigrams,
-                },
-            )?;
+            let beam_opts = BeamOptions {
+                width: beam_width,
+                max_len: cfg.max_len,
+                length_norm: opts.length_norm,
+                block_trigrams: opts.block_trigrams,
+            };
+            let beams = match lookahead {
+                Some(la) => model.beam_lookahead(&x, &beam_opts, la)?,
+                None => model.beam(&x, &beam_opts)?,
+            };
             for hyps in &beams {
                 if opts.beam > 1 {
                     main.push(

@@ -2,15 +2,19 @@
 //!
 //! - [`trainer::Trainer`]: weights, optimizer, data cursor; XE and policy-gradient steps; checkpoints.
 //! - Objectives, each in the file named after it with its formula: [`xe`], [`scst`], [`sle`],
-//!   reduced to the shared policy-gradient loss in [`pg`].
+//!   [`mc_pg`], [`actor_critic`], reduced to the shared policy-gradient loss in [`pg`] (with the
+//!   entropy and KL-to-XE regularisers); the value head of the last two is in [`critic`].
 //! - [`checkpoint`]: atomic, checksummed checkpoint directories.
 //! - [`eval`]: caption a split and compute every metric.
 
+pub mod actor_critic;
 pub mod batch;
 pub mod checkpoint;
+pub mod critic;
 pub mod driver;
 pub mod error;
 pub mod eval;
+pub mod mc_pg;
 pub mod pg;
 pub mod scst;
 pub mod sle;
@@ -18,4 +22,4 @@ pub mod trainer;
 pub mod xe;
 
 pub use error::LearnerError;
-pub use trainer::{Phase, StepOptions, StepStats, TrainState, Trainer};
+pub use trainer::{PgTargets, Phase, StepOptions, StepStats, TrainState, Trainer};

@@ -3,7 +3,9 @@
 //! Given per-sequence multipliers `Aᵢ` (an advantage, or SLE's combined term),
 //! `L = −Σᵢ Aᵢ · Σₜ mᵢₜ log p(wᵢₜ) / Σᵢₜ mᵢₜ`, where `m` masks the tokens up to
 //! and including EOS. Normalising by the token count follows
-//! self-critical.pytorch's `RewardCriterion`.
+//! self-critical.pytorch's `RewardCriterion`. [`token_loss`] is the same with a
+//! per-token advantage `Aᵢₜ`; [`entropy`] and [`kl_to_reference`] are the optional
+//! regularisers.
 
 use candle_core::{Tensor, D};
 
@@ -14,6 +16,36 @@ pub fn loss(logp: &Tensor, mask: &Tensor, multipliers: &[f32]) -> candle_core::R
     let weighted = logp.mul(mask)?.broadcast_mul(&a)?.sum_all()?;
     let tokens = mask.sum_all()?.maximum(1.0)?;
     weighted.neg()?.div(&tokens)
+}
+
+/// The per-token form for objectives whose advantage varies along the sequence (mc-pg,
+/// actor-critic): `L = −Σᵢₜ Aᵢₜ mᵢₜ log p(wᵢₜ) / Σᵢₜ mᵢₜ`, `advantages` `[N, T]` (no gradient).
+pub fn token_loss(
+    logp: &Tensor,
+    mask: &Tensor,
+    advantages: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let a = advantages.detach().to_dtype(logp.dtype())?;
+    let weighted = logp.mul(mask)?.mul(&a)?.sum_all()?;
+    let tokens = mask.sum_all()?.maximum(1.0)?;
+    weighted.neg()?.div(&tokens)
+}
+
+/// `KL(π ‖ π_ref)` per step, averaged over unmasked steps: `Σ_w π(w)(log π(w) − log π_ref(w))`,
+/// with `π_ref` the frozen XE model (no gradient). Penalising it keeps the RL policy near the
+/// fluent XE model, the usual remedy for SCST's collapse onto a few phrasings.
+pub fn kl_to_reference(
+    logprobs_full: &Tensor,
+    reference_full: &Tensor,
+    mask: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let reference = reference_full.detach().to_dtype(logprobs_full.dtype())?;
+    let kl = logprobs_full
+        .exp()?
+        .mul(&logprobs_full.sub(&reference)?)?
+        .sum(D::Minus1)?;
+    let tokens = mask.sum_all()?.maximum(1.0)?;
+    kl.mul(mask)?.sum_all()?.div(&tokens)
 }
 
 /// Mean entropy of the per-step distributions `[N, T, V]` over unmasked steps

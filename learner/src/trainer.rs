@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::batch;
 use crate::checkpoint::{self, Checkpoint};
+use crate::critic::{self, Critic};
 use crate::error::LearnerError;
 use crate::{pg, xe};
 
@@ -53,6 +54,8 @@ pub struct StepStats {
     pub tokens: usize,
     /// True when the batch was skipped (non-finite reward, loss or gradient).
     pub skipped: bool,
+    /// Named parts of `loss` (`pg`, `value`, `kl`, `entropy`) when it has several.
+    pub parts: Vec<(&'static str, f32)>,
 }
 
 /// Per-step knobs (from `[optim]` and `[train]`).
@@ -63,10 +66,28 @@ pub struct StepOptions {
     pub grad_clip: f64,
     pub label_smoothing: f32,
     pub entropy_coef: f32,
+    /// Weight of `KL(π ‖ π_XE)`; needs [`Trainer::set_reference`].
+    pub kl_coef: f32,
+    /// Learning rate of the value head (mc-pg, actor-critic).
+    pub value_lr: f64,
+}
+
+/// What a policy-gradient step trains toward.
+#[derive(Debug, Clone, Copy)]
+pub enum PgTargets<'a> {
+    /// One multiplier per sequence, `Aᵢ` of [`crate::pg::loss`] (SCST, SLE).
+    Sequence(&'a [f32]),
+    /// Per-token value targets `yᵢₜ` (mc-pg's `Q` estimates, actor-critic's returns): the
+    /// advantage is `yᵢₜ − v(sᵢₜ)` and the value head is regressed on `y` ([`crate::critic`]).
+    Critic(&'a [Vec<f32>]),
 }
 
 pub struct Trainer {
     pub model: Captioner,
+    /// The value head of mc-pg and actor-critic ([`Trainer::ensure_critic`]).
+    pub critic: Option<Critic>,
+    /// The frozen XE model of the KL regulariser ([`Trainer::set_reference`]).
+    reference: Option<Captioner>,
     opt: AdamW,
     dropout_rng: CaprlRng,
     seed: u64,
@@ -76,6 +97,8 @@ pub struct Trainer {
 const WEIGHTS: &str = "model.safetensors";
 const OPTIM: &str = "optim.safetensors";
 const STATE: &str = "state.json";
+const VALUE_WEIGHTS: &str = "value.safetensors";
+const VALUE_OPTIM: &str = "value-optim.safetensors";
 
 impl Trainer {
     pub fn new(model: Captioner, adam: AdamWParams, seed: u64) -> Result<Self, LearnerError> {
@@ -92,11 +115,28 @@ impl Trainer {
         };
         Ok(Self {
             model,
+            critic: None,
+            reference: None,
             opt,
             dropout_rng,
             seed,
             state,
         })
+    }
+
+    /// Adds a fresh value head unless there is one (restored from a checkpoint, say).
+    pub fn ensure_critic(&mut self, adam: AdamWParams) -> Result<(), LearnerError> {
+        if self.critic.is_none() {
+            let hidden = self.model.config().hidden;
+            let device = self.model.device().clone();
+            self.critic = Some(Critic::new(hidden, &device, adam, self.seed)?);
+        }
+        Ok(())
+    }
+
+    /// Sets the frozen model of the KL regulariser (the XE model RL started from).
+    pub fn set_reference(&mut self, reference: Captioner) {
+        self.reference = Some(reference);
     }
 
     /// Switches phase (XE → RL): epochs and cursor restart, weights and step count stay.
@@ -159,17 +199,22 @@ impl Trainer {
     }
 
     /// One policy-gradient step: sequence `i` (tokens ending at EOS) belongs to image
-    /// `rows[i]` and has multiplier `multipliers[i]` (see [`crate::pg`]). Non-finite
-    /// multipliers skip the whole batch, which is counted.
+    /// `rows[i]` and is weighted per `targets` (see [`PgTargets`]); the entropy bonus and the
+    /// KL penalty are added when their coefficients are set. Non-finite targets skip the
+    /// whole batch, which is counted.
     pub fn pg_step(
         &mut self,
         data: &Dataset,
         rows: &[usize],
         seqs: &[Vec<u32>],
-        multipliers: &[f32],
+        targets: PgTargets,
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
-        if multipliers.iter().any(|m| !m.is_finite()) {
+        let finite = match targets {
+            PgTargets::Sequence(m) => m.iter().all(|x| x.is_finite()),
+            PgTargets::Critic(y) => y.iter().flatten().all(|x| x.is_finite()),
+        };
+        if !finite {
             return Ok(self.skip("reward"));
         }
         let cfg = self.model.config().clone();
@@ -182,16 +227,48 @@ impl Trainer {
             .gather(&toks.unsqueeze(2)?, 2)?
             .squeeze(2)?;
         let mask = self.model.token_mask(&toks)?;
-        let mut loss = pg::loss(&logp, &mask, multipliers)?;
+        let mut parts = Vec::new();
+        let mut loss = match targets {
+            PgTargets::Sequence(m) => pg::loss(&logp, &mask, m)?,
+            PgTargets::Critic(y) => {
+                let critic = self.critic.as_ref().ok_or_else(|| {
+                    LearnerError::Invalid(
+                        "this objective needs a value head; call ensure_critic first".into(),
+                    )
+                })?;
+                let (_, t) = toks.dims2()?;
+                let y = critic::targets_tensor(y, t, &device)?;
+                let v = critic.head.forward(&tf.hidden)?;
+                let policy = pg::token_loss(&logp, &mask, &critic::advantages(&y, &v)?)?;
+                let value = critic::value_loss(&v, &y, &mask)?;
+                parts.push(("pg", scalar(&policy)?));
+                parts.push(("value", scalar(&value)?));
+                policy.add(&value.to_dtype(policy.dtype())?)?
+            }
+        };
         if opts.entropy_coef > 0.0 {
             let h = pg::entropy(&tf.logprobs_full, &mask)?;
+            parts.push(("entropy", scalar(&h)?));
             loss = (loss - (h * opts.entropy_coef as f64)?)?;
+        }
+        if opts.kl_coef > 0.0 {
+            let reference = self.reference.as_ref().ok_or_else(|| {
+                LearnerError::Invalid(
+                    "train.kl_coef > 0 needs the XE model as reference (set_reference)".into(),
+                )
+            })?;
+            let ref_full = reference.teacher_forced(&x, &toks, None)?.logprobs_full;
+            let kl = pg::kl_to_reference(&tf.logprobs_full, &ref_full, &mask)?;
+            parts.push(("kl", scalar(&kl)?));
+            loss = (loss + (kl * opts.kl_coef as f64)?)?;
         }
         let tokens = mask
             .sum_all()?
             .to_dtype(candle_core::DType::F32)?
             .to_scalar::<f32>()? as usize;
-        self.apply(loss, opts, tokens)
+        let mut stats = self.apply(loss, opts, tokens)?;
+        stats.parts = parts;
+        Ok(stats)
     }
 
     fn skip(&mut self, reason: &str) -> StepStats {
@@ -223,6 +300,15 @@ impl Trainer {
         if !norm.is_finite() {
             return Ok(self.skip("gradient"));
         }
+        if let Some(critic) = self.critic.as_mut() {
+            let vars = critic.opt.vars();
+            if vars.iter().any(|v| grads.get(v.as_tensor()).is_some()) {
+                if opts.grad_clip > 0.0 {
+                    clip_grad_norm(&mut grads, &vars, opts.grad_clip)?;
+                }
+                critic.opt.step(&grads, opts.value_lr)?;
+            }
+        }
         self.opt.step(&grads, opts.lr)?;
         self.state.step += 1;
         self.state.policy_version += 1;
@@ -233,6 +319,7 @@ impl Trainer {
             lr: opts.lr,
             tokens,
             skipped: false,
+            parts: Vec::new(),
         })
     }
 
@@ -260,6 +347,15 @@ impl Trainer {
         let state = serde_json::to_vec_pretty(&self.state)
             .map_err(|e| LearnerError::Invalid(format!("cannot encode trainer state: {e}")))?;
         let mut files = vec![(WEIGHTS, weights), (OPTIM, optim), (STATE, state)];
+        if let Some(critic) = &self.critic {
+            files.push((VALUE_WEIGHTS, critic.head.to_safetensors()?));
+            critic.opt.save(tmp.path())?;
+            let optim = std::fs::read(tmp.path()).map_err(|e| LearnerError::Io {
+                path: tmp.path().to_path_buf(),
+                source: e,
+            })?;
+            files.push((VALUE_OPTIM, optim));
+        }
         files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
         checkpoint::write(root, self.state.step, &files, keep)
     }
@@ -284,14 +380,30 @@ impl Trainer {
                 path: ck.file(STATE),
                 reason: e.to_string(),
             })?;
+        let critic = match ck.file(VALUE_WEIGHTS).exists() {
+            true => Some(Critic::load(
+                &ck.file(VALUE_WEIGHTS),
+                &ck.file(VALUE_OPTIM),
+                cfg.hidden,
+                device,
+                adam,
+            )?),
+            false => None,
+        };
         Ok(Self {
             dropout_rng: CaprlRng::from_state(&state.dropout_rng),
             model,
+            critic,
+            reference: None,
             opt,
             seed,
             state,
         })
     }
+}
+
+fn scalar(t: &candle_core::Tensor) -> Result<f32, LearnerError> {
+    Ok(t.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?)
 }
 
 /// The shuffled item order of one epoch: a pure function of (seed, phase, epoch),

@@ -27,6 +27,7 @@ fn options(sync: bool) -> DriverOptions {
         temperature: 1.0,
         top_k: 0,
         greedy: false,
+        mc_rollouts: 0,
         seed: 3,
         max_policy_lag: 1,
         max_message_bytes: LIMIT,

@@ -39,6 +39,8 @@ fn opts(lr: f64) -> StepOptions {
         grad_clip: 2.0,
         label_smoothing: 0.0,
         entropy_coef: 0.0,
+        kl_coef: 0.0,
+        value_lr: 1e-3,
     }
 }
 

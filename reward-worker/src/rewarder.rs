@@ -11,6 +11,8 @@ use caprl_common::model::EOS;
 use caprl_common::score::{self, CiderD, Distance, DocFreq, Interner, PreparedRefs};
 use caprl_common::wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
+use crate::embed::EmbedReward;
+
 /// Scores captions of the images of one split.
 pub struct Rewarder {
     spec: Vec<(RewardName, f32)>,
@@ -18,6 +20,7 @@ pub struct Rewarder {
     /// Indexed by feature row; `None` for rows outside the split.
     refs: Vec<Option<ImageRefs>>,
     exploration: Option<Distance>,
+    embed: Option<EmbedReward>,
 }
 
 struct ImageRefs {
@@ -28,8 +31,10 @@ struct ImageRefs {
 /// Errors the reward worker reports instead of scoring.
 #[derive(Debug, thiserror::Error)]
 pub enum RewardError {
-    #[error("reward `{0:?}` is not computed by this reward worker yet; use cider, bleu1..bleu4 or rouge")]
+    #[error("reward `{}` is not computed by this reward worker yet; use cider, bleu1..bleu4, rouge or embed", .0.as_str())]
     Unsupported(RewardName),
+    #[error("fitting the embedding reward: {0}")]
+    Embed(#[from] caprl_common::data::DataError),
     #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]
     UnknownRow(u32),
 }
@@ -54,6 +59,7 @@ impl Rewarder {
                     | RewardName::Bleu3
                     | RewardName::Bleu4
                     | RewardName::Rouge
+                    | RewardName::Embed
             ) {
                 return Err(RewardError::Unsupported(*name));
             }
@@ -71,11 +77,16 @@ impl Rewarder {
             let prepared = cider.prepare(&tokens);
             refs[it.row] = Some(ImageRefs { tokens, prepared });
         }
+        let embed = match spec.iter().any(|(n, _)| *n == RewardName::Embed) {
+            true => Some(EmbedReward::fit(data, items)?),
+            false => None,
+        };
         Ok(Self {
             spec: spec.to_vec(),
             cider,
             refs,
             exploration,
+            embed,
         })
     }
 
@@ -126,6 +137,10 @@ impl Rewarder {
                     };
                     b[k]
                 }
+                RewardName::Embed => match &self.embed {
+                    Some(e) => e.score(row, tokens).ok_or(RewardError::UnknownRow(row))? as f64,
+                    None => return Err(RewardError::Unsupported(*name)),
+                },
                 other => return Err(RewardError::Unsupported(*other)),
             } as f32;
             total += weight * value;

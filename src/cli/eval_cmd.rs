@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use caprl_common::data::SplitName;
+use caprl_common::model::Lookahead;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 
 use super::{write_stdout, Global};
@@ -32,6 +33,11 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Lookahead inference (seed 001): rank beams by λ·log π + (1−λ)·v with the checkpoint's
+    /// value head (actor-critic / mc-pg runs); 1 = plain beam search. Default:
+    /// decode.lookahead_lambda of the checkpoint's config.
+    #[arg(long, value_name = "LAMBDA")]
+    pub lookahead: Option<f32>,
     /// Compute device: cpu or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -54,7 +60,30 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         progress: true,
         ..EvalOptions::default()
     };
-    let report = eval::evaluate(&loaded.model, &loaded.data, items, &opts)?;
+    let lambda = args
+        .lookahead
+        .unwrap_or(loaded.cfg.decode.lookahead_lambda as f32);
+    if !(0.0..=1.0).contains(&lambda) {
+        anyhow::bail!("--lookahead {lambda}: λ must be in [0, 1]");
+    }
+    let lookahead = match (lambda < 1.0, &loaded.value) {
+        (false, _) => None,
+        (true, Some(value)) => Some(Lookahead { value, lambda }),
+        (true, None) => anyhow::bail!(
+            "--lookahead {lambda}: {} has no value head (value.safetensors); lookahead needs a checkpoint of an actor-critic or mc-pg run",
+            args.checkpoint.display()
+        ),
+    };
+    if lookahead.is_some() && opts.beam <= 1 {
+        anyhow::bail!("--lookahead ranks beams: use --beam 2 or more");
+    }
+    let report = eval::evaluate_with(
+        &loaded.model,
+        lookahead.as_ref(),
+        &loaded.data,
+        items,
+        &opts,
+    )?;
     if let Some(out) = &args.out {
         write_results(out, &report)?;
     }
@@ -63,6 +92,7 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
             "checkpoint": args.checkpoint.display().to_string(),
             "split": args.split,
             "beam": opts.beam,
+            "lookahead_lambda": lambda,
             "metrics": report.metrics,
         });
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))

@@ -23,6 +23,9 @@ pub struct Args {
     /// already in JetStream are used, not dropped.
     #[arg(long)]
     pub resume: bool,
+    /// Skip XE and start RL from this checkpoint's weights (ignored when --resume finds one).
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub start_from: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
@@ -54,7 +57,14 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         roles::driver_options(&cfg),
     );
     driver.set_readiness(readiness);
-    let outcome = train::train(&cfg, &data, &device, args.resume, &mut driver);
+    let outcome = train::train(
+        &cfg,
+        &data,
+        &device,
+        args.resume,
+        args.start_from.as_deref(),
+        &mut driver,
+    );
     heartbeat.abort();
     let outcome = outcome?;
     let t = &driver.totals;

@@ -14,7 +14,8 @@ use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// RL objective after the XE warm start (same as --set train.objective=...).
+    /// RL objective after the XE warm start (same as --set train.objective=...): scst, sle,
+    /// mc-pg, actor-critic.
     #[arg(long)]
     pub objective: Option<String>,
     /// Compute device (same as --set device=...): cpu or cuda:N.
@@ -46,7 +47,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = setup::device(&cfg)?;
     let started = std::time::Instant::now();
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        train::train(&cfg, &data, &device, false, driver)
+        train::train(&cfg, &data, &device, false, None, driver)
     })?;
     let test = &data.test.items;
     let opts = EvalOptions {
@@ -73,7 +74,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             .as_deref()
             .context("the RL phase did not run (train.rl_epochs = 0)")?,
     )?;
-    let name = format!("{:?}", cfg.train.objective).to_uppercase();
+    let name = train::objective_name(&cfg).to_uppercase();
     let mut out = format!(
         "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
         test.len(),

@@ -9,12 +9,16 @@ use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Objective (same as --set train.objective=...): xe, scst, sle.
+    /// Objective (same as --set train.objective=...): xe, scst, sle, mc-pg, actor-critic.
     #[arg(long)]
     pub objective: Option<String>,
     /// Continue from the newest valid checkpoint in the checkpoint dir.
     #[arg(long)]
     pub resume: bool,
+    /// Skip XE and start the RL objective from this checkpoint's weights (e.g. an earlier
+    /// run's `best-xe`); it is also the reference model of `train.kl_coef`.
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub start_from: Option<PathBuf>,
     /// Compute device (same as --set device=...): cpu or cuda:N.
     #[arg(long)]
     pub device: Option<String>,
@@ -45,7 +49,14 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        train::train(&cfg, &data, &device, args.resume, driver)
+        train::train(
+            &cfg,
+            &data,
+            &device,
+            args.resume,
+            args.start_from.as_deref(),
+            driver,
+        )
     })?;
     let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let mut out = String::new();

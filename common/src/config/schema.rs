@@ -299,6 +299,8 @@ pub struct OptimConfig {
     pub lr: f64,
     /// RL learning rate; > 0.
     pub rl_lr: f64,
+    /// Learning rate of the value head (mc-pg baseline, actor-critic critic); > 0.
+    pub value_lr: f64,
     /// >= 0.
     pub weight_decay: f64,
     /// [0, 1).
@@ -323,6 +325,7 @@ impl Default for OptimConfig {
         OptimConfig {
             lr: 5e-4,
             rl_lr: 1e-4,
+            value_lr: 1e-3,
             weight_decay: 0.0,
             beta1: 0.9,
             beta2: 0.999,

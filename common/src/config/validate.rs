@@ -71,6 +71,7 @@ const RULES: &[Rule] = &[
     Rule { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
     Rule { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "optim.value_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.value_lr, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "optim.weight_decay", allowed: "a finite number >= 0", violation: |c| fails(c.optim.weight_decay, |x| x >= 0.0 && x.is_finite()) },
     Rule { key: "optim.beta1", allowed: "[0, 1)", violation: |c| fails(c.optim.beta1, |x| (0.0..1.0).contains(&x)) },
     Rule { key: "optim.beta2", allowed: "[0, 1)", violation: |c| fails(c.optim.beta2, |x| (0.0..1.0).contains(&x)) },

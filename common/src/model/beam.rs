@@ -6,7 +6,8 @@
 //! normalisation) no live beam can still beat the worst of them. At the length limit each live
 //! beam ends with EOS if EOS is its best next token, else as it is.
 //! Length normalisation scores a hypothesis by `log p(y) / |y|`; trigram blocking forbids a
-//! token that would repeat a trigram already in the beam.
+//! token that would repeat a trigram already in the beam. With [`Lookahead`] the ranking mixes in
+//! the value head's estimate of each proposal's state.
 
 use std::collections::HashSet;
 
@@ -15,6 +16,7 @@ use candle_core::Tensor;
 use super::captioner::{host_log_softmax, Captioner, Inputs};
 use super::error::{ModelError, Result};
 use super::greedy::argmax;
+use super::value_head::ValueHead;
 use super::{BOS, EOS};
 
 /// Beam search settings (`[decode]` beam, length_norm, block_trigrams).
@@ -47,17 +49,22 @@ struct Beam {
 }
 
 impl Beam {
-    fn finish(&self, length_norm: bool) -> Hypothesis {
+    fn finish(&self, length_norm: bool, lookahead: Option<&Lookahead>, value: f32) -> Hypothesis {
         let n = self.tokens.len().max(1) as f64;
+        let base = if length_norm {
+            self.logp / n
+        } else {
+            self.logp
+        };
+        let score = match lookahead {
+            Some(la) => la.lambda as f64 * base + (1.0 - la.lambda as f64) * value as f64,
+            None => base,
+        };
         Hypothesis {
             tokens: self.tokens.clone(),
             logprobs: self.logprobs.clone(),
             logp: self.logp as f32,
-            score: if length_norm {
-                self.logp / n
-            } else {
-                self.logp
-            } as f32,
+            score: score as f32,
         }
     }
 
@@ -84,9 +91,54 @@ impl Beam {
     }
 }
 
+/// Lookahead inference (seed 001, Ren et al. 2017): proposals are ranked by
+/// `λ·log p(y + w) + (1 − λ)·v(s_{y+w})`, where `v` is the value head on the decoder state after
+/// reading `w`. The value is computed for the `2b` proposals of each input that the policy ranks
+/// best (one extra decoder step on them), not for the whole vocabulary.
+pub struct Lookahead<'a> {
+    pub value: &'a ValueHead,
+    /// `λ` in [0, 1]; 1 is plain beam search.
+    pub lambda: f32,
+}
+
+/// One input's proposals at a step: `(score, beam, word)`, best first.
+struct Proposals {
+    input: usize,
+    row0: usize,
+    cur: Vec<Beam>,
+    lps: Vec<Vec<f64>>,
+    cand: Vec<(f64, usize, u32)>,
+}
+
 impl Captioner {
     /// The `width` best hypotheses of each image, best first.
     pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
+        self.beam_search(x, opts, None)
+    }
+
+    /// Beam search with lookahead inference: hypotheses ranked (and their `score` set) by
+    /// `λ·log p + (1 − λ)·v`; see [`Lookahead`].
+    pub fn beam_lookahead(
+        &self,
+        x: &Inputs,
+        opts: &BeamOptions,
+        lookahead: &Lookahead,
+    ) -> Result<Vec<Vec<Hypothesis>>> {
+        if !(0.0..=1.0).contains(&lookahead.lambda) {
+            return Err(ModelError::Input(format!(
+                "decode.lookahead_lambda = {}: must be in [0, 1]",
+                lookahead.lambda
+            )));
+        }
+        self.beam_search(x, opts, Some(lookahead))
+    }
+
+    fn beam_search(
+        &self,
+        x: &Inputs,
+        opts: &BeamOptions,
+        lookahead: Option<&Lookahead>,
+    ) -> Result<Vec<Vec<Hypothesis>>> {
         let k = opts.width;
         if k == 0 {
             return Err(ModelError::Input(
@@ -115,22 +167,30 @@ impl Captioner {
                 .collect();
             let logits = self.step_logits(&dw, &mut live_state, &inputs)?;
             let mut row = 0;
-            let mut parents: Vec<u32> = Vec::new();
-            let mut still: Vec<usize> = Vec::new();
+            let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
             for &i in &active {
                 let cur = std::mem::take(&mut beams[i]);
                 let lps: Vec<Vec<f64>> = (0..cur.len())
                     .map(|j| host_log_softmax(&logits[(row + j) * v..(row + j + 1) * v], 1.0))
                     .collect();
                 if t == opts.max_len {
-                    for (b, lp) in cur.iter().zip(&lps) {
+                    // The state after the last word values a caption cut at the limit.
+                    let values = match lookahead {
+                        Some(la) => {
+                            let top = &live_state.states[live_state.states.len() - 1].h;
+                            let h = top.narrow(0, row, cur.len())?;
+                            la.value.forward(&h)?.to_vec1::<f32>()?
+                        }
+                        None => vec![0.0; cur.len()],
+                    };
+                    for ((b, lp), value) in cur.iter().zip(&lps).zip(values) {
                         let f: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
                         let hyp = if argmax(&f) == EOS as usize {
                             b.extend(EOS, lp[EOS as usize])
                         } else {
                             b.clone()
                         };
-                        finished[i].push(hyp.finish(opts.length_norm));
+                        finished[i].push(hyp.finish(opts.length_norm, lookahead, value));
                     }
                     row += cur.len();
                     continue;
@@ -153,25 +213,58 @@ impl Captioner {
                     cand.select_nth_unstable_by(m - 1, |a, b| b.0.total_cmp(&a.0));
                     cand.truncate(m);
                 }
-                cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+                all.push(Proposals {
+                    input: i,
+                    row0: row,
+                    cur,
+                    lps,
+                    cand,
+                });
+                row += all[all.len() - 1].cur.len();
+            }
+            let values = match lookahead {
+                Some(la) => Some(self.proposal_values(&dw, &live_state, &all, la)?),
+                None => None,
+            };
+            let mut parents: Vec<u32> = Vec::new();
+            let mut still: Vec<usize> = Vec::new();
+            let mut at = 0;
+            for mut p in all {
+                let i = p.input;
+                // The ranking score of each proposal and its value (0 without lookahead).
+                let mut ranked: Vec<(f64, usize, u32, f32)> = p
+                    .cand
+                    .drain(..)
+                    .map(|(logp, j, w)| match (&values, lookahead) {
+                        (Some(vals), Some(la)) => {
+                            let value = vals[at];
+                            at += 1;
+                            let lambda = la.lambda as f64;
+                            (lambda * logp + (1.0 - lambda) * value as f64, j, w, value)
+                        }
+                        _ => (logp, j, w, 0.0),
+                    })
+                    .collect();
+                ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
                 let mut next = Vec::with_capacity(k);
                 let mut my_parents = Vec::with_capacity(k);
-                for &(_, j, w) in &cand {
+                for &(_, j, w, value) in &ranked {
                     if next.len() == k {
                         break;
                     }
-                    let nb = cur[j].extend(w, lps[j][w as usize]);
+                    let nb = p.cur[j].extend(w, p.lps[j][w as usize]);
                     if w == EOS {
-                        finished[i].push(nb.finish(opts.length_norm));
+                        finished[i].push(nb.finish(opts.length_norm, lookahead, value));
                     } else {
-                        my_parents.push((row + j) as u32);
+                        my_parents.push((p.row0 + j) as u32);
                         next.push(nb);
                     }
                 }
-                row += cur.len();
                 finished[i].sort_by(|a, b| b.score.total_cmp(&a.score));
                 let enough = finished[i].len() >= k;
-                let cannot_improve = !opts.length_norm
+                // Scores only fall as beams grow, unless normalised or mixed with a value.
+                let monotone = !opts.length_norm && lookahead.is_none();
+                let cannot_improve = monotone
                     && next
                         .iter()
                         .map(|b| b.logp)
@@ -179,7 +272,7 @@ impl Captioner {
                         <= finished[i]
                             .get(k - 1)
                             .map_or(f64::INFINITY, |h| h.score as f64);
-                if next.is_empty() || (enough && (opts.length_norm || cannot_improve)) {
+                if next.is_empty() || (enough && (!monotone || cannot_improve)) {
                     continue;
                 }
                 parents.extend(my_parents);
@@ -198,5 +291,28 @@ impl Captioner {
             f.truncate(k);
         }
         Ok(finished)
+    }
+
+    /// `v` of the state after each proposal's word, in proposal order, one batched step.
+    fn proposal_values(
+        &self,
+        dw: &super::decode::DecodeWeights,
+        live: &super::decode::Live,
+        all: &[Proposals],
+        la: &Lookahead,
+    ) -> Result<Vec<f32>> {
+        let mut parents = Vec::new();
+        let mut words = Vec::new();
+        for p in all {
+            for &(_, j, w) in &p.cand {
+                parents.push((p.row0 + j) as u32);
+                words.push(w);
+            }
+        }
+        if parents.is_empty() {
+            return Ok(Vec::new());
+        }
+        let h = self.peek_hidden(dw, live, &parents, &words)?;
+        Ok(la.value.forward(&h)?.to_vec1::<f32>()?)
     }
 }

@@ -88,6 +88,23 @@ impl Captioner {
         Ok(logits.flatten_all()?.to_vec1::<f32>()?)
     }
 
+    /// The top layer's hidden state after feeding `tokens[i]` to the live row `parents[i]`,
+    /// `[n, H]`, leaving `live` as it was (lookahead inference scores candidates with it).
+    pub(crate) fn peek_hidden(
+        &self,
+        dw: &DecodeWeights,
+        live: &Live,
+        parents: &[u32],
+        tokens: &[u32],
+    ) -> Result<Tensor> {
+        let idx = Tensor::from_slice(parents, parents.len(), &self.device)?;
+        let sel = live.select(&idx)?;
+        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
+        let gx = dw.word_table.index_select(&ids, 0)?;
+        let states = self.step(&dw.w, &sel.enc, &sel.states, &gx, None)?;
+        Ok(states[states.len() - 1].h.clone())
+    }
+
     /// Decodes every row of `x` with `policy`, forcing `prefixes[row]` first when given.
     /// At most `max_len` words; one more step is taken only to let a row emit EOS.
     pub(crate) fn rollout(

@@ -5,7 +5,9 @@
 //! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
 //!   [`Captioner::teacher_forced`] (full log-softmax and per-step hidden states for value heads).
 //! - Decoding on detached weights: [`Captioner::greedy`], [`Captioner::sample`] (Gumbel-max on the
-//!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`] and [`Captioner::beam`].
+//!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`], [`Captioner::beam`] and
+//!   [`Captioner::beam_lookahead`] (value-guided, seed 001).
+//! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`parse_device`]: `cpu` or `cuda:N`.
 
 mod attention;
@@ -26,8 +28,9 @@ mod rows;
 mod sample;
 mod teacher;
 mod transpose;
+mod value_head;
 
-pub use beam::{BeamOptions, Hypothesis};
+pub use beam::{BeamOptions, Hypothesis, Lookahead};
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::{batch_tokens, Captioner, Inputs};
 pub use config::{CaptionerConfig, ModelKind, RnnKind};
@@ -38,6 +41,7 @@ pub use rng::{CaprlRng, RngState};
 pub use rows::inputs_for_rows;
 pub use sample::SampleOptions;
 pub use teacher::TeacherForced;
+pub use value_head::{ValueHead, VALUE_WIDTH};
 
 /// Vocabulary ids the decoder relies on (see `data::Vocab`).
 pub const PAD: u32 = 0;

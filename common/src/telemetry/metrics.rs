@@ -123,6 +123,15 @@ pub fn describe_all() {
         TASKS_IN_FLIGHT,
         "Rollout tasks published and not yet answered (backpressure credit in use)."
     );
+    describe_counter!(
+        MC_COMPLETIONS_TOTAL,
+        "Monte-Carlo completions decoded by actors for mc-pg's Q estimates."
+    );
+    describe_histogram!(
+        MC_DECODE_SECONDS,
+        Unit::Seconds,
+        "Seconds an actor spent on one task's Monte-Carlo completions."
+    );
 }
 
 /// Learner: sets the per-step gauges from the record also written to
@@ -229,6 +238,12 @@ pub fn set_discriminator_accuracy(accuracy: f64) {
 /// Learner: a batch was skipped (`reason`: `nan_reward`, `nan_grad`, `empty`, ...).
 pub fn count_skipped_batch(reason: &str) {
     counter!(SKIPPED_BATCHES_TOTAL, LABEL_REASON => reason.to_owned()).increment(1);
+}
+
+/// Actor: `n` Monte-Carlo completions decoded in `elapsed` (mc-pg).
+pub fn count_mc_completions(n: u64, elapsed: Duration) {
+    counter!(MC_COMPLETIONS_TOTAL).increment(n);
+    histogram!(MC_DECODE_SECONDS).record(elapsed.as_secs_f64());
 }
 
 /// Learner: tasks published and not yet answered.

@@ -86,6 +86,10 @@ pub const LEARNER_STEP_SECONDS: &str = "caprl_learner_step_seconds";
 pub const SKIPPED_BATCHES_TOTAL: &str = "caprl_skipped_batches_total";
 /// Gauge: rollout tasks published by the learner and not yet answered (credit in use).
 pub const TASKS_IN_FLIGHT: &str = "caprl_tasks_in_flight";
+/// Counter: Monte-Carlo completions decoded by actors (mc-pg's estimate of `Q(s_t, w_t)`).
+pub const MC_COMPLETIONS_TOTAL: &str = "caprl_mc_completions_total";
+/// Histogram: seconds an actor spent on one task's Monte-Carlo completions (mc-pg's extra cost).
+pub const MC_DECODE_SECONDS: &str = "caprl_mc_decode_seconds";
 
 const ALL: &[&str] = &[
     INFO,
@@ -114,6 +118,8 @@ const ALL: &[&str] = &[
     LEARNER_STEP_SECONDS,
     SKIPPED_BATCHES_TOTAL,
     TASKS_IN_FLIGHT,
+    MC_COMPLETIONS_TOTAL,
+    MC_DECODE_SECONDS,
 ];
 
 /// Every metric name caprl exports (histograms by base name, without the
@@ -131,6 +137,7 @@ pub fn histogram_names() -> &'static [&'static str] {
         REWARD_LATENCY_SECONDS,
         SNAPSHOT_BROADCAST_SECONDS,
         LEARNER_STEP_SECONDS,
+        MC_DECODE_SECONDS,
     ]
 }
 

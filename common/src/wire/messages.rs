@@ -28,6 +28,8 @@ pub struct RolloutTask {
     pub seed: u64,
     /// Send the ground-truth captions along as trajectories (WTF-RL).
     pub with_gt: bool,
+    /// Monte-Carlo completions per prefix of every sample (mc-pg, seed 003); 0 = none.
+    pub mc_rollouts: u32,
 }
 
 /// How a sequence was produced.
@@ -37,6 +39,12 @@ pub enum DecodeKind {
     Greedy,
     Beam,
     GroundTruth,
+    /// A Monte-Carlo completion of the first `prefix_len` tokens of the sampled sequence at
+    /// index `sample` of the same rollout (mc-pg's estimate of `Q(s_t, w_t)`, seed 003).
+    Completion {
+        sample: u32,
+        prefix_len: u32,
+    },
 }
 
 /// One caption of one image, with the behaviour policy's per-token log-probs.

@@ -1,0 +1,97 @@
+//! mc-pg's Monte-Carlo completions: every proper prefix of every sample is continued K times,
+//! each completion keeps its prefix, and the samples themselves do not depend on K.
+
+use caprl_actor::rollout;
+use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind, EOS};
+use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask, TaskId};
+
+fn task(rows: Vec<u32>, k: u32) -> RolloutTask {
+    RolloutTask {
+        task_id: TaskId(3),
+        policy_version: PolicyVersion(0),
+        min_version: PolicyVersion(0),
+        image_rows: rows,
+        samples: 2,
+        temperature: 1.0,
+        top_k: 0,
+        greedy: false,
+        beam: 0,
+        seed: 99,
+        with_gt: false,
+        mc_rollouts: k,
+    }
+}
+
+#[test]
+fn every_prefix_of_every_sample_gets_k_completions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("synth");
+    synth(
+        &dir,
+        &SynthConfig {
+            seed: 2,
+            train: 8,
+            val: 2,
+            test: 2,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let data = Dataset::open(&dir).unwrap();
+    let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
+    cfg.embed = 8;
+    cfg.hidden = 16;
+    cfg.max_len = 6;
+    let model = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    let rows: Vec<u32> = data.train.items[..3]
+        .iter()
+        .map(|it| it.row as u32)
+        .collect();
+
+    let k = 3;
+    let with = rollout(&model, PolicyVersion(0), &data, &task(rows.clone(), k), "a").unwrap();
+    let without = rollout(&model, PolicyVersion(0), &data, &task(rows, 0), "a").unwrap();
+    let samples: Vec<_> = with
+        .sequences
+        .iter()
+        .filter(|s| s.kind == DecodeKind::Sample)
+        .collect();
+    assert_eq!(samples.len(), 6);
+    assert_eq!(
+        samples,
+        without.sequences.iter().collect::<Vec<_>>(),
+        "the samples do not depend on K"
+    );
+    let mut expected = 0;
+    for s in &samples {
+        expected += (1..s.tokens.len())
+            .take_while(|&t| s.tokens[t - 1] != EOS)
+            .count()
+            * k as usize;
+    }
+    let completions: Vec<_> = with
+        .sequences
+        .iter()
+        .filter_map(|s| match s.kind {
+            DecodeKind::Completion { sample, prefix_len } => Some((s, sample, prefix_len)),
+            _ => None,
+        })
+        .collect();
+    assert!(expected > 0);
+    assert_eq!(completions.len(), expected);
+    for (c, sample, t) in completions {
+        let parent = &with.sequences[sample as usize];
+        assert_eq!(parent.kind, DecodeKind::Sample);
+        assert_eq!(c.image_row, parent.image_row);
+        let t = t as usize;
+        assert!(t >= 1 && t < parent.tokens.len());
+        assert_eq!(
+            &c.tokens[..t],
+            &parent.tokens[..t],
+            "a completion keeps its prefix"
+        );
+        assert_eq!(c.logprobs.len(), c.tokens.len());
+        assert!(c.tokens.len() <= cfg.max_len + 1);
+    }
+}

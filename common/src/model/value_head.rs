@@ -1,0 +1,156 @@
+//! A value head: a two-layer MLP on the decoder's top hidden state estimating the return
+//! expected from that state, `v(s_t) = w₂ᵀ relu(W₁ h_t + b₁) + b₂`.
+//!
+//! It is the learned baseline `b_φ(s_t)` of Monte-Carlo-rollout policy gradient (seed 003) and
+//! the critic `v_θ(s_t)` of actor-critic training and lookahead inference (seed 001). It reads
+//! the hidden states *detached*: trained by MSE to its targets, it never sends gradient into the
+//! decoder. Its weights live in their own [`VarMap`] (names `value.fc1.weight`, `value.fc1.bias`,
+//! `value.fc2.weight`, `value.fc2.bias`) and are saved beside the captioner's.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+
+use super::error::{ModelError, Result};
+use super::rng::CaprlRng;
+
+/// Width of the MLP's hidden layer.
+pub const VALUE_WIDTH: usize = 256;
+
+pub struct ValueHead {
+    varmap: VarMap,
+    hidden: usize,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+}
+
+impl ValueHead {
+    /// A fresh head for decoder hidden size `hidden`, drawn from `seed` (uniform `±1/√fan_in`).
+    pub fn new(hidden: usize, device: &Device, seed: u64) -> Result<Self> {
+        let varmap = VarMap::new();
+        let mut rng = CaprlRng::with_stream(seed, 0x7661_6c75);
+        let shapes = [
+            ("value.fc1.bias", vec![VALUE_WIDTH], hidden),
+            ("value.fc1.weight", vec![VALUE_WIDTH, hidden], hidden),
+            ("value.fc2.bias", vec![1], VALUE_WIDTH),
+            ("value.fc2.weight", vec![1, VALUE_WIDTH], VALUE_WIDTH),
+        ];
+        {
+            let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+            for (name, shape, fan_in) in shapes {
+                let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
+                let n: usize = shape.iter().product();
+                let vals: Vec<f32> = (0..n)
+                    .map(|_| ((2.0 * rng.uniform_open() - 1.0) * bound) as f32)
+                    .collect();
+                let t = Tensor::from_vec(vals, shape, device)?;
+                data.insert(name.to_string(), Var::from_tensor(&t)?);
+            }
+        }
+        Self::from_varmap(varmap, hidden)
+    }
+
+    fn from_varmap(varmap: VarMap, hidden: usize) -> Result<Self> {
+        let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
+            let data = varmap.data().lock().map_err(|_| poisoned())?;
+            let t = data
+                .get(name)
+                .ok_or_else(|| ModelError::Weights {
+                    path: "<value head>".into(),
+                    reason: format!("missing tensor `{name}`"),
+                })?
+                .as_tensor()
+                .clone();
+            if t.dims() != shape {
+                return Err(ModelError::Weights {
+                    path: "<value head>".into(),
+                    reason: format!(
+                        "`{name}` has shape {:?}, expected {shape:?} (a value head for hidden size {hidden})",
+                        t.dims()
+                    ),
+                });
+            }
+            Ok(t)
+        };
+        let w1 = get("value.fc1.weight", &[VALUE_WIDTH, hidden])?;
+        let b1 = get("value.fc1.bias", &[VALUE_WIDTH])?;
+        let w2 = get("value.fc2.weight", &[1, VALUE_WIDTH])?;
+        let b2 = get("value.fc2.bias", &[1])?;
+        Ok(Self {
+            varmap,
+            hidden,
+            w1,
+            b1,
+            w2,
+            b2,
+        })
+    }
+
+    /// The trainable variables (the head's own optimizer steps them).
+    pub fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    /// `v(s)` for hidden states `[.., H]` (any leading shape), returned as `[..]` in f32.
+    /// The input is detached here, so no gradient of the value loss reaches the decoder.
+    pub fn forward(&self, hidden: &Tensor) -> Result<Tensor> {
+        let dims = hidden.dims().to_vec();
+        let h = *dims.last().unwrap_or(&0);
+        if h != self.hidden {
+            return Err(ModelError::Input(format!(
+                "value head expects hidden states of size {}, got {h}",
+                self.hidden
+            )));
+        }
+        let rows: usize = dims[..dims.len() - 1].iter().product();
+        let x = hidden.detach().to_dtype(DType::F32)?.reshape((rows, h))?;
+        let a = x.matmul(&self.w1.t()?)?.broadcast_add(&self.b1)?.relu()?;
+        let v = a.matmul(&self.w2.t()?)?.broadcast_add(&self.b2)?;
+        Ok(v.reshape(&dims[..dims.len() - 1])?)
+    }
+
+    /// The weights as safetensors bytes.
+    pub fn to_safetensors(&self) -> Result<Vec<u8>> {
+        let data = self.varmap.data().lock().map_err(|_| poisoned())?;
+        let mut named: Vec<(String, Tensor)> = data
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
+            path: "<memory>".into(),
+            reason: format!("cannot serialise the value head: {e}"),
+        })
+    }
+
+    /// A head for hidden size `hidden` with the weights of `path` (written by
+    /// [`ValueHead::to_safetensors`]).
+    pub fn load(path: &Path, hidden: usize, device: &Device) -> Result<Self> {
+        let weights_err = |reason: String| ModelError::Weights {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let bytes = std::fs::read(path).map_err(|e| weights_err(format!("cannot read: {e}")))?;
+        let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(&bytes, device)
+            .map_err(|e| weights_err(format!("not a safetensors file: {e}")))?;
+        let varmap = VarMap::new();
+        {
+            let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+            for (k, t) in loaded {
+                data.insert(k, Var::from_tensor(&t.to_dtype(DType::F32)?)?);
+            }
+        }
+        Self::from_varmap(varmap, hidden).map_err(|e| match e {
+            ModelError::Weights { reason, .. } => weights_err(reason),
+            other => other,
+        })
+    }
+}
+
+fn poisoned() -> ModelError {
+    ModelError::Input("the value head's VarMap lock was poisoned by a panic".into())
+}

@@ -1,0 +1,359 @@
+//! The RL objectives on a tiny model: the policy gradient is the paper's formula, a step moves
+//! probability toward better-than-baseline samples, the value head of mc-pg / actor-critic
+//! learns without touching the decoder, checkpoints carry it, and non-finite rewards skip.
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_common::model::{
+    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, ModelKind,
+    SampleOptions,
+};
+use caprl_common::optim::AdamWParams;
+use caprl_learner::critic::{self, Critic};
+use caprl_learner::{checkpoint, pg, scst, PgTargets, StepOptions, Trainer};
+
+fn tiny_data(dir: &Path) -> Dataset {
+    let out = dir.join("synth");
+    synth(
+        &out,
+        &SynthConfig {
+            seed: 5,
+            train: 16,
+            val: 4,
+            test: 4,
+            progress: false,
+        },
+    )
+    .unwrap();
+    Dataset::open(&out).unwrap()
+}
+
+fn tiny_model(data: &Dataset) -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
+    cfg.embed = 16;
+    cfg.hidden = 24;
+    cfg.dropout = 0.0;
+    cfg
+}
+
+fn opts(lr: f64) -> StepOptions {
+    StepOptions {
+        lr,
+        grad_clip: 0.0,
+        label_smoothing: 0.0,
+        entropy_coef: 0.0,
+        kl_coef: 0.0,
+        value_lr: 1e-2,
+    }
+}
+
+/// Two sampled captions of training image 0 and two of image 1.
+fn samples(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>>) {
+    let rows = vec![data.train.items[0].row, data.train.items[1].row];
+    let x = inputs_for_rows(data, &rows, model.config(), model.device()).unwrap();
+    let d = model
+        .sample(
+            &x,
+            &SampleOptions {
+                n_per_input: 2,
+                temperature: 1.0,
+                top_k: 0,
+                max_len: 8,
+            },
+            &mut CaprlRng::new(3),
+        )
+        .unwrap();
+    let seq_rows = vec![rows[0], rows[0], rows[1], rows[1]];
+    (seq_rows, d.tokens)
+}
+
+/// `Σₜ log p(wₜ)` of each sequence under `model`.
+fn seq_logp(model: &Captioner, data: &Dataset, rows: &[usize], seqs: &[Vec<u32>]) -> Vec<f32> {
+    let x = inputs_for_rows(data, rows, model.config(), model.device()).unwrap();
+    let toks = batch_tokens(seqs, model.device()).unwrap();
+    let (logp, _) = model.token_logprobs(&x, &toks, None).unwrap();
+    logp.sum(1).unwrap().to_vec1().unwrap()
+}
+
+/// SCST on the output layer: `∂L/∂b_logit = −Σᵢ Aᵢ Σₜ mᵢₜ (onehot(wᵢₜ) − πᵢₜ) / Σ m`.
+#[test]
+fn scst_gradient_equals_the_hand_computed_formula() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 1).unwrap();
+    let (rows, seqs) = samples(&model, &data);
+    let rewards = [0.9f32, 0.1, 0.4, 0.6];
+    let mut a = scst::advantages(&rewards[..2], Some(0.5), scst::Baseline::Greedy);
+    a.extend(scst::advantages(
+        &rewards[2..],
+        Some(0.5),
+        scst::Baseline::Greedy,
+    ));
+    assert_eq!(a.len(), 4);
+
+    let x = inputs_for_rows(&data, &rows, model.config(), model.device()).unwrap();
+    let toks = batch_tokens(&seqs, model.device()).unwrap();
+    let tf = model.teacher_forced(&x, &toks, None).unwrap();
+    let logp = tf
+        .logprobs_full
+        .gather(&toks.unsqueeze(2).unwrap(), 2)
+        .unwrap()
+        .squeeze(2)
+        .unwrap();
+    let mask = model.token_mask(&toks).unwrap();
+    let loss = pg::loss(&logp, &mask, &a).unwrap();
+    let grads = loss.backward().unwrap();
+    let bias = {
+        let vars = model.varmap().data().lock().unwrap();
+        vars.get("logit.bias").unwrap().as_tensor().clone()
+    };
+    let got = grads.get(&bias).unwrap().to_vec1::<f32>().unwrap();
+
+    let probs = tf.logprobs_full.exp().unwrap().to_vec3::<f32>().unwrap();
+    let m = mask.to_vec2::<f32>().unwrap();
+    let toks = toks.to_vec2::<u32>().unwrap();
+    let total: f32 = m.iter().flatten().sum();
+    let v = got.len();
+    let mut want = vec![0f32; v];
+    for i in 0..toks.len() {
+        for t in 0..toks[i].len() {
+            if m[i][t] == 0.0 {
+                continue;
+            }
+            for (w, slot) in want.iter_mut().enumerate() {
+                let onehot = if toks[i][t] as usize == w { 1.0 } else { 0.0 };
+                *slot -= a[i] * (onehot - probs[i][t][w]) / total;
+            }
+        }
+    }
+    for (w, (g, h)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - h).abs() < 1e-5,
+            "word {w}: autograd {g} vs formula {h}"
+        );
+    }
+    assert!(want.iter().any(|x| x.abs() > 1e-4), "a degenerate check");
+}
+
+#[test]
+fn one_step_raises_a_better_sample_and_lowers_a_worse_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 2).unwrap();
+    let mut trainer = Trainer::new(model, AdamWParams::default(), 2).unwrap();
+    let (rows, seqs) = samples(&trainer.model, &data);
+    // Samples 0 and 1 of image 0: one above the greedy baseline, one below.
+    let (rows, seqs) = (rows[..2].to_vec(), seqs[..2].to_vec());
+    assert_ne!(seqs[0], seqs[1], "need two different samples");
+    let a = scst::advantages(&[1.0, 0.0], Some(0.5), scst::Baseline::Greedy);
+    let before = seq_logp(&trainer.model, &data, &rows, &seqs);
+    let stats = trainer
+        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&a), opts(1e-2))
+        .unwrap();
+    assert!(!stats.skipped);
+    let after = seq_logp(&trainer.model, &data, &rows, &seqs);
+    assert!(
+        after[0] > before[0],
+        "better sample: {before:?} -> {after:?}"
+    );
+    assert!(
+        after[1] < before[1],
+        "worse sample: {before:?} -> {after:?}"
+    );
+}
+
+#[test]
+fn the_value_loss_sends_no_gradient_into_the_decoder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 3).unwrap();
+    let critic = Critic::new(24, &Device::Cpu, AdamWParams::default(), 3).unwrap();
+    let (rows, seqs) = samples(&model, &data);
+    let x = inputs_for_rows(&data, &rows, model.config(), model.device()).unwrap();
+    let toks = batch_tokens(&seqs, model.device()).unwrap();
+    let tf = model.teacher_forced(&x, &toks, None).unwrap();
+    let mask = model.token_mask(&toks).unwrap();
+    let t = toks.dim(1).unwrap();
+    let y: Vec<Vec<f32>> = seqs.iter().map(|s| vec![0.7; s.len()]).collect();
+    let y = critic::targets_tensor(&y, t, &Device::Cpu).unwrap();
+    let v = critic.head.forward(&tf.hidden).unwrap();
+    let loss = critic::value_loss(&v, &y, &mask).unwrap();
+    let grads = loss.backward().unwrap();
+    for (name, var) in model.varmap().data().lock().unwrap().iter() {
+        assert!(
+            grads.get(var.as_tensor()).is_none(),
+            "decoder parameter {name} got a gradient from the value loss"
+        );
+    }
+    let head_grads = critic
+        .head
+        .varmap()
+        .all_vars()
+        .iter()
+        .filter(|v| grads.get(v.as_tensor()).is_some())
+        .count();
+    assert_eq!(head_grads, 4, "every value-head parameter is trained");
+
+    // And the policy term sends none into the head: the advantage is detached.
+    let logp = tf
+        .logprobs_full
+        .gather(&toks.unsqueeze(2).unwrap(), 2)
+        .unwrap()
+        .squeeze(2)
+        .unwrap();
+    let adv = critic::advantages(&y, &v).unwrap();
+    let grads = pg::token_loss(&logp, &mask, &adv)
+        .unwrap()
+        .backward()
+        .unwrap();
+    for var in critic.head.varmap().all_vars() {
+        assert!(grads.get(var.as_tensor()).is_none());
+    }
+}
+
+#[test]
+fn the_value_head_fits_its_targets_and_rides_in_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let cfg = tiny_model(&data);
+    let adam = AdamWParams::default();
+    let model = Captioner::new(&cfg, &Device::Cpu, 4).unwrap();
+    let mut trainer = Trainer::new(model, adam, 4).unwrap();
+    trainer.ensure_critic(adam).unwrap();
+    let (rows, seqs) = samples(&trainer.model, &data);
+    let targets: Vec<Vec<f32>> = seqs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| vec![0.25 * i as f32; s.len()])
+        .collect();
+    let mut value_losses = Vec::new();
+    for _ in 0..60 {
+        let stats = trainer
+            .pg_step(&data, &rows, &seqs, PgTargets::Critic(&targets), opts(1e-6))
+            .unwrap();
+        let value = stats.parts.iter().find(|(n, _)| *n == "value").unwrap().1;
+        value_losses.push(value);
+    }
+    let (first, last) = (value_losses[0], *value_losses.last().unwrap());
+    assert!(
+        last < 0.2 * first,
+        "value loss should fall: {first} -> {last}"
+    );
+
+    let root = tmp.path().join("ck");
+    trainer.save(&root, 2, &[]).unwrap();
+    let ck = checkpoint::latest_valid(&root).unwrap().unwrap();
+    let restored = Trainer::restore(&ck, &cfg, &Device::Cpu, adam, 4).unwrap();
+    let h = Tensor::ones((3, 24), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let v1 = trainer.critic.as_ref().unwrap().head.forward(&h).unwrap();
+    let v2 = restored.critic.as_ref().unwrap().head.forward(&h).unwrap();
+    assert_eq!(v1.to_vec1::<f32>().unwrap(), v2.to_vec1::<f32>().unwrap());
+}
+
+#[test]
+fn non_finite_rewards_skip_the_batch_and_are_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let adam = AdamWParams::default();
+    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 5).unwrap();
+    let mut trainer = Trainer::new(model, adam, 5).unwrap();
+    trainer.ensure_critic(adam).unwrap();
+    let (rows, seqs) = samples(&trainer.model, &data);
+    let before = trainer.model.to_safetensors().unwrap();
+
+    let a = [0.5, f32::NAN, 0.1, -0.2];
+    let s = trainer
+        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&a), opts(1e-2))
+        .unwrap();
+    assert!(s.skipped);
+    let mut q: Vec<Vec<f32>> = seqs.iter().map(|s| vec![0.3; s.len()]).collect();
+    q[2][0] = f32::INFINITY;
+    let s = trainer
+        .pg_step(&data, &rows, &seqs, PgTargets::Critic(&q), opts(1e-2))
+        .unwrap();
+    assert!(s.skipped);
+    assert_eq!(trainer.state.skipped_batches, 2);
+    assert_eq!(trainer.state.step, 0);
+    assert_eq!(trainer.model.to_safetensors().unwrap(), before);
+}
+
+#[test]
+fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let cfg = tiny_model(&data);
+    let adam = AdamWParams::default();
+    let model = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
+    let bytes = model.to_safetensors().unwrap();
+    let mut trainer = Trainer::new(model, adam, 6).unwrap();
+    trainer.set_reference(Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap());
+    let (rows, seqs) = samples(&trainer.model, &data);
+    let zero = [0.0f32; 4];
+    let kl_opts = StepOptions {
+        kl_coef: 1.0,
+        ..opts(5e-2)
+    };
+    let s = trainer
+        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&zero), kl_opts)
+        .unwrap();
+    let kl0 = s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1;
+    assert!(kl0.abs() < 1e-6, "KL to itself is {kl0}");
+    // Push the policy away with a large advantage, then let the KL alone pull it back.
+    let push = [5.0f32, 5.0, 5.0, 5.0];
+    for _ in 0..5 {
+        trainer
+            .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&push), opts(5e-2))
+            .unwrap();
+    }
+    let measure = |t: &mut Trainer| {
+        let s = t
+            .pg_step(
+                &data,
+                &rows,
+                &seqs,
+                PgTargets::Sequence(&zero),
+                StepOptions {
+                    kl_coef: 1.0,
+                    ..opts(5e-2)
+                },
+            )
+            .unwrap();
+        s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1
+    };
+    // A fresh optimizer, so that no momentum of the push is left.
+    let pushed = trainer.model.to_safetensors().unwrap();
+    let mut trainer = Trainer::new(
+        Captioner::from_safetensors(&pushed, &cfg, &Device::Cpu).unwrap(),
+        adam,
+        6,
+    )
+    .unwrap();
+    trainer.set_reference(Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap());
+    let away = measure(&mut trainer);
+    assert!(away > 1e-4, "the push should move the policy: KL {away}");
+    let mut last = away;
+    for _ in 0..10 {
+        last = measure(&mut trainer);
+    }
+    assert!(
+        last < away,
+        "KL should shrink under its own penalty: {away} -> {last}"
+    );
+}
+
+/// The entropy term equals `−Σ π log π` averaged over unmasked steps.
+#[test]
+fn entropy_matches_its_definition() {
+    let lp = Tensor::from_slice(
+        &[0.5f32.ln(), 0.5f32.ln(), 0.9f32.ln(), 0.1f32.ln()],
+        (1, 2, 2),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let mask = Tensor::from_slice(&[1.0f32, 1.0], (1, 2), &Device::Cpu).unwrap();
+    let h = pg::entropy(&lp, &mask).unwrap().to_scalar::<f32>().unwrap();
+    let want = (std::f32::consts::LN_2 + -(0.9 * 0.9f32.ln() + 0.1 * 0.1f32.ln())) / 2.0;
+    assert!((h - want).abs() < 1e-6, "{h} vs {want}");
+}
