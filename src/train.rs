@@ -89,11 +89,12 @@ pub fn train(
                     ck_root.display()
                 );
             }
-            set_aside_previous_run(cfg)?;
+            // A bad --start-from is refused before an earlier run is moved aside.
             let model = match start_from {
                 Some(dir) => start_model(dir, data, &model_cfg, device)?,
                 None => Captioner::new(&model_cfg, device, cfg.seed)?,
             };
+            set_aside_previous_run(cfg)?;
             let mut trainer = Trainer::new(model, adam, cfg.seed)?;
             if start_from.is_some() {
                 trainer.enter_phase(Phase::Rl, adam)?;
@@ -128,22 +129,20 @@ pub fn train(
             trainer.enter_phase(Phase::Rl, adam)?;
         }
         if uses_critic(cfg) {
-            trainer.ensure_critic(value_adam(cfg))?;
+            trainer.ensure_critic(adam)?;
         }
         if cfg.train.kl_coef > 0.0 {
             let xe_dir = outcome
                 .best_xe
                 .clone()
                 .unwrap_or_else(|| Path::new(&cfg.run_dir).join("best-xe"));
-            let ck = checkpoint::latest_valid(&xe_dir)?
-                .or_else(|| checkpoint::open(&xe_dir).ok())
-                .with_context(|| {
-                    format!(
-                        "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
-                         (train XE first, or pass --start-from)",
-                        xe_dir.display()
-                    )
-                })?;
+            let ck = resolve_checkpoint(&xe_dir).with_context(|| {
+                format!(
+                    "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
+                     (train XE first, or pass --start-from)",
+                    xe_dir.display()
+                )
+            })?;
             trainer.set_reference(Captioner::load(
                 &ck.file("model.safetensors"),
                 &model_cfg,
@@ -181,14 +180,6 @@ pub(crate) fn objective_name(cfg: &RunConfig) -> String {
         .unwrap_or_default()
 }
 
-/// The value head's optimizer: the run's AdamW settings without weight decay.
-fn value_adam(cfg: &RunConfig) -> AdamWParams {
-    AdamWParams {
-        weight_decay: 0.0,
-        ..adam_params(cfg)
-    }
-}
-
 /// The weights of checkpoint `dir` (a `ckpt-*` dir or a dir holding them, e.g. `RUN/best-xe`)
 /// as the start of an RL run, checked against the data set's vocabulary.
 fn start_model(
@@ -197,20 +188,7 @@ fn start_model(
     model_cfg: &CaptionerConfig,
     device: &Device,
 ) -> Result<Captioner> {
-    let ck = match checkpoint::open(dir) {
-        Ok(ck) => ck,
-        Err(first) => match checkpoint::latest_valid(dir)? {
-            Some(ck) => ck,
-            None => {
-                return Err(first).with_context(|| {
-                    format!(
-                        "--start-from {}: not a checkpoint (a ckpt-* directory written by `caprl train`, or a directory holding them)",
-                        dir.display()
-                    )
-                })
-            }
-        },
-    };
+    let ck = resolve_checkpoint(dir).context("--start-from")?;
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
         .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
     if hash.trim() != data.vocab.hash() {
@@ -731,6 +709,22 @@ fn latest_in(dir: &Path) -> Result<PathBuf> {
         .dir)
 }
 
+/// Checkpoint `dir` itself (a `ckpt-*` directory), or the newest valid one it holds.
+fn resolve_checkpoint(dir: &Path) -> Result<checkpoint::Checkpoint> {
+    match checkpoint::open(dir) {
+        Ok(ck) => Ok(ck),
+        Err(first) => match checkpoint::latest_valid(dir)? {
+            Some(ck) => Ok(ck),
+            None => Err(first).with_context(|| {
+                format!(
+                    "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
+                    dir.display()
+                )
+            }),
+        },
+    }
+}
+
 /// A trained model with the config it was trained with and its data set
 /// (checked against the checkpoint's vocabulary hash). `data_dir` overrides
 /// the data set directory recorded in the checkpoint.
@@ -745,18 +739,7 @@ pub struct Loaded {
 /// Opens checkpoint `ck_dir` (a `ckpt-*` directory, or a directory holding them:
 /// the newest valid one is used).
 pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) -> Result<Loaded> {
-    let ck = match checkpoint::open(ck_dir) {
-        Ok(ck) => ck,
-        Err(first) => match checkpoint::latest_valid(ck_dir)? {
-            Some(ck) => ck,
-            None => return Err(first).with_context(|| {
-                format!(
-                    "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
-                    ck_dir.display()
-                )
-            }),
-        },
-    };
+    let ck = resolve_checkpoint(ck_dir)?;
     let text = std::fs::read_to_string(ck.file(CONFIG_FILE))
         .with_context(|| format!("reading {}", ck.file(CONFIG_FILE).display()))?;
     let mut cfg = RunConfig::from_toml_str(&text, &ck.file(CONFIG_FILE).display().to_string())?;

@@ -14,7 +14,8 @@ use caprl_common::optim::{AdamW, AdamWParams};
 
 use crate::error::LearnerError;
 
-/// The value head and its own optimizer (its learning rate is `optim.value_lr`).
+/// The value head and its own optimizer (its learning rate is `optim.value_lr`; it never
+/// decays its weights).
 pub struct Critic {
     pub head: ValueHead,
     pub(crate) opt: AdamW,
@@ -29,7 +30,7 @@ impl Critic {
         seed: u64,
     ) -> Result<Self, LearnerError> {
         let head = ValueHead::new(hidden, device, seed)?;
-        let opt = AdamW::new(head.varmap(), adam)?;
+        let opt = AdamW::new(head.varmap(), no_decay(adam))?;
         Ok(Self { head, opt })
     }
 
@@ -42,9 +43,16 @@ impl Critic {
         adam: AdamWParams,
     ) -> Result<Self, LearnerError> {
         let head = ValueHead::load(weights, hidden, device)?;
-        let mut opt = AdamW::new(head.varmap(), adam)?;
+        let mut opt = AdamW::new(head.varmap(), no_decay(adam))?;
         opt.load(optim)?;
         Ok(Self { head, opt })
+    }
+}
+
+fn no_decay(adam: AdamWParams) -> AdamWParams {
+    AdamWParams {
+        weight_decay: 0.0,
+        ..adam
     }
 }
 

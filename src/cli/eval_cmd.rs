@@ -92,7 +92,7 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
             "checkpoint": args.checkpoint.display().to_string(),
             "split": args.split,
             "beam": opts.beam,
-            "lookahead_lambda": lambda,
+            "lookahead_lambda": (lambda as f64 * 1e6).round() / 1e6,
             "metrics": report.metrics,
         });
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
