@@ -17,6 +17,25 @@ fn train(args: &[String], extra: &[&str]) -> std::process::Output {
         .expect("caprl runs")
 }
 
+/// `caprl eval` of `checkpoint` on the test split, beam 2, lookahead λ = 0.5.
+fn eval_lookahead(checkpoint: &Path, extra: &[&str]) -> std::process::Output {
+    caprl()
+        .args([
+            "eval",
+            "--split",
+            "test",
+            "--beam",
+            "2",
+            "--lookahead",
+            "0.5",
+        ])
+        .args(extra)
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .output()
+        .expect("caprl runs")
+}
+
 fn has_value_head(best: &Path) -> bool {
     std::fs::read_dir(best)
         .unwrap()
@@ -67,21 +86,7 @@ fn mc_pg_and_actor_critic_train_from_an_xe_checkpoint() {
             has_value_head(&best_rl),
             "{objective}: value head in best-rl"
         );
-        let out = caprl()
-            .args([
-                "eval",
-                "--split",
-                "test",
-                "--beam",
-                "2",
-                "--lookahead",
-                "0.5",
-                "--json",
-            ])
-            .arg("--checkpoint")
-            .arg(&best_rl)
-            .output()
-            .unwrap();
+        let out = eval_lookahead(&best_rl, &["--json"]);
         assert!(out.status.success(), "{}", text(&out));
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(json["lookahead_lambda"], 0.5);
@@ -89,20 +94,7 @@ fn mc_pg_and_actor_critic_train_from_an_xe_checkpoint() {
     }
 
     // Lookahead needs a value head: the XE checkpoint has none.
-    let out = caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
-            "--beam",
-            "2",
-            "--lookahead",
-            "0.5",
-        ])
-        .arg("--checkpoint")
-        .arg(&best_xe)
-        .output()
-        .unwrap();
+    let out = eval_lookahead(&best_xe, &[]);
     assert!(!out.status.success());
     assert!(text(&out).contains("has no value head"), "{}", text(&out));
 }

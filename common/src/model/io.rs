@@ -37,20 +37,7 @@ impl Captioner {
 
     /// The weights serialised as safetensors bytes (policy snapshots).
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
-        let data = self
-            .varmap
-            .data()
-            .lock()
-            .map_err(|_| ModelError::Input("the model's VarMap lock was poisoned".into()))?;
-        let mut named: Vec<(String, Tensor)> = data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-            .collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
-            path: "<memory>".into(),
-            reason: format!("cannot serialise: {e}"),
-        })
+        varmap_to_safetensors(&self.varmap)
     }
 
     /// A captioner from safetensors bytes made by [`Captioner::to_safetensors`].
@@ -90,4 +77,21 @@ impl Captioner {
         model.p = Params::from_varmap(&model.varmap, cfg)?;
         Ok(model)
     }
+}
+
+/// Every variable of `varmap` as safetensors bytes, sorted by name (deterministic bytes).
+pub(crate) fn varmap_to_safetensors(varmap: &candle_nn::VarMap) -> Result<Vec<u8>> {
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| ModelError::Input("a VarMap lock was poisoned by a panic".into()))?;
+    let mut named: Vec<(String, Tensor)> = data
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
+        path: "<memory>".into(),
+        reason: format!("cannot serialise: {e}"),
+    })
 }

@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::error::{ModelError, Result};
+use super::io::varmap_to_safetensors;
 use super::rng::CaprlRng;
 
 /// Width of the MLP's hidden layer.
@@ -115,16 +116,7 @@ impl ValueHead {
 
     /// The weights as safetensors bytes.
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
-        let data = self.varmap.data().lock().map_err(|_| poisoned())?;
-        let mut named: Vec<(String, Tensor)> = data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-            .collect();
-        named.sort_by(|a, b| a.0.cmp(&b.0));
-        safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
-            path: "<memory>".into(),
-            reason: format!("cannot serialise the value head: {e}"),
-        })
+        varmap_to_safetensors(&self.varmap)
     }
 
     /// A head for hidden size `hidden` with the weights of `path` (written by
