@@ -227,6 +227,47 @@ fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Re
     Ok(Dims { t, b, h, g, s })
 }
 
+/// Below this many gate values per step the rows run on the calling thread: handing them to
+/// rayon costs more than it saves.
+const PARALLEL_MIN_VALUES: usize = 16 * 1024;
+
+/// Runs `f(i)` once for every row `i < rows`. With several `threads` and enough work
+/// (`rows × values_per_row`), contiguous blocks of rows run on rayon's threads; each row is
+/// computed by the same code either way, so results do not depend on the thread count.
+fn for_each_row(threads: usize, rows: usize, values_per_row: usize, f: impl Fn(usize) + Sync) {
+    if threads <= 1 || rows < 2 || rows * values_per_row < PARALLEL_MIN_VALUES {
+        (0..rows).for_each(f);
+        return;
+    }
+    use rayon::prelude::*;
+    let blocks = threads.min(rows);
+    let per = rows.div_ceil(blocks);
+    (0..blocks)
+        .into_par_iter()
+        .for_each(|k| (k * per..((k + 1) * per).min(rows)).for_each(&f));
+}
+
+/// A buffer of rows handed to [`for_each_row`]'s closure, which takes row `i` as `&mut`.
+#[derive(Clone, Copy)]
+struct RowPtr<T>(*mut T);
+
+// SAFETY: the pointer is only dereferenced through `row`, whose callers guarantee that each row
+// is borrowed by one thread at a time.
+unsafe impl<T: Send> Send for RowPtr<T> {}
+unsafe impl<T: Send> Sync for RowPtr<T> {}
+
+impl<T> RowPtr<T> {
+    /// Row `i` of width `w`.
+    ///
+    /// # Safety
+    /// The buffer must hold at least `(i + 1) * w` values and no other reference to that row
+    /// may be live.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn row(&self, i: usize, w: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(i * w), w)
+    }
+}
+
 fn parallelism() -> gemm::Parallelism {
     let n = candle_core::utils::get_num_threads();
     if n > 1 {
@@ -305,6 +346,7 @@ fn forward<T: Real>(
     w: &[T],
     w_t: &[T],
     save: bool,
+    threads: usize,
 ) -> (Vec<T>, Vec<T>) {
     let Dims { t, b, h, g, s } = d;
     let sw = d.saved_width(kind);
@@ -315,7 +357,12 @@ fn forward<T: Real>(
         Vec::new()
     };
     let mut gh = vec![T::ZERO; b * g];
-    let mut scratch = vec![T::ZERO; sw];
+    // Gate values of the current step when they are not kept.
+    let mut scratch = if save {
+        Vec::new()
+    } else {
+        vec![T::ZERO; b * sw]
+    };
     let bias: Vec<T> = (0..g).map(|j| w[j * (h + 1) + h]).collect();
     let w_t = Mat {
         ptr: w_t.as_ptr(),
@@ -353,22 +400,25 @@ fn forward<T: Real>(
             );
         }
         let gx_t = &gx[step * b * g..(step + 1) * b * g];
-        for i in 0..b {
+        let gh = &gh[..];
+        let sv_step: &mut [T] = if save {
+            &mut saved[step * b * sw..(step + 1) * b * sw]
+        } else {
+            &mut scratch
+        };
+        let (o_ptr, sv_ptr) = (RowPtr(cur.as_mut_ptr()), RowPtr(sv_step.as_mut_ptr()));
+        for_each_row(threads, b, g, |i| {
             let gxr = &gx_t[i * g..(i + 1) * g];
             let ghr = &gh[i * g..(i + 1) * g];
             let hp = &prev[i * s..(i + 1) * s];
-            let o = &mut cur[i * s..(i + 1) * s];
-            let sv: &mut [T] = if save {
-                let at = (step * b + i) * sw;
-                &mut saved[at..at + sw]
-            } else {
-                &mut scratch
-            };
+            // SAFETY: row i of `cur` ([B, S]) and of the step's gate values ([B, SW]) belong to
+            // this call alone (for_each_row visits each row once).
+            let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
             match kind {
                 RnnKind::Gru => gru_gates(h, gxr, ghr, hp, o, sv),
                 RnnKind::Lstm => lstm_gates(h, gxr, ghr, hp, o, sv),
             }
-        }
+        });
     }
     (out, saved)
 }
@@ -512,6 +562,7 @@ fn backward<T: Real>(
     out: &[T],
     saved: &[T],
     grad_out: &[T],
+    threads: usize,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let Dims { t, b, h, g, s } = d;
     let sw = d.saved_width(kind);
@@ -540,20 +591,28 @@ fn backward<T: Real>(
             &out[(step - 1) * b * s..step * b * s]
         };
         let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
-        for i in 0..b {
+        let dgh_t = match kind {
+            RnnKind::Gru => RowPtr(dgh_gru[step * b * g..].as_mut_ptr()),
+            RnnKind::Lstm => RowPtr(std::ptr::null_mut()),
+        };
+        let (dp_ptr, dx_ptr) = (RowPtr(ds_prev.as_mut_ptr()), RowPtr(dgx_t.as_mut_ptr()));
+        let ds_now = &ds[..];
+        for_each_row(threads, b, g, |i| {
             let sv = &saved[(step * b + i) * sw..(step * b + i + 1) * sw];
-            let dsr = &ds[i * s..(i + 1) * s];
+            let dsr = &ds_now[i * s..(i + 1) * s];
             let hp = &prev[i * s..(i + 1) * s];
-            let dp = &mut ds_prev[i * s..(i + 1) * s];
-            let dx = &mut dgx_t[i * g..(i + 1) * g];
+            // SAFETY: row i of ds_prev ([B, S]), of this step's dgx ([B, G]) and of its GRU dgh
+            // ([B, G]) belong to this call alone (for_each_row visits each row once).
+            let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
             match kind {
                 RnnKind::Gru => {
-                    let at = (step * b + i) * g;
-                    gru_grads(h, sv, dsr, hp, dp, dx, &mut dgh_gru[at..at + g]);
+                    // SAFETY: as above; dgh_t is non-null for GRU.
+                    let dgh = unsafe { dgh_t.row(i, g) };
+                    gru_grads(h, sv, dsr, hp, dp, dx, dgh);
                 }
                 RnnKind::Lstm => lstm_grads(h, sv, dsr, hp, dp, dx),
             }
-        }
+        });
         let dgh_t: &[T] = match kind {
             RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
             RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
@@ -668,7 +727,8 @@ impl FusedRnn {
                 d.g
             )));
         }
-        let (out, saved) = forward(self.kind, d, gx, s0, w, w_t, self.save);
+        let threads = candle_core::utils::get_num_threads();
+        let (out, saved) = forward(self.kind, d, gx, s0, w, w_t, self.save, threads);
         if self.save {
             let mut slot = self
                 .saved
@@ -713,6 +773,7 @@ impl FusedRnn {
             contiguous::<T>(cr, lr, "output")?,
             saved,
             contiguous::<T>(cg, lg, "output gradient")?,
+            candle_core::utils::get_num_threads(),
         );
         let dev = Device::Cpu;
         Ok((
@@ -780,6 +841,44 @@ impl CustomOp3 for FusedRnn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows split across threads give bit-identical states and gradients (for a batch large
+    /// enough to take the parallel path).
+    #[test]
+    fn rows_on_several_threads_match_one_thread_bit_for_bit() {
+        for kind in [RnnKind::Gru, RnnKind::Lstm] {
+            let (t, b, h) = (3usize, 64usize, 96usize);
+            let g = kind.gates() * h;
+            let s = match kind {
+                RnnKind::Gru => h,
+                RnnKind::Lstm => 2 * h,
+            };
+            assert!(
+                b * g >= PARALLEL_MIN_VALUES,
+                "the test must take the parallel path"
+            );
+            let d = Dims { t, b, h, g, s };
+            let val = |n: usize, salt: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 160.0)
+                    .collect()
+            };
+            let gx = val(t * b * g, 1);
+            let s0 = val(b * s, 2);
+            let w = val(g * (h + 1), 3);
+            let w_t: Vec<f32> = (0..h * g).map(|k| w[(k % g) * (h + 1) + k / g]).collect();
+            let grad_out = val(t * b * s, 4);
+            let run = |threads: usize| {
+                let (out, saved) = forward(kind, d, &gx, &s0, &w, &w_t, true, threads);
+                let grads = backward(kind, d, &s0, &w, &out, &saved, &grad_out, threads);
+                (out, grads)
+            };
+            let (out1, g1) = run(1);
+            let (out2, g2) = run(2);
+            assert_eq!(out1, out2, "{kind:?} states");
+            assert_eq!(g1, g2, "{kind:?} gradients");
+        }
+    }
 
     #[test]
     fn fast_exp_sigmoid_and_tanh_match_the_library_functions() {
