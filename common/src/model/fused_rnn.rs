@@ -338,6 +338,7 @@ unsafe fn gemm_into<T: Real>(
 }
 
 /// Forward pass; returns the states `[T, B, S]` and (when `save`) the saved gate values.
+#[allow(clippy::too_many_arguments)]
 fn forward<T: Real>(
     kind: RnnKind,
     d: Dims,
