@@ -86,6 +86,8 @@ pub const LEARNER_STEP_SECONDS: &str = "caprl_learner_step_seconds";
 pub const SKIPPED_BATCHES_TOTAL: &str = "caprl_skipped_batches_total";
 /// Gauge: rollout tasks published by the learner and not yet answered (credit in use).
 pub const TASKS_IN_FLIGHT: &str = "caprl_tasks_in_flight";
+/// Counter: times a role lost the broker and started retrying with backoff.
+pub const BUS_OUTAGES_TOTAL: &str = "caprl_bus_outages_total";
 
 const ALL: &[&str] = &[
     INFO,
@@ -114,6 +116,7 @@ const ALL: &[&str] = &[
     LEARNER_STEP_SECONDS,
     SKIPPED_BATCHES_TOTAL,
     TASKS_IN_FLIGHT,
+    BUS_OUTAGES_TOTAL,
 ];
 
 /// Every metric name caprl exports (histograms by base name, without the
