@@ -275,7 +275,7 @@ impl Driver {
                             out.duplicates += 1;
                         }
                     } else if id.0 >= step * k + k && !self.buffer.contains_key(&id) {
-                        self.buffer.insert(id, s);
+                        self.keep_for_later(id, s, &mut out);
                     } else {
                         out.duplicates += 1;
                     }
@@ -345,6 +345,24 @@ impl Driver {
             .used
             .extend(out.scored.iter().map(|s| s.rollout.task_id));
         Ok(out)
+    }
+
+    /// Sync: keeps a result for a later step (a resumed learner finds those of
+    /// its predecessor in JetStream). The buffer holds at most
+    /// `4 · max(tasks_in_flight, K)` results so that a flood of scored
+    /// rollouts for far-off task ids cannot grow memory; the one furthest
+    /// ahead is dropped, and its task is simply issued again at its step
+    /// (sync tasks are deterministic, so the result is the same).
+    fn keep_for_later(&mut self, id: TaskId, s: ScoredRollout, out: &mut Collected) {
+        let cap = 4 * self.opts.tasks_in_flight.max(self.tasks_per_step() as usize);
+        self.buffer.insert(id, s);
+        while self.buffer.len() > cap {
+            if let Some((far, _)) = self.buffer.pop_last() {
+                tracing::debug!("learner: not keeping the result of {far} (buffer full)");
+                tm::count_rejected("buffer_full");
+                out.rejected += 1;
+            }
+        }
     }
 
     /// One pull of scored rollouts: decoded ones are acked and returned,
