@@ -54,7 +54,9 @@ fn roles_ride_out_a_broker_restart_and_the_run_matches_an_uninterrupted_one() {
     // Longer than the bus's 10 s request timeout, so every role sees its
     // operations fail and has to retry rather than merely wait.
     std::thread::sleep(Duration::from_secs(12));
-    server.restart().expect("nats-server restarts on its port and store");
+    server
+        .restart()
+        .expect("nats-server restarts on its port and store");
     assert_eq!(server.port(), port);
 
     let (ok, learner_out) = finish(learner);

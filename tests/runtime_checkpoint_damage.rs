@@ -23,7 +23,12 @@ fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_
         .unwrap()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("ckpt-")
+        })
         .collect();
     dirs.sort();
     assert!(dirs.len() >= 3, "need three checkpoints, have {dirs:?}");
@@ -47,7 +52,9 @@ fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_
     for (file, reason) in [(&flipped, "sha256"), (&truncated, "truncated")] {
         let line = log
             .lines()
-            .find(|l| l.contains("skipping damaged checkpoint") && l.contains(&*file.to_string_lossy()))
+            .find(|l| {
+                l.contains("skipping damaged checkpoint") && l.contains(&*file.to_string_lossy())
+            })
             .unwrap_or_else(|| panic!("{} not reported:\n{log}", file.display()));
         assert!(line.contains(reason), "{line}");
     }

@@ -9,9 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{
-    caprl, final_weights, finish, kill9, sets, spawn, steps, stop, synth, text, Reaper,
-};
+use support::{caprl, final_weights, finish, kill9, sets, spawn, steps, stop, synth, text, Reaper};
 
 /// The number before `label` in `text`, summed over every occurrence.
 fn count(text: &str, label: &str) -> u64 {

@@ -11,7 +11,9 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue};
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
 use caprl_common::wire::{self, Heartbeat, PolicyVersion};
 use support::{caprl, final_weights, finish, sets, spawn, steps, stop, synth, text, Reaper};
 
@@ -114,7 +116,11 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     );
     let metrics = free_port();
     let addr = format!("127.0.0.1:{metrics}");
-    let actor = spawn(&args, &["actor", "--id", "a", "--metrics-addr", &addr], &url);
+    let actor = spawn(
+        &args,
+        &["actor", "--id", "a", "--metrics-addr", &addr],
+        &url,
+    );
     let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
     let learner = spawn(&args, &["learner"], &url);
 
@@ -134,7 +140,10 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     let started = Instant::now();
     // After the learner's start-of-RL purge of leftovers, so every bad message is seen.
     while steps(&run, "rl").is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(60), "the run never started");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     rt.block_on(async {
@@ -155,7 +164,10 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         if left == 0 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "{left} messages never pulled");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{left} messages never pulled"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let actor_metrics = scrape(metrics);

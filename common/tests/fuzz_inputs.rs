@@ -12,8 +12,8 @@ use std::path::Path;
 use caprl_common::config::RunConfig;
 use caprl_common::data::{write_safetensors, Dataset};
 use caprl_common::wire::{
-    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask,
-    ScoredRollout, Sequence, TaskId,
+    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
+    Sequence, TaskId,
 };
 use proptest::prelude::*;
 

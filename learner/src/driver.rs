@@ -354,7 +354,10 @@ impl Driver {
     /// ahead is dropped, and its task is simply issued again at its step
     /// (sync tasks are deterministic, so the result is the same).
     fn keep_for_later(&mut self, id: TaskId, s: ScoredRollout, out: &mut Collected) {
-        let cap = 4 * self.opts.tasks_in_flight.max(self.tasks_per_step() as usize);
+        let cap = 4 * self
+            .opts
+            .tasks_in_flight
+            .max(self.tasks_per_step() as usize);
         self.buffer.insert(id, s);
         while self.buffer.len() > cap {
             if let Some((far, _)) = self.buffer.pop_last() {

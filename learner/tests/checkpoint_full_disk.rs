@@ -45,7 +45,9 @@ fn second_write_fails_and_first_survives(root: &Path, fill: impl FnOnce(), expec
         ["ckpt-0000000001"],
         "the half-written checkpoint was not cleaned up"
     );
-    let ck = checkpoint::latest_valid(root).unwrap().expect("checkpoint 1");
+    let ck = checkpoint::latest_valid(root)
+        .unwrap()
+        .expect("checkpoint 1");
     assert_eq!(ck.step, 1);
     assert_eq!(
         std::fs::read(ck.file("model.safetensors")).unwrap(),
