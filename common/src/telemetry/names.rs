@@ -70,6 +70,8 @@ pub const QUEUE_DEPTH: &str = "caprl_queue_depth_messages";
 pub const REDELIVERIES_TOTAL: &str = "caprl_redeliveries_total";
 /// Counter: messages rejected by the codec or validation (label `reason`).
 pub const REJECTED_MESSAGES_TOTAL: &str = "caprl_rejected_messages_total";
+/// Counter: times a role lost the broker and started retrying with backoff.
+pub const BUS_OUTAGES_TOTAL: &str = "caprl_bus_outages_total";
 /// Gauge: size of the last policy snapshot written (learner) or fetched (actor).
 pub const SNAPSHOT_BYTES: &str = "caprl_snapshot_bytes";
 /// Histogram: seconds to publish a snapshot (learner) or fetch and verify it (actor).
@@ -86,8 +88,6 @@ pub const LEARNER_STEP_SECONDS: &str = "caprl_learner_step_seconds";
 pub const SKIPPED_BATCHES_TOTAL: &str = "caprl_skipped_batches_total";
 /// Gauge: rollout tasks published by the learner and not yet answered (credit in use).
 pub const TASKS_IN_FLIGHT: &str = "caprl_tasks_in_flight";
-/// Counter: times a role lost the broker and started retrying with backoff.
-pub const BUS_OUTAGES_TOTAL: &str = "caprl_bus_outages_total";
 
 const ALL: &[&str] = &[
     INFO,
@@ -108,6 +108,7 @@ const ALL: &[&str] = &[
     QUEUE_DEPTH,
     REDELIVERIES_TOTAL,
     REJECTED_MESSAGES_TOTAL,
+    BUS_OUTAGES_TOTAL,
     SNAPSHOT_BYTES,
     SNAPSHOT_BROADCAST_SECONDS,
     EVAL_SCORE,
@@ -116,7 +117,6 @@ const ALL: &[&str] = &[
     LEARNER_STEP_SECONDS,
     SKIPPED_BATCHES_TOTAL,
     TASKS_IN_FLIGHT,
-    BUS_OUTAGES_TOTAL,
 ];
 
 /// Every metric name caprl exports (histograms by base name, without the
