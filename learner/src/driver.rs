@@ -161,7 +161,11 @@ impl Driver {
     /// Drops everything queued from an earlier run with the same run id.
     pub fn purge(&mut self) -> Result<(), LearnerError> {
         for q in Queue::ALL {
-            self.rt.block_on(self.bus.purge(q)).map_err(bus_err)?;
+            let bus = Arc::clone(&self.bus);
+            self.retry("purging the queues", || {
+                let bus = Arc::clone(&bus);
+                async move { bus.purge(q).await }
+            })?;
         }
         Ok(())
     }
