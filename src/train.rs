@@ -686,10 +686,11 @@ fn save_best(
 }
 
 /// Files every checkpoint carries besides weights and optimizer state: the run
-/// config (so `eval` and `caption` can rebuild the model) and the vocabulary hash.
+/// config (so `eval` and `caption` can rebuild the model; NATS secrets
+/// redacted, a checkpoint gets copied around) and the vocabulary hash.
 fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
     vec![
-        (CONFIG_FILE, cfg.to_toml_string().into_bytes()),
+        (CONFIG_FILE, cfg.redacted().to_toml_string().into_bytes()),
         (VOCAB_HASH_FILE, data.vocab.hash().as_bytes().to_vec()),
     ]
 }

@@ -1,6 +1,7 @@
 //! A NATS server with user/password auth: the right credentials (password
 //! from `CAPRL_NATS_PASSWORD`) reach the run and `caprl status` reports it;
-//! a wrong password fails fast with a clear error instead of hanging.
+//! a wrong password fails fast with a clear error instead of hanging; and the
+//! password shows up in no log, output or file of a whole run.
 
 mod support;
 
@@ -76,14 +77,65 @@ fn right_credentials_work_and_a_wrong_password_is_a_clear_error() {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let (_, actor_out) = stop(actor);
     assert!(
         status.contains("live actors: 1") && status.contains("  a1 "),
-        "{status}\n{actor_out}"
+        "{status}"
     );
     assert!(
         status.contains("run authrun") && status.contains("tasks"),
         "{status}"
     );
-    let _ = finish;
+
+    // A whole run with the password in the learner's config (not the env):
+    // no log line, output or run-dir file carries it.
+    let worker = spawn(&args, &["reward-worker", "--id", "w1"], &url);
+    let mut learner_args = args.clone();
+    learner_args.extend(["--set".into(), "nats.password=\"s3cret\"".into()]);
+    let learner = {
+        std::env::remove_var("CAPRL_NATS_PASSWORD");
+        spawn(&learner_args, &["learner"], &url)
+    };
+    let (ok, learner_out) = finish(learner);
+    let (_, actor_out) = stop(actor);
+    let (_, worker_out) = stop(worker);
+    assert!(ok, "learner failed:\n{learner_out}");
+    let mut leaks = Vec::new();
+    for (name, text) in [
+        ("learner", &learner_out),
+        ("actor", &actor_out),
+        ("worker", &worker_out),
+        ("status", &status),
+        ("wrong-password error", &err.to_string()),
+    ] {
+        if text.contains("s3cret") {
+            leaks.push(name.to_string());
+        }
+    }
+    let run_dir = dir.path().join("run");
+    let files = walk(&run_dir);
+    assert!(
+        files.iter().any(|f| f.ends_with("config.toml")),
+        "the run wrote no checkpoint: {files:?}\n{learner_out}"
+    );
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        if bytes.windows(6).any(|w| w == b"s3cret") {
+            leaks.push(file.display().to_string());
+        }
+    }
+    assert!(leaks.is_empty(), "the password leaks into {leaks:?}");
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

@@ -52,6 +52,14 @@ fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
         ok,
         "resumed learner failed:\n{out}\n{actor_out}\n{worker_out}"
     );
+    // The resumed learner trains each remaining task once: `used` == `distinct`.
+    let used = out
+        .split("task ids used ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no task summary:\n{out}"));
+    let (n, distinct) = used.split_once(" (").unwrap();
+    assert_eq!(format!("{n} distinct)"), distinct, "{out}");
     assert!(
         final_weights(&run) == final_weights(&reference),
         "resumed run differs from the uninterrupted one:\n{out}"

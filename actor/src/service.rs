@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusError, Delivery, Queue, SnapshotMeta};
+use caprl_common::bus::{Backoff, Bus, BusError, Delivery, Queue, SnapshotMeta};
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelError};
 use caprl_common::telemetry;
@@ -165,6 +165,7 @@ pub async fn run(
         version_tx,
     };
     let mut stats = ActorStats::default();
+    let mut backoff = Backoff::default();
     let result = loop {
         if *shutdown.borrow() {
             break Ok(());
@@ -186,6 +187,10 @@ pub async fn run(
         };
         let deliveries = match deliveries {
             Ok(d) => d,
+            Err(e) if e.is_transient() => {
+                ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                continue;
+            }
             Err(e) => break Err(e.into()),
         };
         let mut failed = None;
@@ -199,9 +204,17 @@ pub async fn run(
                 &mut stats,
             )
             .await;
-            if let Err(e) = r {
-                failed = Some(e);
-                break;
+            match r {
+                Ok(()) => backoff.reset(),
+                // The task comes back after ack_wait; a duplicate rollout is de-duplicated.
+                Err(ActorError::Bus(e)) if e.is_transient() => {
+                    ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
         if let Some(e) = failed {
@@ -211,6 +224,24 @@ pub async fn run(
     watcher.abort();
     let _ = heartbeat.await;
     result.map(|()| stats)
+}
+
+/// Waits out a broker outage: logs it once, sleeps the next backoff delay
+/// (or until shutdown).
+async fn ride_out(
+    id: &str,
+    e: &BusError,
+    backoff: &mut Backoff,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    if backoff.failures() == 0 {
+        tracing::warn!("actor {id}: broker unavailable ({e}); retrying with backoff");
+    }
+    let delay = backoff.next_delay();
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = shutdown.changed() => {}
+    }
 }
 
 /// The snapshot held and the ones refused.
@@ -258,6 +289,14 @@ impl SnapshotState {
                 tracing::debug!("actor {} now holds policy v{}", cfg.id, meta.version);
                 let _ = self.version_tx.send(meta.version);
                 self.held = Some(Held { meta, policy });
+            }
+            Err(ActorError::Bus(e)) if e.is_transient() => {
+                // The broker, not the snapshot: try again on the next refresh.
+                tracing::warn!(
+                    "actor {}: cannot fetch snapshot v{} yet ({e})",
+                    cfg.id,
+                    meta.version
+                );
             }
             Err(e) => {
                 tracing::warn!(
@@ -351,6 +390,12 @@ async fn handle_task(
         state
             .wait_for(cfg, bus, newest, need, Duration::from_millis(500), stats)
             .await;
+        if state.version().is_none_or(|v| v < need) {
+            // The watch may have missed it (a broker restart ends the watch): ask the store.
+            if let Some(meta) = bus.latest().await? {
+                state.load(cfg, bus, meta, stats).await;
+            }
+        }
     }
     let Some(held) = state.held.as_ref() else {
         delivery.nak(Some(Duration::from_millis(100))).await?;

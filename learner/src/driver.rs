@@ -18,11 +18,12 @@
 //!   issued again (new task id, current policy) so the credits never run dry.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusError, Queue, SnapshotMeta};
+use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::model::Captioner;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::Readiness;
@@ -162,7 +163,11 @@ impl Driver {
     /// Drops everything queued from an earlier run with the same run id.
     pub fn purge(&mut self) -> Result<(), LearnerError> {
         for q in Queue::ALL {
-            self.rt.block_on(self.bus.purge(q)).map_err(bus_err)?;
+            let bus = Arc::clone(&self.bus);
+            self.retry("purging the queues", || {
+                let bus = Arc::clone(&bus);
+                async move { bus.purge(q).await }
+            })?;
         }
         Ok(())
     }
@@ -180,10 +185,11 @@ impl Driver {
         }
         let started = Instant::now();
         let bytes = Bytes::from(model.to_safetensors()?);
-        let meta = self
-            .rt
-            .block_on(self.bus.put_snapshot(version, bytes))
-            .map_err(bus_err)?;
+        let bus = Arc::clone(&self.bus);
+        let meta = self.retry("publishing a snapshot", || {
+            let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
+            async move { bus.put_snapshot(version, bytes).await }
+        })?;
         tm::record_snapshot(meta.bytes, started.elapsed());
         tm::set_policy_version(version);
         if let Some(old) = version.checked_sub(self.opts.keep_snapshots + 1) {
@@ -220,9 +226,11 @@ impl Driver {
     fn issue(&mut self, task: &RolloutTask) -> Result<(), LearnerError> {
         let bytes = wire::encode(task, self.opts.max_message_bytes)
             .map_err(|e| LearnerError::Invalid(format!("encoding {}: {e}", task.task_id)))?;
-        self.rt
-            .block_on(self.bus.publish(Queue::Tasks, Bytes::from(bytes)))
-            .map_err(bus_err)?;
+        let (bus, bytes) = (Arc::clone(&self.bus), Bytes::from(bytes));
+        self.retry("publishing a task", || {
+            let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
+            async move { bus.publish(Queue::Tasks, bytes).await }
+        })?;
         self.outstanding.insert(task.task_id);
         tm::set_tasks_in_flight(self.outstanding.len() as u64);
         Ok(())
@@ -274,7 +282,7 @@ impl Driver {
                             out.duplicates += 1;
                         }
                     } else if id.0 >= step * k + k && !self.buffer.contains_key(&id) {
-                        self.buffer.insert(id, s);
+                        self.keep_for_later(id, s, &mut out);
                     } else {
                         out.duplicates += 1;
                     }
@@ -346,6 +354,27 @@ impl Driver {
         Ok(out)
     }
 
+    /// Sync: keeps a result for a later step (a resumed learner finds those of
+    /// its predecessor in JetStream). The buffer holds at most
+    /// `4 · max(tasks_in_flight, K)` results so that a flood of scored
+    /// rollouts for far-off task ids cannot grow memory; the one furthest
+    /// ahead is dropped, and its task is simply issued again at its step
+    /// (sync tasks are deterministic, so the result is the same).
+    fn keep_for_later(&mut self, id: TaskId, s: ScoredRollout, out: &mut Collected) {
+        let cap = 4 * self
+            .opts
+            .tasks_in_flight
+            .max(self.tasks_per_step() as usize);
+        self.buffer.insert(id, s);
+        while self.buffer.len() > cap {
+            if let Some((far, _)) = self.buffer.pop_last() {
+                tracing::debug!("learner: not keeping the result of {far} (buffer full)");
+                tm::count_rejected("buffer_full");
+                out.rejected += 1;
+            }
+        }
+    }
+
     /// One pull of scored rollouts: decoded ones are acked and returned,
     /// undecodable ones termed and counted.
     fn pull(&mut self, out: &mut Collected) -> Result<Vec<ScoredRollout>, LearnerError> {
@@ -357,12 +386,17 @@ impl Driver {
         }
         let bus = Arc::clone(&self.bus);
         let limit = self.opts.max_message_bytes;
-        let mut stop = self.shutdown.clone();
+        let stop = self.shutdown.clone();
+        let deliveries = self.retry("pulling scored rollouts", || {
+            let (bus, mut stop) = (Arc::clone(&bus), stop.clone());
+            async move {
+                tokio::select! {
+                    d = bus.pull(Queue::Scored, 64, Duration::from_millis(250)) => d,
+                    _ = stop.changed() => Ok(Vec::new()),
+                }
+            }
+        })?;
         let result = self.rt.block_on(async move {
-            let deliveries = tokio::select! {
-                d = bus.pull(Queue::Scored, 64, Duration::from_millis(250)) => d?,
-                _ = stop.changed() => Vec::new(),
-            };
             let mut good = Vec::new();
             let (mut rejected, mut redelivered) = (0u64, 0u64);
             for d in deliveries {
@@ -372,7 +406,10 @@ impl Driver {
                 }
                 match wire::decode::<ScoredRollout>(d.payload(), limit) {
                     Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
-                        d.ack().await?;
+                        // Kept even if the ack is lost: the redelivery is a counted duplicate.
+                        if let Err(e) = d.ack().await {
+                            tracing::warn!("learner: ack of {} failed ({e})", s.rollout.task_id);
+                        }
                         good.push(s);
                     }
                     Ok(s) => {
@@ -384,22 +421,49 @@ impl Driver {
                         );
                         tm::count_rejected("bad_payload");
                         rejected += 1;
-                        d.term().await?;
+                        term(d).await;
                     }
                     Err(e) => {
                         tracing::warn!("learner: rejecting a scored message: {e}");
                         tm::count_rejected(reject_label(&e));
                         rejected += 1;
-                        d.term().await?;
+                        term(d).await;
                     }
                 }
             }
-            Ok::<_, BusError>((good, rejected, redelivered))
+            (good, rejected, redelivered)
         });
-        let (good, rejected, redelivered) = result.map_err(bus_err)?;
+        let (good, rejected, redelivered) = result;
         out.rejected += rejected;
         out.redeliveries += redelivered;
         Ok(good)
+    }
+
+    /// Runs the bus operation `op` until it succeeds; a broker outage
+    /// (transient error) is waited out with backoff until shutdown.
+    fn retry<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LearnerError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, BusError>>,
+    {
+        let mut backoff = Backoff::default();
+        loop {
+            match self.rt.block_on(op()) {
+                Ok(v) => {
+                    if backoff.failures() > 0 {
+                        tracing::info!("learner: broker back after {} retries", backoff.failures());
+                    }
+                    return Ok(v);
+                }
+                Err(e) if e.is_transient() && !*self.shutdown.borrow() => {
+                    if backoff.failures() == 0 {
+                        tracing::warn!("learner: {what} failed ({e}); retrying with backoff");
+                    }
+                    std::thread::sleep(backoff.next_delay());
+                }
+                Err(e) => return Err(bus_err(e)),
+            }
+        }
     }
 
     /// Depth of each queue, recorded as gauges.
@@ -409,6 +473,13 @@ impl Driver {
                 tm::set_queue_depth(q.name(), d);
             }
         }
+    }
+}
+
+/// Terms a bad message; if the term is lost, it comes back and is termed again.
+async fn term(d: caprl_common::bus::Delivery) {
+    if let Err(e) = d.term().await {
+        tracing::warn!("learner: term of a bad message failed ({e})");
     }
 }
 

@@ -172,3 +172,24 @@ fn async_step_drops_rollouts_beyond_the_lag_bound() {
     assert_eq!(used, 6);
     assert!(dropped >= 5, "dropped {dropped}");
 }
+
+#[test]
+fn a_flood_of_results_for_far_off_steps_is_not_buffered_without_bound() {
+    let mut f = fixture(true);
+    // 10,000 well-formed results for later steps arrive before step 0.
+    f.rt.block_on(async {
+        for id in 2..10_002 {
+            f.bus.publish(Queue::Scored, scored(id, 7)).await.unwrap();
+        }
+    });
+    let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0)]);
+    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3]).unwrap();
+    // The buffer keeps 4 · max(tasks_in_flight 8, K 2) = 32, the nearest ones.
+    assert_eq!(step0.rejected, 10_000 - 32);
+    for step in 1..20 {
+        let got = f.driver.collect(step, 7, &[0, 1, 2, 3]).unwrap();
+        let ids: Vec<u64> = got.scored.iter().map(|s| s.rollout.task_id.0).collect();
+        assert_eq!(ids, vec![2 * step, 2 * step + 1]);
+    }
+    roles.abort();
+}

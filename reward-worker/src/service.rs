@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusError, Delivery, Queue};
+use caprl_common::bus::{Backoff, Bus, BusError, Delivery, Queue};
 use caprl_common::telemetry;
 use caprl_common::wire::{self, Heartbeat, PolicyVersion, Rollout};
 use tokio::sync::watch;
@@ -50,6 +50,7 @@ pub async fn run(
 ) -> Result<WorkerStats, WorkerError> {
     let heartbeat = spawn_heartbeat(Arc::clone(&bus), cfg.id.clone(), shutdown.clone());
     let mut stats = WorkerStats::default();
+    let mut backoff = Backoff::default();
     let result = loop {
         if *shutdown.borrow() {
             break Ok(());
@@ -60,13 +61,25 @@ pub async fn run(
         };
         let deliveries = match deliveries {
             Ok(d) => d,
+            Err(e) if e.is_transient() => {
+                ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                continue;
+            }
             Err(e) => break Err(e.into()),
         };
         let mut failed = None;
         for d in deliveries {
-            if let Err(e) = handle(&cfg, bus.as_ref(), d, &mut stats).await {
-                failed = Some(e);
-                break;
+            match handle(&cfg, bus.as_ref(), d, &mut stats).await {
+                Ok(()) => backoff.reset(),
+                // The rollout comes back after ack_wait; the learner drops a duplicate score.
+                Err(WorkerError::Bus(e)) if e.is_transient() => {
+                    ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
             }
         }
         if let Some(e) = failed {
@@ -75,6 +88,24 @@ pub async fn run(
     };
     let _ = heartbeat.await;
     result.map(|()| stats)
+}
+
+/// Waits out a broker outage: logs it once, sleeps the next backoff delay
+/// (or until shutdown).
+async fn ride_out(
+    id: &str,
+    e: &BusError,
+    backoff: &mut Backoff,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    if backoff.failures() == 0 {
+        tracing::warn!("reward worker {id}: broker unavailable ({e}); retrying with backoff");
+    }
+    let delay = backoff.next_delay();
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        _ = shutdown.changed() => {}
+    }
 }
 
 fn spawn_heartbeat(

@@ -21,6 +21,7 @@ use caprl_common::bus::{
 use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use futures::StreamExt;
 
+use super::bench_all;
 use super::{write_stdout, Global};
 use crate::roles;
 
@@ -34,6 +35,8 @@ pub struct Args {
 pub enum What {
     /// In-process vs NATS iterations/s, snapshot broadcast latency, rollout throughput.
     Transport(TransportArgs),
+    /// The whole benchmark set in one table with ratios (`--json` for tracking).
+    All(bench_all::AllArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +56,10 @@ pub struct TransportArgs {
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let What::Transport(args) = args.what;
+    let args = match args.what {
+        What::Transport(a) => a,
+        What::All(a) => return bench_all::run(a, global),
+    };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {
         let (inproc, nats) = training(global)?;
@@ -116,23 +122,23 @@ fn training(global: &Global) -> Result<(f64, f64)> {
         if !status.success() {
             bail!("caprl {} failed ({status})", sub.join(" "));
         }
-        rates.push(rl_rate(&run_dir)?);
+        rates.push(rl_rate(&run_dir, "rl")?);
     }
     Ok((rates[0], rates[1]))
 }
 
-/// RL steps per second between the first and the last RL step of a run log.
-fn rl_rate(run_dir: &Path) -> Result<f64> {
+/// Steps per second of `phase` between its first and last step in a run log.
+pub(super) fn rl_rate(run_dir: &Path, phase: &str) -> Result<f64> {
     let log = caprl_common::telemetry::read_run_log(&run_dir.join("run.jsonl"))?;
     let times: Vec<u64> = log
         .steps
         .iter()
-        .filter(|s| s.phase == "rl")
+        .filter(|s| s.phase == phase)
         .map(|s| s.unix_ms)
         .collect();
     if times.len() < 3 {
         bail!(
-            "too few RL steps in {} to time (raise train.rl_epochs)",
+            "too few {phase} steps in {} to time (raise train.{phase}_epochs)",
             run_dir.display()
         );
     }
@@ -143,7 +149,11 @@ fn rl_rate(run_dir: &Path) -> Result<f64> {
 /// Repetitions of each snapshot measurement.
 const TRIALS: u64 = 3;
 
-async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Duration, Duration)> {
+pub(super) async fn snapshot_broadcast(
+    url: &str,
+    mb: usize,
+    actors: usize,
+) -> Result<(Duration, Duration)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-snapshot");
     let nc = NatsConnect::to_url(url);
     let data = Bytes::from(
@@ -228,7 +238,7 @@ async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Dura
     Ok((broadcast, raw))
 }
 
-async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
+pub(super) async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-rollouts");
     let nc = NatsConnect::to_url(url);
     let producer = NatsBus::connect(&nc, &opts).await?;

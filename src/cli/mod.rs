@@ -6,6 +6,7 @@
 //! async code build their own tokio runtime.
 
 mod actor_cmd;
+mod bench_all;
 mod bench_cmd;
 mod caption_cmd;
 mod config_cmd;
@@ -96,7 +97,7 @@ pub enum Command {
     Local(local_cmd::Args),
     /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
     Status(status_cmd::Args),
-    /// Benchmarks: `bench transport` (in-process vs NATS, snapshot broadcast, rollout throughput).
+    /// Benchmarks: `bench all` (every benchmark, one table; `--json`), `bench transport`.
     Bench(bench_cmd::Args),
 }
 

@@ -15,6 +15,7 @@
 //! KV bucket `caprl-<run>-control`, object store `caprl-<run>-snapshots`.
 //! [`LocalNatsServer`] starts a private `nats-server` for tests and single-machine runs.
 
+mod backoff;
 mod connect;
 mod error;
 mod inproc;
@@ -30,6 +31,7 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use backoff::Backoff;
 pub use connect::connect_options;
 pub use error::BusError;
 pub use inproc::InProcBus;

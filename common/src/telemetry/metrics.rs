@@ -91,6 +91,10 @@ pub fn describe_all() {
         "Messages delivered again after their ack deadline, per queue."
     );
     describe_counter!(
+        BUS_OUTAGES_TOTAL,
+        "Times this process lost the broker and retried with backoff."
+    );
+    describe_counter!(
         REJECTED_MESSAGES_TOTAL,
         "Messages rejected as undecodable or invalid, per reason."
     );
@@ -256,4 +260,9 @@ pub fn set_tasks_in_flight(n: u64) {
 pub(crate) fn set_info() {
     gauge!(names::INFO, LABEL_VERSION => env!("CARGO_PKG_VERSION")).set(1.0);
     gauge!(START_TIME).set(unix_ms_now() as f64 / 1000.0);
+}
+
+/// Any role: the broker stopped answering and the role started retrying.
+pub fn count_bus_outage() {
+    counter!(BUS_OUTAGES_TOTAL).increment(1);
 }

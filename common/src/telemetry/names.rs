@@ -70,6 +70,8 @@ pub const QUEUE_DEPTH: &str = "caprl_queue_depth_messages";
 pub const REDELIVERIES_TOTAL: &str = "caprl_redeliveries_total";
 /// Counter: messages rejected by the codec or validation (label `reason`).
 pub const REJECTED_MESSAGES_TOTAL: &str = "caprl_rejected_messages_total";
+/// Counter: times a role lost the broker and started retrying with backoff.
+pub const BUS_OUTAGES_TOTAL: &str = "caprl_bus_outages_total";
 /// Gauge: size of the last policy snapshot written (learner) or fetched (actor).
 pub const SNAPSHOT_BYTES: &str = "caprl_snapshot_bytes";
 /// Histogram: seconds to publish a snapshot (learner) or fetch and verify it (actor).
@@ -110,6 +112,7 @@ const ALL: &[&str] = &[
     QUEUE_DEPTH,
     REDELIVERIES_TOTAL,
     REJECTED_MESSAGES_TOTAL,
+    BUS_OUTAGES_TOTAL,
     SNAPSHOT_BYTES,
     SNAPSHOT_BROADCAST_SECONDS,
     EVAL_SCORE,

@@ -1,0 +1,264 @@
+//! Bad input everywhere, as property tests (cargo-fuzz needs a nightly
+//! toolchain CI does not have): random and mutated bytes fed to the wire
+//! codec, the config parser, the data set readers (Karpathy JSON, custom CSV
+//! and JSON) and the features reader (safetensors) give a value or an error,
+//! never a panic or a runaway allocation.
+//!
+//! Each property runs `CAPRL_FUZZ_CASES` cases (default 64): a CI smoke by
+//! default, a longer hunt with e.g. `CAPRL_FUZZ_CASES=100000`.
+
+use std::path::Path;
+
+use caprl_common::config::RunConfig;
+use caprl_common::data::{write_safetensors, Dataset};
+use caprl_common::wire::{
+    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
+    Sequence, TaskId,
+};
+use proptest::prelude::*;
+
+const LIMIT: usize = 1 << 20;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("CAPRL_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// One way of damaging bytes.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip { at: usize, bit: u8 },
+    Set { at: usize, byte: u8 },
+    Truncate { at: usize },
+    Insert { at: usize, bytes: Vec<u8> },
+    Remove { at: usize, len: usize },
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
+        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Set { at, byte }),
+        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
+            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+        (any::<usize>(), 1usize..32).prop_map(|(at, len)| Mutation::Remove { at, len }),
+    ]
+}
+
+fn mutate(bytes: &[u8], muts: &[Mutation]) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    for m in muts {
+        let n = b.len();
+        match m {
+            Mutation::Flip { at, bit } if n > 0 => b[at % n] ^= 1 << bit,
+            Mutation::Set { at, byte } if n > 0 => b[at % n] = *byte,
+            Mutation::Truncate { at } => b.truncate(at % (n + 1)),
+            Mutation::Insert { at, bytes } => {
+                let at = at % (n + 1);
+                b.splice(at..at, bytes.iter().copied());
+            }
+            Mutation::Remove { at, len } if n > 0 => {
+                let at = at % n;
+                b.drain(at..(at + len).min(n));
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+fn task() -> RolloutTask {
+    RolloutTask {
+        task_id: TaskId(7),
+        policy_version: PolicyVersion(3),
+        min_version: PolicyVersion(2),
+        image_rows: vec![0, 5, 9],
+        samples: 5,
+        temperature: 1.0,
+        top_k: 0,
+        greedy: true,
+        beam: 0,
+        seed: 42,
+        with_gt: false,
+    }
+}
+
+fn rollout() -> Rollout {
+    Rollout {
+        task_id: TaskId(7),
+        policy_version: PolicyVersion(3),
+        actor_id: "actor-1".into(),
+        sequences: vec![Sequence {
+            image_row: 5,
+            kind: DecodeKind::Sample,
+            tokens: vec![4, 8, 15, 16, 23, 42, 0],
+            logprobs: vec![-0.5; 7],
+        }],
+        decode_seconds: 0.25,
+    }
+}
+
+fn scored() -> ScoredRollout {
+    ScoredRollout {
+        rollout: rollout(),
+        rewards: vec![RewardVector {
+            total: 0.75,
+            components: vec![("cider".into(), 0.75)],
+        }],
+    }
+}
+
+fn heartbeat() -> Heartbeat {
+    Heartbeat {
+        role: "actor".into(),
+        id: "a1".into(),
+        policy_version: PolicyVersion(3),
+        unix_ms: 1_700_000_000_000,
+    }
+}
+
+/// Decodes `bytes` as every message type; a panic fails the property.
+fn decode_all(bytes: &[u8]) {
+    let _ = wire::decode::<RolloutTask>(bytes, LIMIT);
+    let _ = wire::decode::<Rollout>(bytes, LIMIT);
+    let _ = wire::decode::<ScoredRollout>(bytes, LIMIT);
+    let _ = wire::decode::<Heartbeat>(bytes, LIMIT);
+    let _ = wire::decode::<wire::SnapshotMeta>(bytes, LIMIT);
+}
+
+/// A small valid custom data set: captions in `name` (CSV or JSON), fc
+/// features in safetensors.
+fn write_dataset(dir: &Path, name: &str, captions: &[u8]) {
+    std::fs::write(dir.join(name), captions).unwrap();
+    let ids: Vec<String> = ["11", "12", "13", "14"].map(String::from).to_vec();
+    let fc: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+    write_safetensors(dir, &ids, &fc, 3, None).unwrap();
+}
+
+const CSV: &str = "image_id,split,caption\n11,train,A red cube.\n12,train,\"A blue ball, rolling\"\n13,val,a green cone\n14,test,a yellow star\n";
+const CUSTOM_JSON: &str = r#"[{"image_id": "11", "split": "train", "caption": "A red cube."},
+ {"image_id": 12, "split": "train", "caption": "a blue ball"},
+ {"image_id": "13", "split": "val", "caption": "a green cone"},
+ {"image_id": "14", "split": "test", "caption": "a yellow star"}]"#;
+const KARPATHY_JSON: &str = r#"{"dataset": "coco", "images": [
+ {"imgid": 0, "cocoid": 11, "filename": "a.jpg", "split": "train", "sentences": [{"raw": "A red cube.", "tokens": []}]},
+ {"imgid": 1, "cocoid": 12, "filename": "b.jpg", "split": "restval", "sentences": [{"raw": "a blue ball", "tokens": []}]},
+ {"imgid": 2, "cocoid": 13, "filename": "c.jpg", "split": "val", "sentences": [{"raw": "a green cone", "tokens": []}]},
+ {"imgid": 3, "cocoid": 14, "filename": "d.jpg", "split": "test", "sentences": [{"raw": "a yellow star", "tokens": []}]}]}"#;
+
+/// Opens the data set in `dir`; when it opens, reads every feature row too.
+fn open_and_read(dir: &Path) {
+    if let Ok(ds) = Dataset::open(dir) {
+        for split in [&ds.train, &ds.val, &ds.test] {
+            let rows: Vec<usize> = split.iter().map(|i| i.row).collect();
+            let _ = ds.fc_rows(&rows);
+        }
+    }
+}
+
+#[test]
+fn valid_samples_decode_and_open() {
+    // The seeds the properties mutate are themselves valid.
+    let t = wire::encode(&task(), LIMIT).unwrap();
+    assert_eq!(wire::decode::<RolloutTask>(&t, LIMIT).unwrap(), task());
+    let r = wire::encode(&rollout(), LIMIT).unwrap();
+    assert_eq!(wire::decode::<Rollout>(&r, LIMIT).unwrap(), rollout());
+    let s = wire::encode(&scored(), LIMIT).unwrap();
+    assert_eq!(wire::decode::<ScoredRollout>(&s, LIMIT).unwrap(), scored());
+    let h = wire::encode(&heartbeat(), LIMIT).unwrap();
+    assert_eq!(wire::decode::<Heartbeat>(&h, LIMIT).unwrap(), heartbeat());
+    for (name, text) in [
+        ("captions.csv", CSV),
+        ("captions.json", CUSTOM_JSON),
+        ("captions.json", KARPATHY_JSON),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), name, text.as_bytes());
+        Dataset::open(dir.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    RunConfig::from_toml_str(&default_toml(), "default.toml").unwrap();
+}
+
+fn default_toml() -> String {
+    RunConfig::default().to_toml_string()
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn wire_decode_never_panics_on_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+        decode_all(&bytes);
+        // Behind a valid header too, so the payload decoder sees the bytes.
+        let mut framed = wire::MAGIC.to_vec();
+        framed.extend(wire::SCHEMA_VERSION.to_be_bytes());
+        for kind in 1u8..=5 {
+            let mut f = framed.clone();
+            f.push(kind);
+            f.extend((bytes.len() as u32).to_be_bytes());
+            f.extend(&bytes);
+            decode_all(&f);
+        }
+    }
+
+    #[test]
+    fn wire_decode_never_panics_on_mutated_messages(
+        which in 0usize..4,
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let valid = match which {
+            0 => wire::encode(&task(), LIMIT).unwrap(),
+            1 => wire::encode(&rollout(), LIMIT).unwrap(),
+            2 => wire::encode(&scored(), LIMIT).unwrap(),
+            _ => wire::encode(&heartbeat(), LIMIT).unwrap(),
+        };
+        decode_all(&mutate(&valid, &muts));
+    }
+
+    #[test]
+    fn config_parser_never_panics_on_random_or_mutated_text(
+        random in ".{0,200}",
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let _ = RunConfig::from_toml_str(&random, "random.toml");
+        let mutated = mutate(default_toml().as_bytes(), &muts);
+        let text = String::from_utf8_lossy(&mutated);
+        if let Err(e) = RunConfig::from_toml_str(&text, "mutated.toml") {
+            prop_assert!(!e.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn dataset_readers_never_panic_on_mutated_captions(
+        which in 0usize..3,
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let (name, text) = [
+            ("captions.csv", CSV),
+            ("captions.json", CUSTOM_JSON),
+            ("captions.json", KARPATHY_JSON),
+        ][which];
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), name, &mutate(text.as_bytes(), &muts));
+        open_and_read(dir.path());
+    }
+
+    #[test]
+    fn features_reader_never_panics_on_mutated_safetensors(
+        muts in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        write_dataset(dir.path(), "captions.csv", CSV.as_bytes());
+        let path = dir.path().join("features.safetensors");
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, mutate(&bytes, &muts)).unwrap();
+        open_and_read(dir.path());
+    }
+}

@@ -1,0 +1,50 @@
+//! `caprl bench all --json` runs every benchmark of the set at a tiny size and
+//! prints one JSON row per benchmark, with a reference and a ratio where
+//! there is one (figures only; speed is not asserted).
+
+mod support;
+
+use support::{caprl, text};
+
+#[test]
+fn bench_all_json_has_every_row_with_positive_figures() {
+    let out = caprl()
+        .args([
+            "bench",
+            "all",
+            "--json",
+            "--snapshot-mb",
+            "1",
+            "--rollouts",
+            "200",
+            "--score-images",
+            "500",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}\n{}", text(&out)));
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    for want in [
+        "CIDEr-D",
+        "decoding",
+        "XE learner step",
+        "SCST iteration",
+        "snapshot",
+        "rollouts",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(want)),
+            "no `{want}` row in {names:?}"
+        );
+    }
+    for r in &rows {
+        assert!(r["ours"].as_f64().unwrap() > 0.0, "{r}");
+        if let Some(ratio) = r["ratio"].as_f64() {
+            assert!(ratio > 0.0 && r["reference"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    let with_reference = rows.iter().filter(|r| r["ratio"].is_number()).count();
+    assert!(with_reference >= 2, "{rows:?}");
+}

@@ -1,0 +1,201 @@
+//! Hostile traffic during a run: 10,000 bad messages (random bytes, the wrong
+//! message kind for the subject, truncated envelopes, a future schema
+//! version) are published on every work subject while the learner, an actor
+//! and a reward worker train. No role panics or stops; every bad message is
+//! rejected and counted by reason (`caprl_rejected_messages_total`) by the
+//! role that pulls it, and the run ends with exactly the weights of a quiet run.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+use caprl_common::wire::{self, Heartbeat, PolicyVersion};
+use support::{caprl, final_weights, finish, sets, spawn, steps, stop, synth, text, Reaper};
+
+const BAD: usize = 10_000;
+const LIMIT: usize = 8 << 20;
+
+/// The number before `label` in `text`, summed over every occurrence.
+fn count(text: &str, label: &str) -> u64 {
+    text.match_indices(label)
+        .filter_map(|(i, _)| {
+            text[..i]
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// Bad message number `i`: one of four kinds of damage, all undecodable.
+fn bad_message(i: usize) -> Bytes {
+    let hb = wire::encode(
+        &Heartbeat {
+            role: "intruder".into(),
+            id: format!("x{i}"),
+            policy_version: PolicyVersion(i as u64),
+            unix_ms: 0,
+        },
+        LIMIT,
+    )
+    .unwrap();
+    // A cheap deterministic byte stream (xorshift).
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    let bytes = match i % 4 {
+        0 => {
+            let n = 1 + next() as usize;
+            let mut b: Vec<u8> = (0..n).map(|_| next()).collect();
+            b[0] = b'X';
+            b
+        }
+        // A heartbeat is a valid envelope, but not a task, rollout or score.
+        1 => hb,
+        2 => hb[..hb.len() - 1 - (next() as usize % (hb.len() - 1))].to_vec(),
+        _ => {
+            let mut b = hb;
+            b[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
+            b
+        }
+    };
+    Bytes::from(bytes)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharmed() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let extra = ["runtime.ack_wait_secs=2"];
+
+    let reference = dir.path().join("reference");
+    let out = caprl()
+        .arg("train")
+        .args(sets(&data, &reference, 2, &extra))
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    let run = dir.path().join("run");
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let url = server.url();
+    let args = sets(&data, &run, 2, &extra);
+    // One warning per rejected message would fill the roles' output pipes:
+    // keep the summaries (target `caprl`), drop the per-message warnings.
+    std::env::set_var(
+        "RUST_LOG",
+        "warn,caprl=info,caprl_actor=error,caprl_reward_worker=error,caprl_learner=error",
+    );
+    let metrics = free_port();
+    let addr = format!("127.0.0.1:{metrics}");
+    let actor = spawn(
+        &args,
+        &["actor", "--id", "a", "--metrics-addr", &addr],
+        &url,
+    );
+    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
+    let learner = spawn(&args, &["learner"], &url);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus = rt
+        .block_on(NatsBus::connect(
+            &NatsConnect::to_url(&url),
+            &BusOptions {
+                ack_wait_secs: 2,
+                ..BusOptions::for_run("default")
+            },
+        ))
+        .unwrap();
+    let started = Instant::now();
+    // After the learner's start-of-RL purge of leftovers, so every bad message is seen.
+    while steps(&run, "rl").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the run never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.block_on(async {
+        for i in 0..BAD {
+            let q = Queue::ALL[i % 3];
+            bus.publish(q, bad_message(i / 3)).await.unwrap();
+        }
+    });
+
+    let (ok, learner_out) = finish(learner);
+    assert!(ok, "learner failed:\n{learner_out}");
+    // Let the actor and the worker finish their queues, then count.
+    let started = Instant::now();
+    loop {
+        let left = rt.block_on(async {
+            bus.depth(Queue::Tasks).await.unwrap() + bus.depth(Queue::Rollouts).await.unwrap()
+        });
+        if left == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{left} messages never pulled"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let actor_metrics = scrape(metrics);
+    let unread_scored = rt.block_on(bus.depth(Queue::Scored)).unwrap();
+    let (ok_a, actor_out) = stop(actor);
+    let (ok_w, worker_out) = stop(worker);
+    let all = format!("{learner_out}\n--- actor\n{actor_out}\n--- worker\n{worker_out}");
+    assert!(ok_a && ok_w, "a role failed:\n{all}");
+    assert!(!all.contains("panicked"), "{all}");
+
+    let rejected = count(&all, " rejected");
+    assert_eq!(
+        rejected + unread_scored,
+        BAD as u64,
+        "{unread_scored} scored messages unread:\n{all}"
+    );
+    for reason in ["bad_magic", "wrong_kind", "truncated", "unknown_version"] {
+        assert!(
+            actor_metrics.contains(&format!("reason=\"{reason}\"")),
+            "actor metrics lack reason {reason}:\n{actor_metrics}"
+        );
+    }
+    assert!(
+        learner_out.contains("task ids used 32 (32 distinct)"),
+        "{all}"
+    );
+    assert!(
+        final_weights(&run) == final_weights(&reference),
+        "the flooded run differs from the quiet one:\n{all}"
+    );
+}

@@ -1,0 +1,137 @@
+//! Bounded memory: while a sync run trains, 4,000 well-formed scored
+//! rollouts (about 16 KB each) for far-off task ids are published on the
+//! scored subject — producers outpacing the learner by far. The learner pulls
+//! them all, keeps only a bounded few, and its resident memory stays flat
+//! (grows by less than half the flood); the run is unharmed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+use caprl_common::wire::{
+    self, DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
+};
+use support::{finish, sets, spawn, steps, stop, synth, Reaper};
+
+const FLOOD: u64 = 4_000;
+
+/// Resident set size of process `pid`, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("learner alive");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kb * 1024
+}
+
+/// A scored rollout for task `id` (far beyond the run) of about 16 KB.
+fn far_off(id: u64) -> Bytes {
+    let s = ScoredRollout {
+        rollout: Rollout {
+            task_id: TaskId(id),
+            policy_version: PolicyVersion(1),
+            actor_id: "flood".into(),
+            sequences: vec![Sequence {
+                image_row: 0,
+                kind: DecodeKind::Sample,
+                tokens: (0..2048).map(|t| 100_000 + t).collect(),
+                logprobs: vec![-0.5; 2048],
+            }],
+            decode_seconds: 0.0,
+        },
+        rewards: vec![RewardVector {
+            total: 0.0,
+            components: Vec::new(),
+        }],
+    };
+    Bytes::from(wire::encode(&s, 8 << 20).unwrap())
+}
+
+#[test]
+fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let url = server.url();
+    let args = sets(&data, &run, 2, &["runtime.ack_wait_secs=5"]);
+    // A slow actor keeps the learner busy while the flood is pulled.
+    let actor = spawn(&args, &["actor", "--id", "a", "--delay-ms", "400"], &url);
+    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
+    let learner = spawn(&args, &["learner"], &url);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus = rt
+        .block_on(NatsBus::connect(
+            &NatsConnect::to_url(&url),
+            &BusOptions::for_run("default"),
+        ))
+        .unwrap();
+    let started = Instant::now();
+    // After the learner's start-of-RL purge, so the whole flood reaches it.
+    while steps(&run, "rl").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "RL never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = rss(learner.id());
+    rt.block_on(async {
+        for i in 0..FLOOD {
+            bus.publish(Queue::Scored, far_off(1_000_000 + i))
+                .await
+                .unwrap();
+        }
+    });
+    let mut peak = before;
+    loop {
+        peak = peak.max(rss(learner.id()));
+        if rt.block_on(bus.depth(Queue::Scored)).unwrap() == 0 {
+            break;
+        }
+        assert!(
+            steps(&run, "rl").len() < 8,
+            "the run ended before the learner pulled the flood; slow the actor down"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    peak = peak.max(rss(learner.id()));
+
+    let (ok, learner_out) = finish(learner);
+    let (_, actor_out) = stop(actor);
+    let (_, worker_out) = stop(worker);
+    assert!(
+        ok,
+        "learner failed:\n{learner_out}\n{actor_out}\n{worker_out}"
+    );
+    assert!(
+        learner_out.contains("task ids used 32 (32 distinct)"),
+        "{learner_out}"
+    );
+    let flood_bytes = FLOOD * far_off(0).len() as u64;
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "learner RSS {} -> {} MB (peak) under a {} MB flood",
+        before >> 20,
+        peak >> 20,
+        flood_bytes >> 20
+    );
+    assert!(
+        grew < flood_bytes / 2,
+        "learner RSS grew by {} MB under a {} MB flood",
+        grew >> 20,
+        flood_bytes >> 20
+    );
+}
