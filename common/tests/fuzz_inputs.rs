@@ -87,6 +87,7 @@ fn task() -> RolloutTask {
         beam: 0,
         seed: 42,
         with_gt: false,
+        mc_rollouts: 3,
     }
 }
 
@@ -95,12 +96,23 @@ fn rollout() -> Rollout {
         task_id: TaskId(7),
         policy_version: PolicyVersion(3),
         actor_id: "actor-1".into(),
-        sequences: vec![Sequence {
-            image_row: 5,
-            kind: DecodeKind::Sample,
-            tokens: vec![4, 8, 15, 16, 23, 42, 0],
-            logprobs: vec![-0.5; 7],
-        }],
+        sequences: vec![
+            Sequence {
+                image_row: 5,
+                kind: DecodeKind::Sample,
+                tokens: vec![4, 8, 15, 16, 23, 42, 0],
+                logprobs: vec![-0.5; 7],
+            },
+            Sequence {
+                image_row: 5,
+                kind: DecodeKind::Completion {
+                    sample: 0,
+                    prefix_len: 2,
+                },
+                tokens: vec![4, 8, 9, 2],
+                logprobs: vec![-0.25; 4],
+            },
+        ],
         decode_seconds: 0.25,
     }
 }
@@ -108,10 +120,16 @@ fn rollout() -> Rollout {
 fn scored() -> ScoredRollout {
     ScoredRollout {
         rollout: rollout(),
-        rewards: vec![RewardVector {
-            total: 0.75,
-            components: vec![("cider".into(), 0.75)],
-        }],
+        rewards: vec![
+            RewardVector {
+                total: 0.75,
+                components: vec![("cider".into(), 0.75)],
+            },
+            RewardVector {
+                total: 0.5,
+                components: vec![("cider".into(), 0.5)],
+            },
+        ],
     }
 }
 

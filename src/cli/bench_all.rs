@@ -259,6 +259,7 @@ fn decoding(sets: &[String]) -> Result<Row> {
         beam: 0,
         seed: 1,
         with_gt: false,
+        mc_rollouts: 0,
     };
     let t = best_of_3(|| {
         caprl_actor::rollout(&policy, PolicyVersion(0), &data, &task, "bench")?;
