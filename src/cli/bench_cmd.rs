@@ -34,6 +34,8 @@ pub struct Args {
 pub enum What {
     /// In-process vs NATS iterations/s, snapshot broadcast latency, rollout throughput.
     Transport(TransportArgs),
+    /// Captioner speed per device and dtype: XE and SCST steps, decode tokens/s, snapshots.
+    Model(super::bench_model::ModelArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +55,10 @@ pub struct TransportArgs {
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let What::Transport(args) = args.what;
+    let args = match args.what {
+        What::Transport(a) => a,
+        What::Model(a) => return super::bench_model::run(a),
+    };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {
         let (inproc, nats) = training(global)?;

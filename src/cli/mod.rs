@@ -7,7 +7,9 @@
 
 mod actor_cmd;
 mod bench_cmd;
+mod bench_model;
 mod caption_cmd;
+mod compute_args;
 mod config_cmd;
 mod data_cmd;
 mod eval_cmd;
@@ -96,7 +98,8 @@ pub enum Command {
     Local(local_cmd::Args),
     /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
     Status(status_cmd::Args),
-    /// Benchmarks: `bench transport` (in-process vs NATS, snapshot broadcast, rollout throughput).
+    /// Benchmarks: `bench transport` (in-process vs NATS, snapshot broadcast, rollout throughput),
+    /// `bench model` (XE/SCST steps and decoding per device and dtype).
     Bench(bench_cmd::Args),
 }
 

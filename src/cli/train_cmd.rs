@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 use crate::{roles, setup, train};
 
@@ -15,9 +16,8 @@ pub struct Args {
     /// Continue from the newest valid checkpoint in the checkpoint dir.
     #[arg(long)]
     pub resume: bool,
-    /// Compute device (same as --set device=...): cpu or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 /// The config with the command's shortcut flags applied as `--set` overrides,
@@ -25,15 +25,13 @@ pub struct Args {
 pub(crate) fn config_with(
     global: &Global,
     objective: Option<&str>,
-    device: Option<&str>,
+    compute: &ComputeArgs,
 ) -> Result<caprl_common::config::RunConfig> {
     let mut sets = global.sets.clone();
     if let Some(o) = objective {
         sets.push(format!("train.objective={o:?}"));
     }
-    if let Some(d) = device {
-        sets.push(format!("device={d:?}"));
-    }
+    sets.extend(compute.sets());
     Ok(caprl_common::config::RunConfig::load(
         global.config.as_deref(),
         &sets,
@@ -41,7 +39,7 @@ pub(crate) fn config_with(
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
+    let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let device = setup::device(&cfg)?;
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
