@@ -31,8 +31,9 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = args.compute.load_config(global)?;
-    let data = Arc::new(setup::open_data(&cfg, false)?);
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = Arc::new(setup::open_data(&cfg, false)?);
     let id = args.id.unwrap_or_else(roles::default_id);
     let mut actor = roles::actor_config(&cfg, data, device, id.clone())?;
     actor.delay = Duration::from_millis(args.delay_ms);

@@ -30,8 +30,9 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = args.compute.load_config(global)?;
-    let data = Arc::new(setup::open_data(&cfg, true)?);
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = Arc::new(setup::open_data(&cfg, true)?);
     let rt = roles::runtime()?;
     let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &Queue::ALL))?;
     let (_metrics, readiness) =

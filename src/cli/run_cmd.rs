@@ -42,8 +42,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if cfg.train.objective == Objective::Xe {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
-    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let started = std::time::Instant::now();
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         train::train(&cfg, &data, &device, false, driver)

@@ -40,8 +40,9 @@ pub(crate) fn config_with(
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
-    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         train::train(&cfg, &data, &device, args.resume, driver)
     })?;
