@@ -162,6 +162,7 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
 fn bf16_training_raises_validation_cider() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path(), 160);
+    // The bf16 twin of trainer_xe.rs's test; bf16 has no fast path on the CPU, so it is slower.
     let mut cfg = tiny_model(&data, 64, DType::BF16);
     cfg.dropout = 0.1;
     let mut t = trainer(&cfg, 3);
