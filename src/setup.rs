@@ -44,6 +44,16 @@ pub fn device(cfg: &RunConfig) -> Result<Device> {
     Ok(parse_device(&cfg.device.to_string())?)
 }
 
+/// The dtype of the forward passes named by the config's `dtype` key. Master weights, optimizer
+/// moments and checkpoints stay f32 whatever it is.
+pub fn compute_dtype(d: config::Dtype) -> DType {
+    match d {
+        config::Dtype::F32 => DType::F32,
+        config::Dtype::Bf16 => DType::BF16,
+        config::Dtype::F16 => DType::F16,
+    }
+}
+
 /// The captioner's shape: the `[model]` section plus what the data set fixes.
 pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConfig> {
     let kind = match cfg.model.kind {
@@ -72,6 +82,7 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
         att: data.att_shape(),
         max_len: cfg.data.max_len as usize,
         dtype: DType::F32,
+        compute_dtype: compute_dtype(cfg.dtype),
     };
     c.validate()?;
     Ok(c)

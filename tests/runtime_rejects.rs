@@ -68,6 +68,7 @@ fn setup(run: &str) -> Setup {
         att: data.att_shape(),
         max_len: 16,
         dtype: DType::F32,
+        compute_dtype: DType::F32,
     };
     Setup {
         _dir: dir,

@@ -14,6 +14,7 @@ fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
     cfg.max_len = 5;
     cfg.dropout = 0.0;
     cfg.dtype = DType::F64;
+    cfg.compute_dtype = DType::F64;
     cfg
 }
 

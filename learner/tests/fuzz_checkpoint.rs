@@ -37,6 +37,7 @@ fn model_cfg() -> CaptionerConfig {
         att: None,
         max_len: 6,
         dtype: DType::F32,
+        compute_dtype: DType::F32,
     }
 }
 

@@ -7,11 +7,14 @@ use anyhow::{Context, Result};
 use caprl_common::bus::Queue;
 use tokio::sync::watch;
 
+use super::compute_args::ComputeArgs;
 use super::Global;
 use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// NATS server URL (overrides nats.url).
     #[arg(long)]
     pub nats_url: Option<String>,
@@ -27,9 +30,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let cfg = global.load_config()?;
-    let data = Arc::new(setup::open_data(&cfg, false)?);
+    let cfg = args.compute.load_config(global)?;
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = Arc::new(setup::open_data(&cfg, false)?);
     let id = args.id.unwrap_or_else(roles::default_id);
     let mut actor = roles::actor_config(&cfg, data, device, id.clone())?;
     actor.delay = Duration::from_millis(args.delay_ms);

@@ -228,7 +228,7 @@ fn pycocoevalcap_rate(images: usize) -> Option<f64> {
     }
     let out = Command::new("python3")
         .arg(script)
-        .args(["--images", &images.to_string()])
+        .args(["--images", &images.to_string(), "--reference-only"])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);

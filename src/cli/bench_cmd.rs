@@ -37,6 +37,8 @@ pub enum What {
     Transport(TransportArgs),
     /// The whole benchmark set in one table with ratios (`--json` for tracking).
     All(bench_all::AllArgs),
+    /// Captioner speed per device and dtype: XE and SCST steps, decode tokens/s, snapshots.
+    Model(super::bench_model::ModelArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,6 +61,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let args = match args.what {
         What::Transport(a) => a,
         What::All(a) => return bench_all::run(a, global),
+        What::Model(a) => return super::bench_model::run(a),
     };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {

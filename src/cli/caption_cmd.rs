@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use caprl_common::model::{BeamOptions, Inputs, EOS};
 
+use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 use crate::train;
 
@@ -20,14 +21,16 @@ pub struct Args {
     /// Beam width; 1 = greedy.
     #[arg(long, default_value_t = 3)]
     pub beam: usize,
-    /// Compute device: cpu or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 pub fn run(args: Args, _global: &Global) -> Result<()> {
-    let device = caprl_common::model::parse_device(&args.device)?;
-    let loaded = train::load_checkpoint(&args.checkpoint, None, &device)?;
+    let device = args.compute.device_or_cpu()?;
+    let mut loaded = train::load_checkpoint(&args.checkpoint, None, &device)?;
+    if let Some(dtype) = args.compute.compute_dtype() {
+        loaded.model.set_compute_dtype(dtype)?;
+    }
     let cfg = loaded.model.config().clone();
     let tensors = candle_core::safetensors::load(&args.features, &candle_core::Device::Cpu)
         .with_context(|| {

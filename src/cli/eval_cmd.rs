@@ -7,6 +7,7 @@ use caprl_common::data::SplitName;
 use caprl_common::model::Lookahead;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 
+use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 use crate::train;
 
@@ -38,14 +39,16 @@ pub struct Args {
     /// decode.lookahead_lambda of the checkpoint's config.
     #[arg(long, value_name = "LAMBDA")]
     pub lookahead: Option<f32>,
-    /// Compute device: cpu or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 pub fn run(args: Args, _global: &Global) -> Result<()> {
-    let device = caprl_common::model::parse_device(&args.device)?;
-    let loaded = train::load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    let device = args.compute.device_or_cpu()?;
+    let mut loaded = train::load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    if let Some(dtype) = args.compute.compute_dtype() {
+        loaded.model.set_compute_dtype(dtype)?;
+    }
     let split: SplitName = args
         .split
         .parse()

@@ -8,11 +8,14 @@ use caprl_common::bus::Queue;
 use caprl_learner::driver::Driver;
 use tokio::sync::watch;
 
+use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 use crate::{roles, setup, train};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// NATS server URL (overrides nats.url).
     #[arg(long)]
     pub nats_url: Option<String>,
@@ -29,9 +32,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let cfg = global.load_config()?;
-    let data = Arc::new(setup::open_data(&cfg, true)?);
+    let cfg = args.compute.load_config(global)?;
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = Arc::new(setup::open_data(&cfg, true)?);
     let rt = roles::runtime()?;
     let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &Queue::ALL))?;
     let (_metrics, readiness) =

@@ -8,7 +8,9 @@
 mod actor_cmd;
 mod bench_all;
 mod bench_cmd;
+mod bench_model;
 mod caption_cmd;
+mod compute_args;
 mod config_cmd;
 mod data_cmd;
 mod eval_cmd;
@@ -97,7 +99,9 @@ pub enum Command {
     Local(local_cmd::Args),
     /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
     Status(status_cmd::Args),
-    /// Benchmarks: `bench all` (every benchmark, one table; `--json`), `bench transport`.
+    /// Benchmarks: `bench all` (every benchmark, one table; `--json`), `bench transport`
+    /// (in-process vs NATS, snapshot broadcast, rollout throughput), `bench model` (XE/SCST
+    /// steps and decoding per device and dtype).
     Bench(bench_cmd::Args),
 }
 

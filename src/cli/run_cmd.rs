@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use caprl_common::config::Objective;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 
+use super::compute_args::ComputeArgs;
 use super::train_cmd::config_with;
 use super::{write_stdout, Global};
 use crate::{roles, setup, train};
@@ -18,9 +19,8 @@ pub struct Args {
     /// mc-pg, actor-critic.
     #[arg(long)]
     pub objective: Option<String>,
-    /// Compute device (same as --set device=...): cpu or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
     /// Print the table as JSON as well, to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -39,12 +39,13 @@ const TABLE: [(&str, &str); 8] = [
 ];
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
+    let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
     if cfg.train.objective == Objective::Xe {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
-    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let started = std::time::Instant::now();
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         train::train(&cfg, &data, &device, false, None, driver)

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 use crate::{roles, setup, train};
 
@@ -19,9 +20,8 @@ pub struct Args {
     /// run's `best-xe`); it is also the reference model of `train.kl_coef`.
     #[arg(long, value_name = "CHECKPOINT")]
     pub start_from: Option<PathBuf>,
-    /// Compute device (same as --set device=...): cpu or cuda:N.
-    #[arg(long)]
-    pub device: Option<String>,
+    #[command(flatten)]
+    pub compute: ComputeArgs,
 }
 
 /// The config with the command's shortcut flags applied as `--set` overrides,
@@ -29,15 +29,13 @@ pub struct Args {
 pub(crate) fn config_with(
     global: &Global,
     objective: Option<&str>,
-    device: Option<&str>,
+    compute: &ComputeArgs,
 ) -> Result<caprl_common::config::RunConfig> {
     let mut sets = global.sets.clone();
     if let Some(o) = objective {
         sets.push(format!("train.objective={o:?}"));
     }
-    if let Some(d) = device {
-        sets.push(format!("device={d:?}"));
-    }
+    sets.extend(compute.sets());
     Ok(caprl_common::config::RunConfig::load(
         global.config.as_deref(),
         &sets,
@@ -45,9 +43,10 @@ pub(crate) fn config_with(
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let cfg = config_with(global, args.objective.as_deref(), args.device.as_deref())?;
-    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
+    let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
+    // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         train::train(
             &cfg,

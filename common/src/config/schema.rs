@@ -19,7 +19,8 @@ pub struct RunConfig {
     pub seed: u64,
     /// `cpu` or `cuda:N`.
     pub device: DeviceSpec,
-    /// Floating-point type of the model weights.
+    /// Floating-point type of the learner's and actors' forward passes. Master weights,
+    /// optimizer moments, snapshots and checkpoints stay f32.
     pub dtype: Dtype,
     /// Run log, config copy and (by default) checkpoints live here.
     pub run_dir: String,
@@ -54,7 +55,7 @@ impl Default for RunConfig {
     }
 }
 
-/// Weight dtype: `f32`, `bf16` or `f16`.
+/// Compute dtype: `f32`, `bf16` or `f16`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Dtype {

@@ -7,7 +7,7 @@
 //! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
 //! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
 
-use candle_core::{Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
 
 use super::attention::{attend, AttKeys, AttWeights};
@@ -46,7 +46,7 @@ impl Inputs {
                 b * cfg.fc_dim
             )));
         }
-        let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.dtype)?;
+        let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.compute_dtype)?;
         let att = match (cfg.kind, cfg.att, att) {
             (ModelKind::Att, Some((r, d)), Some(a)) => {
                 if a.len() != b * r * d {
@@ -55,7 +55,7 @@ impl Inputs {
                         a.len()
                     )));
                 }
-                Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.dtype)?)
+                Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.compute_dtype)?)
             }
             (ModelKind::Att, _, None) => {
                 return Err(ModelError::Input(
@@ -272,16 +272,33 @@ impl Captioner {
         &self.varmap
     }
 
-    /// Transposes (and for decoding detaches) every weight once for a pass.
+    /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
+    pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        let mut cfg = self.cfg.clone();
+        cfg.compute_dtype = dtype;
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
+    /// Casts (to the compute dtype), transposes and, for decoding, detaches every weight once
+    /// for a pass. The cast is a graph node when not detached, so the gradient of a bf16/f16
+    /// pass reaches the f32 parameters (`∂L/∂w = cast(∂L/∂w_bf16)`); with the parameters'
+    /// own dtype it is the identity.
     pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
-        let d = |t: &Tensor| if detach { t.detach() } else { t.clone() };
+        let compute = self.cfg.compute_dtype;
+        let d = |t: &Tensor| -> Result<Tensor> {
+            let t = if detach { t.detach() } else { t.clone() };
+            Ok(t.to_dtype(compute)?)
+        };
         // Decoding (and the att model's step loop) reads the transposed weights at every step:
         // copy them once, contiguous. The fc model's teacher-forced pass reads each once: the
         // transposed view is enough (the gemm packs it anyway).
         let per_step = detach || self.cfg.kind == ModelKind::Att;
         let tt = |t: &Tensor| -> Result<Tensor> {
+            let t = d(t)?;
             if detach {
-                transposed_copy(t)
+                transposed_copy(&t)
             } else if per_step {
                 Ok(t.t()?.contiguous()?)
             } else {
@@ -289,19 +306,20 @@ impl Captioner {
             }
         };
         // Weights read once per pass (encoder, word projection): a view is enough.
-        let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t).t()?) };
+        let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t)?.t()?) };
         let p = &self.p;
-        // PAD and BOS are never emitted: a large negative constant on their logits.
+        // PAD and BOS are never emitted: a large negative constant on their logits (finite in
+        // f16, whose largest value is 65504: an infinite logit would make `0 · log p` NaN).
+        let never = if compute == DType::F16 { -1e4 } else { -1e9 };
         let mut ban = vec![0f32; self.cfg.vocab_size];
-        ban[PAD as usize] = -1e9;
-        ban[BOS as usize] = -1e9;
-        let ban =
-            Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(self.cfg.dtype)?;
+        ban[PAD as usize] = never;
+        ban[BOS as usize] = never;
+        let ban = Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(compute)?;
         let mut att = None;
         if let Some(a) = &p.att {
             att = Some((
                 once(&a.feat_w)?,
-                d(&a.feat_b),
+                d(&a.feat_b)?,
                 tt(&a.ctx_w)?,
                 AttWeights {
                     w_hid_t: tt(&a.hid_w)?,
@@ -310,29 +328,30 @@ impl Captioner {
             ));
         }
         Ok(Prepared {
-            embed: d(&p.embed),
+            embed: d(&p.embed)?,
             w_ih0_t: once(&p.rnn[0].w_ih)?,
-            b_ih0: d(&p.rnn[0].b_ih),
+            b_ih0: d(&p.rnn[0].b_ih)?,
             w_fc0_t: once(&p.fc_w)?,
             upper: p.rnn[1..]
                 .iter()
-                .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih))))
+                .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih)?)))
                 .collect::<Result<_>>()?,
+            // The fused layer takes only CPU f32/f64: other dtypes and devices get the step loop.
             cells: p
                 .rnn
                 .iter()
-                .map(|r| CellWeights::new(&d(&r.w_hh), &d(&r.b_hh)))
+                .map(|r| CellWeights::new(&d(&r.w_hh)?, &d(&r.b_hh)?))
                 .collect::<Result<_>>()?,
             img_w_t: once(&p.img_w)?,
-            img_b: d(&p.img_b),
+            img_b: d(&p.img_b)?,
             init: p
                 .init
                 .iter()
-                .map(|(w, b)| Ok((once(w)?, d(b))))
+                .map(|(w, b)| Ok((once(w)?, d(b)?)))
                 .collect::<Result<_>>()?,
             att,
             logit_w_t: tt(&p.logit_w)?,
-            logit_b: d(&p.logit_b).add(&ban)?,
+            logit_b: d(&p.logit_b)?.add(&ban)?,
         })
     }
 
@@ -344,6 +363,11 @@ impl Captioner {
         detach: bool,
     ) -> Result<(Encoded, Vec<LayerState>)> {
         let x = if detach { x.detach() } else { x.clone() };
+        let compute = self.cfg.compute_dtype;
+        let x = Inputs {
+            fc: x.fc.to_dtype(compute)?,
+            att: x.att.map(|a| a.to_dtype(compute)).transpose()?,
+        };
         if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
             return Err(ModelError::Input(format!(
                 "fc features have dim {}, the model expects {}",

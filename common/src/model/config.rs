@@ -51,8 +51,14 @@ pub struct CaptionerConfig {
     pub att: Option<(usize, usize)>,
     /// Maximum caption words, excluding BOS/EOS (decoders emit at most `max_len + 1` tokens).
     pub max_len: usize,
-    /// Parameter dtype (f32 normally; f64 for gradient checks).
+    /// Dtype of the parameters (the master weights the optimizer updates and checkpoints
+    /// store): f32 normally, f64 for gradient checks.
     pub dtype: DType,
+    /// Dtype of the forward passes (learner and actors): f32, bf16 or f16 (f64 for gradient
+    /// checks). Each pass casts the weights to it once, in [`Captioner`](super::Captioner)'s
+    /// weight preparation, so gradients flow back through the cast into the `dtype` parameters.
+    /// Log-softmax and everything after it run in `dtype`.
+    pub compute_dtype: DType,
 }
 
 impl CaptionerConfig {
@@ -76,6 +82,7 @@ impl CaptionerConfig {
             att,
             max_len: 16,
             dtype: DType::F32,
+            compute_dtype: DType::F32,
         }
     }
 
@@ -129,14 +136,22 @@ impl CaptionerConfig {
                 "must be in 1..=64",
             );
         }
+        if !matches!(self.dtype, DType::F32 | DType::F64) {
+            return bad(
+                "model parameter dtype",
+                format!("{:?}", self.dtype),
+                "must be f32 or f64 (lower precision is set with `dtype`, the compute dtype; \
+                 master weights stay f32)",
+            );
+        }
         if !matches!(
-            self.dtype,
+            self.compute_dtype,
             DType::F32 | DType::F64 | DType::BF16 | DType::F16
         ) {
             return bad(
                 "dtype",
-                format!("{:?}", self.dtype),
-                "must be f32, f64, bf16 or f16",
+                format!("{:?}", self.compute_dtype),
+                "must be f32, bf16 or f16",
             );
         }
         if self.kind == ModelKind::Att {

@@ -73,6 +73,11 @@ impl Captioner {
     }
 
     /// Feeds `tokens` (one per live row) and returns the next-token logits `[rows, V]` on the host.
+    ///
+    /// This is the one device-to-host copy per decoding step, and the algorithm needs it: the
+    /// token choice draws from the seeded host RNG (Gumbel-max, so a seed gives the same samples
+    /// on every device), and EOS, row compaction, trigram blocking and the beam's bookkeeping
+    /// are decided per row on the host.
     pub(crate) fn step_logits(
         &self,
         dw: &DecodeWeights,

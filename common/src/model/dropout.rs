@@ -7,6 +7,10 @@ use super::rng::CaprlRng;
 
 /// `x ⊙ m / (1 - p)` with `m ~ Bernoulli(1 - p)` drawn from `rng`; identity when `rng` is `None`
 /// (evaluation) or `p == 0`.
+///
+/// The mask is drawn on the host and copied to `x`'s device (once per call; in a two-layer att
+/// model's training pass, once per step): the seeded host RNG is what makes a run reproducible
+/// and identical across devices.
 pub(crate) fn dropout(x: &Tensor, p: f32, rng: Option<&mut CaprlRng>) -> Result<Tensor> {
     match rng {
         Some(rng) if p > 0.0 => {

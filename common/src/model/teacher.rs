@@ -62,6 +62,8 @@ impl Captioner {
                 x.batch_size()?
             )));
         }
+        // The tokens come to the host once per pass (not per step): to check them against the
+        // vocabulary and to build the time-major input ids.
         let host = seqs.to_vec2::<u32>()?;
         let v = self.cfg.vocab_size as u32;
         if let Some(bad) = host.iter().flatten().find(|&&w| w >= v) {
@@ -98,10 +100,12 @@ impl Captioner {
         let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
         let logits = add_row_bias(&out.reshape((b * t, ()))?.matmul(&w.logit_w_t)?, &w.logit_b)?
             .reshape((b, t, ()))?;
-        let logprobs_full = log_softmax(&logits, D::Minus1)?;
+        // Log-softmax and the losses after it in the parameters' dtype (f32): a bf16
+        // log-sum-exp over the vocabulary loses the small log-probabilities the losses need.
+        let logprobs_full = log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?;
         Ok(TeacherForced {
             logprobs_full,
-            hidden,
+            hidden: hidden.to_dtype(self.cfg.dtype)?,
         })
     }
 

@@ -7,19 +7,28 @@ use candle_core::{CpuStorage, DType, Storage, Tensor, Var};
 use super::error::Result;
 
 /// The global L2 norm of the gradients of `vars` (vars without a gradient count as zero).
+///
+/// Off the CPU the squares are summed on the device and read back once per step: the host needs
+/// the norm to decide clipping and whether to skip a non-finite batch.
 pub fn grad_norm(grads: &GradStore, vars: &[Var]) -> Result<f64> {
     let mut sq = 0f64;
+    let mut on_device: Option<Tensor> = None;
     for v in vars {
         if let Some(g) = grads.get(v.as_tensor()) {
-            sq += match host_sum_sq(g) {
-                Some(s) => s,
-                None => g
-                    .to_dtype(DType::F64)?
-                    .sqr()?
-                    .sum_all()?
-                    .to_scalar::<f64>()?,
-            };
+            match host_sum_sq(g) {
+                Some(s) => sq += s,
+                None => {
+                    let s = g.to_dtype(DType::F64)?.sqr()?.sum_all()?;
+                    on_device = Some(match on_device {
+                        Some(acc) => (acc + s)?,
+                        None => s,
+                    });
+                }
+            }
         }
+    }
+    if let Some(s) = on_device {
+        sq += s.to_scalar::<f64>()?;
     }
     Ok(sq.sqrt())
 }

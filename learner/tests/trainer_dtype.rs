@@ -1,0 +1,261 @@
+//! Lower-precision forward passes (`dtype = "bf16" | "f16"`) on the CPU: the learner's XE and SCST
+//! steps agree with f32 on the same batch, bf16 training still learns, and checkpoints (always
+//! f32) move between bf16 and f32 runs.
+
+use std::path::Path;
+
+use caprl_common::data::{synth, Dataset, Item, SynthConfig};
+use caprl_common::model::{
+    CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind, SampleOptions,
+};
+use caprl_common::optim::AdamWParams;
+use caprl_learner::eval::{evaluate, EvalOptions};
+use caprl_learner::{checkpoint, PgTargets, StepOptions, Trainer};
+
+/// Largest relative difference of a bf16 step's loss from f32's on the same batch and weights
+/// (bf16 keeps 8 significant bits: 2⁻⁸ ≈ 0.4% per rounding).
+const BF16_LOSS_TOL: f32 = 5e-3;
+/// The same for f16 (11 significant bits).
+const F16_LOSS_TOL: f32 = 1e-3;
+/// Largest relative difference of the gradient norm.
+const GRAD_NORM_TOL: f32 = 0.1;
+
+fn tiny_data(dir: &Path, train: usize) -> Dataset {
+    let out = dir.join("synth");
+    synth(
+        &out,
+        &SynthConfig {
+            seed: 7,
+            train,
+            val: 40,
+            test: 8,
+            progress: false,
+        },
+    )
+    .unwrap();
+    Dataset::open(&out).unwrap()
+}
+
+fn tiny_model(data: &Dataset, hidden: usize, compute: DType) -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
+    cfg.embed = 32;
+    cfg.hidden = hidden;
+    cfg.dropout = 0.0;
+    cfg.compute_dtype = compute;
+    cfg
+}
+
+fn opts(lr: f64) -> StepOptions {
+    StepOptions {
+        lr,
+        grad_clip: 2.0,
+        label_smoothing: 0.0,
+        entropy_coef: 0.0,
+        kl_coef: 0.0,
+        value_lr: 1e-3,
+    }
+}
+
+fn trainer(cfg: &CaptionerConfig, seed: u64) -> Trainer {
+    Trainer::new(
+        Captioner::new(cfg, &Device::Cpu, seed).unwrap(),
+        AdamWParams::default(),
+        5,
+    )
+    .unwrap()
+}
+
+fn rel(a: f32, b: f32) -> f32 {
+    (a - b).abs() / b.abs().max(1e-6)
+}
+
+/// Every parameter of the model, and every optimizer moment in a checkpoint, is f32.
+fn assert_all_f32(model: &Captioner) {
+    for (name, var) in model.varmap().data().lock().unwrap().iter() {
+        assert_eq!(var.dtype(), DType::F32, "parameter {name} is not f32");
+    }
+}
+
+#[test]
+fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path(), 16);
+    let items: Vec<&Item> = data.train.items.iter().take(8).collect();
+    let f32_cfg = tiny_model(&data, 48, DType::F32);
+
+    // The SCST batch: 4 samples per image from the f32 model, fixed advantages.
+    let sampler = Captioner::new(&f32_cfg, &Device::Cpu, 3).unwrap();
+    let rows: Vec<usize> = items.iter().map(|it| it.row).collect();
+    let x = caprl_common::model::inputs_for_rows(&data, &rows, &f32_cfg, &Device::Cpu).unwrap();
+    let samples = sampler
+        .sample(
+            &x,
+            &SampleOptions {
+                n_per_input: 4,
+                temperature: 1.0,
+                top_k: 0,
+                max_len: f32_cfg.max_len,
+            },
+            &mut CaprlRng::new(9),
+        )
+        .unwrap();
+    let seq_rows: Vec<usize> = rows
+        .iter()
+        .flat_map(|&r| std::iter::repeat_n(r, 4))
+        .collect();
+    let advantages: Vec<f32> = (0..seq_rows.len())
+        .map(|i| ((i % 5) as f32 - 2.0) * 0.3)
+        .collect();
+
+    let mut reference = trainer(&f32_cfg, 3);
+    let xe32 = reference.xe_step(&data, &items, opts(1e-3)).unwrap();
+    let mut reference = trainer(&f32_cfg, 3);
+    let pg32 = reference
+        .pg_step(
+            &data,
+            &seq_rows,
+            &samples.tokens,
+            PgTargets::Sequence(&advantages),
+            opts(1e-3),
+        )
+        .unwrap();
+    assert!(!xe32.skipped && !pg32.skipped);
+
+    for (dtype, tol) in [(DType::BF16, BF16_LOSS_TOL), (DType::F16, F16_LOSS_TOL)] {
+        let cfg = tiny_model(&data, 48, dtype);
+        let mut t = trainer(&cfg, 3);
+        let xe = t.xe_step(&data, &items, opts(1e-3)).unwrap();
+        // The step updated the f32 master weights through the cast.
+        assert_all_f32(&t.model);
+        let mut t = trainer(&cfg, 3);
+        let pg = t
+            .pg_step(
+                &data,
+                &seq_rows,
+                &samples.tokens,
+                PgTargets::Sequence(&advantages),
+                opts(1e-3),
+            )
+            .unwrap();
+        eprintln!(
+            "{dtype:?}: XE loss {:.6} vs f32 {:.6} (rel {:.2e}), grad norm {:.4} vs {:.4}; \
+             SCST loss {:.6} vs f32 {:.6} (rel {:.2e}), grad norm {:.4} vs {:.4}",
+            xe.loss,
+            xe32.loss,
+            rel(xe.loss, xe32.loss),
+            xe.grad_norm,
+            xe32.grad_norm,
+            pg.loss,
+            pg32.loss,
+            rel(pg.loss, pg32.loss),
+            pg.grad_norm,
+            pg32.grad_norm
+        );
+        assert!(!xe.skipped && !pg.skipped, "{dtype:?} step was skipped");
+        assert_eq!(xe.tokens, xe32.tokens);
+        assert!(
+            rel(xe.loss, xe32.loss) < tol,
+            "{dtype:?} XE loss {} is not within {tol} of f32's {}",
+            xe.loss,
+            xe32.loss
+        );
+        assert!(
+            rel(pg.loss, pg32.loss) < tol,
+            "{dtype:?} SCST loss {} is not within {tol} of f32's {}",
+            pg.loss,
+            pg32.loss
+        );
+        assert!(rel(xe.grad_norm, xe32.grad_norm) < GRAD_NORM_TOL);
+        assert!(rel(pg.grad_norm, pg32.grad_norm) < GRAD_NORM_TOL);
+        // Not the f32 pass by accident: lower precision changes the loss a little.
+        assert_ne!(xe.loss, xe32.loss, "{dtype:?} gave f32's loss bit for bit");
+    }
+}
+
+#[test]
+fn bf16_training_raises_validation_cider() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path(), 160);
+    // The bf16 twin of trainer_xe.rs's test; bf16 has no fast path on the CPU, so it is slower.
+    let mut cfg = tiny_model(&data, 64, DType::BF16);
+    cfg.dropout = 0.1;
+    let mut t = trainer(&cfg, 3);
+    let eval_opts = EvalOptions {
+        beam: 1,
+        samples: 0,
+        ..EvalOptions::default()
+    };
+    let before = evaluate(&t.model, &data, &data.val.items, &eval_opts).unwrap();
+    let mut losses = Vec::new();
+    while t.state.step < 60 {
+        let Some(idx) = t.next_batch(data.train.items.len(), 16) else {
+            continue;
+        };
+        let items: Vec<&Item> = idx.iter().map(|&i| &data.train.items[i]).collect();
+        losses.push(t.xe_step(&data, &items, opts(3e-3)).unwrap().loss);
+    }
+    let after = evaluate(&t.model, &data, &data.val.items, &eval_opts).unwrap();
+    let head: f32 = losses[..5].iter().sum::<f32>() / 5.0;
+    let tail: f32 = losses[losses.len() - 5..].iter().sum::<f32>() / 5.0;
+    let (c0, c1) = (before.metrics["cider_d"], after.metrics["cider_d"]);
+    eprintln!("bf16: XE loss {head:.3} → {tail:.3}, val CIDEr-D {c0:.3} → {c1:.3}");
+    assert!(
+        tail < 0.7 * head,
+        "bf16 XE loss did not fall: {head:.3} → {tail:.3}"
+    );
+    assert!(
+        c1 > c0 + 0.3,
+        "bf16 training did not raise validation CIDEr-D by 0.3: {c0:.3} → {c1:.3}"
+    );
+    assert_all_f32(&t.model);
+}
+
+#[test]
+fn checkpoints_from_a_bf16_run_load_into_an_f32_run_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path(), 24);
+    let bf16 = tiny_model(&data, 24, DType::BF16);
+    let f32_cfg = tiny_model(&data, 24, DType::F32);
+    let items: Vec<&Item> = data.train.items.iter().take(8).collect();
+    let adam = AdamWParams::default();
+
+    let mut a = trainer(&bf16, 1);
+    for _ in 0..3 {
+        a.xe_step(&data, &items, opts(3e-3)).unwrap();
+    }
+    let root = tmp.path().join("ck");
+    let ck = a.save(&root, 3, &[]).unwrap();
+    // Weights and optimizer moments on disk are f32.
+    for file in ["model.safetensors", "optim.safetensors"] {
+        let tensors = candle_core::safetensors::load(ck.file(file), &Device::Cpu).unwrap();
+        assert!(!tensors.is_empty());
+        for (name, t) in &tensors {
+            assert_eq!(t.dtype(), DType::F32, "{file}: {name} is not f32");
+        }
+    }
+
+    // Into an f32 run: the same weights, and it trains on.
+    let mut b = Trainer::restore(&ck, &f32_cfg, &Device::Cpu, adam, 5).unwrap();
+    assert_eq!(b.model.config().compute_dtype, DType::F32);
+    assert_eq!(
+        a.model.to_safetensors().unwrap(),
+        b.model.to_safetensors().unwrap()
+    );
+    assert_eq!(b.state.step, 3);
+    let step = b.xe_step(&data, &items, opts(3e-3)).unwrap();
+    assert!(!step.skipped && step.loss.is_finite());
+    let ck2 = b.save(&root, 3, &[]).unwrap();
+
+    // And back into a bf16 run.
+    let mut c = Trainer::restore(&ck2, &bf16, &Device::Cpu, adam, 5).unwrap();
+    assert_eq!(c.model.config().compute_dtype, DType::BF16);
+    assert_eq!(
+        b.model.to_safetensors().unwrap(),
+        c.model.to_safetensors().unwrap()
+    );
+    let latest = checkpoint::latest_valid(&root).unwrap().unwrap();
+    assert_eq!(latest.dir, ck2.dir);
+    let step = c.xe_step(&data, &items, opts(3e-3)).unwrap();
+    assert!(!step.skipped && step.loss.is_finite());
+    assert_all_f32(&c.model);
+}

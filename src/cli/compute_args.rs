@@ -1,0 +1,59 @@
+//! `--device` and `--dtype`, shared by every command that computes (train, run, learner, actor,
+//! eval, caption, bench).
+
+use anyhow::Result;
+use caprl_common::config::{Dtype, RunConfig};
+use caprl_common::model::{parse_device, DType, Device};
+
+use super::Global;
+use crate::setup;
+
+/// Where and in what precision the model computes.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ComputeArgs {
+    /// Compute device (same as --set device=...): cpu or cuda:N. A CUDA device needs a build
+    /// with `--features cuda` (scripts/build-cuda.sh).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Dtype of the forward passes (same as --set dtype=...): f32, bf16 or f16. Master weights,
+    /// optimizer moments and checkpoints stay f32.
+    #[arg(long, value_parser = ["f32", "bf16", "f16"])]
+    pub dtype: Option<String>,
+}
+
+impl ComputeArgs {
+    /// The flags as `--set` overrides, so they are validated exactly like the keys.
+    pub fn sets(&self) -> Vec<String> {
+        let mut sets = Vec::new();
+        if let Some(d) = &self.device {
+            sets.push(format!("device={d:?}"));
+        }
+        if let Some(d) = &self.dtype {
+            sets.push(format!("dtype={d:?}"));
+        }
+        sets
+    }
+
+    /// The run config with these flags applied after the global `--set`s.
+    pub fn load_config(&self, global: &Global) -> Result<RunConfig> {
+        let mut sets = global.sets.clone();
+        sets.extend(self.sets());
+        Ok(RunConfig::load(global.config.as_deref(), &sets)?)
+    }
+
+    /// The device for commands that read a checkpoint rather than a run config (default cpu).
+    pub fn device_or_cpu(&self) -> Result<Device> {
+        Ok(parse_device(self.device.as_deref().unwrap_or("cpu"))?)
+    }
+
+    /// The compute dtype given by `--dtype`, if any.
+    pub fn compute_dtype(&self) -> Option<DType> {
+        self.dtype.as_deref().map(|d| {
+            setup::compute_dtype(match d {
+                "bf16" => Dtype::Bf16,
+                "f16" => Dtype::F16,
+                _ => Dtype::F32,
+            })
+        })
+    }
+}
