@@ -12,6 +12,7 @@ use candle_nn::VarMap;
 
 use super::attention::{attend, AttKeys, AttWeights};
 use super::config::{CaptionerConfig, ModelKind, RnnKind};
+use super::crnn::{self, Crnn};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
@@ -47,8 +48,9 @@ impl Inputs {
             )));
         }
         let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.dtype)?;
-        let att = match (cfg.kind, cfg.att, att) {
-            (ModelKind::Att, Some((r, d)), Some(a)) => {
+        let needs_att = matches!(cfg.kind, ModelKind::Att | ModelKind::Crnn);
+        let att = match (needs_att, cfg.att, att) {
+            (true, Some((r, d)), Some(a)) => {
                 if a.len() != b * r * d {
                     return Err(ModelError::Input(format!(
                         "region features have {} values, expected {b} x {r} x {d}",
@@ -57,9 +59,9 @@ impl Inputs {
                 }
                 Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.dtype)?)
             }
-            (ModelKind::Att, _, None) => {
+            (true, _, None) => {
                 return Err(ModelError::Input(
-                    "the att model needs region features; none were given".into(),
+                    "the att and crnn models need region (log-mel frame) features; none were given".into(),
                 ))
             }
             _ => None,
@@ -139,6 +141,7 @@ pub(crate) struct Params {
     init: Vec<(Tensor, Tensor)>,
     rnn: Vec<RnnParams>,
     att: Option<AttParams>,
+    crnn: Option<Crnn>,
     logit_w: Tensor,
     logit_b: Tensor,
 }
@@ -210,8 +213,8 @@ impl Captioner {
         let g = cfg.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
             ("embed.weight".into(), vec![v, e], 0.1),
-            ("img.weight".into(), vec![e, cfg.fc_dim], fan(cfg.fc_dim)),
-            ("img.bias".into(), vec![e], fan(cfg.fc_dim)),
+            ("img.weight".into(), vec![e, cfg.feature_dim()], fan(cfg.feature_dim())),
+            ("img.bias".into(), vec![e], fan(cfg.feature_dim())),
             ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
             ("logit.weight".into(), vec![v, h], fan(h)),
             ("logit.bias".into(), vec![v], fan(h)),
@@ -233,12 +236,26 @@ impl Captioner {
             shapes.push(("att.score.weight".into(), vec![1, a], fan(a)));
             shapes.push(("att.ctx.weight".into(), vec![g, da], fan(h)));
         }
+        let mut constants = Vec::new();
+        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.kind, cfg.att) {
+            for (name, shape, bound) in crnn::param_shapes(cfg.crnn_width, mels) {
+                match bound {
+                    Some(b) => shapes.push((name, shape, b)),
+                    None => constants.push((name, shape)),
+                }
+            }
+        }
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         {
             let mut data = varmap.data().lock().map_err(|_| {
                 ModelError::Input("the model's VarMap lock was poisoned by a panic".into())
             })?;
+            for (name, shape) in constants {
+                let value = crnn::init_value(&name);
+                let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
             for (name, shape, bound) in shapes {
                 let n: usize = shape.iter().product();
                 let vals: Vec<f64> = (0..n)
@@ -351,7 +368,19 @@ impl Captioner {
                 self.cfg.fc_dim
             )));
         }
-        let img = x.fc.matmul(&w.img_w_t)?.broadcast_add(&w.img_b)?.relu()?;
+        let feature = match (&self.p.crnn, &x.att) {
+            (Some(c), Some(mel)) => {
+                crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
+                c.forward(mel, !detach)?
+            }
+            (Some(_), None) => {
+                return Err(ModelError::Input(
+                    "the crnn model needs log-mel frames; none were given".into(),
+                ))
+            }
+            _ => x.fc.clone(),
+        };
+        let img = feature.matmul(&w.img_w_t)?.broadcast_add(&w.img_b)?.relu()?;
         let fx = img.matmul(&w.w_fc0_t)?;
         let mut states = Vec::with_capacity(self.cfg.layers);
         for (wi, bi) in &w.init {
@@ -442,6 +471,16 @@ impl Params {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let crnn = if cfg.kind == ModelKind::Crnn {
+            let get_var = |name: &str| -> Result<Var> {
+                data.get(name)
+                    .cloned()
+                    .ok_or_else(|| ModelError::Input(format!("missing parameter `{name}`")))
+            };
+            Some(Crnn::from_vars(cfg.crnn_width, &get_var)?)
+        } else {
+            None
+        };
         let att = if cfg.kind == ModelKind::Att {
             Some(AttParams {
                 feat_w: get("att.feat.weight")?,
@@ -460,6 +499,7 @@ impl Params {
             init,
             rnn,
             att,
+            crnn,
             logit_w: get("logit.weight")?,
             logit_b: get("logit.bias")?,
             fc_w: get("rnn.0.w_fc")?,

@@ -6,6 +6,7 @@
 //!   [`Captioner::teacher_forced`] (full log-softmax and per-step hidden states for value heads).
 //! - Decoding on detached weights: [`Captioner::greedy`], [`Captioner::sample`] (Gumbel-max on the
 //!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`] and [`Captioner::beam`].
+//! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
 //! - [`parse_device`]: `cpu` or `cuda:N`.
 
 mod attention;
@@ -13,6 +14,7 @@ mod beam;
 mod bias;
 mod captioner;
 mod config;
+mod crnn;
 mod decode;
 mod device;
 mod dropout;
@@ -31,6 +33,7 @@ pub use beam::{BeamOptions, Hypothesis};
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::{batch_tokens, Captioner, Inputs};
 pub use config::{CaptionerConfig, ModelKind, RnnKind};
+pub use crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
 pub use decode::Decoded;
 pub use device::parse_device;
 pub use error::ModelError;

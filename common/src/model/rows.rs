@@ -18,7 +18,7 @@ pub fn inputs_for_rows(
         .fc_rows(rows)
         .map_err(|e| ModelError::Input(e.to_string()))?;
     let att = match cfg.kind {
-        ModelKind::Att => data
+        ModelKind::Att | ModelKind::Crnn => data
             .att_rows(rows)
             .map_err(|e| ModelError::Input(e.to_string()))?,
         ModelKind::Fc => None,
