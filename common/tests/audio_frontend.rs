@@ -41,7 +41,6 @@ fn logmel_of_sine_matches_numpy_reference() {
         .zip(&want)
         .map(|(a, b)| (*a as f64 - b).abs())
         .fold(0.0, f64::max);
-    eprintln!("largest difference from NumPy: {worst:e}");
     assert!(worst < 1e-4, "largest difference from NumPy {worst}");
     // The 440 Hz band is the loudest of the lower half, as a sanity check of the layout.
     let frame = &mel[10 * 64..11 * 64];
@@ -161,7 +160,6 @@ fn resampling_keeps_a_tone_and_removes_what_the_new_rate_cannot_hold() {
 
 fn error_of(path: &Path) -> String {
     let err = read_wav(path).expect_err("bad audio must be refused").to_string();
-    eprintln!("{err}");
     assert!(
         err.contains(&path.display().to_string()),
         "error does not name the file: {err}"
@@ -191,7 +189,7 @@ fn bad_audio_is_refused_with_an_error_naming_the_file() {
     let bytes = std::fs::read(&truncated).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() - 1001]).unwrap();
     let err = error_of(&truncated);
-    assert!(err.contains("truncated"), "{err}");
+    assert!(err.contains("data chunk is truncated"), "{err}");
 
     let eight_bit = dir.path().join("pcm8.wav");
     write(

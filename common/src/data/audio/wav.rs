@@ -27,6 +27,17 @@ fn bad(path: &Path, message: impl Into<String>) -> DataError {
 
 const CONVERT: &str = "convert it to 16-bit PCM WAV (e.g. `sox IN -b 16 OUT.wav` or `ffmpeg -i IN -c:a pcm_s16le OUT.wav`)";
 
+/// An error while reading the samples: the header was fine, so the data chunk is short.
+fn sample_err(path: &Path, e: hound::Error) -> DataError {
+    match e {
+        hound::Error::IoError(io) => bad(
+            path,
+            format!("the data chunk is truncated ({io}): the file ends before the samples its header announces; re-export or re-download the file"),
+        ),
+        other => hound_err(path, other),
+    }
+}
+
 fn hound_err(path: &Path, e: hound::Error) -> DataError {
     match e {
         hound::Error::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => bad(
@@ -74,13 +85,13 @@ pub fn read_wav(path: &Path) -> Result<Clip, DataError> {
                 .samples::<i32>()
                 .map(|s| s.map(|v| v as f64 * scale))
                 .collect::<Result<_, _>>()
-                .map_err(|e| hound_err(path, e))?
+                .map_err(|e| sample_err(path, e))?
         }
         (SampleFormat::Float, 32) => reader
             .samples::<f32>()
             .map(|s| s.map(|v| v as f64))
             .collect::<Result<_, _>>()
-            .map_err(|e| hound_err(path, e))?,
+            .map_err(|e| sample_err(path, e))?,
         (format, bits) => {
             let kind = match format {
                 SampleFormat::Int => "integer PCM",
