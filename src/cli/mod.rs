@@ -9,6 +9,7 @@ mod actor_cmd;
 mod bench_cmd;
 mod caption_cmd;
 mod config_cmd;
+mod audio_data_cmd;
 mod data_cmd;
 mod eval_cmd;
 mod learner_cmd;

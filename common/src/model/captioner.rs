@@ -274,6 +274,17 @@ impl Captioner {
         })
     }
 
+    /// The CRNN encoder's convolution output `[B, W, T/4, n_mels/64]` and embedding `[B, 2W]`
+    /// for log-mel frames `mel` `[B, T, n_mels]`, with running batch-norm statistics and no
+    /// gradients (as decoding sees it). Fails for models that are not `crnn`.
+    pub fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
+        let c = self.p.crnn.as_ref().ok_or_else(|| {
+            ModelError::Input("audio_encoding needs a model of kind crnn".into())
+        })?;
+        let mel = mel.to_dtype(self.cfg.dtype)?;
+        Ok((c.conv_stack(&mel, false)?, c.forward(&mel, false)?))
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &CaptionerConfig {
         &self.cfg

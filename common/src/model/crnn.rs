@@ -160,6 +160,19 @@ impl Crnn {
     /// a running-statistics update) with gradients; otherwise running statistics on detached
     /// weights.
     pub(crate) fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+        let h = self.conv_stack(x, train)?;
+        // [B, C, T/4, F/64] → [T/4, B, C·F/64]
+        let (b, c, tq, fq) = h.dims4()?;
+        let seq = h.permute((2, 0, 1, 3))?.reshape((tq, b, c * fq))?;
+        let mean_fwd = self.gru_mean(&self.fwd, &seq, train)?;
+        let rev: Vec<u32> = (0..tq as u32).rev().collect();
+        let rev = Tensor::from_vec(rev, tq, seq.device())?;
+        let mean_bwd = self.gru_mean(&self.bwd, &seq.index_select(&rev, 0)?, train)?;
+        Ok(Tensor::cat(&[mean_fwd, mean_bwd], 1)?)
+    }
+
+    /// The convolution groups' output `[B, W, T/4, n_mels/64]` for log-mel `x` `[B, T, n_mels]`.
+    pub(crate) fn conv_stack(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let (_, t, n_mels) = x.dims3()?;
         if t < 4 || n_mels % FREQ_DIVISOR != 0 {
             return Err(ModelError::Input(format!(
@@ -178,14 +191,7 @@ impl Crnn {
                 h = l4_pool(&h, k)?;
             }
         }
-        // [B, C, T/4, F/64] → [T/4, B, C·F/64]
-        let (b, c, tq, fq) = h.dims4()?;
-        let seq = h.permute((2, 0, 1, 3))?.reshape((tq, b, c * fq))?;
-        let mean_fwd = self.gru_mean(&self.fwd, &seq, train)?;
-        let rev: Vec<u32> = (0..tq as u32).rev().collect();
-        let rev = Tensor::from_vec(rev, tq, seq.device())?;
-        let mean_bwd = self.gru_mean(&self.bwd, &seq.index_select(&rev, 0)?, train)?;
-        Ok(Tensor::cat(&[mean_fwd, mean_bwd], 1)?)
+        Ok(h)
     }
 
     /// `γ (x − μ)/√(σ² + ε) + β` per channel of `[B, C, T, F]`.
