@@ -47,7 +47,7 @@ fn crnn_output_shape_and_time_subsampling() {
         let m = Captioner::new(&c, &Device::Cpu, 3).unwrap();
         let x = inputs(&c, 3);
         let (conv, v) = m.audio_encoding(x.att.as_ref().unwrap()).unwrap();
-        assert_eq!(conv.dims(), &[3, width, frames / 4, 1], "{frames} frames");
+        assert_eq!(conv.dims(), &[3, frames / 4, 1, width], "{frames} frames");
         assert_eq!(v.dims(), &[3, 2 * width]);
     }
     // Too few frames or a band count the pools cannot divide is refused, not mis-shaped.

@@ -274,7 +274,7 @@ impl Captioner {
         })
     }
 
-    /// The CRNN encoder's convolution output `[B, W, T/4, n_mels/64]` and embedding `[B, 2W]`
+    /// The CRNN encoder's convolution output `[B, T/4, n_mels/64, W]` and embedding `[B, 2W]`
     /// for log-mel frames `mel` `[B, T, n_mels]`, with running batch-norm statistics and no
     /// gradients (as decoding sees it). Fails for models that are not `crnn`.
     pub fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {

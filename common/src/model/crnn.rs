@@ -161,9 +161,9 @@ impl Crnn {
     /// weights.
     pub(crate) fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let h = self.conv_stack(x, train)?;
-        // [B, C, T/4, F/64] → [T/4, B, C·F/64]
-        let (b, c, tq, fq) = h.dims4()?;
-        let seq = h.permute((2, 0, 1, 3))?.reshape((tq, b, c * fq))?;
+        // [B, T/4, F/64, C] → [T/4, B, F/64·C]
+        let (b, tq, fq, c) = h.dims4()?;
+        let seq = h.permute((1, 0, 2, 3))?.reshape((tq, b, fq * c))?;
         let mean_fwd = self.gru_mean(&self.fwd, &seq, train)?;
         let rev: Vec<u32> = (0..tq as u32).rev().collect();
         let rev = Tensor::from_vec(rev, tq, seq.device())?;
@@ -171,7 +171,8 @@ impl Crnn {
         Ok(Tensor::cat(&[mean_fwd, mean_bwd], 1)?)
     }
 
-    /// The convolution groups' output `[B, W, T/4, n_mels/64]` for log-mel `x` `[B, T, n_mels]`.
+    /// The convolution groups' output `[B, T/4, n_mels/64, W]` (channels last) for log-mel
+    /// `x` `[B, T, n_mels]`.
     pub(crate) fn conv_stack(&self, x: &Tensor, train: bool) -> Result<Tensor> {
         let (_, t, n_mels) = x.dims3()?;
         if t < 4 || n_mels % FREQ_DIVISOR != 0 {
@@ -180,12 +181,10 @@ impl Crnn {
             )));
         }
         let d = |w: &Tensor| if train { w.clone() } else { w.detach() };
-        let mut h = x.unsqueeze(1)?; // [B, 1, T, F]
+        let mut h = x.unsqueeze(3)?; // [B, T, F, 1]
         for (i, blk) in self.blocks.iter().enumerate() {
             h = self.batch_norm(&h, blk, train)?;
-            h = h
-                .conv2d(&d(&blk.conv_w), 1, 1, 1, 1)?
-                .broadcast_add(&d(&blk.conv_b).reshape((1, (), 1, 1))?)?;
+            h = conv3x3(&h, &d(&blk.conv_w))?.broadcast_add(&d(&blk.conv_b))?;
             h = candle_nn::ops::leaky_relu(&h, LEAKY)?;
             if let Some(k) = pool_after(i) {
                 h = l4_pool(&h, k)?;
@@ -194,18 +193,14 @@ impl Crnn {
         Ok(h)
     }
 
-    /// `γ (x − μ)/√(σ² + ε) + β` per channel of `[B, C, T, F]`.
+    /// `γ (x − μ)/√(σ² + ε) + β` per channel of `[B, T, F, C]`.
     fn batch_norm(&self, x: &Tensor, blk: &Block, train: bool) -> Result<Tensor> {
-        let c = x.dim(1)?;
+        let (b, t, f, c) = x.dims4()?;
         let (mean, var) = if train {
-            let mean = x.mean_keepdim(0)?.mean_keepdim(2)?.mean_keepdim(3)?; // [1, C, 1, 1]
-            let centred = x.broadcast_sub(&mean)?;
-            let var = centred
-                .sqr()?
-                .mean_keepdim(0)?
-                .mean_keepdim(2)?
-                .mean_keepdim(3)?;
-            let n = x.elem_count() / c;
+            let flat = x.reshape((b * t * f, c))?;
+            let mean = flat.mean_keepdim(0)?; // [1, C]
+            let var = flat.broadcast_sub(&mean)?.sqr()?.mean_keepdim(0)?;
+            let n = b * t * f;
             let unbiased = n as f64 / (n.max(2) - 1) as f64;
             let m = BN_MOMENTUM;
             let rm = ((blk.running_mean.as_tensor() * (1.0 - m))?
@@ -214,20 +209,18 @@ impl Crnn {
                 + (var.detach().flatten_all()? * (m * unbiased))?)?;
             blk.running_mean.set(&rm)?;
             blk.running_var.set(&rv)?;
-            (mean, var)
+            (mean.flatten_all()?, var.flatten_all()?)
         } else {
             (
-                blk.running_mean.as_tensor().detach().reshape((1, c, 1, 1))?,
-                blk.running_var.as_tensor().detach().reshape((1, c, 1, 1))?,
+                blk.running_mean.as_tensor().detach(),
+                blk.running_var.as_tensor().detach(),
             )
         };
         let d = |w: &Tensor| if train { w.clone() } else { w.detach() };
-        let scale = d(&blk.bn_w)
-            .reshape((1, c, 1, 1))?
-            .broadcast_div(&(var + BN_EPS)?.sqrt()?)?;
+        let scale = d(&blk.bn_w).div(&(var + BN_EPS)?.sqrt()?)?;
         Ok(x.broadcast_sub(&mean)?
             .broadcast_mul(&scale)?
-            .broadcast_add(&d(&blk.bn_b).reshape((1, c, 1, 1))?)?)
+            .broadcast_add(&d(&blk.bn_b))?)
     }
 
     /// Mean over time of one GRU direction's states over `seq` `[T, B, Din]`.
@@ -257,11 +250,40 @@ impl Crnn {
     }
 }
 
-/// L4-norm pooling of `[B, C, T, F]` over non-overlapping `(kt, kf)` windows:
-/// `(Σ x⁴)^{1/4}`, computed as `(kt·kf · avg(x⁴) + ε)^{1/4}` (ε keeps the gradient finite at 0).
+/// 3×3 convolution with zero padding 1 of `x` `[B, T, F, Cin]` by `w` `[Cout, Cin, 3, 3]`
+/// (PyTorch layout) as one matrix product over the nine shifted copies of `x` (im2col); its
+/// backward pass is matrix products too (candle's CPU transposed convolution is much slower).
+fn conv3x3(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (b, t, f, cin) = x.dims4()?;
+    let cout = w.dim(0)?;
+    let padded = x.pad_with_zeros(1, 1, 1)?.pad_with_zeros(2, 1, 1)?;
+    let mut cols = Vec::with_capacity(9);
+    for dt in 0..3 {
+        let rows = padded.narrow(1, dt, t)?;
+        for df in 0..3 {
+            cols.push(rows.narrow(2, df, f)?);
+        }
+    }
+    let cols = Tensor::cat(&cols, 3)?.reshape((b * t * f, 9 * cin))?;
+    // [Cout, Cin, 3, 3] → [3, 3, Cin, Cout] → [9·Cin, Cout], matching the column order.
+    let w = w.permute((2, 3, 1, 0))?.reshape((9 * cin, cout))?;
+    Ok(cols.matmul(&w)?.reshape((b, t, f, cout))?)
+}
+
+/// L4-norm pooling of `[B, T, F, C]` over non-overlapping `(kt, kf)` windows (a ragged end is
+/// dropped): `(Σ x⁴ + ε)^{1/4}` (ε keeps the gradient finite at 0).
 fn l4_pool(x: &Tensor, (kt, kf): (usize, usize)) -> Result<Tensor> {
-    let p = x.sqr()?.sqr()?.avg_pool2d((kt, kf))?;
-    Ok(((p * (kt * kf) as f64)? + 1e-12)?.sqrt()?.sqrt()?)
+    let (b, t, f, c) = x.dims4()?;
+    let (tq, fq) = (t / kt, f / kf);
+    let x = if tq * kt != t { x.narrow(1, 0, tq * kt)? } else { x.clone() };
+    let x = if fq * kf != f { x.narrow(2, 0, fq * kf)? } else { x };
+    let p = x
+        .sqr()?
+        .sqr()?
+        .reshape((b, tq, kt, fq, kf, c))?
+        .sum(4)?
+        .sum(2)?;
+    Ok((p + 1e-12)?.sqrt()?.sqrt()?)
 }
 
 /// Checks `x` against `D::Minus1` = `n_mels`, for error messages before the encoder runs.
