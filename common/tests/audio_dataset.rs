@@ -52,10 +52,17 @@ fn synth_audio_is_deterministic_and_opens_as_a_data_set() {
     }
     let other = root.path().join("c");
     synth_audio(&other, &SynthAudioConfig { seed: 8, ..tiny() }).unwrap();
-    assert_ne!(files(&other)[0].1, fa[0].1, "another seed gives other audio");
+    assert_ne!(
+        files(&other)[0].1,
+        fa[0].1,
+        "another seed gives other audio"
+    );
 
     let data = Dataset::open(&a).unwrap();
-    assert_eq!((data.train.len(), data.val.len(), data.test.len()), (6, 2, 3));
+    assert_eq!(
+        (data.train.len(), data.val.len(), data.test.len()),
+        (6, 2, 3)
+    );
     assert_eq!(data.att_shape(), Some((51, 64)));
     assert_eq!(data.fc_dim(), 64);
     for item in data.train.iter() {
@@ -68,7 +75,10 @@ fn synth_audio_is_deterministic_and_opens_as_a_data_set() {
     let att = data.att_rows(&rows).unwrap().unwrap();
     let mean = att.iter().map(|&v| v as f64).sum::<f64>() / att.len() as f64;
     let var = att.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / att.len() as f64;
-    assert!(mean.abs() < 1e-3 && (var - 1.0).abs() < 1e-2, "mean {mean}, var {var}");
+    assert!(
+        mean.abs() < 1e-3 && (var - 1.0).abs() < 1e-2,
+        "mean {mean}, var {var}"
+    );
     let norm: AudioNorm =
         serde_json::from_slice(&std::fs::read(a.join(AUDIO_NORM_JSON)).unwrap()).unwrap();
     assert_eq!((norm.mean.len(), norm.std.len(), norm.frames), (64, 64, 51));
@@ -83,7 +93,10 @@ fn preparing_again_reads_every_clip_from_the_feature_cache() {
     let before = std::fs::read(dir.join("features.safetensors")).unwrap();
     let again = prepare_clotho(&dir.join("clotho"), &dir, &PrepareConfig::default()).unwrap();
     assert_eq!((again.computed, again.cached), (0, 11));
-    assert_eq!(std::fs::read(dir.join("features.safetensors")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(dir.join("features.safetensors")).unwrap(),
+        before
+    );
     // Another frame count is a crop of the same cached spectrograms.
     let cropped = PrepareConfig {
         frames: Some(20),
@@ -109,7 +122,10 @@ fn clotho_csv_with_a_missing_file_or_column_is_refused() {
     )
     .unwrap();
     let clips = read_clotho_csv(&good, &audio).unwrap();
-    assert_eq!(clips[0].captions[0], "a dog barks", "lowercased, punctuation removed");
+    assert_eq!(
+        clips[0].captions[0], "a dog barks",
+        "lowercased, punctuation removed"
+    );
     assert_eq!(clips[0].captions[1], "wind then rain");
 
     let no_column = dir.path().join("no_column.csv");
@@ -139,8 +155,37 @@ fn clotho_csv_with_a_missing_file_or_column_is_refused() {
     );
 
     // A directory without the split CSVs names what is expected.
-    let err = prepare_clotho(dir.path(), &dir.path().join("out"), &PrepareConfig::default())
-        .unwrap_err()
-        .to_string();
+    let err = prepare_clotho(
+        dir.path(),
+        &dir.path().join("out"),
+        &PrepareConfig::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("clotho_captions_development.csv"), "{err}");
+}
+
+#[test]
+fn a_clip_repeated_in_a_batch_is_encoded_once_with_the_same_result() {
+    use caprl_common::model::{inputs_for_rows, Captioner, CaptionerConfig, Device, ModelKind};
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("d");
+    synth_audio(&dir, &tiny()).unwrap();
+    let data = Dataset::open(&dir).unwrap();
+    let mut cfg = CaptionerConfig::new(ModelKind::Crnn, data.vocab.len(), 64, data.att_shape());
+    cfg.crnn_width = 4;
+    cfg.embed = 8;
+    cfg.hidden = 8;
+    let m = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    let rows = [0usize, 0, 3, 3, 3, 1];
+    let x = inputs_for_rows(&data, &rows, &cfg, &Device::Cpu).unwrap();
+    // Three distinct clips are held once each, six rows are decoded.
+    assert_eq!(x.att.as_ref().unwrap().dims()[0], 3);
+    assert_eq!(x.batch_size().unwrap(), 6);
+    let together = m.greedy(&x, 6).unwrap();
+    for (i, &r) in rows.iter().enumerate() {
+        let alone = inputs_for_rows(&data, &[r], &cfg, &Device::Cpu).unwrap();
+        let one = m.greedy(&alone, 6).unwrap();
+        assert_eq!(one.tokens[0], together.tokens[i], "row {i} (clip {r})");
+    }
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use caprl_common::data::audio::{read_wav, resample, LogMel, MelConfig, MAX_CHANNELS};
 
 fn reference() -> serde_json::Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/audio/logmel_sine_reference.json");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/audio/logmel_sine_reference.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
@@ -44,13 +45,20 @@ fn logmel_of_sine_matches_numpy_reference() {
     assert!(worst < 1e-4, "largest difference from NumPy {worst}");
     // The 440 Hz band is the loudest of the lower half, as a sanity check of the layout.
     let frame = &mel[10 * 64..11 * 64];
-    let loudest = (0..32).max_by(|&a, &b| frame[a].total_cmp(&frame[b])).unwrap();
+    let loudest = (0..32)
+        .max_by(|&a, &b| frame[a].total_cmp(&frame[b]))
+        .unwrap();
     assert!((8..=14).contains(&loudest), "440 Hz peak in band {loudest}");
 }
 
 #[test]
 fn frame_count_follows_window_hop_and_fft_sizes() {
-    for (sr, samples) in [(16_000u32, 16_000usize), (16_000, 100), (44_100, 44_100 * 3), (8_000, 7_999)] {
+    for (sr, samples) in [
+        (16_000u32, 16_000usize),
+        (16_000, 100),
+        (44_100, 44_100 * 3),
+        (8_000, 7_999),
+    ] {
         let cfg = MelConfig {
             sample_rate: sr,
             ..MelConfig::default()
@@ -59,7 +67,11 @@ fn frame_count_follows_window_hop_and_fft_sizes() {
         assert_eq!(cfg.hop_length(), hop);
         assert_eq!(cfg.win_length(), (sr as f64 * 0.040).round() as usize);
         let mel = LogMel::new(cfg).unwrap().compute(&vec![0.1; samples]);
-        assert_eq!(mel.len(), (1 + samples / hop) * 64, "sr {sr}, {samples} samples");
+        assert_eq!(
+            mel.len(),
+            (1 + samples / hop) * 64,
+            "sr {sr}, {samples} samples"
+        );
     }
     // One second at 16 kHz with a 20 ms hop: 51 centred frames.
     assert_eq!(MelConfig::default().frames(16_000), 51);
@@ -110,9 +122,24 @@ fn wav_formats_decode_to_the_same_mono_signal() {
     let x = sine(16_000, 500.0, 1600);
     let mono: Vec<Vec<f64>> = x.iter().map(|&v| vec![v]).collect();
     let cases: Vec<(&str, hound::WavSpec, Vec<Vec<f64>>, f64)> = vec![
-        ("pcm16.wav", spec(1, 16, hound::SampleFormat::Int), mono.clone(), 1e-4),
-        ("pcm24.wav", spec(1, 24, hound::SampleFormat::Int), mono.clone(), 1e-6),
-        ("float.wav", spec(1, 32, hound::SampleFormat::Float), mono.clone(), 1e-7),
+        (
+            "pcm16.wav",
+            spec(1, 16, hound::SampleFormat::Int),
+            mono.clone(),
+            1e-4,
+        ),
+        (
+            "pcm24.wav",
+            spec(1, 24, hound::SampleFormat::Int),
+            mono.clone(),
+            1e-6,
+        ),
+        (
+            "float.wav",
+            spec(1, 32, hound::SampleFormat::Float),
+            mono.clone(),
+            1e-7,
+        ),
         // Stereo is averaged to mono.
         (
             "stereo.wav",
@@ -127,7 +154,10 @@ fn wav_formats_decode_to_the_same_mono_signal() {
         let clip = read_wav(&path).unwrap();
         assert_eq!(clip.sample_rate, 16_000);
         assert_eq!(clip.samples.len(), x.len(), "{name}");
-        let want: Vec<f64> = frames.iter().map(|f| f.iter().sum::<f64>() / f.len() as f64).collect();
+        let want: Vec<f64> = frames
+            .iter()
+            .map(|f| f.iter().sum::<f64>() / f.len() as f64)
+            .collect();
         let worst = clip
             .samples
             .iter()
@@ -159,7 +189,9 @@ fn resampling_keeps_a_tone_and_removes_what_the_new_rate_cannot_hold() {
 }
 
 fn error_of(path: &Path) -> String {
-    let err = read_wav(path).expect_err("bad audio must be refused").to_string();
+    let err = read_wav(path)
+        .expect_err("bad audio must be refused")
+        .to_string();
     assert!(
         err.contains(&path.display().to_string()),
         "error does not name the file: {err}"
@@ -171,7 +203,10 @@ fn valid_pcm16(path: &PathBuf, n: usize) {
     write(
         path,
         spec(1, 16, hound::SampleFormat::Int),
-        &sine(16_000, 300.0, n).into_iter().map(|v| vec![v]).collect::<Vec<_>>(),
+        &sine(16_000, 300.0, n)
+            .into_iter()
+            .map(|v| vec![v])
+            .collect::<Vec<_>>(),
     );
 }
 

@@ -86,7 +86,12 @@ fn crnn_gradients_match_finite_differences() {
             .unwrap()
             .to_vec1::<f64>()
             .unwrap();
-        let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let base = var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
         for i in [0, base.len() / 2, base.len() - 1] {
             let at = |delta: f64| {
                 let mut v = base.clone();
@@ -114,8 +119,11 @@ fn running_statistics_are_learned_in_training_and_saved_with_the_weights() {
     let x = inputs(&c, 4);
     let mel = x.att.clone().unwrap();
     let (_, before) = m.audio_encoding(&mel).unwrap();
-    let seqs = batch_tokens(&[vec![4, 2], vec![5, 2], vec![6, 2], vec![7, 2]], &Device::Cpu)
-        .unwrap();
+    let seqs = batch_tokens(
+        &[vec![4, 2], vec![5, 2], vec![6, 2], vec![7, 2]],
+        &Device::Cpu,
+    )
+    .unwrap();
     for _ in 0..3 {
         loss(&m, &x, &seqs);
     }
@@ -125,10 +133,16 @@ fn running_statistics_are_learned_in_training_and_saved_with_the_weights() {
             .to_vec1::<f32>()
             .unwrap()
     };
-    assert!(running(&m).iter().any(|&v| v != 0.0), "training passes update the running mean");
+    assert!(
+        running(&m).iter().any(|&v| v != 0.0),
+        "training passes update the running mean"
+    );
     let (_, after) = m.audio_encoding(&mel).unwrap();
     let moved = (after - &before).unwrap().abs().unwrap().sum_all().unwrap();
-    assert!(moved.to_scalar::<f32>().unwrap() > 0.0, "decoding uses the running statistics");
+    assert!(
+        moved.to_scalar::<f32>().unwrap() > 0.0,
+        "decoding uses the running statistics"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crnn.safetensors");

@@ -34,6 +34,8 @@ pub struct Args {
 pub enum What {
     /// In-process vs NATS iterations/s, snapshot broadcast latency, rollout throughput.
     Transport(TransportArgs),
+    /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
+    Audio(super::bench_audio_cmd::AudioBenchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -53,7 +55,10 @@ pub struct TransportArgs {
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let What::Transport(args) = args.what;
+    let args = match args.what {
+        What::Transport(args) => args,
+        What::Audio(args) => return super::bench_audio_cmd::run(args),
+    };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {
         let (inproc, nats) = training(global)?;

@@ -6,10 +6,11 @@
 //! async code build their own tokio runtime.
 
 mod actor_cmd;
+mod audio_data_cmd;
+mod bench_audio_cmd;
 mod bench_cmd;
 mod caption_cmd;
 mod config_cmd;
-mod audio_data_cmd;
 mod data_cmd;
 mod eval_cmd;
 mod learner_cmd;

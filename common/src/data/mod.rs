@@ -2,8 +2,8 @@
 //! simple custom CSV/JSON, with features in safetensors or per-image `.npy`), validation
 //! with errors that name the file and the fix, the synthetic captioning task and summaries.
 
-pub mod audio;
 mod atomic;
+pub mod audio;
 mod custom;
 mod dataset;
 mod error;

@@ -25,8 +25,12 @@ use super::{BOS, PAD};
 pub struct Inputs {
     /// Global features `[B, Dfc]`.
     pub fc: Tensor,
-    /// Region features `[B, R, Da]` (att models).
+    /// Region features `[B, R, Da]` (att models; log-mel frames for crnn).
     pub att: Option<Tensor>,
+    /// crnn only: `att` holds each distinct clip once, `[U, T, M]`, and row `i` of the batch
+    /// is clip `expand[i]` (u32 `[B]`), so a clip repeated for its references or samples is
+    /// encoded once.
+    pub(crate) expand: Option<Tensor>,
 }
 
 impl Inputs {
@@ -49,24 +53,39 @@ impl Inputs {
         }
         let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.dtype)?;
         let needs_att = matches!(cfg.kind, ModelKind::Att | ModelKind::Crnn);
-        let att = match (needs_att, cfg.att, att) {
-            (true, Some((r, d)), Some(a)) => {
-                if a.len() != b * r * d {
-                    return Err(ModelError::Input(format!(
-                        "region features have {} values, expected {b} x {r} x {d}",
-                        a.len()
-                    )));
+        let att =
+            match (needs_att, cfg.att, att) {
+                (true, Some((r, d)), Some(a)) => {
+                    if a.len() != b * r * d {
+                        return Err(ModelError::Input(format!(
+                            "region features have {} values, expected {b} x {r} x {d}",
+                            a.len()
+                        )));
+                    }
+                    Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.dtype)?)
                 }
-                Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.dtype)?)
-            }
-            (true, _, None) => {
-                return Err(ModelError::Input(
-                    "the att and crnn models need region (log-mel frame) features; none were given".into(),
-                ))
-            }
-            _ => None,
-        };
-        Ok(Self { fc, att })
+                (true, _, None) => return Err(ModelError::Input(
+                    "the att and crnn models need region (log-mel frame) features; none were given"
+                        .into(),
+                )),
+                _ => None,
+            };
+        Ok(Self {
+            fc,
+            att,
+            expand: None,
+        })
+    }
+
+    /// Makes row `i` of the batch clip `expand[i]` of these inputs (crnn: `att` stays one
+    /// row per distinct clip).
+    pub(crate) fn expand_rows(self, expand: &[u32]) -> Result<Self> {
+        let idx = Tensor::from_slice(expand, expand.len(), self.fc.device())?;
+        Ok(Self {
+            fc: self.fc.index_select(&idx, 0)?,
+            att: self.att,
+            expand: Some(idx),
+        })
     }
 
     /// Number of images in the batch.
@@ -99,8 +118,13 @@ impl Inputs {
     pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
         Ok(Self {
             fc: self.fc.index_select(idx, 0)?,
-            att: match &self.att {
-                Some(a) => Some(a.index_select(idx, 0)?),
+            att: match (&self.att, &self.expand) {
+                (Some(a), None) => Some(a.index_select(idx, 0)?),
+                (Some(a), Some(_)) => Some(a.clone()),
+                (None, _) => None,
+            },
+            expand: match &self.expand {
+                Some(e) => Some(e.index_select(idx, 0)?),
                 None => None,
             },
         })
@@ -110,6 +134,7 @@ impl Inputs {
         Self {
             fc: self.fc.detach(),
             att: self.att.as_ref().map(|a| a.detach()),
+            expand: self.expand.clone(),
         }
     }
 }
@@ -213,7 +238,11 @@ impl Captioner {
         let g = cfg.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
             ("embed.weight".into(), vec![v, e], 0.1),
-            ("img.weight".into(), vec![e, cfg.feature_dim()], fan(cfg.feature_dim())),
+            (
+                "img.weight".into(),
+                vec![e, cfg.feature_dim()],
+                fan(cfg.feature_dim()),
+            ),
             ("img.bias".into(), vec![e], fan(cfg.feature_dim())),
             ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
             ("logit.weight".into(), vec![v, h], fan(h)),
@@ -278,9 +307,10 @@ impl Captioner {
     /// for log-mel frames `mel` `[B, T, n_mels]`, with running batch-norm statistics and no
     /// gradients (as decoding sees it). Fails for models that are not `crnn`.
     pub fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
-        let c = self.p.crnn.as_ref().ok_or_else(|| {
-            ModelError::Input("audio_encoding needs a model of kind crnn".into())
-        })?;
+        let c =
+            self.p.crnn.as_ref().ok_or_else(|| {
+                ModelError::Input("audio_encoding needs a model of kind crnn".into())
+            })?;
         let mel = mel.to_dtype(self.cfg.dtype)?;
         Ok((c.conv_stack(&mel, false)?, c.forward(&mel, false)?))
     }
@@ -382,7 +412,11 @@ impl Captioner {
         let feature = match (&self.p.crnn, &x.att) {
             (Some(c), Some(mel)) => {
                 crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
-                c.forward(mel, !detach)?
+                let v = c.forward(mel, !detach)?;
+                match &x.expand {
+                    Some(e) => v.index_select(e, 0)?,
+                    None => v,
+                }
             }
             (Some(_), None) => {
                 return Err(ModelError::Input(
@@ -391,7 +425,10 @@ impl Captioner {
             }
             _ => x.fc.clone(),
         };
-        let img = feature.matmul(&w.img_w_t)?.broadcast_add(&w.img_b)?.relu()?;
+        let img = feature
+            .matmul(&w.img_w_t)?
+            .broadcast_add(&w.img_b)?
+            .relu()?;
         let fx = img.matmul(&w.w_fc0_t)?;
         let mut states = Vec::with_capacity(self.cfg.layers);
         for (wi, bi) in &w.init {

@@ -62,14 +62,22 @@ pub(crate) fn param_shapes(w: usize, n_mels: usize) -> Vec<(String, Vec<usize>, 
         out.push((format!("crnn.bn{i}.bias"), vec![cin], None));
         out.push((format!("crnn.bn{i}.running_mean"), vec![cin], None));
         out.push((format!("crnn.bn{i}.running_var"), vec![cin], None));
-        out.push((format!("crnn.conv{i}.weight"), vec![cout, cin, 3, 3], Some(fan)));
+        out.push((
+            format!("crnn.conv{i}.weight"),
+            vec![cout, cin, 3, 3],
+            Some(fan),
+        ));
         out.push((format!("crnn.conv{i}.bias"), vec![cout], Some(fan)));
         cin = cout;
     }
     let input = w * (n_mels / FREQ_DIVISOR);
     let fan = 1.0 / (w as f64).sqrt();
     for dir in ["fwd", "bwd"] {
-        out.push((format!("crnn.gru.{dir}.w_ih"), vec![3 * w, input], Some(fan)));
+        out.push((
+            format!("crnn.gru.{dir}.w_ih"),
+            vec![3 * w, input],
+            Some(fan),
+        ));
         out.push((format!("crnn.gru.{dir}.b_ih"), vec![3 * w], Some(fan)));
         out.push((format!("crnn.gru.{dir}.w_hh"), vec![3 * w, w], Some(fan)));
         out.push((format!("crnn.gru.{dir}.b_hh"), vec![3 * w], Some(fan)));
@@ -123,10 +131,7 @@ pub(crate) struct Crnn {
 
 impl Crnn {
     /// Looks up every parameter by name in `get`/`get_var`.
-    pub(crate) fn from_vars(
-        width: usize,
-        get: &dyn Fn(&str) -> Result<Var>,
-    ) -> Result<Self> {
+    pub(crate) fn from_vars(width: usize, get: &dyn Fn(&str) -> Result<Var>) -> Result<Self> {
         let t = |n: &str| -> Result<Tensor> { Ok(get(n)?.as_tensor().clone()) };
         let blocks = (0..5)
             .map(|i| {
@@ -275,8 +280,16 @@ fn conv3x3(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 fn l4_pool(x: &Tensor, (kt, kf): (usize, usize)) -> Result<Tensor> {
     let (b, t, f, c) = x.dims4()?;
     let (tq, fq) = (t / kt, f / kf);
-    let x = if tq * kt != t { x.narrow(1, 0, tq * kt)? } else { x.clone() };
-    let x = if fq * kf != f { x.narrow(2, 0, fq * kf)? } else { x };
+    let x = if tq * kt != t {
+        x.narrow(1, 0, tq * kt)?
+    } else {
+        x.clone()
+    };
+    let x = if fq * kf != f {
+        x.narrow(2, 0, fq * kf)?
+    } else {
+        x
+    };
     let p = x
         .sqr()?
         .sqr()?

@@ -73,7 +73,10 @@ pub fn read_clotho_csv(csv: &Path, audio_dir: &Path) -> Result<Vec<ClothoClip>, 
         let line = record.position().map_or(i as u64 + 2, |p| p.line());
         let file_name = record.get(file_col).unwrap_or("").trim().to_string();
         if file_name.is_empty() {
-            return Err(DataError::invalid(csv, format!("line {line}: empty file_name")));
+            return Err(DataError::invalid(
+                csv,
+                format!("line {line}: empty file_name"),
+            ));
         }
         if !seen.insert(file_name.clone()) {
             return Err(DataError::invalid(

@@ -208,7 +208,12 @@ pub fn prepare_clotho(
         }
         ids.push(clip.file_name.clone());
         for caption in &clip.captions {
-            rows.push_str(&format!("{},{},{}\n", quote(&clip.file_name), split, caption));
+            rows.push_str(&format!(
+                "{},{},{}\n",
+                quote(&clip.file_name),
+                split,
+                caption
+            ));
         }
     }
     write_safetensors(out, &ids, &fc, n_mels, Some((&att, frames, n_mels)))?;

@@ -210,7 +210,10 @@ fn references(events: &[Event], rng: &mut ChaCha8Rng) -> Vec<String> {
     });
     let bare: Vec<String> = events.iter().map(|e| e.phrase(rng, false)).collect();
     pool.push(format!("{} is heard and then {}", bare[0], bare[1]));
-    pool.push(format!("the clip starts with {}", events[0].phrase(rng, true)));
+    pool.push(format!(
+        "the clip starts with {}",
+        events[0].phrase(rng, true)
+    ));
     let loudness = rng.random_bool(0.5);
     pool.push(format!(
         "{} can be heard at the end",
@@ -248,7 +251,10 @@ fn clip(rng: &mut ChaCha8Rng, len: usize, sr: f64) -> (Vec<f64>, Vec<String>) {
     for (k, e) in events.iter().enumerate() {
         let jitter = rng.random_range(0..share / 8 + 1);
         let start = k * share + jitter;
-        let end = ((k + 1) * share).saturating_sub(gap).max(start + 1).min(len);
+        let end = ((k + 1) * share)
+            .saturating_sub(gap)
+            .max(start + 1)
+            .min(len);
         e.render(rng, &mut x[start..end], sr);
     }
     (x, references(&events, rng))
@@ -274,9 +280,16 @@ pub fn synth_audio(out: &Path, cfg: &SynthAudioConfig) -> Result<PrepareSummary,
             path: out.to_path_buf(),
         });
     }
-    for (flag, n) in [("--train", cfg.train), ("--val", cfg.val), ("--test", cfg.test)] {
+    for (flag, n) in [
+        ("--train", cfg.train),
+        ("--val", cfg.val),
+        ("--test", cfg.test),
+    ] {
         if n == 0 {
-            return Err(DataError::invalid(out, format!("{flag} must be at least 1")));
+            return Err(DataError::invalid(
+                out,
+                format!("{flag} must be at least 1"),
+            ));
         }
     }
     if !(0.5..=60.0).contains(&cfg.seconds) {
@@ -296,7 +309,8 @@ pub fn synth_audio(out: &Path, cfg: &SynthAudioConfig) -> Result<PrepareSummary,
         let dir = root.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| DataError::io(&dir, e))?;
         // One stream per split, so changing one split's size leaves the others unchanged.
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(31).wrapping_add(split_idx as u64));
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(31).wrapping_add(split_idx as u64));
         let mut csv = format!("file_name,{}\n", CAPTION_COLUMNS.join(","));
         for i in 0..count {
             let file_name = format!("{name}_{i:05}.wav");

@@ -73,10 +73,16 @@ pub fn read_wav(path: &Path) -> Result<Clip, DataError> {
         ));
     }
     if spec.sample_rate == 0 {
-        return Err(bad(path, "sample rate 0 in the header; the file is corrupt"));
+        return Err(bad(
+            path,
+            "sample rate 0 in the header; the file is corrupt",
+        ));
     }
     if reader.len() == 0 {
-        return Err(bad(path, "no samples (zero-length audio); remove the clip or replace it"));
+        return Err(bad(
+            path,
+            "no samples (zero-length audio); remove the clip or replace it",
+        ));
     }
     let interleaved: Vec<f64> = match (spec.sample_format, spec.bits_per_sample) {
         (SampleFormat::Int, bits @ (16 | 24 | 32)) => {
