@@ -1,7 +1,7 @@
 //! The audio front end: log-mel against a NumPy reference, frame counts, WAV decoding,
 //! resampling, and clear errors for bad audio.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use caprl_common::data::audio::{read_wav, resample, LogMel, MelConfig, MAX_CHANNELS};
 
@@ -199,7 +199,7 @@ fn error_of(path: &Path) -> String {
     err
 }
 
-fn valid_pcm16(path: &PathBuf, n: usize) {
+fn valid_pcm16(path: &Path, n: usize) {
     write(
         path,
         spec(1, 16, hound::SampleFormat::Int),
