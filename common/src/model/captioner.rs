@@ -7,6 +7,8 @@
 //! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
 //! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::{Device, Tensor, Var, D};
 use candle_nn::VarMap;
 
@@ -155,6 +157,8 @@ pub struct Captioner {
     pub(crate) device: Device,
     pub(crate) varmap: VarMap,
     pub(crate) p: Params,
+    /// crnn: batch norm uses running statistics in passes with gradients too.
+    pub(crate) running_norm: AtomicBool,
 }
 
 /// Handles on the parameters (they share storage with the `VarMap`'s vars).
@@ -300,7 +304,16 @@ impl Captioner {
             device: device.clone(),
             varmap,
             p,
+            running_norm: AtomicBool::new(false),
         })
+    }
+
+    /// crnn only (other models have no batch norm): `true` makes passes with gradients use
+    /// the running batch-norm statistics, as decoding does, instead of the batch's (and leave
+    /// them unchanged). Policy-gradient updates set it, since their samples were drawn with the
+    /// running statistics; cross-entropy updates clear it.
+    pub fn set_running_norm(&self, on: bool) {
+        self.running_norm.store(on, Ordering::Relaxed);
     }
 
     /// The CRNN encoder's convolution output `[B, T/4, n_mels/64, W]` and embedding `[B, 2W]`
@@ -312,7 +325,7 @@ impl Captioner {
                 ModelError::Input("audio_encoding needs a model of kind crnn".into())
             })?;
         let mel = mel.to_dtype(self.cfg.dtype)?;
-        Ok((c.conv_stack(&mel, false)?, c.forward(&mel, false)?))
+        Ok((c.conv_stack(&mel, false, false)?, c.forward(&mel, false, false)?))
     }
 
     /// The model's configuration.
@@ -412,7 +425,8 @@ impl Captioner {
         let feature = match (&self.p.crnn, &x.att) {
             (Some(c), Some(mel)) => {
                 crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
-                let v = c.forward(mel, !detach)?;
+                let batch_stats = !self.running_norm.load(Ordering::Relaxed);
+                let v = c.forward(mel, !detach, batch_stats)?;
                 match &x.expand {
                     Some(e) => v.index_select(e, 0)?,
                     None => v,

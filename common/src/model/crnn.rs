@@ -14,9 +14,13 @@
 //! is the mean over time of both directions' states, `[B, 2W]`. With `W = 128` this is the
 //! paper's 679k-parameter encoder and `v ∈ R^256`.
 //!
-//! Batch norm uses the batch's statistics when training (gradients on) and updates running
-//! statistics (momentum 0.1, unbiased variance); decoding uses the running statistics. They are
-//! stored with the weights, so snapshots carry them to the actors.
+//! Batch norm uses the batch's statistics in teacher-forced (XE) training and updates running
+//! statistics (momentum 0.1, unbiased variance); decoding uses the running statistics, and so
+//! does the policy-gradient update (see [`Captioner::set_running_norm`]), so that the policy
+//! whose log-probabilities are differentiated is the one the actors sampled from. The running
+//! statistics are stored with the weights, so snapshots carry them to the actors.
+//!
+//! [`Captioner::set_running_norm`]: super::Captioner::set_running_norm
 //!
 //! Parameter names (in the captioner's `VarMap`): `crnn.conv{i}.weight` `[out, in, 3, 3]`,
 //! `crnn.conv{i}.bias`, `crnn.bn{i}.weight`, `crnn.bn{i}.bias`, `crnn.bn{i}.running_mean`,
@@ -161,11 +165,11 @@ impl Crnn {
         })
     }
 
-    /// Embedding `v` `[B, 2W]` of log-mel `x` `[B, T, n_mels]`. `train`: batch statistics (and
-    /// a running-statistics update) with gradients; otherwise running statistics on detached
-    /// weights.
-    pub(crate) fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor> {
-        let h = self.conv_stack(x, train)?;
+    /// Embedding `v` `[B, 2W]` of log-mel `x` `[B, T, n_mels]`. `train`: gradients flow into
+    /// the weights, else they are detached. `batch_stats` (only with `train`): batch norm uses
+    /// the batch's statistics and updates the running ones; otherwise the running ones.
+    pub(crate) fn forward(&self, x: &Tensor, train: bool, batch_stats: bool) -> Result<Tensor> {
+        let h = self.conv_stack(x, train, batch_stats)?;
         // [B, T/4, F/64, C] → [T/4, B, F/64·C]
         let (b, tq, fq, c) = h.dims4()?;
         let seq = h.permute((1, 0, 2, 3))?.reshape((tq, b, fq * c))?;
@@ -178,7 +182,7 @@ impl Crnn {
 
     /// The convolution groups' output `[B, T/4, n_mels/64, W]` (channels last) for log-mel
     /// `x` `[B, T, n_mels]`.
-    pub(crate) fn conv_stack(&self, x: &Tensor, train: bool) -> Result<Tensor> {
+    pub(crate) fn conv_stack(&self, x: &Tensor, train: bool, batch_stats: bool) -> Result<Tensor> {
         let (_, t, n_mels) = x.dims3()?;
         if t < 4 || n_mels % FREQ_DIVISOR != 0 {
             return Err(ModelError::Input(format!(
@@ -188,7 +192,7 @@ impl Crnn {
         let d = |w: &Tensor| if train { w.clone() } else { w.detach() };
         let mut h = x.unsqueeze(3)?; // [B, T, F, 1]
         for (i, blk) in self.blocks.iter().enumerate() {
-            h = self.batch_norm(&h, blk, train)?;
+            h = self.batch_norm(&h, blk, train, train && batch_stats)?;
             h = conv3x3(&h, &d(&blk.conv_w))?.broadcast_add(&d(&blk.conv_b))?;
             h = candle_nn::ops::leaky_relu(&h, LEAKY)?;
             if let Some(k) = pool_after(i) {
@@ -199,9 +203,9 @@ impl Crnn {
     }
 
     /// `γ (x − μ)/√(σ² + ε) + β` per channel of `[B, T, F, C]`.
-    fn batch_norm(&self, x: &Tensor, blk: &Block, train: bool) -> Result<Tensor> {
+    fn batch_norm(&self, x: &Tensor, blk: &Block, train: bool, batch_stats: bool) -> Result<Tensor> {
         let (b, t, f, c) = x.dims4()?;
-        let (mean, var) = if train {
+        let (mean, var) = if batch_stats {
             let flat = x.reshape((b * t * f, c))?;
             let mean = flat.mean_keepdim(0)?; // [1, C]
             let var = flat.broadcast_sub(&mean)?.sqr()?.mean_keepdim(0)?;
