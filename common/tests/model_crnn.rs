@@ -153,3 +153,38 @@ fn running_statistics_are_learned_in_training_and_saved_with_the_weights() {
     let b = back.greedy(&x, 5).unwrap();
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
+
+#[test]
+fn policy_gradient_passes_use_running_statistics_and_leave_them_unchanged() {
+    let c = cfg(4, 16, DType::F32);
+    let m = Captioner::new(&c, &Device::Cpu, 11).unwrap();
+    let x = inputs(&c, 3);
+    let seqs = batch_tokens(&[vec![4, 2], vec![5, 6, 2], vec![7, 2]], &Device::Cpu).unwrap();
+    // Some XE passes move the running statistics away from their start.
+    loss(&m, &x, &seqs);
+    let running = || {
+        m.varmap().data().lock().unwrap()["crnn.bn2.running_var"]
+            .as_tensor()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    let before = running();
+    m.set_running_norm(true);
+    let (all, _) = m.token_logprobs(&x, &seqs, None).unwrap();
+    assert_eq!(running(), before, "running statistics are not updated");
+    // With running statistics a clip's log-probabilities do not depend on its batch mates.
+    let first = x.select_rows(&[0]).unwrap();
+    let (alone, _) = m
+        .token_logprobs(&first, &seqs.narrow(0, 0, 1).unwrap(), None)
+        .unwrap();
+    let a = all.get(0).unwrap().to_vec1::<f32>().unwrap();
+    let b = alone.get(0).unwrap().to_vec1::<f32>().unwrap();
+    for (u, v) in a.iter().zip(&b) {
+        assert!((u - v).abs() < 1e-5, "{a:?} vs {b:?}");
+    }
+    // Gradients still reach the encoder.
+    let grads = all.sum_all().unwrap().backward().unwrap();
+    let data = m.varmap().data().lock().unwrap();
+    assert!(grads.get(data["crnn.conv3.weight"].as_tensor()).is_some());
+    m.set_running_norm(false);
+}

@@ -325,7 +325,10 @@ impl Captioner {
                 ModelError::Input("audio_encoding needs a model of kind crnn".into())
             })?;
         let mel = mel.to_dtype(self.cfg.dtype)?;
-        Ok((c.conv_stack(&mel, false, false)?, c.forward(&mel, false, false)?))
+        Ok((
+            c.conv_stack(&mel, false, false)?,
+            c.forward(&mel, false, false)?,
+        ))
     }
 
     /// The model's configuration.

@@ -203,7 +203,13 @@ impl Crnn {
     }
 
     /// `γ (x − μ)/√(σ² + ε) + β` per channel of `[B, T, F, C]`.
-    fn batch_norm(&self, x: &Tensor, blk: &Block, train: bool, batch_stats: bool) -> Result<Tensor> {
+    fn batch_norm(
+        &self,
+        x: &Tensor,
+        blk: &Block,
+        train: bool,
+        batch_stats: bool,
+    ) -> Result<Tensor> {
         let (b, t, f, c) = x.dims4()?;
         let (mean, var) = if batch_stats {
             let flat = x.reshape((b * t * f, c))?;
