@@ -59,7 +59,14 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
     let kind = match cfg.model.kind {
         config::ModelKind::Fc => ModelKind::Fc,
         config::ModelKind::Att => ModelKind::Att,
+        config::ModelKind::Crnn => ModelKind::Crnn,
     };
+    if kind == ModelKind::Crnn && data.att_shape().is_none() {
+        anyhow::bail!(
+            "model.kind = \"crnn\" needs log-mel frames, but {} has only global (fc) features; prepare audio with `caprl data audio` or `caprl data synth-audio`",
+            cfg.data.dir
+        );
+    }
     if kind == ModelKind::Att && data.att_shape().is_none() {
         anyhow::bail!(
             "model.kind = \"att\" needs region features, but {} has only global (fc) features; use model.kind = \"fc\"",
@@ -76,6 +83,7 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
         embed: cfg.model.embed as usize,
         hidden: cfg.model.hidden as usize,
         att_hidden: cfg.model.att_hidden as usize,
+        crnn_width: cfg.model.crnn_width as usize,
         dropout: cfg.model.dropout as f32,
         vocab_size: data.vocab.len(),
         fc_dim: data.fc_dim(),

@@ -62,6 +62,7 @@ fn setup(run: &str) -> Setup {
         embed: 32,
         hidden: 32,
         att_hidden: 32,
+        crnn_width: 128,
         dropout: 0.0,
         vocab_size: data.vocab.len(),
         fc_dim: data.fc_dim(),

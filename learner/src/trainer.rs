@@ -186,6 +186,7 @@ impl Trainer {
         let device = self.model.device().clone();
         let x = inputs_for_rows(data, &rows, &cfg, &device)?;
         let seqs = batch_tokens(&targets, &device)?;
+        self.model.set_running_norm(false);
         let tf = self
             .model
             .teacher_forced(&x, &seqs, Some(&mut self.dropout_rng))?;
@@ -221,7 +222,11 @@ impl Trainer {
         let device = self.model.device().clone();
         let x = inputs_for_rows(data, rows, &cfg, &device)?;
         let toks = batch_tokens(seqs, &device)?;
-        let tf = self.model.teacher_forced(&x, &toks, None)?;
+        // Differentiate the policy the samples came from (batch norm on running statistics).
+        self.model.set_running_norm(true);
+        let tf = self.model.teacher_forced(&x, &toks, None);
+        self.model.set_running_norm(false);
+        let tf = tf?;
         let logp = tf
             .logprobs_full
             .gather(&toks.unsqueeze(2)?, 2)?

@@ -7,7 +7,7 @@
 //!
 //! `CAPRL_FUZZ_CASES` cases per property (default 32).
 
-use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind, RnnKind};
 use caprl_learner::checkpoint;
 use proptest::prelude::*;
 
@@ -24,21 +24,14 @@ fn config() -> ProptestConfig {
 }
 
 fn model_cfg() -> CaptionerConfig {
-    CaptionerConfig {
-        kind: ModelKind::Fc,
-        rnn: RnnKind::Gru,
-        layers: 1,
-        embed: 8,
-        hidden: 8,
-        att_hidden: 8,
-        dropout: 0.0,
-        vocab_size: 20,
-        fc_dim: 4,
-        att: None,
-        max_len: 6,
-        dtype: DType::F32,
-        compute_dtype: DType::F32,
-    }
+    let mut cfg = CaptionerConfig::new(ModelKind::Fc, 20, 4, None);
+    cfg.rnn = RnnKind::Gru;
+    cfg.embed = 8;
+    cfg.hidden = 8;
+    cfg.att_hidden = 8;
+    cfg.dropout = 0.0;
+    cfg.max_len = 6;
+    cfg
 }
 
 fn weights() -> Vec<u8> {

@@ -39,6 +39,8 @@ pub enum What {
     All(bench_all::AllArgs),
     /// Captioner speed per device and dtype: XE and SCST steps, decode tokens/s, snapshots.
     Model(super::bench_model::ModelArgs),
+    /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
+    Audio(super::bench_audio_cmd::AudioBenchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,6 +64,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Transport(a) => a,
         What::All(a) => return bench_all::run(a, global),
         What::Model(a) => return super::bench_model::run(a),
+        What::Audio(a) => return super::bench_audio_cmd::run(a),
     };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {

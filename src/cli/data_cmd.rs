@@ -1,10 +1,12 @@
 //! `caprl data synth --out DIR [--seed S] [--train N --val N --test N]` and
-//! `caprl data stats DIR`.
+//! `caprl data stats DIR`; the audio commands are in `audio_data_cmd`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use caprl_common::data::{self, Dataset, SynthConfig};
+
+use super::audio_data_cmd::{self, AudioArgs, SynthAudioArgs};
 
 /// Data set tools.
 #[derive(Debug, clap::Args)]
@@ -17,6 +19,10 @@ pub struct Args {
 pub enum Command {
     /// Generate the synthetic captioning data set (Karpathy format + safetensors features).
     Synth(SynthArgs),
+    /// Generate sound scenes: WAV clips with Clotho-style captions, prepared as log-mel features.
+    SynthAudio(SynthAudioArgs),
+    /// Compute log-mel features (with a cache) for a Clotho-layout directory of WAV files.
+    Audio(AudioArgs),
     /// Print a summary of a data set directory (any supported format).
     Stats(StatsArgs),
     /// Precompute CIDEr-D document frequencies from the training references
@@ -73,6 +79,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })?;
             print!("{summary}");
         }
+        Command::SynthAudio(a) => audio_data_cmd::synth_audio(a)?,
+        Command::Audio(a) => audio_data_cmd::prepare(a)?,
         Command::Stats(a) => {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;

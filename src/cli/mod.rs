@@ -6,7 +6,9 @@
 //! async code build their own tokio runtime.
 
 mod actor_cmd;
+mod audio_data_cmd;
 mod bench_all;
+mod bench_audio_cmd;
 mod bench_cmd;
 mod bench_model;
 mod caption_cmd;

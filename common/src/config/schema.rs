@@ -111,6 +111,9 @@ pub struct ModelConfig {
     pub hidden: u32,
     /// Attention MLP size (`att` only); 1..=8192.
     pub att_hidden: u32,
+    /// CRNN width (`crnn` only): channels of convolutions 2-5 and GRU size per direction;
+    /// the audio embedding has twice as many values. 1..=1024; 128 is seed 000's encoder.
+    pub crnn_width: u32,
     /// Dropout probability; [0, 1).
     pub dropout: f64,
 }
@@ -124,17 +127,20 @@ impl Default for ModelConfig {
             embed: 256,
             hidden: 512,
             att_hidden: 256,
+            crnn_width: 128,
             dropout: 0.2,
         }
     }
 }
 
-/// `fc`: global feature vector; `att`: additive attention over regions.
+/// `fc`: global feature vector; `att`: additive attention over regions; `crnn`: the CRNN
+/// audio encoder over log-mel frames (seed 000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     Fc,
     Att,
+    Crnn,
 }
 
 /// Recurrent cell of the decoder.

@@ -41,6 +41,7 @@ const RULES: &[Rule] = &[
     Rule { key: "model.embed", allowed: "1..=4096", violation: |c| outside(c.model.embed, 1..=4096) },
     Rule { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
     Rule { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
+    Rule { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
     Rule { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
     Rule { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },

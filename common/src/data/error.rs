@@ -78,6 +78,10 @@ pub enum DataError {
         rows: usize,
     },
 
+    /// An audio file that cannot be decoded or an audio setting that cannot be used.
+    #[error("{path}: {message}")]
+    Audio { path: PathBuf, message: String },
+
     #[error(
         "{path}: already exists and is not empty; choose another output directory or remove it"
     )]

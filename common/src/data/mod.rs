@@ -3,6 +3,7 @@
 //! with errors that name the file and the fix, the synthetic captioning task and summaries.
 
 mod atomic;
+pub mod audio;
 mod custom;
 mod dataset;
 mod error;

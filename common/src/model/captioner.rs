@@ -7,11 +7,14 @@
 //! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
 //! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::VarMap;
 
 use super::attention::{attend, AttKeys, AttWeights};
 use super::config::{CaptionerConfig, ModelKind, RnnKind};
+use super::crnn::{self, Crnn};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
@@ -24,8 +27,12 @@ use super::{BOS, PAD};
 pub struct Inputs {
     /// Global features `[B, Dfc]`.
     pub fc: Tensor,
-    /// Region features `[B, R, Da]` (att models).
+    /// Region features `[B, R, Da]` (att models; log-mel frames for crnn).
     pub att: Option<Tensor>,
+    /// crnn only: `att` holds each distinct clip once, `[U, T, M]`, and row `i` of the batch
+    /// is clip `expand[i]` (u32 `[B]`), so a clip repeated for its references or samples is
+    /// encoded once.
+    pub(crate) expand: Option<Tensor>,
 }
 
 impl Inputs {
@@ -47,24 +54,40 @@ impl Inputs {
             )));
         }
         let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.compute_dtype)?;
-        let att = match (cfg.kind, cfg.att, att) {
-            (ModelKind::Att, Some((r, d)), Some(a)) => {
-                if a.len() != b * r * d {
-                    return Err(ModelError::Input(format!(
-                        "region features have {} values, expected {b} x {r} x {d}",
-                        a.len()
-                    )));
+        let needs_att = matches!(cfg.kind, ModelKind::Att | ModelKind::Crnn);
+        let att =
+            match (needs_att, cfg.att, att) {
+                (true, Some((r, d)), Some(a)) => {
+                    if a.len() != b * r * d {
+                        return Err(ModelError::Input(format!(
+                            "region features have {} values, expected {b} x {r} x {d}",
+                            a.len()
+                        )));
+                    }
+                    Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.compute_dtype)?)
                 }
-                Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.compute_dtype)?)
-            }
-            (ModelKind::Att, _, None) => {
-                return Err(ModelError::Input(
-                    "the att model needs region features; none were given".into(),
-                ))
-            }
-            _ => None,
-        };
-        Ok(Self { fc, att })
+                (true, _, None) => return Err(ModelError::Input(
+                    "the att and crnn models need region (log-mel frame) features; none were given"
+                        .into(),
+                )),
+                _ => None,
+            };
+        Ok(Self {
+            fc,
+            att,
+            expand: None,
+        })
+    }
+
+    /// Makes row `i` of the batch clip `expand[i]` of these inputs (crnn: `att` stays one
+    /// row per distinct clip).
+    pub(crate) fn expand_rows(self, expand: &[u32]) -> Result<Self> {
+        let idx = Tensor::from_slice(expand, expand.len(), self.fc.device())?;
+        Ok(Self {
+            fc: self.fc.index_select(&idx, 0)?,
+            att: self.att,
+            expand: Some(idx),
+        })
     }
 
     /// Number of images in the batch.
@@ -97,8 +120,13 @@ impl Inputs {
     pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
         Ok(Self {
             fc: self.fc.index_select(idx, 0)?,
-            att: match &self.att {
-                Some(a) => Some(a.index_select(idx, 0)?),
+            att: match (&self.att, &self.expand) {
+                (Some(a), None) => Some(a.index_select(idx, 0)?),
+                (Some(a), Some(_)) => Some(a.clone()),
+                (None, _) => None,
+            },
+            expand: match &self.expand {
+                Some(e) => Some(e.index_select(idx, 0)?),
                 None => None,
             },
         })
@@ -108,6 +136,7 @@ impl Inputs {
         Self {
             fc: self.fc.detach(),
             att: self.att.as_ref().map(|a| a.detach()),
+            expand: self.expand.clone(),
         }
     }
 }
@@ -128,6 +157,8 @@ pub struct Captioner {
     pub(crate) device: Device,
     pub(crate) varmap: VarMap,
     pub(crate) p: Params,
+    /// crnn: batch norm uses running statistics in passes with gradients too.
+    pub(crate) running_norm: AtomicBool,
 }
 
 /// Handles on the parameters (they share storage with the `VarMap`'s vars).
@@ -139,6 +170,7 @@ pub(crate) struct Params {
     init: Vec<(Tensor, Tensor)>,
     rnn: Vec<RnnParams>,
     att: Option<AttParams>,
+    crnn: Option<Crnn>,
     logit_w: Tensor,
     logit_b: Tensor,
 }
@@ -210,8 +242,12 @@ impl Captioner {
         let g = cfg.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
             ("embed.weight".into(), vec![v, e], 0.1),
-            ("img.weight".into(), vec![e, cfg.fc_dim], fan(cfg.fc_dim)),
-            ("img.bias".into(), vec![e], fan(cfg.fc_dim)),
+            (
+                "img.weight".into(),
+                vec![e, cfg.feature_dim()],
+                fan(cfg.feature_dim()),
+            ),
+            ("img.bias".into(), vec![e], fan(cfg.feature_dim())),
             ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
             ("logit.weight".into(), vec![v, h], fan(h)),
             ("logit.bias".into(), vec![v], fan(h)),
@@ -233,12 +269,26 @@ impl Captioner {
             shapes.push(("att.score.weight".into(), vec![1, a], fan(a)));
             shapes.push(("att.ctx.weight".into(), vec![g, da], fan(h)));
         }
+        let mut constants = Vec::new();
+        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.kind, cfg.att) {
+            for (name, shape, bound) in crnn::param_shapes(cfg.crnn_width, mels) {
+                match bound {
+                    Some(b) => shapes.push((name, shape, b)),
+                    None => constants.push((name, shape)),
+                }
+            }
+        }
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         {
             let mut data = varmap.data().lock().map_err(|_| {
                 ModelError::Input("the model's VarMap lock was poisoned by a panic".into())
             })?;
+            for (name, shape) in constants {
+                let value = crnn::init_value(&name);
+                let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
             for (name, shape, bound) in shapes {
                 let n: usize = shape.iter().product();
                 let vals: Vec<f64> = (0..n)
@@ -254,7 +304,31 @@ impl Captioner {
             device: device.clone(),
             varmap,
             p,
+            running_norm: AtomicBool::new(false),
         })
+    }
+
+    /// crnn only (other models have no batch norm): `true` makes passes with gradients use
+    /// the running batch-norm statistics, as decoding does, instead of the batch's (and leave
+    /// them unchanged). Policy-gradient updates set it, since their samples were drawn with the
+    /// running statistics; cross-entropy updates clear it.
+    pub fn set_running_norm(&self, on: bool) {
+        self.running_norm.store(on, Ordering::Relaxed);
+    }
+
+    /// The CRNN encoder's convolution output `[B, T/4, n_mels/64, W]` and embedding `[B, 2W]`
+    /// for log-mel frames `mel` `[B, T, n_mels]`, with running batch-norm statistics and no
+    /// gradients (as decoding sees it). Fails for models that are not `crnn`.
+    pub fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
+        let c =
+            self.p.crnn.as_ref().ok_or_else(|| {
+                ModelError::Input("audio_encoding needs a model of kind crnn".into())
+            })?;
+        let mel = mel.to_dtype(self.cfg.dtype)?;
+        Ok((
+            c.conv_stack(&mel, false, false)?,
+            c.forward(&mel, false, false)?,
+        ))
     }
 
     /// The model's configuration.
@@ -367,6 +441,7 @@ impl Captioner {
         let x = Inputs {
             fc: x.fc.to_dtype(compute)?,
             att: x.att.map(|a| a.to_dtype(compute)).transpose()?,
+            expand: x.expand,
         };
         if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
             return Err(ModelError::Input(format!(
@@ -375,7 +450,30 @@ impl Captioner {
                 self.cfg.fc_dim
             )));
         }
-        let img = x.fc.matmul(&w.img_w_t)?.broadcast_add(&w.img_b)?.relu()?;
+        let feature = match (&self.p.crnn, &x.att) {
+            (Some(c), Some(mel)) => {
+                crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
+                let batch_stats = !self.running_norm.load(Ordering::Relaxed);
+                // The encoder runs on its master weights (f32/f64, as batch norm's running
+                // statistics must be); the decoder gets its embedding in the compute dtype.
+                let mel = mel.to_dtype(self.cfg.dtype)?;
+                let v = c.forward(&mel, !detach, batch_stats)?.to_dtype(compute)?;
+                match &x.expand {
+                    Some(e) => v.index_select(e, 0)?,
+                    None => v,
+                }
+            }
+            (Some(_), None) => {
+                return Err(ModelError::Input(
+                    "the crnn model needs log-mel frames; none were given".into(),
+                ))
+            }
+            _ => x.fc.clone(),
+        };
+        let img = feature
+            .matmul(&w.img_w_t)?
+            .broadcast_add(&w.img_b)?
+            .relu()?;
         let fx = img.matmul(&w.w_fc0_t)?;
         let mut states = Vec::with_capacity(self.cfg.layers);
         for (wi, bi) in &w.init {
@@ -466,6 +564,16 @@ impl Params {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let crnn = if cfg.kind == ModelKind::Crnn {
+            let get_var = |name: &str| -> Result<Var> {
+                data.get(name)
+                    .cloned()
+                    .ok_or_else(|| ModelError::Input(format!("missing parameter `{name}`")))
+            };
+            Some(Crnn::from_vars(cfg.crnn_width, &get_var)?)
+        } else {
+            None
+        };
         let att = if cfg.kind == ModelKind::Att {
             Some(AttParams {
                 feat_w: get("att.feat.weight")?,
@@ -484,6 +592,7 @@ impl Params {
             init,
             rnn,
             att,
+            crnn,
             logit_w: get("logit.weight")?,
             logit_b: get("logit.bias")?,
             fc_w: get("rnn.0.w_fc")?,

@@ -4,11 +4,14 @@ use candle_core::DType;
 
 use super::error::{ModelError, Result};
 
-/// `fc`: global feature only; `att`: additive attention over region features.
+/// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
+/// CRNN audio encoder (seed 000) over log-mel frames (the `att` features), its embedding used
+/// like the `fc` model's feature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
     Fc,
     Att,
+    Crnn,
 }
 
 /// The recurrent cell of the decoder.
@@ -41,6 +44,9 @@ pub struct CaptionerConfig {
     pub hidden: usize,
     /// Attention MLP size (att only).
     pub att_hidden: usize,
+    /// CRNN width `W` (crnn only): channels of convolutions 2–5 and GRU size per direction;
+    /// the embedding has `2W` values (the paper: 128, so 256).
+    pub crnn_width: usize,
     /// Dropout probability in `[0, 1)`, used only when a dropout RNG is given.
     pub dropout: f32,
     /// Vocabulary size including PAD/BOS/EOS/UNK.
@@ -76,6 +82,7 @@ impl CaptionerConfig {
             embed: 256,
             hidden: 512,
             att_hidden: 256,
+            crnn_width: 128,
             dropout: 0.2,
             vocab_size,
             fc_dim,
@@ -169,6 +176,33 @@ impl CaptionerConfig {
                 return bad("model.att_hidden", "0".into(), "must be >= 1");
             }
         }
+        if self.kind == ModelKind::Crnn {
+            match self.att {
+                Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::crnn::FREQ_DIVISOR == 0 => {}
+                _ => {
+                    return bad(
+                        "model.kind",
+                        "\"crnn\"".into(),
+                        "needs log-mel frames (att features [N, frames >= 4, 64·k]); prepare audio with `caprl data audio` or `caprl data synth-audio`",
+                    )
+                }
+            }
+            if !(1..=1024).contains(&self.crnn_width) {
+                return bad(
+                    "model.crnn_width",
+                    self.crnn_width.to_string(),
+                    "must be in 1..=1024",
+                );
+            }
+        }
         Ok(())
+    }
+
+    /// Size of the vector the decoder's image projection reads: `2W` for crnn, else `fc_dim`.
+    pub(crate) fn feature_dim(&self) -> usize {
+        match self.kind {
+            ModelKind::Crnn => 2 * self.crnn_width,
+            _ => self.fc_dim,
+        }
     }
 }

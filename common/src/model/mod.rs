@@ -8,6 +8,7 @@
 //!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`], [`Captioner::beam`] and
 //!   [`Captioner::beam_lookahead`] (value-guided, seed 001).
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
+//! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
 //! - [`parse_device`]: `cpu` or `cuda:N`.
 
 mod attention;
@@ -15,6 +16,7 @@ mod beam;
 mod bias;
 mod captioner;
 mod config;
+mod crnn;
 mod decode;
 mod device;
 mod dropout;
@@ -34,6 +36,7 @@ pub use beam::{BeamOptions, Hypothesis, Lookahead};
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::{batch_tokens, Captioner, Inputs};
 pub use config::{CaptionerConfig, ModelKind, RnnKind};
+pub use crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
 pub use decode::Decoded;
 pub use device::parse_device;
 pub use error::ModelError;
