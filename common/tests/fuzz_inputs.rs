@@ -1,7 +1,7 @@
 //! Bad input everywhere, as property tests (cargo-fuzz needs a nightly
 //! toolchain CI does not have): random and mutated bytes fed to the wire
 //! codec, the config parser, the data set readers (Karpathy JSON, custom CSV
-//! and JSON) and the features reader (safetensors) give a value or an error,
+//! and JSON), the features reader (safetensors) and the WAV reader give a value or an error,
 //! never a panic or a runaway allocation.
 //!
 //! Each property runs `CAPRL_FUZZ_CASES` cases (default 64): a CI smoke by
@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use caprl_common::config::RunConfig;
+use caprl_common::data::audio::{read_wav, write_wav_i16};
 use caprl_common::data::{write_safetensors, Dataset};
 use caprl_common::wire::{
     self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
@@ -208,8 +209,33 @@ fn default_toml() -> String {
     RunConfig::default().to_toml_string()
 }
 
+/// A valid 16-bit mono WAV file of a short tone.
+fn wav_bytes(dir: &Path) -> Vec<u8> {
+    let path = dir.join("tone.wav");
+    let samples: Vec<f64> = (0..400).map(|i| (i as f64 * 0.05).sin() * 0.5).collect();
+    write_wav_i16(&path, &samples, 16_000).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn wav_reader_never_panics_on_mutated_or_random_files(
+        muts in prop::collection::vec(mutation(), 1..6),
+        noise in prop::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let valid = wav_bytes(dir.path());
+        for (name, bytes) in [("mutated.wav", mutate(&valid, &muts)), ("noise.wav", noise)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &bytes).unwrap();
+            if let Err(e) = read_wav(&path) {
+                // Every refusal names the file it refused.
+                prop_assert!(e.to_string().contains(name), "{e}");
+            }
+        }
+    }
 
     #[test]
     fn wire_decode_never_panics_on_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
