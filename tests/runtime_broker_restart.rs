@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{caprl, final_weights, finish, sets, spawn, steps, stop, synth, text, Reaper};
+use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
 #[test]
 fn roles_ride_out_a_broker_restart_and_the_run_matches_an_uninterrupted_one() {
@@ -18,14 +18,7 @@ fn roles_ride_out_a_broker_restart_and_the_run_matches_an_uninterrupted_one() {
     let data = synth(dir.path());
     let extra = ["runtime.ack_wait_secs=2"];
 
-    let reference = dir.path().join("reference");
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &reference, 2, &extra))
-        .arg("-q")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let reference = reference_run(&data, dir.path(), 2, &extra);
 
     let run = dir.path().join("run");
     let store = dir.path().join("jetstream");

@@ -9,7 +9,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{caprl, final_weights, finish, kill9, sets, spawn, steps, stop, synth, text, Reaper};
+use support::{
+    final_weights, finish, kill9, reference_run, sets, spawn, steps, stop, synth, Reaper,
+};
 
 /// The number before `label` in `text`, summed over every occurrence.
 fn count(text: &str, label: &str) -> u64 {
@@ -30,14 +32,7 @@ fn six_kills_of_actors_and_reward_workers_lose_and_repeat_no_task() {
     let data = synth(dir.path());
     let extra = ["runtime.ack_wait_secs=1"];
 
-    let reference = dir.path().join("reference");
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &reference, 3, &extra))
-        .arg("-q")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let reference = reference_run(&data, dir.path(), 3, &extra);
 
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");

@@ -15,7 +15,7 @@ use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
 use caprl_common::wire::{self, Heartbeat, PolicyVersion};
-use support::{caprl, final_weights, finish, sets, spawn, steps, stop, synth, text, Reaper};
+use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
 const BAD: usize = 10_000;
 const LIMIT: usize = 8 << 20;
@@ -95,14 +95,7 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     let data = synth(dir.path());
     let extra = ["runtime.ack_wait_secs=2"];
 
-    let reference = dir.path().join("reference");
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &reference, 2, &extra))
-        .arg("-q")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let reference = reference_run(&data, dir.path(), 2, &extra);
 
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");

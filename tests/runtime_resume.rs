@@ -8,7 +8,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{caprl, final_weights, finish, kill9, sets, spawn, steps, stop, synth, text, Reaper};
+use support::{
+    final_weights, finish, kill9, reference_run, sets, spawn, steps, stop, synth, Reaper,
+};
 
 #[test]
 fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
@@ -17,14 +19,7 @@ fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
     let data = synth(dir.path());
     let extra = ["checkpoint.every_steps=2", "runtime.ack_wait_secs=2"];
 
-    let reference = dir.path().join("reference");
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &reference, 3, &extra))
-        .arg("-q")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let reference = reference_run(&data, dir.path(), 3, &extra);
 
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");

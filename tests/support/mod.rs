@@ -46,6 +46,20 @@ pub fn sets(data: &Path, run_dir: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<
         .collect()
 }
 
+/// An undisturbed in-process run in `dir/reference` with the tiny config: the weights the
+/// fault tests must end with.
+pub fn reference_run(data: &Path, dir: &Path, rl_epochs: u32, extra: &[&str]) -> PathBuf {
+    let reference = dir.join("reference");
+    let out = caprl()
+        .arg("train")
+        .args(sets(data, &reference, rl_epochs, extra))
+        .arg("-q")
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    reference
+}
+
 /// stdout and stderr of a finished command, for assertion messages.
 pub fn text(out: &Output) -> String {
     format!(
