@@ -188,7 +188,9 @@ pub async fn run(
         let deliveries = match deliveries {
             Ok(d) => d,
             Err(e) if e.is_transient() => {
-                ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                backoff
+                    .ride_out(&format!("actor {}", cfg.id), &e, &mut shutdown)
+                    .await;
                 continue;
             }
             Err(e) => break Err(e.into()),
@@ -208,7 +210,9 @@ pub async fn run(
                 Ok(()) => backoff.reset(),
                 // The task comes back after ack_wait; a duplicate rollout is de-duplicated.
                 Err(ActorError::Bus(e)) if e.is_transient() => {
-                    ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                    backoff
+                        .ride_out(&format!("actor {}", cfg.id), &e, &mut shutdown)
+                        .await;
                     break;
                 }
                 Err(e) => {
@@ -224,24 +228,6 @@ pub async fn run(
     watcher.abort();
     let _ = heartbeat.await;
     result.map(|()| stats)
-}
-
-/// Waits out a broker outage: logs it once, sleeps the next backoff delay
-/// (or until shutdown).
-async fn ride_out(
-    id: &str,
-    e: &BusError,
-    backoff: &mut Backoff,
-    shutdown: &mut watch::Receiver<bool>,
-) {
-    if backoff.failures() == 0 {
-        tracing::warn!("actor {id}: broker unavailable ({e}); retrying with backoff");
-    }
-    let delay = backoff.next_delay();
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.changed() => {}
-    }
 }
 
 /// The snapshot held and the ones refused.

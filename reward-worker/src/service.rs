@@ -62,7 +62,9 @@ pub async fn run(
         let deliveries = match deliveries {
             Ok(d) => d,
             Err(e) if e.is_transient() => {
-                ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                backoff
+                    .ride_out(&format!("reward worker {}", cfg.id), &e, &mut shutdown)
+                    .await;
                 continue;
             }
             Err(e) => break Err(e.into()),
@@ -73,7 +75,9 @@ pub async fn run(
                 Ok(()) => backoff.reset(),
                 // The rollout comes back after ack_wait; the learner drops a duplicate score.
                 Err(WorkerError::Bus(e)) if e.is_transient() => {
-                    ride_out(&cfg.id, &e, &mut backoff, &mut shutdown).await;
+                    backoff
+                        .ride_out(&format!("reward worker {}", cfg.id), &e, &mut shutdown)
+                        .await;
                     break;
                 }
                 Err(e) => {
@@ -88,24 +92,6 @@ pub async fn run(
     };
     let _ = heartbeat.await;
     result.map(|()| stats)
-}
-
-/// Waits out a broker outage: logs it once, sleeps the next backoff delay
-/// (or until shutdown).
-async fn ride_out(
-    id: &str,
-    e: &BusError,
-    backoff: &mut Backoff,
-    shutdown: &mut watch::Receiver<bool>,
-) {
-    if backoff.failures() == 0 {
-        tracing::warn!("reward worker {id}: broker unavailable ({e}); retrying with backoff");
-    }
-    let delay = backoff.next_delay();
-    tokio::select! {
-        _ = tokio::time::sleep(delay) => {}
-        _ = shutdown.changed() => {}
-    }
 }
 
 fn spawn_heartbeat(

@@ -63,6 +63,24 @@ impl Backoff {
         self.failures
     }
 
+    /// Waits out a broker outage for role `who` (e.g. "actor a1"): logs the
+    /// outage once, then sleeps the next delay or until `shutdown` changes.
+    pub async fn ride_out(
+        &mut self,
+        who: &str,
+        e: &BusError,
+        shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    ) {
+        if self.failures == 0 {
+            tracing::warn!("{who}: broker unavailable ({e}); retrying with backoff");
+        }
+        let delay = self.next_delay();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+
     /// An operation succeeded: the next failure starts from 100 ms again.
     pub fn reset(&mut self) {
         self.next = FIRST;
