@@ -14,7 +14,7 @@ use caprl_common::data::Dataset;
 use caprl_common::model::Device;
 use caprl_common::score::Distance;
 use caprl_learner::driver::{Driver, DriverOptions};
-use caprl_reward_worker::{Rewarder, WorkerConfig};
+use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
 use tokio::sync::watch;
 
 use crate::setup;
@@ -97,7 +97,25 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
             config::Distance::Bleu => Distance::Bleu,
             config::Distance::Cider => Distance::Cider,
         });
-    let rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
+    let mut rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
+    if uses_clip(cfg) {
+        let path = std::path::Path::new(&cfg.clip.reward);
+        let encoder = caprl_common::clip::open_encoder(path, &data.vocab).with_context(|| {
+            format!(
+                "opening the reward encoder [clip] reward = {}",
+                path.display()
+            )
+        })?;
+        let clip = ClipReward::new(
+            encoder,
+            data,
+            items,
+            cfg.clip.tau as f32,
+            cfg.clip.neighbours as usize,
+        )
+        .context("embedding the training images for the CLIP rewards")?;
+        rewarder = rewarder.with_clip(clip);
+    }
     Ok(WorkerConfig {
         id,
         rewarder: Arc::new(rewarder),
@@ -112,7 +130,11 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         tasks_in_flight: cfg.runtime.tasks_in_flight as usize,
         images_per_task: cfg.runtime.images_per_task as usize,
         batch_size: cfg.train.batch_size as usize,
-        samples: cfg.train.samples,
+        // WTF / WTF-RL learn from beam and ground-truth captions only (seed 004).
+        samples: match cfg.train.objective {
+            Objective::Wtf | Objective::WtfRl => 0,
+            _ => cfg.train.samples,
+        },
         temperature: cfg.decode.temperature as f32,
         top_k: cfg.decode.top_k,
         greedy: needs_greedy(cfg),
@@ -120,6 +142,11 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
             Objective::McPg => cfg.train.mc_rollouts,
             _ => 0,
         },
+        beam: match cfg.train.objective {
+            Objective::Wtf | Objective::WtfRl => cfg.decode.beam,
+            _ => 0,
+        },
+        with_gt: uses_clip(cfg),
         seed: cfg.seed,
         max_policy_lag: cfg.runtime.max_policy_lag,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
@@ -251,8 +278,19 @@ pub fn serve_metrics(
 /// quality term and of SCST with `baseline = "greedy"`; mc-pg and actor-critic learn theirs.
 fn needs_greedy(cfg: &RunConfig) -> bool {
     match cfg.train.objective {
-        Objective::Sle => true,
+        // The greedy caption is a rival in the contrastive reward's text pool (seed 004).
+        Objective::Sle | Objective::Wtf | Objective::WtfRl => true,
         Objective::Scst => cfg.train.baseline == Baseline::Greedy,
         _ => false,
     }
+}
+
+/// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
+/// every rollout: the contrastive text pool and the discriminator's real examples).
+pub fn uses_clip(cfg: &RunConfig) -> bool {
+    cfg.reward
+        .spec
+        .terms()
+        .iter()
+        .any(|(n, _)| n.needs_encoder())
 }

@@ -22,10 +22,11 @@ use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, StepRecord};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_learner::disc_online::OnlineDisc;
 use caprl_learner::driver::Driver;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::{
-    actor_critic, checkpoint, mc_pg, scst, sle, PgTargets, Phase, StepOptions, Trainer,
+    actor_critic, checkpoint, mc_pg, scst, sle, wtf, PgTargets, Phase, StepOptions, Trainer,
 };
 
 use crate::setup;
@@ -52,16 +53,6 @@ pub fn train(
     start_from: Option<&Path>,
     driver: &mut Driver,
 ) -> Result<Outcome> {
-    let unsupported = match cfg.train.objective {
-        Objective::Wtf => Some("wtf"),
-        Objective::WtfRl => Some("wtf-rl"),
-        _ => None,
-    };
-    if let Some(name) = unsupported {
-        anyhow::bail!(
-            "train.objective = \"{name}\" is not implemented yet; use xe, scst, sle, mc-pg or actor-critic"
-        );
-    }
     if uses_critic(cfg) && cfg.runtime.mode != config::Mode::Sync {
         anyhow::bail!(
             "train.objective = \"{}\" trains a value head on on-policy returns: set runtime.mode = \"sync\"",
@@ -77,6 +68,7 @@ pub fn train(
         true => checkpoint::latest_valid(&ck_root)?,
         false => None,
     };
+    let resumed_from = previous.as_ref().map(|ck| ck.dir.clone());
     let mut trainer = match previous {
         Some(ck) => {
             tracing::info!("resuming from {}", ck.dir.display());
@@ -116,6 +108,7 @@ pub fn train(
             &mut trainer,
             Phase::Xe,
             None,
+            None,
             &mut log,
         )?);
     }
@@ -149,6 +142,10 @@ pub fn train(
                 device,
             )?);
         }
+        let mut disc = match uses_disc(cfg) {
+            true => Some(online_disc(cfg, data, &trainer, resumed_from.as_deref())?),
+            false => None,
+        };
         if !resume {
             driver.purge()?;
         }
@@ -158,10 +155,102 @@ pub fn train(
             &mut trainer,
             Phase::Rl,
             Some(driver),
+            disc.as_mut(),
             &mut log,
         )?);
     }
     Ok(outcome)
+}
+
+/// The reward spec has `disc`: the learner trains the discriminator (seed 004).
+fn uses_disc(cfg: &RunConfig) -> bool {
+    cfg.reward
+        .spec
+        .terms()
+        .iter()
+        .any(|(n, _)| *n == config::RewardName::Disc)
+}
+
+/// The discriminator of a resumed run, or a fresh one pre-trained on ground-truth vs beam
+/// captions of the model RL starts from (seed 004 §4).
+fn online_disc(
+    cfg: &RunConfig,
+    data: &Dataset,
+    trainer: &Trainer,
+    resumed_from: Option<&Path>,
+) -> Result<OnlineDisc> {
+    let open = || {
+        caprl_common::clip::open_encoder(Path::new(&cfg.clip.reward), &data.vocab).with_context(
+            || {
+                format!(
+                    "opening the reward encoder [clip] reward = {}",
+                    cfg.clip.reward
+                )
+            },
+        )
+    };
+    if let Some(dir) = resumed_from {
+        if let Some(d) = OnlineDisc::restore(open()?, dir, cfg.clip.disc_lr)? {
+            tracing::info!("discriminator restored from {}", dir.display());
+            return Ok(d);
+        }
+    }
+    let mut disc = OnlineDisc::new(open()?, cfg.seed, cfg.clip.disc_lr)?;
+    let n = (cfg.clip.disc_pretrain_images as usize).min(data.train.items.len());
+    let items = &data.train.items[..n];
+    let model = &trainer.model;
+    let mcfg = model.config();
+    let mut real = Vec::new();
+    let mut fake = Vec::new();
+    let bar = Progress::new(n as u64, "discriminator: XE beam captions");
+    for chunk in items.chunks(64) {
+        let rows: Vec<usize> = chunk.iter().map(|it| it.row).collect();
+        let x = inputs_for_rows(data, &rows, mcfg, model.device())?;
+        let beams = model.beam(
+            &x,
+            &caprl_common::model::BeamOptions {
+                width: cfg.decode.beam as usize,
+                max_len: mcfg.max_len,
+                length_norm: false,
+                block_trigrams: false,
+            },
+        )?;
+        for (it, hyps) in chunk.iter().zip(beams) {
+            if let Some(h) = hyps.into_iter().next() {
+                fake.push((it.row, h.tokens));
+            }
+            for t in it.targets(&data.vocab, mcfg.max_len) {
+                real.push((it.row, t));
+            }
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish();
+    let stats = disc.pretrain(
+        data,
+        &real,
+        &fake,
+        cfg.clip.disc_pretrain_epochs as usize,
+        64,
+        cfg.seed,
+        &mut |epoch, s| {
+            tracing::info!(
+                "discriminator pre-training epoch {}: loss {:.4} accuracy {:.3} P_D(gt) {:.3} P_D(beam) {:.3}",
+                epoch + 1,
+                s.loss,
+                s.accuracy,
+                s.p_real,
+                s.p_fake
+            )
+        },
+    )?;
+    tracing::info!(
+        "discriminator pre-trained on {} ground-truth and {} beam captions: accuracy {:.3}",
+        real.len(),
+        fake.len(),
+        stats.accuracy
+    );
+    Ok(disc)
 }
 
 /// mc-pg and actor-critic learn a value head (their baseline / critic).
@@ -224,6 +313,7 @@ fn run_phase(
     trainer: &mut Trainer,
     phase: Phase,
     mut driver: Option<&mut Driver>,
+    mut disc: Option<&mut OnlineDisc>,
     log: &mut Option<RunLog>,
 ) -> Result<PathBuf> {
     let epochs = match phase {
@@ -278,8 +368,16 @@ fn run_phase(
                     let driver = driver
                         .as_deref_mut()
                         .context("RL phase without a bus driver")?;
-                    let (stats, mean_reward) =
-                        rl_step(cfg, data, trainer, driver, &batch, opts, &mut record)?;
+                    let (stats, mean_reward) = rl_step(
+                        cfg,
+                        data,
+                        trainer,
+                        driver,
+                        disc.as_deref_mut(),
+                        &batch,
+                        opts,
+                        &mut record,
+                    )?;
                     reward_sum += mean_reward;
                     stats
                 }
@@ -330,7 +428,7 @@ fn run_phase(
                 trainer.save(
                     &cfg.checkpoint_dir(),
                     cfg.checkpoint.keep as usize,
-                    &extras(cfg, data),
+                    &files(cfg, data, disc.as_deref())?,
                 )?;
             }
             if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
@@ -363,22 +461,25 @@ fn run_phase(
             if let Some(log) = log.as_mut() {
                 log.log_eval(&eval_record)?;
             }
-            if best.is_none_or(|b| cider > b) {
+            // The CLIP rewards trade CIDEr-D for distinctiveness on purpose: selecting their
+            // epochs by CIDEr-D would undo it, so their best model is the latest.
+            let by_latest = phase == Phase::Rl && crate::roles::uses_clip(cfg);
+            if by_latest || best.is_none_or(|b| cider > b) {
                 best = Some(cider);
-                save_best(cfg, data, &best_dir, trainer, cider)?;
+                save_best(cfg, data, &best_dir, trainer, cider, disc.as_deref())?;
             }
         }
         trainer.save(
             &cfg.checkpoint_dir(),
             cfg.checkpoint.keep as usize,
-            &extras(cfg, data),
+            &files(cfg, data, disc.as_deref())?,
         )?;
         if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
             break;
         }
     }
     if best.is_none() {
-        save_best(cfg, data, &best_dir, trainer, 0.0)?;
+        save_best(cfg, data, &best_dir, trainer, 0.0, disc.as_deref())?;
     }
     latest_in(&best_dir)
 }
@@ -390,12 +491,13 @@ fn rl_step(
     data: &Dataset,
     trainer: &mut Trainer,
     driver: &mut Driver,
+    disc: Option<&mut OnlineDisc>,
     batch: &[&Item],
     opts: StepOptions,
     record: &mut StepRecord,
 ) -> Result<(caprl_learner::StepStats, f64)> {
     let version = trainer.state.policy_version;
-    driver.publish(&trainer.model, version)?;
+    driver.publish_with(&trainer.model, disc.as_ref().map(|d| &d.disc), version)?;
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
     let collected = driver.collect(trainer.state.step, version, &rows)?;
@@ -404,6 +506,14 @@ fn rl_step(
         collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
     record.lag = collected.mean_lag;
     record.dropped_stale = collected.dropped_stale;
+    if let Some(disc) = disc {
+        let (real, fake) = disc_examples(&collected.scored);
+        let s = disc.step(data, &real, &fake)?;
+        record.losses.insert("disc".into(), s.loss as f64);
+        record.losses.insert("disc_acc".into(), s.accuracy as f64);
+        record.losses.insert("p_d_real".into(), s.p_real as f64);
+        record.losses.insert("p_d_fake".into(), s.p_fake as f64);
+    }
     let mut pg = assemble(cfg, &collected.scored, version)?;
     if !cfg.runtime.mode.eq(&config::Mode::Sync) {
         importance_weights(cfg, data, trainer, &mut pg)?;
@@ -418,6 +528,25 @@ fn rl_step(
     };
     let stats = trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?;
     Ok((stats, pg.mean_reward))
+}
+
+/// The discriminator's examples in a scored batch: ground-truth captions are real; beam
+/// captions (WTF-RL) or, without them, the sampled ones (SCST with `disc`) are generated.
+fn disc_examples(scored: &[ScoredRollout]) -> (Vec<(usize, Vec<u32>)>, Vec<(usize, Vec<u32>)>) {
+    let seqs = || scored.iter().flat_map(|s| &s.rollout.sequences);
+    let has_beam = seqs().any(|s| s.kind == DecodeKind::Beam);
+    let fake_kind = if has_beam {
+        DecodeKind::Beam
+    } else {
+        DecodeKind::Sample
+    };
+    let pick = |kind: DecodeKind| {
+        seqs()
+            .filter(|s| s.kind == kind)
+            .map(|s| (s.image_row as usize, s.tokens.clone()))
+            .collect()
+    };
+    (pick(DecodeKind::GroundTruth), pick(fake_kind))
 }
 
 /// Async mode: multiplies each sampled sequence's multiplier by the truncated
@@ -511,6 +640,31 @@ fn assemble_one(
     reward_total: &mut f64,
     component_sums: &mut BTreeMap<String, f64>,
 ) -> Result<()> {
+    if let Objective::Wtf | Objective::WtfRl = cfg.train.objective {
+        let rl = cfg.train.objective == Objective::WtfRl;
+        for (i, s) in scored.rollout.sequences.iter().enumerate() {
+            if !wtf::trains_on(s.kind, rl) {
+                continue;
+            }
+            let r = &scored.rewards[i];
+            *reward_total += r.total as f64;
+            for (name, v) in &r.components {
+                *component_sums.entry(name.clone()).or_default() += *v as f64;
+            }
+            out.rows.push(s.image_row as usize);
+            out.seqs.push(s.tokens.clone());
+            out.multipliers.push(wtf::multiplier(r.total));
+            out.values.push(Vec::new());
+            out.behaviour.push(s.logprobs.iter().sum());
+            // Ground truth is off-policy by design (eq. 3): no importance ratio.
+            out.lags.push(if s.kind == DecodeKind::GroundTruth {
+                0
+            } else {
+                lag
+            });
+        }
+        return Ok(());
+    }
     let mut greedy: BTreeMap<u32, f32> = BTreeMap::new();
     let mut samples: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     // mc-pg: the scored completions of each sample, `(prefix_len, reward)`.
@@ -676,8 +830,9 @@ fn save_best(
     dir: &Path,
     trainer: &mut Trainer,
     cider: f64,
+    disc: Option<&OnlineDisc>,
 ) -> Result<()> {
-    let mut files = extras(cfg, data);
+    let mut files = files(cfg, data, disc)?;
     files.push((BEST_SCORE, format!("{cider}\n").into_bytes()));
     trainer
         .save(dir, 1, &files)
@@ -693,6 +848,19 @@ fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
         (CONFIG_FILE, cfg.redacted().to_toml_string().into_bytes()),
         (VOCAB_HASH_FILE, data.vocab.hash().as_bytes().to_vec()),
     ]
+}
+
+/// [`extras`] plus the discriminator's weights and optimizer state when there is one.
+fn files(
+    cfg: &RunConfig,
+    data: &Dataset,
+    disc: Option<&OnlineDisc>,
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    let mut files = extras(cfg, data);
+    if let Some(d) = disc {
+        files.extend(d.files()?);
+    }
+    Ok(files)
 }
 
 fn best_cider(dir: &Path) -> Option<f64> {

@@ -203,6 +203,8 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             top_k: 0,
             greedy: true,
             mc_rollouts: 0,
+            beam: 0,
+            with_gt: false,
             seed: 7,
             max_policy_lag: 2,
             max_message_bytes: LIMIT,

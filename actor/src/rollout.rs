@@ -7,7 +7,9 @@
 use std::time::Instant;
 
 use caprl_common::data::Dataset;
-use caprl_common::model::{inputs_for_rows, CaprlRng, Captioner, ModelError, SampleOptions, EOS};
+use caprl_common::model::{
+    inputs_for_rows, BeamOptions, CaprlRng, Captioner, ModelError, SampleOptions, EOS,
+};
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
 
@@ -61,6 +63,31 @@ pub fn rollout(
                 logprobs,
             });
         }
+    }
+    if task.beam > 0 {
+        let beams = policy.beam(
+            &x,
+            &BeamOptions {
+                width: task.beam as usize,
+                max_len: cfg.max_len,
+                length_norm: false,
+                block_trigrams: false,
+            },
+        )?;
+        // Seed 004's x^bs: the best beam of each image.
+        for (i, hyps) in beams.into_iter().enumerate() {
+            if let Some(h) = hyps.into_iter().next() {
+                sequences.push(Sequence {
+                    image_row: task.image_rows[i],
+                    kind: DecodeKind::Beam,
+                    tokens: h.tokens,
+                    logprobs: h.logprobs,
+                });
+            }
+        }
+    }
+    if task.with_gt {
+        sequences.extend(ground_truth(data, task, cfg.max_len)?);
     }
     Ok(Rollout {
         task_id: task.task_id,
@@ -134,6 +161,40 @@ fn mc_completions(
     tm::count_mc_completions(out.len() as u64, started.elapsed());
     Ok(out)
 }
+
+/// One reference of each image as a ground-truth trajectory (seed 004's `x^gt`: a batch of
+/// GT caption–image pairs), the reference drawn from the task seed so that any actor sends
+/// the same one.
+fn ground_truth(
+    data: &Dataset,
+    task: &RolloutTask,
+    max_len: usize,
+) -> Result<Vec<Sequence>, ModelError> {
+    let mut out = Vec::with_capacity(task.image_rows.len());
+    for &row in &task.image_rows {
+        let item = data.train.items.iter().find(|it| it.row == row as usize).ok_or_else(|| {
+            ModelError::Input(format!(
+                "image row {row} is not in the training split (is every role using the same data set?)"
+            ))
+        })?;
+        let refs = item.targets(&data.vocab, max_len);
+        if refs.is_empty() {
+            continue;
+        }
+        let mut rng = CaprlRng::with_stream(task.seed ^ u64::from(row), GT_STREAM);
+        let pick = (rng.uniform_open() * refs.len() as f64) as usize;
+        out.push(Sequence {
+            image_row: row,
+            kind: DecodeKind::GroundTruth,
+            tokens: refs[pick.min(refs.len() - 1)].clone(),
+            logprobs: Vec::new(),
+        });
+    }
+    Ok(out)
+}
+
+/// RNG stream of the ground-truth picks.
+const GT_STREAM: u64 = 0x4754;
 
 /// RNG stream of the Monte-Carlo completions (the samples use stream 0 of the task seed).
 const MC_STREAM: u64 = 0x4d43;

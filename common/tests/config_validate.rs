@@ -38,7 +38,7 @@ fn out_of_range_values_name_key_value_and_range() {
             "[0, 1)",
         ),
         ("train.sle_alpha=2", "train.sle_alpha", "2", "[0, 1]"),
-        ("train.wtf_alpha=-1", "train.wtf_alpha", "-1", "[0, 1]"),
+        ("clip.tau=0", "clip.tau", "0", "a finite number > 0"),
         (
             "train.entropy_coef=-0.5",
             "train.entropy_coef",

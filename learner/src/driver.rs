@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
+use caprl_common::clip::Discriminator;
 use caprl_common::model::Captioner;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::Readiness;
@@ -49,6 +50,11 @@ pub struct DriverOptions {
     pub greedy: bool,
     /// Monte-Carlo completions per prefix of each sample (mc-pg); 0 = none.
     pub mc_rollouts: u32,
+    /// Beam width of a beam decode per image (WTF-RL's `x^bs`); 0 = none.
+    pub beam: u32,
+    /// Send one ground-truth caption per image along (WTF, the CLIP rewards' text pool and
+    /// the discriminator's real examples).
+    pub with_gt: bool,
     /// The run seed; task seeds derive from (seed, task id).
     pub seed: u64,
     pub max_policy_lag: u64,
@@ -111,6 +117,32 @@ pub fn task_seed(seed: u64, task: TaskId) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// The snapshot: the captioner's tensors, plus the discriminator's (`disc.*`) when given.
+fn snapshot_bytes(
+    model: &Captioner,
+    disc: Option<&Discriminator>,
+) -> Result<Vec<u8>, LearnerError> {
+    let Some(disc) = disc else {
+        return Ok(model.to_safetensors()?);
+    };
+    let mut named: Vec<(String, candle_core::Tensor)> = {
+        let data =
+            model.varmap().data().lock().map_err(|_| {
+                LearnerError::Invalid("the model's VarMap lock was poisoned".into())
+            })?;
+        data.iter()
+            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
+            .collect()
+    };
+    named.extend(
+        disc.tensors()
+            .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
+    );
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    safetensors::tensor::serialize(named, None)
+        .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
 }
 
 fn bus_err(e: BusError) -> LearnerError {
@@ -178,13 +210,24 @@ impl Driver {
         model: &Captioner,
         version: u64,
     ) -> Result<SnapshotMeta, LearnerError> {
+        self.publish_with(model, None, version)
+    }
+
+    /// [`Driver::publish`] with the discriminator's weights riding along (seed 004: reward
+    /// workers score `disc` with the learner's current `D`).
+    pub fn publish_with(
+        &mut self,
+        model: &Captioner,
+        disc: Option<&Discriminator>,
+        version: u64,
+    ) -> Result<SnapshotMeta, LearnerError> {
         if let Some(p) = &self.published {
             if p.version == version {
                 return Ok(p.clone());
             }
         }
         let started = Instant::now();
-        let bytes = Bytes::from(model.to_safetensors()?);
+        let bytes = Bytes::from(snapshot_bytes(model, disc)?);
         let bus = Arc::clone(&self.bus);
         let meta = self.retry("publishing a snapshot", || {
             let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
@@ -216,9 +259,9 @@ impl Driver {
             temperature: self.opts.temperature,
             top_k: self.opts.top_k,
             greedy: self.opts.greedy,
-            beam: 0,
+            beam: self.opts.beam,
             seed: task_seed(self.opts.seed, id),
-            with_gt: false,
+            with_gt: self.opts.with_gt,
             mc_rollouts: self.opts.mc_rollouts,
         }
     }

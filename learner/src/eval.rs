@@ -7,9 +7,13 @@
 //! - Diversity (seed 002, table 4): Div-1, Div-2 and mBLEU-4 over `samples`
 //!   random samples per image (`_sample`) and over the top `samples` beams
 //!   (`_beam`), averaged over images.
+//! - Retrieval (seed 004), when an evaluation encoder is given ([`add_retrieval`]): R@1/5/10
+//!   text→image and image→text of the main captions among the evaluated images.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use caprl_common::clip::retrieval::{recall, RECALL_KS};
+use caprl_common::clip::Encoder;
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{
     inputs_for_rows, BeamOptions, CaprlRng, Captioner, Lookahead, SampleOptions, EOS,
@@ -60,6 +64,33 @@ pub struct EvalReport {
     pub metrics: BTreeMap<String, f64>,
     /// `(image id, caption)` in split order.
     pub captions: Vec<(String, String)>,
+    /// The same captions as vocabulary ids (no EOS).
+    pub tokens: Vec<Vec<u32>>,
+}
+
+/// Adds seed 004's retrieval metrics to `report` (made from `items`, in order): recall@1/5/10
+/// of text→image (`r1_t2i`, ...) and image→text (`r1_i2t`, ...) among the evaluated images,
+/// in %, with the frozen evaluation `encoder`.
+pub fn add_retrieval(
+    report: &mut EvalReport,
+    encoder: &dyn Encoder,
+    data: &Dataset,
+    items: &[Item],
+) -> Result<(), LearnerError> {
+    let rows: Vec<usize> = items
+        .iter()
+        .take(report.tokens.len())
+        .map(|it| it.row)
+        .collect();
+    let err = |e: caprl_common::clip::ClipError| LearnerError::Invalid(format!("retrieval: {e}"));
+    let texts = encoder.embed_captions(&report.tokens).map_err(err)?;
+    let images = encoder.embed_images(data, &rows).map_err(err)?;
+    let r = recall(&texts, &images);
+    for (j, k) in RECALL_KS.iter().enumerate() {
+        report.metrics.insert(format!("r{k}_t2i"), r.t2i[j]);
+        report.metrics.insert(format!("r{k}_i2t"), r.i2t[j]);
+    }
+    Ok(())
 }
 
 fn strip_eos(tokens: &[u32]) -> Vec<u32> {
@@ -209,7 +240,11 @@ pub fn evaluate_with(
             (it.id.clone(), words.join(" "))
         })
         .collect();
-    Ok(EvalReport { metrics, captions })
+    Ok(EvalReport {
+        metrics,
+        captions,
+        tokens: main,
+    })
 }
 
 fn add_diversity(acc: &mut [f64; 3], set: &[Vec<u32>]) {

@@ -2,8 +2,9 @@
 //!
 //! - [`trainer::Trainer`]: weights, optimizer, data cursor; XE and policy-gradient steps; checkpoints.
 //! - Objectives, each in the file named after it with its formula: [`xe`], [`scst`], [`sle`],
-//!   [`mc_pg`], [`actor_critic`], reduced to the shared policy-gradient loss in [`pg`] (with the
+//!   [`mc_pg`], [`actor_critic`], [`wtf`] (WTF and WTF-RL), reduced to the shared policy-gradient loss in [`pg`] (with the
 //!   entropy and KL-to-XE regularisers); the value head of the last two is in [`critic`].
+//! - [`disc_online`]: seed 004's discriminator, pre-trained and then trained every iteration.
 //! - [`checkpoint`]: atomic, checksummed checkpoint directories.
 //! - [`eval`]: caption a split and compute every metric.
 
@@ -11,6 +12,7 @@ pub mod actor_critic;
 pub mod batch;
 pub mod checkpoint;
 pub mod critic;
+pub mod disc_online;
 pub mod driver;
 pub mod error;
 pub mod eval;
@@ -19,6 +21,7 @@ pub mod pg;
 pub mod scst;
 pub mod sle;
 pub mod trainer;
+pub mod wtf;
 pub mod xe;
 
 pub use error::LearnerError;

@@ -28,6 +28,8 @@ fn options(sync: bool) -> DriverOptions {
         top_k: 0,
         greedy: false,
         mc_rollouts: 0,
+        beam: 0,
+        with_gt: false,
         seed: 3,
         max_policy_lag: 1,
         max_message_bytes: LIMIT,

@@ -2,14 +2,17 @@
 //!
 //! [`Rewarder`] turns a [`caprl_common::wire::Rollout`] into a
 //! [`caprl_common::wire::ScoredRollout`]: CIDEr-D (precomputed training df),
-//! BLEU-n, ROUGE-L and the embedding reward of seed 001 ([`EmbedReward`]) as a weighted sum,
+//! BLEU-n, ROUGE-L, the embedding reward of seed 001 ([`EmbedReward`]) and seed 004's
+//! contrastive CLIP rewards and discriminator probability ([`ClipReward`]) as a weighted sum,
 //! plus SLE's exploration term.
 //! [`run`] is the reward-worker role on a bus.
 
+mod clip_reward;
 mod embed;
 mod rewarder;
 mod service;
 
+pub use clip_reward::{contrast, ClipParts, ClipReward, CLIP_S_WEIGHT};
 pub use embed::EmbedReward;
 pub use rewarder::{exploration_terms, RewardError, Rewarder};
 pub use service::{run, WorkerConfig, WorkerError, WorkerStats};

@@ -11,6 +11,7 @@ use caprl_common::model::EOS;
 use caprl_common::score::{self, CiderD, Distance, DocFreq, Interner, PreparedRefs};
 use caprl_common::wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
+use crate::clip_reward::{ClipParts, ClipReward};
 use crate::embed::EmbedReward;
 
 /// Scores captions of the images of one split.
@@ -21,6 +22,7 @@ pub struct Rewarder {
     refs: Vec<Option<ImageRefs>>,
     exploration: Option<Distance>,
     embed: Option<EmbedReward>,
+    clip: Option<ClipReward>,
 }
 
 struct ImageRefs {
@@ -31,8 +33,14 @@ struct ImageRefs {
 /// Errors the reward worker reports instead of scoring.
 #[derive(Debug, thiserror::Error)]
 pub enum RewardError {
-    #[error("reward `{}` is not computed by this reward worker yet; use cider, bleu1..bleu4, rouge or embed", .0.as_str())]
+    #[error("reward `{}` is not computed by this reward worker; use cider, bleu1..bleu4, rouge, embed, clip, clip-i2t, clip-s or disc", .0.as_str())]
     Unsupported(RewardName),
+    #[error("reward `{}` needs a text–image encoder: set [clip] reward to a file from `caprl clip train` (or a Hugging Face CLIP directory)", .0.as_str())]
+    NoEncoder(RewardName),
+    #[error("reward `disc` needs the discriminator, which rides in the learner's policy snapshot; none is held yet (is the learner configured with the same rewards?)")]
+    NoDiscriminator,
+    #[error("clip reward: {0}")]
+    Clip(#[from] caprl_common::clip::ClipError),
     #[error("fitting the embedding reward: {0}")]
     Embed(#[from] caprl_common::data::DataError),
     #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]
@@ -50,20 +58,6 @@ impl Rewarder {
         df: DocFreq,
         exploration: Option<Distance>,
     ) -> Result<Self, RewardError> {
-        for (name, _) in spec {
-            if !matches!(
-                name,
-                RewardName::Cider
-                    | RewardName::Bleu1
-                    | RewardName::Bleu2
-                    | RewardName::Bleu3
-                    | RewardName::Bleu4
-                    | RewardName::Rouge
-                    | RewardName::Embed
-            ) {
-                return Err(RewardError::Unsupported(*name));
-            }
-        }
         let mut interner = Interner::with_words(data.vocab.words());
         let cider = CiderD::new(df);
         let max_row = items.iter().map(|it| it.row).max().unwrap_or(0);
@@ -87,7 +81,29 @@ impl Rewarder {
             refs,
             exploration,
             embed,
+            clip: None,
         })
+    }
+
+    /// Adds the encoder behind `clip`, `clip-i2t`, `clip-s` and `disc`.
+    pub fn with_clip(mut self, clip: ClipReward) -> Self {
+        self.clip = Some(clip);
+        self
+    }
+
+    /// True when the spec needs a text–image encoder.
+    pub fn needs_encoder(&self) -> bool {
+        self.spec.iter().any(|(n, _)| n.needs_encoder())
+    }
+
+    /// True when the spec has `disc`, which needs the learner's discriminator.
+    pub fn needs_discriminator(&self) -> bool {
+        self.spec.iter().any(|(n, _)| *n == RewardName::Disc)
+    }
+
+    /// The clip rewards' encoder and caches, when configured.
+    pub fn clip(&self) -> Option<&ClipReward> {
+        self.clip.as_ref()
     }
 
     /// Document frequencies of the training references of `items`, interned in the
@@ -116,8 +132,14 @@ impl Rewarder {
             .ok_or(RewardError::UnknownRow(row))
     }
 
-    /// The reward vector of one caption (tokens may end with EOS).
-    pub fn score_caption(&self, row: u32, tokens: &[u32]) -> Result<RewardVector, RewardError> {
+    /// The reward vector of one caption (tokens may end with EOS); `clip` holds its
+    /// clip-family values when the spec needs them.
+    pub fn score_caption(
+        &self,
+        row: u32,
+        tokens: &[u32],
+        clip: Option<&ClipParts>,
+    ) -> Result<RewardVector, RewardError> {
         let img = self.image(row)?;
         let cand: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
         let mut bleu: Option<[f64; 4]> = None;
@@ -141,7 +163,15 @@ impl Rewarder {
                     Some(e) => e.score(row, tokens).ok_or(RewardError::UnknownRow(row))? as f64,
                     None => return Err(RewardError::Unsupported(*name)),
                 },
-                other => return Err(RewardError::Unsupported(*other)),
+                RewardName::Clip | RewardName::ClipI2t | RewardName::ClipS | RewardName::Disc => {
+                    let c = clip.ok_or(RewardError::NoEncoder(*name))?;
+                    (match name {
+                        RewardName::Clip => c.bicont,
+                        RewardName::ClipI2t => c.i2t,
+                        RewardName::ClipS => c.clip_s,
+                        _ => c.disc.ok_or(RewardError::NoDiscriminator)?,
+                    }) as f64
+                }
             } as f32;
             total += weight * value;
             components.push((name.as_str().to_string(), value));
@@ -152,10 +182,28 @@ impl Rewarder {
     /// Scores every sequence of a rollout; sampled captions of one image also get
     /// SLE's exploration term when enabled.
     pub fn score(&self, rollout: Rollout) -> Result<ScoredRollout, RewardError> {
+        let clip = match (self.needs_encoder(), &self.clip) {
+            (false, _) => vec![None; rollout.sequences.len()],
+            (true, Some(c)) => c.score(&rollout)?,
+            (true, None) => {
+                let name = self
+                    .spec
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .find(|n| n.needs_encoder());
+                return Err(RewardError::NoEncoder(name.unwrap_or(RewardName::Clip)));
+            }
+        };
         let mut rewards = rollout
             .sequences
             .iter()
-            .map(|s| self.score_caption(s.image_row, &s.tokens))
+            .zip(&clip)
+            .map(|(s, c)| {
+                if self.needs_encoder() && c.is_none() {
+                    return Err(RewardError::UnknownRow(s.image_row));
+                }
+                self.score_caption(s.image_row, &s.tokens, c.as_ref())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(kind) = self.exploration {
             let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();

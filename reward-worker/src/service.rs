@@ -155,6 +155,17 @@ async fn handle(
     }
     let started = Instant::now();
     let task_id = rollout.task_id;
+    if let Some(clip) = cfg.rewarder.clip() {
+        let held = clip.disc_version();
+        if cfg.rewarder.needs_discriminator() && held.is_none_or(|v| v < rollout.policy_version.0) {
+            refresh_discriminator(cfg, bus, clip, held).await?;
+            if clip.disc_version().is_none() {
+                // The learner publishes it with its first snapshot: try again shortly.
+                delivery.nak(Some(Duration::from_secs(1))).await?;
+                return Ok(());
+            }
+        }
+    }
     let rewarder = Arc::clone(&cfg.rewarder);
     let scored = tokio::task::spawn_blocking(move || rewarder.score(rollout))
         .await
@@ -185,6 +196,42 @@ async fn handle(
     delivery.ack().await?;
     telemetry::metrics::observe_reward_latency(started.elapsed());
     stats.scored += 1;
+    Ok(())
+}
+
+/// Loads the discriminator of the newest policy snapshot (seed 004: `D` is trained online by
+/// the learner and rides in the snapshot) when it is newer than the one `held`.
+async fn refresh_discriminator(
+    cfg: &WorkerConfig,
+    bus: &dyn Bus,
+    clip: &crate::ClipReward,
+    held: Option<u64>,
+) -> Result<(), WorkerError> {
+    let Some(meta) = bus.latest().await? else {
+        return Ok(());
+    };
+    if held.is_some_and(|v| v >= meta.version) {
+        return Ok(());
+    }
+    let bytes = bus.get_snapshot(&meta).await?;
+    let name = format!("<policy snapshot v{}>", meta.version);
+    let disc = tokio::task::spawn_blocking(move || {
+        caprl_common::clip::Discriminator::from_safetensors(&bytes, std::path::Path::new(&name))
+    })
+    .await
+    .map_err(|e| WorkerError::Join(e.to_string()))?;
+    match disc {
+        Ok(Some(d)) => clip.set_discriminator(meta.version, d),
+        Ok(None) => tracing::warn!(
+            "reward worker {}: snapshot v{} carries no discriminator; is the learner's reward spec the same (with disc)?",
+            cfg.id,
+            meta.version
+        ),
+        Err(e) => {
+            telemetry::metrics::count_rejected("snapshot");
+            tracing::warn!("reward worker {}: refusing the discriminator of snapshot v{}: {e}", cfg.id, meta.version);
+        }
+    }
     Ok(())
 }
 

@@ -59,7 +59,7 @@ fn an_images_own_references_score_higher_than_other_images() {
     )
     .unwrap();
     let v = r
-        .score_caption(items[0].row as u32, &ids(&items[0].refs[0]))
+        .score_caption(items[0].row as u32, &ids(&items[0].refs[0]), None)
         .unwrap();
     let embed_part = v.components.iter().find(|(n, _)| n == "embed").unwrap().1;
     let cider_part = v.components.iter().find(|(n, _)| n == "cider").unwrap().1;

@@ -39,6 +39,11 @@ pub struct Args {
     /// decode.lookahead_lambda of the checkpoint's config.
     #[arg(long, value_name = "LAMBDA")]
     pub lookahead: Option<f32>,
+    /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (seed 004): a file from
+    /// `caprl clip train` or a Hugging Face CLIP directory. Default: [clip] eval, else
+    /// [clip] reward of the checkpoint's config; none = no retrieval metrics.
+    #[arg(long, value_name = "PATH")]
+    pub clip: Option<PathBuf>,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -80,13 +85,23 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
     if lookahead.is_some() && opts.beam <= 1 {
         anyhow::bail!("--lookahead ranks beams: use --beam 2 or more");
     }
-    let report = eval::evaluate_with(
+    let encoder = match eval_encoder_path(args.clip.as_deref(), &loaded.cfg) {
+        Some(path) => Some(
+            caprl_common::clip::open_encoder(&path, &loaded.data.vocab)
+                .with_context(|| format!("opening the evaluation encoder {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut report = eval::evaluate_with(
         &loaded.model,
         lookahead.as_ref(),
         &loaded.data,
         items,
         &opts,
     )?;
+    if let Some(enc) = &encoder {
+        eval::add_retrieval(&mut report, enc.as_ref(), &loaded.data, items)?;
+    }
     if let Some(out) = &args.out {
         write_results(out, &report)?;
     }
@@ -112,6 +127,28 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         }
         write_stdout(&out)
     }
+}
+
+/// `--clip`, else `[clip] eval`, else `[clip] reward` (with a warning: the encoder the policy
+/// was rewarded against flatters it), else none.
+pub(crate) fn eval_encoder_path(
+    flag: Option<&Path>,
+    cfg: &caprl_common::config::RunConfig,
+) -> Option<PathBuf> {
+    if let Some(p) = flag {
+        return Some(p.to_path_buf());
+    }
+    if !cfg.clip.eval.is_empty() {
+        return Some(PathBuf::from(&cfg.clip.eval));
+    }
+    if !cfg.clip.reward.is_empty() {
+        tracing::warn!(
+            "retrieval metrics use the reward encoder {} (set [clip] eval or --clip to a separately trained one for an unbiased R@k)",
+            cfg.clip.reward
+        );
+        return Some(PathBuf::from(&cfg.clip.reward));
+    }
+    None
 }
 
 /// Captions in COCO results format: `[{"image_id", "caption"}]`, written atomically.

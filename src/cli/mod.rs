@@ -12,6 +12,7 @@ mod bench_audio_cmd;
 mod bench_cmd;
 mod bench_model;
 mod caption_cmd;
+mod clip_cmd;
 mod compute_args;
 mod config_cmd;
 mod data_cmd;
@@ -83,6 +84,8 @@ pub enum Command {
     Eval(eval_cmd::Args),
     /// Caption new inputs from a features file.
     Caption(caption_cmd::Args),
+    /// Text–image dual encoder of the CLIP rewards and retrieval metrics: `clip train`.
+    Clip(clip_cmd::Args),
     /// Score candidate captions against references (BLEU-1..4, ROUGE-L, CIDEr-D).
     Score(score_cmd::ScoreArgs),
     /// Data set tools: generate the synthetic task, print statistics.
@@ -115,6 +118,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Train(args) => train_cmd::run(args, global),
         Command::Eval(args) => eval_cmd::run(args, global),
         Command::Caption(args) => caption_cmd::run(args, global),
+        Command::Clip(args) => clip_cmd::run(args, global),
         Command::Score(args) => score_cmd::run(args),
         Command::Data(args) => data_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),

@@ -31,6 +31,14 @@ pub enum RewardName {
 }
 
 impl RewardName {
+    /// `clip`, `clip-i2t`, `clip-s` and `disc` read a text–image encoder (`[clip] reward`).
+    pub fn needs_encoder(self) -> bool {
+        matches!(
+            self,
+            RewardName::Clip | RewardName::ClipI2t | RewardName::ClipS | RewardName::Disc
+        )
+    }
+
     /// Every reward, in the order the help text lists them.
     pub const ALL: [RewardName; 11] = [
         RewardName::Cider,

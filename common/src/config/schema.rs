@@ -33,6 +33,7 @@ pub struct RunConfig {
     pub runtime: RuntimeConfig,
     pub nats: NatsConfig,
     pub checkpoint: CheckpointConfig,
+    pub clip: ClipConfig,
 }
 
 impl Default for RunConfig {
@@ -51,6 +52,7 @@ impl Default for RunConfig {
             runtime: RuntimeConfig::default(),
             nats: NatsConfig::default(),
             checkpoint: CheckpointConfig::default(),
+            clip: ClipConfig::default(),
         }
     }
 }
@@ -200,8 +202,6 @@ pub struct TrainConfig {
     pub label_smoothing: f64,
     /// SLE weight α of the quality term; [0, 1].
     pub sle_alpha: f64,
-    /// WTF-RL weight α of `r_bicont` against `P_D`; [0, 1].
-    pub wtf_alpha: f64,
     /// K Monte-Carlo completions per step for `mc-pg`; >= 1.
     pub mc_rollouts: u32,
     /// Entropy bonus; >= 0.
@@ -227,7 +227,6 @@ impl Default for TrainConfig {
             baseline: Baseline::Greedy,
             label_smoothing: 0.0,
             sle_alpha: 0.75,
-            wtf_alpha: 0.94,
             mc_rollouts: 3,
             entropy_coef: 0.0,
             kl_coef: 0.0,
@@ -454,6 +453,42 @@ impl Default for CheckpointConfig {
             dir: String::new(),
             keep: 3,
             every_steps: 200,
+        }
+    }
+}
+
+/// `[clip]`: the text–image encoders and the discriminator of seed 004's rewards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClipConfig {
+    /// Encoder behind `clip`, `clip-i2t`, `clip-s` and `disc`: a file written by
+    /// `caprl clip train`, or a Hugging Face CLIP directory; "" = none.
+    pub reward: String,
+    /// Frozen encoder for the R@k metrics of `eval`; "" = `reward`'s. Train a separate one
+    /// (another seed): evaluating with the encoder the policy was rewarded against flatters it.
+    pub eval: String,
+    /// Temperature τ of `r_bicont` (eq. 2); > 0.
+    pub tau: f64,
+    /// Nearest images mined per image for the contrastive image pool.
+    pub neighbours: u32,
+    /// Discriminator learning rate (online and pre-training); > 0.
+    pub disc_lr: f64,
+    /// Training images whose GT and XE beam captions pre-train the discriminator.
+    pub disc_pretrain_images: u32,
+    /// Pre-training epochs over those pairs.
+    pub disc_pretrain_epochs: u32,
+}
+
+impl Default for ClipConfig {
+    fn default() -> Self {
+        ClipConfig {
+            reward: String::new(),
+            eval: String::new(),
+            tau: 0.05,
+            neighbours: 8,
+            disc_lr: 1e-4,
+            disc_pretrain_images: 2000,
+            disc_pretrain_epochs: 5,
         }
     }
 }

@@ -64,7 +64,6 @@ const RULES: &[Rule] = &[
     },
     Rule { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
     Rule { key: "train.sle_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.sle_alpha, |x| (0.0..=1.0).contains(&x)) },
-    Rule { key: "train.wtf_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.wtf_alpha, |x| (0.0..=1.0).contains(&x)) },
     Rule { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
     Rule { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
     Rule { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
@@ -106,6 +105,25 @@ const RULES: &[Rule] = &[
         key: "nats.tls_key",
         allowed: "set together with nats.tls_cert (client TLS needs both)",
         violation: |c| (c.nats.tls_cert.is_empty() != c.nats.tls_key.is_empty()).then(|| format!("{:?}", c.nats.tls_key)),
+    },
+    Rule { key: "clip.tau", allowed: "a finite number > 0", violation: |c| fails(c.clip.tau, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "clip.disc_lr", allowed: "a finite number > 0", violation: |c| fails(c.clip.disc_lr, |x| x > 0.0 && x.is_finite()) },
+    Rule {
+        key: "clip.reward",
+        allowed: "an encoder path when the reward spec has clip, clip-i2t, clip-s or disc (train one with `caprl clip train`)",
+        violation: |c| {
+            let needs = c.reward.spec.terms().iter().any(|(n, _)| n.needs_encoder());
+            (needs && c.clip.reward.is_empty()).then(|| "\"\"".into())
+        },
+    },
+    Rule {
+        key: "reward.spec",
+        allowed: "a spec with clip, clip-i2t, clip-s or disc for objective wtf / wtf-rl (seed 004: clip=0.94,disc=0.06)",
+        violation: |c| {
+            let wtf = matches!(c.train.objective, Objective::Wtf | Objective::WtfRl);
+            let clip = c.reward.spec.terms().iter().any(|(n, _)| n.needs_encoder());
+            (wtf && !clip).then(|| c.reward.spec.to_string())
+        },
     },
     Rule { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
     Rule { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },

@@ -131,6 +131,21 @@ pub struct Item {
     pub refs: Vec<Vec<String>>,
 }
 
+impl Item {
+    /// Every reference as decoder targets: vocabulary ids truncated to `max_len`, then EOS.
+    pub fn targets(&self, vocab: &Vocab, max_len: usize) -> Vec<Vec<u32>> {
+        self.refs
+            .iter()
+            .map(|words| {
+                let mut ids = vocab.encode(words);
+                ids.truncate(max_len);
+                ids.push(Vocab::EOS);
+                ids
+            })
+            .collect()
+    }
+}
+
 /// The images of one split, in file order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Split {

@@ -2,7 +2,7 @@
 //! simple custom CSV/JSON, with features in safetensors or per-image `.npy`), validation
 //! with errors that name the file and the fix, the synthetic captioning task and summaries.
 
-mod atomic;
+pub(crate) mod atomic;
 pub mod audio;
 mod custom;
 mod dataset;
