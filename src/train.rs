@@ -623,6 +623,14 @@ fn assemble(cfg: &RunConfig, scored: &[ScoredRollout], version: u64) -> Result<P
             &mut component_sums,
         )?;
     }
+    if let Objective::Wtf | Objective::WtfRl = cfg.train.objective {
+        let baseline = match cfg.train.wtf_baseline {
+            config::WtfBaseline::None => wtf::Baseline::None,
+            config::WtfBaseline::Mean => wtf::Baseline::Mean,
+            config::WtfBaseline::Positive => wtf::Baseline::Positive,
+        };
+        out.multipliers = wtf::multipliers(&out.multipliers, baseline);
+    }
     let n = out.seqs.len().max(1) as f64;
     out.mean_reward = reward_total / n;
     out.components = component_sums
@@ -653,7 +661,7 @@ fn assemble_one(
             }
             out.rows.push(s.image_row as usize);
             out.seqs.push(s.tokens.clone());
-            out.multipliers.push(wtf::multiplier(r.total));
+            out.multipliers.push(r.total);
             out.values.push(Vec::new());
             out.behaviour.push(s.logprobs.iter().sum());
             // Ground truth is off-policy by design (eq. 3): no importance ratio.

@@ -20,14 +20,41 @@ pub fn trains_on(kind: DecodeKind, rl: bool) -> bool {
     }
 }
 
-/// The multiplier of eq. 3 for a sequence with reward total `r`: the reward itself.
-pub fn multiplier(r: f32) -> f32 {
-    r
+/// What is subtracted from (or done to) the rewards before they weigh the log-likelihoods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Baseline {
+    /// Eq. 3 as written: the multiplier is `r` itself.
+    None,
+    /// `r − r̄` with `r̄` the batch's mean reward over the trained sequences.
+    Mean,
+    /// `max(r, 0)`: learn only from captions that beat their rivals, never push one down.
+    Positive,
+}
+
+/// The multipliers of eq. 3 for the batch's trained sequences with rewards `r`.
+pub fn multipliers(r: &[f32], baseline: Baseline) -> Vec<f32> {
+    match baseline {
+        Baseline::None => r.to_vec(),
+        Baseline::Mean => {
+            let mean = r.iter().sum::<f32>() / r.len().max(1) as f32;
+            r.iter().map(|x| x - mean).collect()
+        }
+        Baseline::Positive => r.iter().map(|x| x.max(0.0)).collect(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn baselines_transform_the_rewards() {
+        let r = [0.3, -0.1, -0.5];
+        assert_eq!(multipliers(&r, Baseline::None), r.to_vec());
+        assert_eq!(multipliers(&r, Baseline::Positive), vec![0.3, 0.0, 0.0]);
+        let m = multipliers(&r, Baseline::Mean);
+        assert!((m.iter().sum::<f32>()).abs() < 1e-6 && (m[0] - 0.4).abs() < 1e-6);
+    }
 
     #[test]
     fn wtf_trains_on_ground_truth_only_and_wtf_rl_adds_the_beam() {

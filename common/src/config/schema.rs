@@ -202,6 +202,8 @@ pub struct TrainConfig {
     pub label_smoothing: f64,
     /// SLE weight α of the quality term; [0, 1].
     pub sle_alpha: f64,
+    /// What WTF / WTF-RL do to the rewards before weighting (eq. 3 uses them as they are).
+    pub wtf_baseline: WtfBaseline,
     /// K Monte-Carlo completions per step for `mc-pg`; >= 1.
     pub mc_rollouts: u32,
     /// Entropy bonus; >= 0.
@@ -227,6 +229,7 @@ impl Default for TrainConfig {
             baseline: Baseline::Greedy,
             label_smoothing: 0.0,
             sle_alpha: 0.75,
+            wtf_baseline: WtfBaseline::None,
             mc_rollouts: 3,
             entropy_coef: 0.0,
             kl_coef: 0.0,
@@ -248,6 +251,16 @@ pub enum Objective {
     ActorCritic,
     Wtf,
     WtfRl,
+}
+
+/// WTF / WTF-RL reward transform: `none` (eq. 3), `mean` (subtract the batch mean) or
+/// `positive` (`max(r, 0)`: learn only from captions that beat their rivals).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WtfBaseline {
+    None,
+    Mean,
+    Positive,
 }
 
 /// SCST baseline: the greedy decode's reward, or the mean of the other samples.

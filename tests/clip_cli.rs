@@ -1,0 +1,151 @@
+//! Seed 004 end to end through the CLI on the tiny synthetic set: `caprl clip train` makes the
+//! reward and evaluation encoders, WTF-RL trains with `clip=0.94,disc=0.06` (the discriminator
+//! pre-trained, trained online, checkpointed and handed to the reward workers in the policy
+//! snapshot), a resumed run restores it, and `caprl eval` reports R@k with the frozen
+//! evaluation encoder. Bad encoder settings fail before training with a clear error.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::{caprl, sets, steps, synth, text};
+
+fn clip_train(data: &Path, out: &Path, seed: &str) {
+    let o = caprl()
+        .args(["clip", "train", "--epochs", "2", "--batch", "16", "--seed", seed, "-q", "--data"])
+        .arg(data)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("caprl runs");
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("R@1 t2i"), "{stdout}");
+}
+
+fn wtf_sets(data: &Path, run: &Path, enc: &Path, eval_enc: &Path, objective: &str) -> Vec<String> {
+    let extra = [
+        format!("train.objective=\"{objective}\""),
+        "reward.spec=\"clip=0.94,disc=0.06\"".to_string(),
+        format!("clip.reward={:?}", enc.display().to_string()),
+        format!("clip.eval={:?}", eval_enc.display().to_string()),
+        "clip.disc_pretrain_images=32".into(),
+        "clip.disc_pretrain_epochs=2".into(),
+        "decode.beam=2".into(),
+    ];
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let mut args = sets(data, run, 1, &extra);
+    args.insert(0, "-q".into());
+    args
+}
+
+fn checkpoints_with(run: &Path, file: &str) -> Vec<PathBuf> {
+    let dir = run.join("checkpoints");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join(file).exists())
+        .collect()
+}
+
+#[test]
+fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let enc = tmp.path().join("clip-reward.safetensors");
+    let eval_enc = tmp.path().join("clip-eval.safetensors");
+    clip_train(&data, &enc, "1");
+    clip_train(&data, &eval_enc, "2");
+    assert_ne!(std::fs::read(&enc).unwrap(), std::fs::read(&eval_enc).unwrap());
+
+    let run = tmp.path().join("wtf-rl");
+    let args = wtf_sets(&data, &run, &enc, &eval_enc, "wtf-rl");
+    let out = caprl().arg("train").args(&args).output().expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let rl = steps(&run, "rl");
+    assert!(!rl.is_empty());
+    for s in &rl {
+        for key in ["disc", "disc_acc", "p_d_real", "p_d_fake"] {
+            let v = s["losses"][key].as_f64();
+            assert!(v.is_some_and(f64::is_finite), "{key} in {s}");
+        }
+        // The reward workers scored `disc` with the snapshot's discriminator.
+        let p = s["rewards"]["disc"].as_f64().unwrap();
+        assert!(p > 0.0 && p < 1.0, "{s}");
+        assert!(s["rewards"]["clip"].as_f64().is_some_and(f64::is_finite), "{s}");
+    }
+    assert!(!checkpoints_with(&run, "disc.safetensors").is_empty());
+    assert!(!checkpoints_with(&run, "disc-optim.safetensors").is_empty());
+
+    // Resuming a finished run with one more epoch restores the discriminator, no pre-training.
+    let mut more = args.clone();
+    more.extend(["--set".into(), "train.rl_epochs=2".into()]);
+    let out = caprl()
+        .args(["train", "--resume", "-v"])
+        .args(&more)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("discriminator restored"), "{log}");
+    assert!(!log.contains("pre-trained on"), "{log}");
+    assert!(steps(&run, "rl").len() > rl.len());
+
+    let out = caprl()
+        .args(["eval", "--split", "test", "--beam", "2", "--json", "--checkpoint"])
+        .arg(run.join("best-rl"))
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["r1_t2i", "r5_t2i", "r10_t2i", "r1_i2t", "r5_i2t", "r10_i2t", "self_bleu"] {
+        let v = json["metrics"][key].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=100.0).contains(&v), "{key}: {json}");
+    }
+    // 16 test images: R@10 is at least R@1.
+    assert!(json["metrics"]["r10_t2i"].as_f64() >= json["metrics"]["r1_t2i"].as_f64());
+}
+
+#[test]
+fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
+    let out = caprl()
+        .arg("train")
+        .args(sets(&data, &run, 1, &["train.objective=\"wtf\""]))
+        .output()
+        .expect("caprl runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reward.spec") && err.contains("clip=0.94,disc=0.06"), "{err}");
+
+    let out = caprl()
+        .arg("train")
+        .args(sets(&data, &run, 1, &["reward.spec=\"clip-s=1\""]))
+        .output()
+        .expect("caprl runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("clip.reward") && err.contains("caprl clip train"), "{err}");
+
+    let missing = tmp.path().join("nope.safetensors");
+    let out = caprl()
+        .arg("train")
+        .args(sets(
+            &data,
+            &run,
+            1,
+            &[
+                "reward.spec=\"clip-s=1\"",
+                &format!("clip.reward={:?}", missing.display().to_string()),
+            ],
+        ))
+        .output()
+        .expect("caprl runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope.safetensors"), "{err}");
+    assert!(!run.join("run.jsonl").exists() || steps(&run, "rl").is_empty());
+}
