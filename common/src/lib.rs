@@ -10,6 +10,7 @@
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 
 pub mod bus;
+pub mod clip;
 pub mod config;
 pub mod data;
 pub mod model;

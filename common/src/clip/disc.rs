@@ -1,0 +1,2 @@
+//! Placeholder (being written on main).
+pub struct Discriminator;
