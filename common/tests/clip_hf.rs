@@ -239,6 +239,26 @@ fn images_of_other_sizes_and_jpegs_are_resized_and_center_cropped() {
 }
 
 #[test]
+fn captions_longer_than_the_model_are_cut_keeping_the_end_of_text() {
+    let f = fixture();
+    let clip = HfClip::open(&f.clip, &f.vocab).unwrap();
+    let words = &f.vocab.words()[SPECIALS.len()..];
+    let long: Vec<&str> = (0..3 * tiny_clip::MAX_POSITIONS)
+        .map(|i| words[i % words.len()].as_str())
+        .collect();
+    // Start- and end-of-text take two of the model's positions.
+    let fits = &long[..tiny_clip::MAX_POSITIONS - 2];
+    let e = clip
+        .embed_captions(&[
+            ids(&f.vocab, &long.join(" ")),
+            ids(&f.vocab, &fits.join(" ")),
+        ])
+        .unwrap();
+    assert_unit_rows(&e, 2);
+    assert_close(e.row(0), e.row(1), "cut caption");
+}
+
+#[test]
 fn many_inputs_are_embedded_in_batches_like_one_at_a_time() {
     let f = fixture();
     let clip = HfClip::open(&f.clip, &f.vocab).unwrap();

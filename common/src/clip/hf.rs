@@ -74,7 +74,7 @@ impl HfClip {
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device) }
             .map_err(|e| ClipError::File {
             path: weights.clone(),
-            reason: format!("not a readable safetensors file ({e})"),
+            reason: format!("not a readable safetensors file ({})", without_backtrace(e)),
         })?;
         // candle draws a random class embedding when the tensor is absent: refuse instead.
         let class_embedding = "vision_model.embeddings.class_embedding";
