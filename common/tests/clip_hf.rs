@@ -16,8 +16,11 @@ use caprl_common::model::EOS;
 use image::{Rgb, RgbImage};
 use tiny_clip::{IMAGE_SIZE, PROJECTION};
 
-const MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
-const STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+/// CLIP's published pixel mean and std, written out again so the loader is checked against them.
+#[allow(clippy::excessive_precision)]
+const MEAN: [f32; 3] = [0.48145466, 0.4578275, 0.40821073];
+#[allow(clippy::excessive_precision)]
+const STD: [f32; 3] = [0.26862954, 0.26130258, 0.27577711];
 
 /// A tiny synthetic data set, and a tiny checkpoint whose tokenizer knows its words.
 struct Fixture {
@@ -162,7 +165,7 @@ fn same_input_gives_the_same_embedding_and_different_captions_differ() {
 
     let p = f.root.path().join("a.png");
     write_png(&p, 32, 32, 5);
-    let x = clip.embed_image_files(&[p.clone()]).unwrap();
+    let x = clip.embed_image_files(std::slice::from_ref(&p)).unwrap();
     let y = clip.embed_image_files(&[p]).unwrap();
     assert_eq!(x, y);
 }
@@ -443,7 +446,7 @@ fn an_unreadable_image_is_named() {
     );
     assert!(err.to_string().contains("PNG or JPEG"), "{err}");
     let missing = f.root.path().join("missing.png");
-    let err = clip.embed_image_files(&[missing.clone()]).unwrap_err();
+    let err = clip.embed_image_files(&[missing]).unwrap_err();
     assert!(err.to_string().contains("missing.png"), "{err}");
 }
 

@@ -147,7 +147,7 @@ fn activation(map: &Map<String, Value>, prefix: &str) -> std::result::Result<Act
 }
 
 fn check_heads(prefix: &str, hidden: usize, heads: usize) -> std::result::Result<(), String> {
-    if hidden % heads != 0 {
+    if !hidden.is_multiple_of(heads) {
         return Err(format!(
             "{prefix}hidden_size {hidden} is not a multiple of {prefix}num_attention_heads {heads}"
         ));

@@ -9,10 +9,13 @@ use image::RgbImage;
 
 use crate::clip::{ClipError, Result};
 
+// The values as OpenAI and transformers publish them, digit for digit, so they can be checked.
 /// Per-channel (RGB) mean of the CLIP training images.
-pub const MEAN: [f32; 3] = [0.481_454_66, 0.457_827_5, 0.408_210_73];
+#[allow(clippy::excessive_precision)]
+const MEAN: [f32; 3] = [0.48145466, 0.4578275, 0.40821073];
 /// Per-channel (RGB) standard deviation of the CLIP training images.
-pub const STD: [f32; 3] = [0.268_629_54, 0.261_302_58, 0.275_777_11];
+#[allow(clippy::excessive_precision)]
+const STD: [f32; 3] = [0.26862954, 0.26130258, 0.27577711];
 
 /// The pixel values of one image, channel-major `3 × size × size`.
 pub(crate) fn load(path: &Path, size: usize) -> Result<Vec<f32>> {
