@@ -12,7 +12,9 @@ use support::{caprl, sets, steps, synth, text};
 
 fn clip_train(data: &Path, out: &Path, seed: &str) {
     let o = caprl()
-        .args(["clip", "train", "--epochs", "2", "--batch", "16", "--seed", seed, "-q", "--data"])
+        .args([
+            "clip", "train", "--epochs", "2", "--batch", "16", "--seed", seed, "-q", "--data",
+        ])
         .arg(data)
         .arg("--out")
         .arg(out)
@@ -57,11 +59,18 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
     let eval_enc = tmp.path().join("clip-eval.safetensors");
     clip_train(&data, &enc, "1");
     clip_train(&data, &eval_enc, "2");
-    assert_ne!(std::fs::read(&enc).unwrap(), std::fs::read(&eval_enc).unwrap());
+    assert_ne!(
+        std::fs::read(&enc).unwrap(),
+        std::fs::read(&eval_enc).unwrap()
+    );
 
     let run = tmp.path().join("wtf-rl");
     let args = wtf_sets(&data, &run, &enc, &eval_enc, "wtf-rl");
-    let out = caprl().arg("train").args(&args).output().expect("caprl runs");
+    let out = caprl()
+        .arg("train")
+        .args(&args)
+        .output()
+        .expect("caprl runs");
     assert!(out.status.success(), "{}", text(&out));
     let rl = steps(&run, "rl");
     assert!(!rl.is_empty());
@@ -73,7 +82,10 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
         // The reward workers scored `disc` with the snapshot's discriminator.
         let p = s["rewards"]["disc"].as_f64().unwrap();
         assert!(p > 0.0 && p < 1.0, "{s}");
-        assert!(s["rewards"]["clip"].as_f64().is_some_and(f64::is_finite), "{s}");
+        assert!(
+            s["rewards"]["clip"].as_f64().is_some_and(f64::is_finite),
+            "{s}"
+        );
     }
     assert!(!checkpoints_with(&run, "disc.safetensors").is_empty());
     assert!(!checkpoints_with(&run, "disc-optim.safetensors").is_empty());
@@ -93,13 +105,29 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
     assert!(steps(&run, "rl").len() > rl.len());
 
     let out = caprl()
-        .args(["eval", "--split", "test", "--beam", "2", "--json", "--checkpoint"])
+        .args([
+            "eval",
+            "--split",
+            "test",
+            "--beam",
+            "2",
+            "--json",
+            "--checkpoint",
+        ])
         .arg(run.join("best-rl"))
         .output()
         .expect("caprl runs");
     assert!(out.status.success(), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for key in ["r1_t2i", "r5_t2i", "r10_t2i", "r1_i2t", "r5_i2t", "r10_i2t", "self_bleu"] {
+    for key in [
+        "r1_t2i",
+        "r5_t2i",
+        "r10_t2i",
+        "r1_i2t",
+        "r5_i2t",
+        "r10_i2t",
+        "self_bleu",
+    ] {
         let v = json["metrics"][key].as_f64().unwrap_or(-1.0);
         assert!((0.0..=100.0).contains(&v), "{key}: {json}");
     }
@@ -119,7 +147,10 @@ fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
         .expect("caprl runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("reward.spec") && err.contains("clip=0.94,disc=0.06"), "{err}");
+    assert!(
+        err.contains("reward.spec") && err.contains("clip=0.94,disc=0.06"),
+        "{err}"
+    );
 
     let out = caprl()
         .arg("train")
@@ -128,7 +159,10 @@ fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
         .expect("caprl runs");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("clip.reward") && err.contains("caprl clip train"), "{err}");
+    assert!(
+        err.contains("clip.reward") && err.contains("caprl clip train"),
+        "{err}"
+    );
 
     let missing = tmp.path().join("nope.safetensors");
     let out = caprl()

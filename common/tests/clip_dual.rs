@@ -3,7 +3,7 @@
 use caprl_common::clip::disc::Pairs;
 use caprl_common::clip::retrieval::{nearest, recall};
 use caprl_common::clip::train::{self, Pairs as TrainPairs, TrainOptions};
-use caprl_common::clip::{open_encoder, DualEncoder, Discriminator, Embeddings, Encoder};
+use caprl_common::clip::{open_encoder, Discriminator, DualEncoder, Embeddings, Encoder};
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::CaprlRng;
 use caprl_common::optim::{AdamW, AdamWParams};
@@ -25,7 +25,9 @@ fn dataset(dir: &std::path::Path, train: usize) -> Dataset {
 
 fn random_embeddings(n: usize, dim: usize, seed: u64) -> Embeddings {
     let mut rng = CaprlRng::new(seed);
-    let data = (0..n * dim).map(|_| rng.uniform_open() as f32 - 0.5).collect();
+    let data = (0..n * dim)
+        .map(|_| rng.uniform_open() as f32 - 0.5)
+        .collect();
     Embeddings::normalised(dim, data)
 }
 
@@ -49,9 +51,18 @@ fn contrastive_training_learns_to_retrieve_and_survives_a_save_load_round_trip()
     .unwrap();
     let first = epochs.first().unwrap();
     let last = epochs.last().unwrap();
-    assert!(last.loss < first.loss, "loss {} → {}", first.loss, last.loss);
+    assert!(
+        last.loss < first.loss,
+        "loss {} → {}",
+        first.loss,
+        last.loss
+    );
     // 100 val images: chance R@1 is 1%, R@10 10%.
-    assert!(last.val.t2i[0] > 5.0 && last.val.t2i[2] > 30.0, "{:?}", last.val);
+    assert!(
+        last.val.t2i[0] > 5.0 && last.val.t2i[2] > 30.0,
+        "{:?}",
+        last.val
+    );
     assert!(last.val.i2t[2] > 30.0, "{:?}", last.val);
 
     let path = tmp.path().join("enc.safetensors");
@@ -62,7 +73,10 @@ fn contrastive_training_learns_to_retrieve_and_survives_a_save_load_round_trip()
         .map(|it| data.vocab.encode(&it.refs[0]))
         .collect();
     let rows: Vec<usize> = data.val.items[..5].iter().map(|it| it.row).collect();
-    assert_eq!(enc.embed_captions(&caps).unwrap(), back.embed_captions(&caps).unwrap());
+    assert_eq!(
+        enc.embed_captions(&caps).unwrap(),
+        back.embed_captions(&caps).unwrap()
+    );
     assert_eq!(
         enc.embed_images(&data, &rows).unwrap(),
         back.embed_images(&data, &rows).unwrap()
@@ -87,17 +101,35 @@ fn an_encoder_refuses_another_vocabulary_and_files_that_are_not_encoders() {
     .unwrap();
     let path = tmp.path().join("enc.safetensors");
     enc.save(&path).unwrap();
-    let err = DualEncoder::load(&path, &data.vocab).err().unwrap().to_string();
-    assert!(err.contains("another vocabulary") && err.contains("caprl clip train"), "{err}");
+    let err = DualEncoder::load(&path, &data.vocab)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("another vocabulary") && err.contains("caprl clip train"),
+        "{err}"
+    );
 
     let junk = tmp.path().join("junk.safetensors");
     std::fs::write(&junk, b"not a tensor file").unwrap();
-    let err = DualEncoder::load(&junk, &data.vocab).err().unwrap().to_string();
-    assert!(err.contains("junk.safetensors") && err.contains("safetensors"), "{err}");
+    let err = DualEncoder::load(&junk, &data.vocab)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("junk.safetensors") && err.contains("safetensors"),
+        "{err}"
+    );
 
     let missing = tmp.path().join("missing.safetensors");
-    let err = open_encoder(&missing, &data.vocab).err().unwrap().to_string();
-    assert!(err.contains("missing.safetensors") && err.contains("cannot read"), "{err}");
+    let err = open_encoder(&missing, &data.vocab)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("missing.safetensors") && err.contains("cannot read"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -106,8 +138,10 @@ fn mined_neighbours_are_the_true_nearest() {
     let k = 5;
     let got = nearest(&e, k).unwrap();
     for i in (0..e.len()).step_by(97) {
-        let mut all: Vec<(f32, usize)> =
-            (0..e.len()).filter(|&j| j != i).map(|j| (e.dot(i, &e, j), j)).collect();
+        let mut all: Vec<(f32, usize)> = (0..e.len())
+            .filter(|&j| j != i)
+            .map(|j| (e.dot(i, &e, j), j))
+            .collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0));
         let want: Vec<usize> = all[..k].iter().map(|x| x.1).collect();
         assert_eq!(got[i], want, "row {i}");
@@ -153,8 +187,16 @@ fn discriminator_loss_falls_on_a_separable_toy_set() {
     for _ in 0..150 {
         last = d.train_step(&mut opt, &r, &f, 1e-3).unwrap();
     }
-    assert!(last.loss < first.loss * 0.3, "loss {} → {}", first.loss, last.loss);
-    assert!(last.accuracy > 0.95 && last.p_real > 0.8 && last.p_fake < 0.2, "{last:?}");
+    assert!(
+        last.loss < first.loss * 0.3,
+        "loss {} → {}",
+        first.loss,
+        last.loss
+    );
+    assert!(
+        last.accuracy > 0.95 && last.p_real > 0.8 && last.p_fake < 0.2,
+        "{last:?}"
+    );
     let p = d.probabilities(&r).unwrap();
     assert_eq!(p.len(), n);
 }

@@ -66,10 +66,10 @@ fn setup(data: &Dataset, tau: f32) -> (ClipReward, usize, usize) {
     let (a, b) = (items[0].row, items[1].row);
     let toy = Toy {
         texts: HashMap::from([
-            (vec![10], vec![0.8, 0.6]), // beam of A
-            (vec![11], vec![0.6, 0.8]), // greedy of A
-            (vec![12], vec![1.0, 0.0]), // ground truth of A
-            (vec![13], vec![0.0, 1.0]), // beam of B
+            (vec![10], vec![0.8, 0.6]),   // beam of A
+            (vec![11], vec![0.6, 0.8]),   // greedy of A
+            (vec![12], vec![1.0, 0.0]),   // ground truth of A
+            (vec![13], vec![0.0, 1.0]),   // beam of B
             (vec![14], vec![0.28, 0.96]), // a sample of A (not in the text pool)
         ]),
         images: HashMap::from([(a, vec![1.0, 0.0]), (b, vec![0.0, 1.0])]),
@@ -160,7 +160,11 @@ fn as_tau_goes_to_zero_the_text_term_is_scst_with_the_greedy_baseline() {
     let parts = reward.score(&r).unwrap();
     let s_greedy = 0.9 / (0.9f32 * 0.9 + 0.436 * 0.436).sqrt();
     let advantage = 0.8 - s_greedy;
-    assert!((parts[0].unwrap().i2t - advantage).abs() < 1e-3, "{:?} vs {advantage}", parts[0]);
+    assert!(
+        (parts[0].unwrap().i2t - advantage).abs() < 1e-3,
+        "{:?} vs {advantage}",
+        parts[0]
+    );
     // The same limit straight from the formula, and no rival at all leaves the similarity.
     assert!((contrast(0.8, &[0.7, 0.1], 1e-4) - 0.1).abs() < 1e-4);
     assert_eq!(contrast(0.8, &[], 0.1), 0.8);
@@ -182,7 +186,7 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
         Err(RewardError::NoDiscriminator)
     ));
     // The discriminator rides in the snapshot bytes beside other tensors.
-    let d = Discriminator::new(2, &candle_core::Device::Cpu, 5).unwrap();
+    let d = Discriminator::new(2, &caprl_common::model::Device::Cpu, 5).unwrap();
     let bytes = d.to_safetensors().unwrap();
     let back = Discriminator::from_safetensors(&bytes, std::path::Path::new("snap"))
         .unwrap()
@@ -202,8 +206,14 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
 fn clip_rewards_without_an_encoder_are_refused_clearly() {
     let (_tmp, data) = dummy_data();
     let df = DocFreq::from_refs(&[]);
-    let rewarder =
-        Rewarder::new(&data, &data.train.items, &[(RewardName::ClipS, 1.0)], df, None).unwrap();
+    let rewarder = Rewarder::new(
+        &data,
+        &data.train.items,
+        &[(RewardName::ClipS, 1.0)],
+        df,
+        None,
+    )
+    .unwrap();
     let a = data.train.items[0].row;
     let err = rewarder.score(rollout(a, a)).unwrap_err();
     assert!(err.to_string().contains("caprl clip train"), "{err}");

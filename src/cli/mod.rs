@@ -17,6 +17,7 @@ mod compute_args;
 mod config_cmd;
 mod data_cmd;
 mod eval_cmd;
+mod features_cmd;
 mod learner_cmd;
 mod local_cmd;
 pub mod logging;
@@ -90,6 +91,8 @@ pub enum Command {
     Score(score_cmd::ScoreArgs),
     /// Data set tools: generate the synthetic task, print statistics.
     Data(data_cmd::Args),
+    /// Embed a folder of images with a Hugging Face CLIP checkpoint, as a data set's features.
+    Features(features_cmd::Args),
     /// Draw the curves of one or more run directories into an HTML report.
     Report(report_cmd::ReportArgs),
     /// Print the default config or the resolved one.
@@ -121,6 +124,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clip(args) => clip_cmd::run(args, global),
         Command::Score(args) => score_cmd::run(args),
         Command::Data(args) => data_cmd::run(args),
+        Command::Features(args) => features_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Config(args) => config_cmd::run(args, global),
         Command::Learner(args) => learner_cmd::run(args, global),

@@ -26,9 +26,9 @@ pub use device::DeviceSpec;
 pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec};
 pub use schema::{
-    Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource, Distance, Dtype,
-    Mode, ModelConfig, ModelKind, NatsConfig, Objective, OptimConfig, RewardConfig, RnnKind,
-    RunConfig, RuntimeConfig, Schedule, TrainConfig, WtfBaseline,
+    Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource,
+    Distance, Dtype, Mode, ModelConfig, ModelKind, NatsConfig, Objective, OptimConfig,
+    RewardConfig, RnnKind, RunConfig, RuntimeConfig, Schedule, TrainConfig, WtfBaseline,
 };
 
 /// The commented default config file; parses to exactly `RunConfig::default()`.
