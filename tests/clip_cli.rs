@@ -91,10 +91,10 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
     assert!(!checkpoints_with(&run, "disc-optim.safetensors").is_empty());
 
     // Resuming a finished run with one more epoch restores the discriminator, no pre-training.
-    let mut more = args.clone();
+    let mut more: Vec<String> = args.iter().filter(|a| *a != "-q").cloned().collect();
     more.extend(["--set".into(), "train.rl_epochs=2".into()]);
     let out = caprl()
-        .args(["train", "--resume", "-v"])
+        .args(["train", "--resume"])
         .args(&more)
         .output()
         .expect("caprl runs");

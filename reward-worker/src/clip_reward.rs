@@ -105,10 +105,25 @@ impl ClipReward {
     /// The clip-family values of every sequence of `rollout` (`None` for a row outside the
     /// split), with `disc` filled when a discriminator is held.
     pub fn score(&self, rollout: &Rollout) -> caprl_common::clip::Result<Vec<Option<ClipParts>>> {
+        let texts = self.embed(rollout)?;
+        self.score_embedded(rollout, &texts)
+    }
+
+    /// The text embeddings of every sequence of `rollout`.
+    pub fn embed(&self, rollout: &Rollout) -> caprl_common::clip::Result<Embeddings> {
         let seqs = &rollout.sequences;
-        let texts = self
-            .encoder
-            .embed_captions(&seqs.iter().map(|s| s.tokens.clone()).collect::<Vec<_>>())?;
+        self.encoder
+            .embed_captions(&seqs.iter().map(|s| s.tokens.clone()).collect::<Vec<_>>())
+    }
+
+    /// [`ClipReward::score`] with the text embeddings already computed (`texts[i]` of
+    /// sequence `i`): dot products, two log-sum-exps and the discriminator's MLP per caption.
+    pub fn score_embedded(
+        &self,
+        rollout: &Rollout,
+        texts: &Embeddings,
+    ) -> caprl_common::clip::Result<Vec<Option<ClipParts>>> {
+        let seqs = &rollout.sequences;
         let pool: Vec<usize> = (0..seqs.len())
             .filter(|&i| {
                 matches!(
@@ -159,7 +174,7 @@ impl ClipReward {
         }
         if let Some((_, disc)) = self.disc.read().ok().as_deref().and_then(Option::as_ref) {
             let known: Vec<usize> = (0..seqs.len()).filter(|&c| out[c].is_some()).collect();
-            let t = gather(&texts, &known, |c| c);
+            let t = gather(texts, &known, |c| c);
             let i = gather(&self.images, &known, |c| {
                 self.index(seqs[c].image_row).unwrap_or(0)
             });

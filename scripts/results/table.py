@@ -15,6 +15,18 @@ METRICS = [
     ("vocab_used", "vocab"),
 ]
 
+# Seed 004's columns: retrieval with the frozen evaluation encoder, writing quality, diversity.
+CLIP_METRICS = [
+    ("r1_t2i", "R@1 T2I"),
+    ("r5_t2i", "R@5 T2I"),
+    ("r1_i2t", "R@1 I2T"),
+    ("cider_d", "CIDEr-D"),
+    ("bleu4", "BLEU-4"),
+    ("self_bleu", "Self-BLEU"),
+    ("vocab_used", "vocab"),
+    ("mean_len", "length"),
+]
+
 
 def load(out, obj, seed):
     return json.loads((out / f"{obj}-{seed}.json").read_text())["metrics"]
@@ -25,7 +37,9 @@ def main():
     ap.add_argument("out", type=Path)
     ap.add_argument("--seeds", nargs="+", required=True)
     ap.add_argument("--objectives", nargs="+", required=True)
+    ap.add_argument("--clip", action="store_true", help="seed 004's retrieval columns")
     a = ap.parse_args()
+    metrics = CLIP_METRICS if a.clip else METRICS
     runs = {o: [load(a.out, o, s) for s in a.seeds] for o in a.objectives}
 
     def stat(values):
@@ -36,14 +50,24 @@ def main():
         return stat([100 * (r[key] - b[key]) / abs(b[key]) for r, b in zip(runs[obj], runs[base])])
 
     print(f"{len(a.seeds)} seeds ({', '.join(a.seeds)}); mean ± half-range\n")
-    print("| objective | " + " | ".join(label for _, label in METRICS) + " | CIDEr-D vs XE |")
-    print("|---" * (len(METRICS) + 2) + "|")
+    extra = " | R@1 T2I / XE" if a.clip else ""
+    print("| objective | " + " | ".join(label for _, label in metrics) + f" | CIDEr-D vs XE{extra} |")
+    print("|---" * (len(metrics) + 2 + bool(a.clip)) + "|")
     for obj in a.objectives:
         cells = []
-        for key, _ in METRICS:
+        for key, _ in metrics:
             m, s = stat([r[key] for r in runs[obj]])
-            cells.append(f"{m:.0f} ± {s:.0f}" if key == "vocab_used" else f"{m:.3f} ± {s:.3f}")
+            if key == "vocab_used":
+                cells.append(f"{m:.0f} ± {s:.0f}")
+            elif key in ("r1_t2i", "r5_t2i", "r1_i2t", "mean_len"):
+                cells.append(f"{m:.1f} ± {s:.1f}")
+            else:
+                cells.append(f"{m:.3f} ± {s:.3f}")
         change = "" if obj == "xe" else "{:+.1f}% ± {:.1f}".format(*rel(obj, "xe", "cider_d"))
+        if a.clip:
+            ratio = stat([r["r1_t2i"] / max(b["r1_t2i"], 1e-9) for r, b in zip(runs[obj], runs["xe"])])
+            change += "" if obj == "xe" else " | {:.2f}× ± {:.2f}".format(*ratio)
+            change += " |" if obj == "xe" else ""
         print(f"| {obj} | " + " | ".join(cells) + f" | {change} |")
     if "sle" in runs and "scst" in runs:
         print("\nSLE relative to SCST (per seed, then mean ± half-range):")

@@ -41,6 +41,8 @@ pub enum What {
     Model(super::bench_model::ModelArgs),
     /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
     Audio(super::bench_audio_cmd::AudioBenchArgs),
+    /// Seed 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
+    Clip(super::bench_clip_cmd::ClipBenchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -65,6 +67,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::All(a) => return bench_all::run(a, global),
         What::Model(a) => return super::bench_model::run(a),
         What::Audio(a) => return super::bench_audio_cmd::run(a),
+        What::Clip(a) => return super::bench_clip_cmd::run(a),
     };
     let mut out = String::from("caprl bench transport\n");
     if !args.no_training {

@@ -9,6 +9,7 @@ mod actor_cmd;
 mod audio_data_cmd;
 mod bench_all;
 mod bench_audio_cmd;
+mod bench_clip_cmd;
 mod bench_cmd;
 mod bench_model;
 mod caption_cmd;

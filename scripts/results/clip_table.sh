@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Reproduces the README's seed-004 table: two dual encoders (one rewarded against, one frozen
+# for evaluation), then per seed one XE model and, from it, WTF, WTF-RL and WTF-RL with α = 1
+# (no discriminator), each evaluated on the test split with beam 3 and R@k from the evaluation
+# encoder; prints mean ± spread over the seeds (scripts/results/table.py --clip).
+#
+#   cargo build --release && bash scripts/results/clip_table.sh
+#
+# Environment: SEEDS (default "1 2 3"), OUT (default runs/clip-table), CAPRL (default
+# target/release/caprl). Arguments are extra `--set KEY=VALUE` overrides for every RL run.
+# Same data and model sizes as scripts/results/table.sh (2,000-image synthetic subset, a
+# 256-unit decoder, 5 XE + 5 RL epochs); about 10 minutes for three seeds on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+SEEDS="${SEEDS:-1 2 3}"
+OUT="${OUT:-runs/clip-table}"
+CAPRL="${CAPRL:-target/release/caprl}"
+DATA=data/synth-2k
+SETS=(--set "data.dir=$DATA" --set model.hidden=256 --set train.xe_epochs=5
+      --set train.rl_epochs=5)
+RL=(--set "clip.reward=$OUT/clip-reward.safetensors" --set "clip.eval=$OUT/clip-eval.safetensors")
+for kv in "$@"; do RL+=(--set "$kv"); done
+
+[ -x "$CAPRL" ] || { echo "no $CAPRL: run cargo build --release first" >&2; exit 2; }
+[ -e "$DATA/vocab.json" ] || "$CAPRL" data synth --out "$DATA" --train 2000 --val 300 --test 300
+mkdir -p "$OUT"
+"$CAPRL" clip train --data "$DATA" --seed 1 --out "$OUT/clip-reward.safetensors" -q
+"$CAPRL" clip train --data "$DATA" --seed 2 --out "$OUT/clip-eval.safetensors" -q
+EVAL=(--split test --beam 3 --json --clip "$OUT/clip-eval.safetensors")
+
+for seed in $SEEDS; do
+  xe="$OUT/xe-$seed"
+  "$CAPRL" train --config configs/scst.toml --objective xe --set "seed=$seed" \
+    --set "run_dir=$xe" "${SETS[@]}"
+  "$CAPRL" eval --checkpoint "$xe/best-xe" "${EVAL[@]}" > "$OUT/xe-$seed.json"
+  for variant in wtf wtf-rl wtf-rl-a1; do
+    run="$OUT/$variant-$seed"
+    case $variant in
+      wtf-rl-a1) cfg=configs/wtf-rl.toml; extra=(--set 'reward.spec="clip=1"') ;;
+      *) cfg="configs/$variant.toml"; extra=() ;;
+    esac
+    "$CAPRL" train --config "$cfg" --start-from "$xe/best-xe" --set "seed=$seed" \
+      --set "run_dir=$run" "${SETS[@]}" "${RL[@]}" "${extra[@]}"
+    "$CAPRL" eval --checkpoint "$run/best-rl" "${EVAL[@]}" > "$OUT/$variant-$seed.json"
+  done
+done
+python3 scripts/results/table.py "$OUT" --clip --seeds $SEEDS --objectives xe wtf wtf-rl wtf-rl-a1

@@ -1,0 +1,160 @@
+//! `caprl bench clip`: what seed 004's rewards cost per caption next to CIDEr-D, and the text
+//! encoder's throughput. Rollouts are shaped as WTF-RL sends them (per image: the best beam,
+//! the greedy caption and one ground-truth caption), with references standing in for decodes.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use caprl_common::clip::train::{self, Pairs, TrainOptions};
+use caprl_common::clip::Discriminator;
+use caprl_common::config::RewardName;
+use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_common::model::Device;
+use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_reward_worker::{ClipReward, Rewarder};
+
+use super::write_stdout;
+
+#[derive(Debug, clap::Args)]
+pub struct ClipBenchArgs {
+    /// Training images of the generated data set (the image pool and neighbour mining).
+    #[arg(long, default_value_t = 2000)]
+    pub images: usize,
+    /// Images per rollout (the contrastive batch).
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Rollouts scored per measurement.
+    #[arg(long, default_value_t = 50)]
+    pub rollouts: usize,
+}
+
+pub fn run(args: ClipBenchArgs) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let data_dir = dir.path().join("data");
+    synth(
+        &data_dir,
+        &SynthConfig {
+            seed: 5,
+            train: args.images.max(args.batch),
+            val: 50,
+            test: 10,
+            progress: false,
+        },
+    )?;
+    let data = Dataset::open(&data_dir)?;
+    let items = &data.train.items;
+    let pairs = Pairs::from_items(&data, items, &|_| None);
+    let opts = TrainOptions {
+        epochs: 1,
+        ..TrainOptions::default()
+    };
+    let encoder = train::train(&data, &pairs, &opts, &mut |_| {})?;
+    let rollouts: Vec<Rollout> = items
+        .chunks(args.batch.max(1))
+        .cycle()
+        .take(args.rollouts)
+        .enumerate()
+        .map(|(i, chunk)| rollout(&data, chunk, i as u64))
+        .collect();
+    let captions: usize = rollouts.iter().map(|r| r.sequences.len()).sum();
+
+    let df = Rewarder::training_df(&data, items);
+    let cider = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df.clone(), None)?;
+    let clip = ClipReward::new(Box::new(encoder), &data, items, 0.05, 8)?;
+    let disc = Discriminator::new(128, &Device::Cpu, 1)?;
+    clip.set_discriminator(0, disc);
+    let spec = [(RewardName::Clip, 0.94), (RewardName::Disc, 0.06)];
+    let clip_rewarder = Rewarder::new(&data, items, &spec, df, None)?.with_clip(clip);
+    let clip = clip_rewarder.clip().context("clip rewarder")?;
+
+    let per_caption = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            f()?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        Ok(best * 1e6 / captions as f64)
+    };
+    let t_cider = per_caption(&mut || {
+        for r in &rollouts {
+            cider.score(r.clone())?;
+        }
+        Ok(())
+    })?;
+    let t_full = per_caption(&mut || {
+        for r in &rollouts {
+            clip_rewarder.score(r.clone())?;
+        }
+        Ok(())
+    })?;
+    let texts: Vec<_> = rollouts
+        .iter()
+        .map(|r| clip.embed(r))
+        .collect::<Result<_, _>>()?;
+    let t_cached = per_caption(&mut || {
+        for (r, t) in rollouts.iter().zip(&texts) {
+            clip.score_embedded(r, t)?;
+        }
+        Ok(())
+    })?;
+    let t_embed = per_caption(&mut || {
+        for r in &rollouts {
+            clip.embed(r)?;
+        }
+        Ok(())
+    })?;
+    let mut out = format!(
+        "{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
+         {} training images, 8 mined neighbours, 1 process\n\n",
+        rollouts.len(),
+        args.batch,
+        captions,
+        items.len()
+    );
+    out.push_str("| reward | µs / caption | captions/s | vs cider |\n|---|---|---|---|\n");
+    for (name, t) in [
+        ("cider (CIDEr-D)", t_cider),
+        ("clip + disc, text embeddings cached", t_cached),
+        ("clip + disc, embedding the captions too", t_full),
+        ("text encoder alone", t_embed),
+    ] {
+        out.push_str(&format!(
+            "| {name} | {t:.2} | {:.0} | {:.2}× |\n",
+            1e6 / t,
+            t_cider / t
+        ));
+    }
+    write_stdout(&out)
+}
+
+fn rollout(data: &Dataset, chunk: &[caprl_common::data::Item], id: u64) -> Rollout {
+    let max_len = 16;
+    let mut sequences = Vec::new();
+    for it in chunk {
+        let refs = it.targets(&data.vocab, max_len);
+        for (k, kind) in [
+            DecodeKind::Beam,
+            DecodeKind::Greedy,
+            DecodeKind::GroundTruth,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let tokens = refs[k % refs.len()].clone();
+            sequences.push(Sequence {
+                image_row: it.row as u32,
+                kind,
+                logprobs: vec![-1.0; tokens.len()],
+                tokens,
+            });
+        }
+    }
+    Rollout {
+        task_id: TaskId(id),
+        policy_version: PolicyVersion(0),
+        actor_id: "bench".into(),
+        sequences,
+        decode_seconds: 0.0,
+    }
+}
