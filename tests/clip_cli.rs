@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{caprl, sets, steps, synth, text};
+use support::{caprl, final_weights, sets, steps, synth, text};
 
 fn clip_train(data: &Path, out: &Path, seed: &str) {
     let o = caprl()
@@ -133,6 +133,43 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
     }
     // 16 test images: R@10 is at least R@1.
     assert!(json["metrics"]["r10_t2i"].as_f64() >= json["metrics"]["r1_t2i"].as_f64());
+}
+
+#[test]
+fn wtf_rl_over_nats_scores_with_the_snapshots_discriminator_like_in_process() {
+    // Reward workers in their own processes get `D` only through the policy snapshot; in sync
+    // mode the run must match the in-process one bit for bit.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let enc = tmp.path().join("clip.safetensors");
+    clip_train(&data, &enc, "1");
+    let inproc = tmp.path().join("inproc");
+    let out = caprl()
+        .arg("train")
+        .args(wtf_sets(&data, &inproc, &enc, &enc, "wtf-rl"))
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let nats = tmp.path().join("nats");
+    let args: Vec<String> = wtf_sets(&data, &nats, &enc, &enc, "wtf-rl")
+        .into_iter()
+        .filter(|a| a != "-q")
+        .collect();
+    let out = caprl()
+        .args(["local", "--actors", "2", "--reward-workers", "2"])
+        .args(&args)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "caprl local: {}", text(&out));
+    assert!(
+        final_weights(&inproc) == final_weights(&nats),
+        "weights differ"
+    );
+    let (a, b) = (steps(&inproc, "rl"), steps(&nats, "rl"));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x["rewards"], y["rewards"]);
+    }
 }
 
 #[test]

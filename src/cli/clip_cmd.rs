@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use caprl_common::clip::train::{self, Pairs, TrainOptions};
-use caprl_common::data::Item;
+use caprl_common::data::{Dataset, Item};
 
 use super::{write_stdout, Global};
 use crate::setup;
@@ -63,16 +63,7 @@ fn train_cmd(args: TrainArgs, global: &Global) -> Result<()> {
         );
     }
     let data = setup::open_data(&cfg, args.data.is_none())?;
-    let descriptions = match args.no_descriptions {
-        true => Default::default(),
-        false => read_descriptions(data.dir())?,
-    };
-    let extra = |it: &Item| {
-        descriptions
-            .get(&it.id)
-            .map(|words| data.vocab.encode(words))
-    };
-    let pairs = Pairs::from_items(&data, &data.train.items, &extra);
+    let (pairs, described) = training_pairs(&data, !args.no_descriptions)?;
     if pairs.rows.len() < 2 {
         anyhow::bail!(
             "{}: the training split has {} captioned images; a contrastive encoder needs at least 2",
@@ -83,7 +74,7 @@ fn train_cmd(args: TrainArgs, global: &Global) -> Result<()> {
     tracing::info!(
         "training a dual encoder on {} images ({} with descriptions)",
         pairs.rows.len(),
-        descriptions.len()
+        described
     );
     let opts = TrainOptions {
         epochs: args.epochs,
@@ -109,6 +100,24 @@ fn train_cmd(args: TrainArgs, global: &Global) -> Result<()> {
     enc.save(&args.out)?;
     lines.push_str(&format!("wrote {}\n", args.out.display()));
     write_stdout(&lines)
+}
+
+/// Every training image with its references, plus its full description when `descriptions`
+/// and the data set has them; also returns how many images had one.
+pub(crate) fn training_pairs(data: &Dataset, descriptions: bool) -> Result<(Pairs, usize)> {
+    let described = match descriptions {
+        true => read_descriptions(data.dir())?,
+        false => Default::default(),
+    };
+    let extra = |it: &Item| described.get(&it.id).map(|words| data.vocab.encode(words));
+    let pairs = Pairs::from_items(data, &data.train.items, &extra);
+    let n = data
+        .train
+        .items
+        .iter()
+        .filter(|it| described.contains_key(&it.id))
+        .count();
+    Ok((pairs, n))
 }
 
 /// `descriptions.json` of a synthetic data set (`[{id, description}]`), tokenised like the

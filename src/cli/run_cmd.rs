@@ -16,7 +16,9 @@ use crate::{roles, setup, train};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// RL objective after the XE warm start (same as --set train.objective=...): scst, sle,
-    /// mc-pg, actor-critic.
+    /// mc-pg, actor-critic, wtf, wtf-rl. For wtf / wtf-rl without a config of your own, the
+    /// reward is seed 004's `clip=0.94,disc=0.06` and the two dual encoders are trained on the
+    /// data set first (`runs/clip/`), unless there already.
     #[arg(long)]
     pub objective: Option<String>,
     #[command(flatten)]
@@ -27,7 +29,7 @@ pub struct Args {
 }
 
 /// Metrics of the final table, in order, with their display names.
-const TABLE: [(&str, &str); 8] = [
+const TABLE: [(&str, &str); 11] = [
     ("cider_d", "CIDEr-D"),
     ("bleu4", "BLEU-4"),
     ("rouge_l", "ROUGE-L"),
@@ -36,9 +38,31 @@ const TABLE: [(&str, &str); 8] = [
     ("div2_beam", "Div-2 (5 beams)"),
     ("mbleu4_beam", "mBLEU-4 (5 beams)"),
     ("vocab_used", "vocabulary used"),
+    ("r1_t2i", "R@1 text→image"),
+    ("r1_i2t", "R@1 image→text"),
+    ("self_bleu", "Self-BLEU"),
 ];
 
+/// Where `caprl run --objective wtf|wtf-rl` keeps the encoders it trains.
+const AUTO_REWARD_ENCODER: &str = "runs/clip/reward.safetensors";
+const AUTO_EVAL_ENCODER: &str = "runs/clip/eval.safetensors";
+
 pub fn run(args: Args, global: &Global) -> Result<()> {
+    let auto_clip = matches!(args.objective.as_deref(), Some("wtf" | "wtf-rl"))
+        && global.config.is_none()
+        && !global
+            .sets
+            .iter()
+            .any(|s| s.starts_with("reward.spec") || s.starts_with("clip."));
+    let mut global = global.clone();
+    if auto_clip {
+        global.sets.extend([
+            "reward.spec=\"clip=0.94,disc=0.06\"".to_string(),
+            format!("clip.reward={AUTO_REWARD_ENCODER:?}"),
+            format!("clip.eval={AUTO_EVAL_ENCODER:?}"),
+        ]);
+    }
+    let global = &global;
     let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
     if cfg.train.objective == Objective::Xe {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
@@ -47,6 +71,18 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = setup::device(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let started = std::time::Instant::now();
+    if auto_clip {
+        for (path, seed) in [(AUTO_REWARD_ENCODER, 1), (AUTO_EVAL_ENCODER, 2)] {
+            ensure_encoder(Path::new(path), &data, seed)?;
+        }
+    }
+    let encoder = match super::eval_cmd::eval_encoder_path(None, &cfg) {
+        Some(p) => Some(
+            caprl_common::clip::open_encoder(&p, &data.vocab)
+                .with_context(|| format!("opening the evaluation encoder {}", p.display()))?,
+        ),
+        None => None,
+    };
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         train::train(&cfg, &data, &device, false, None, driver)
     })?;
@@ -61,7 +97,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     };
     let evaluate = |ck: &Path| -> Result<EvalReport> {
         let loaded = train::load_checkpoint(ck, None, &device)?;
-        Ok(eval::evaluate(&loaded.model, &data, test, &opts)?)
+        let mut report = eval::evaluate(&loaded.model, &data, test, &opts)?;
+        if let Some(enc) = &encoder {
+            eval::add_retrieval(&mut report, enc.as_ref(), &data, test)?;
+        }
+        Ok(report)
     };
     let xe = evaluate(
         outcome
@@ -104,4 +144,24 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     write_stdout(&out)
+}
+
+/// Trains a dual encoder into `path` unless one for this data set's vocabulary is there.
+fn ensure_encoder(path: &Path, data: &caprl_common::data::Dataset, seed: u64) -> Result<()> {
+    use caprl_common::clip::train::{self as clip_train, TrainOptions};
+    if caprl_common::clip::DualEncoder::load(path, &data.vocab).is_ok() {
+        return Ok(());
+    }
+    tracing::info!("training the dual encoder {} (seed {seed})", path.display());
+    let (pairs, _) = super::clip_cmd::training_pairs(data, true)?;
+    let opts = TrainOptions {
+        seed,
+        ..TrainOptions::default()
+    };
+    let enc = clip_train::train(data, &pairs, &opts, &mut |_| {})?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    enc.save(path)?;
+    Ok(())
 }

@@ -229,7 +229,7 @@ impl Default for TrainConfig {
             baseline: Baseline::Greedy,
             label_smoothing: 0.0,
             sle_alpha: 0.75,
-            wtf_baseline: WtfBaseline::None,
+            wtf_baseline: WtfBaseline::Positive,
             mc_rollouts: 3,
             entropy_coef: 0.0,
             kl_coef: 0.0,
