@@ -22,7 +22,7 @@ use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, StepRecord};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
-use caprl_learner::disc_online::OnlineDisc;
+use caprl_learner::disc_online::{OnlineDisc, PretrainOptions};
 use caprl_learner::driver::Driver;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::{
@@ -230,9 +230,11 @@ fn online_disc(
         data,
         &real,
         &fake,
-        cfg.clip.disc_pretrain_epochs as usize,
-        64,
-        cfg.seed,
+        PretrainOptions {
+            epochs: cfg.clip.disc_pretrain_epochs as usize,
+            batch: 64,
+            seed: cfg.seed,
+        },
         &mut |epoch, s| {
             tracing::info!(
                 "discriminator pre-training epoch {}: loss {:.4} accuracy {:.3} P_D(gt) {:.3} P_D(beam) {:.3}",
@@ -372,8 +374,7 @@ fn run_phase(
                         cfg,
                         data,
                         trainer,
-                        driver,
-                        disc.as_deref_mut(),
+                        (driver, disc.as_deref_mut()),
                         &batch,
                         opts,
                         &mut record,
@@ -490,8 +491,7 @@ fn rl_step(
     cfg: &RunConfig,
     data: &Dataset,
     trainer: &mut Trainer,
-    driver: &mut Driver,
-    disc: Option<&mut OnlineDisc>,
+    (driver, disc): (&mut Driver, Option<&mut OnlineDisc>),
     batch: &[&Item],
     opts: StepOptions,
     record: &mut StepRecord,
@@ -530,9 +530,12 @@ fn rl_step(
     Ok((stats, pg.mean_reward))
 }
 
+/// Captions with the feature row of their image.
+type Captioned = Vec<(usize, Vec<u32>)>;
+
 /// The discriminator's examples in a scored batch: ground-truth captions are real; beam
 /// captions (WTF-RL) or, without them, the sampled ones (SCST with `disc`) are generated.
-fn disc_examples(scored: &[ScoredRollout]) -> (Vec<(usize, Vec<u32>)>, Vec<(usize, Vec<u32>)>) {
+fn disc_examples(scored: &[ScoredRollout]) -> (Captioned, Captioned) {
     let seqs = || scored.iter().flat_map(|s| &s.rollout.sequences);
     let has_beam = seqs().any(|s| s.kind == DecodeKind::Beam);
     let fake_kind = if has_beam {

@@ -20,6 +20,15 @@ pub const DISC_OPTIM: &str = "disc-optim.safetensors";
 /// Captions of images: `(feature row, tokens)`.
 pub type Captions = [(usize, Vec<u32>)];
 
+/// How [`OnlineDisc::pretrain`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PretrainOptions {
+    pub epochs: usize,
+    /// Real and generated captions per step (each).
+    pub batch: usize,
+    pub seed: u64,
+}
+
 pub struct OnlineDisc {
     pub disc: Discriminator,
     opt: AdamW,
@@ -144,18 +153,21 @@ impl OnlineDisc {
         ))
     }
 
-    /// Pre-training: `epochs` passes over `real` and `fake` in shuffled mini-batches of
-    /// `batch` of each; returns the last epoch's mean statistics.
+    /// Pre-training: `opts.epochs` passes over `real` and `fake` in shuffled mini-batches of
+    /// `opts.batch` of each; returns the last epoch's mean statistics.
     pub fn pretrain(
         &mut self,
         data: &Dataset,
         real: &Captions,
         fake: &Captions,
-        epochs: usize,
-        batch: usize,
-        seed: u64,
+        opts: PretrainOptions,
         on_epoch: &mut dyn FnMut(usize, &DiscStats),
     ) -> Result<DiscStats, LearnerError> {
+        let PretrainOptions {
+            epochs,
+            batch,
+            seed,
+        } = opts;
         use rand::seq::SliceRandom;
         use rand::SeedableRng;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6469_7363);
