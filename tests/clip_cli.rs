@@ -173,6 +173,37 @@ fn wtf_rl_over_nats_scores_with_the_snapshots_discriminator_like_in_process() {
 }
 
 #[test]
+fn scst_with_clip_s_and_disc_rewards_trains_the_discriminator_on_samples() {
+    // Seed 004's comparison rows: SCST (greedy baseline) on CLIP-S plus the discriminator.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let enc = tmp.path().join("clip.safetensors");
+    clip_train(&data, &enc, "1");
+    let run = tmp.path().join("scst");
+    let mut args = wtf_sets(&data, &run, &enc, &enc, "scst");
+    args.extend([
+        "--set".into(),
+        "reward.spec=\"clip-s=0.94,disc=0.06\"".into(),
+    ]);
+    let out = caprl()
+        .arg("train")
+        .args(&args)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let rl = steps(&run, "rl");
+    assert!(!rl.is_empty());
+    for s in &rl {
+        let clip_s = s["rewards"]["clip-s"].as_f64().unwrap();
+        assert!((0.0..=2.5).contains(&clip_s), "{s}");
+        assert!(
+            s["losses"]["disc_acc"].as_f64().is_some_and(f64::is_finite),
+            "{s}"
+        );
+    }
+}
+
+#[test]
 fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
     let tmp = tempfile::tempdir().unwrap();
     let data = synth(tmp.path());
