@@ -141,6 +141,18 @@ impl ClipReward {
         }
         image_pool.sort_unstable();
         image_pool.dedup();
+        // s(x, i) of every pool caption x against each image of the rollout, computed once per
+        // image: the text rivals of every caption of that image.
+        let mut pool_sims: std::collections::BTreeMap<usize, Vec<f32>> = Default::default();
+        for s in seqs {
+            if let Some(i) = self.index(s.image_row) {
+                pool_sims.entry(i).or_insert_with(|| {
+                    pool.iter()
+                        .map(|&x| texts.dot(x, &self.images, i))
+                        .collect()
+                });
+            }
+        }
         let mut out = Vec::with_capacity(seqs.len());
         let mut text_negs = Vec::with_capacity(pool.len());
         let mut image_negs = Vec::with_capacity(image_pool.len());
@@ -153,8 +165,9 @@ impl ClipReward {
             text_negs.clear();
             text_negs.extend(
                 pool.iter()
-                    .filter(|&&x| x != c)
-                    .map(|&x| texts.dot(x, &self.images, ic)),
+                    .zip(&pool_sims[&ic])
+                    .filter(|(&x, _)| x != c)
+                    .map(|(_, &sim)| sim),
             );
             image_negs.clear();
             image_negs.extend(

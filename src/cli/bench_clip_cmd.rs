@@ -49,6 +49,15 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         ..TrainOptions::default()
     };
     let encoder = train::train(&data, &pairs, &opts, &mut |_| {})?;
+    let encoder_path = dir.path().join("enc.safetensors");
+    encoder.save(&encoder_path)?;
+    let clip_only = ClipReward::new(
+        caprl_common::clip::open_encoder(&encoder_path, &data.vocab)?,
+        &data,
+        items,
+        0.05,
+        8,
+    )?;
     let rollouts: Vec<Rollout> = items
         .chunks(args.batch.max(1))
         .cycle()
@@ -98,6 +107,12 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         }
         Ok(())
     })?;
+    let t_clip_only = per_caption(&mut || {
+        for (r, t) in rollouts.iter().zip(&texts) {
+            clip_only.score_embedded(r, t)?;
+        }
+        Ok(())
+    })?;
     let t_embed = per_caption(&mut || {
         for r in &rollouts {
             clip.embed(r)?;
@@ -115,6 +130,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
     out.push_str("| reward | µs / caption | captions/s | vs cider |\n|---|---|---|---|\n");
     for (name, t) in [
         ("cider (CIDEr-D)", t_cider),
+        ("clip alone, text embeddings cached", t_clip_only),
         ("clip + disc, text embeddings cached", t_cached),
         ("clip + disc, embedding the captions too", t_full),
         ("text encoder alone", t_embed),
