@@ -157,6 +157,13 @@ fn recall_is_perfect_for_matching_embeddings_and_low_for_shuffled_ones() {
     let other = random_embeddings(50, 16, 5);
     let r = recall(&other, &e);
     assert!(r.t2i[0] < 20.0, "{r:?}");
+    // One caption said for every image: image→text ties are broken at random, 1/50 at R@1.
+    let same = Embeddings::normalised(16, e.row(0).repeat(50));
+    let r = recall(&same, &e);
+    assert!(
+        (r.i2t[0] - 2.0).abs() < 1e-9 && (r.i2t[2] - 20.0).abs() < 1e-9,
+        "{r:?}"
+    );
 }
 
 #[test]

@@ -8,22 +8,30 @@
 #
 # Environment: SEEDS (default "1 2 3"), OUT (default runs/clip-table), CAPRL (default
 # target/release/caprl). Arguments are extra `--set KEY=VALUE` overrides for every RL run.
-# Same data and model sizes as scripts/results/table.sh (2,000-image synthetic subset, a
-# 256-unit decoder, 5 XE + 5 RL epochs); about 10 minutes for three seeds on 2 cores.
+# The full synthetic set (10,000 training and 1,000 test images) with `caprl run`'s schedule:
+# the configs' 512-unit decoder, 2 XE epochs, then 1 RL epoch; about 15 minutes for three seeds
+# on 2 cores. DATA=data/synth-2k EPOCHS="5 5" HIDDEN=256 gives the smaller setting of
+# scripts/results/table.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 SEEDS="${SEEDS:-1 2 3}"
 OUT="${OUT:-runs/clip-table}"
 CAPRL="${CAPRL:-target/release/caprl}"
-DATA=data/synth-2k
-SETS=(--set "data.dir=$DATA" --set model.hidden=256 --set train.xe_epochs=5
-      --set train.rl_epochs=5)
+DATA="${DATA:-data/synth}"
+read -r XE_EPOCHS RL_EPOCHS <<< "${EPOCHS:-2 1}"
+SETS=(--set "data.dir=$DATA" --set "model.hidden=${HIDDEN:-512}" --set "train.xe_epochs=$XE_EPOCHS"
+      --set "train.rl_epochs=$RL_EPOCHS")
 RL=(--set "clip.reward=$OUT/clip-reward.safetensors" --set "clip.eval=$OUT/clip-eval.safetensors")
 for kv in "$@"; do RL+=(--set "$kv"); done
 
 [ -x "$CAPRL" ] || { echo "no $CAPRL: run cargo build --release first" >&2; exit 2; }
-[ -e "$DATA/vocab.json" ] || "$CAPRL" data synth --out "$DATA" --train 2000 --val 300 --test 300
+if [ ! -e "$DATA/vocab.json" ]; then
+  case $DATA in
+    *synth-2k) "$CAPRL" data synth --out "$DATA" --train 2000 --val 300 --test 300 ;;
+    *) "$CAPRL" data synth --out "$DATA" ;;
+  esac
+fi
 mkdir -p "$OUT"
 "$CAPRL" clip train --data "$DATA" --seed 1 --out "$OUT/clip-reward.safetensors" -q
 "$CAPRL" clip train --data "$DATA" --seed 2 --out "$OUT/clip-eval.safetensors" -q

@@ -15,8 +15,11 @@ pub struct Recall {
 /// The k of [`Recall`].
 pub const RECALL_KS: [usize; 3] = [1, 5, 10];
 
-/// Recall of `captions[i]` ↔ `images[i]` pairs: a query is a hit at k when fewer than k
-/// candidates score strictly higher than its own pair (ties count for the query).
+/// Recall of `captions[i]` ↔ `images[i]` pairs. Ties are broken uniformly at random, in
+/// expectation: with `g` candidates scoring higher than the query's own pair and `e` others
+/// scoring the same, the pair's rank is uniform on `g..=g+e`, so it counts `P(rank < k)`.
+/// (Identical captions of different images tie exactly; counting ties as hits would reward a
+/// model for saying the same generic caption everywhere.)
 pub fn recall(captions: &Embeddings, images: &Embeddings) -> Recall {
     let n = captions.len().min(images.len());
     let sim = |t: usize, i: usize| captions.dot(t, images, i);
@@ -24,13 +27,23 @@ pub fn recall(captions: &Embeddings, images: &Embeddings) -> Recall {
     if n == 0 {
         return out;
     }
+    let hit = |scores: &mut dyn Iterator<Item = f32>, own: f32, k: usize| -> f64 {
+        let (mut greater, mut equal) = (0usize, 0usize);
+        for s in scores {
+            if s > own {
+                greater += 1;
+            } else if s == own {
+                equal += 1;
+            }
+        }
+        // `equal` counts the pair itself once.
+        ((k as f64 - greater as f64) / equal.max(1) as f64).clamp(0.0, 1.0)
+    };
     for q in 0..n {
         let own = sim(q, q);
-        let t2i_rank = (0..n).filter(|&i| sim(q, i) > own).count();
-        let i2t_rank = (0..n).filter(|&t| sim(t, q) > own).count();
         for (j, &k) in RECALL_KS.iter().enumerate() {
-            out.t2i[j] += (t2i_rank < k) as u8 as f64;
-            out.i2t[j] += (i2t_rank < k) as u8 as f64;
+            out.t2i[j] += hit(&mut (0..n).map(|i| sim(q, i)), own, k);
+            out.i2t[j] += hit(&mut (0..n).map(|t| sim(t, q)), own, k);
         }
     }
     for j in 0..3 {
