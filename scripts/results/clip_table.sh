@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Reproduces the README's seed-004 table: two dual encoders (one rewarded against, one frozen
-# for evaluation), then per seed one XE model and, from it, WTF, WTF-RL and WTF-RL with α = 1
-# (no discriminator), each evaluated on the test split with beam 3 and R@k from the evaluation
-# encoder; prints mean ± spread over the seeds (scripts/results/table.py --clip).
+# for evaluation), then per seed one XE model and, from it, WTF (also at two larger learning
+# rates), WTF-RL and WTF-RL with α = 1 (no discriminator), each evaluated on the test split with
+# beam 3 and R@k from the evaluation encoder; prints mean ± spread over the seeds
+# (scripts/results/table.py --clip).
 #
 #   cargo build --release && bash scripts/results/clip_table.sh
 #
 # Environment: SEEDS (default "1 2 3"), OUT (default runs/clip-table), CAPRL (default
 # target/release/caprl). Arguments are extra `--set KEY=VALUE` overrides for every RL run.
 # The full synthetic set (10,000 training and 1,000 test images) with `caprl run`'s schedule:
-# the configs' 512-unit decoder, 2 XE epochs, then 1 RL epoch; about 15 minutes for three seeds
+# the configs' 512-unit decoder, 2 XE epochs, then 1 RL epoch; about 25 minutes for three seeds
 # on 2 cores. DATA=data/synth-2k EPOCHS="5 5" HIDDEN=256 gives the smaller setting of
 # scripts/results/table.sh.
 set -euo pipefail
@@ -42,10 +43,11 @@ for seed in $SEEDS; do
   "$CAPRL" train --config configs/scst.toml --objective xe --set "seed=$seed" \
     --set "run_dir=$xe" "${SETS[@]}"
   "$CAPRL" eval --checkpoint "$xe/best-xe" "${EVAL[@]}" > "$OUT/xe-$seed.json"
-  for variant in wtf wtf-rl wtf-rl-a1; do
+  for variant in wtf wtf-lr1e-5 wtf-lr2e-5 wtf-rl wtf-rl-a1; do
     run="$OUT/$variant-$seed"
     case $variant in
       wtf-rl-a1) cfg=configs/wtf-rl.toml; extra=(--set 'reward.spec="clip=1"') ;;
+      wtf-lr*) cfg=configs/wtf.toml; extra=(--set "optim.rl_lr=${variant#wtf-lr}") ;;
       *) cfg="configs/$variant.toml"; extra=() ;;
     esac
     "$CAPRL" train --config "$cfg" --start-from "$xe/best-xe" --set "seed=$seed" \
@@ -53,4 +55,5 @@ for seed in $SEEDS; do
     "$CAPRL" eval --checkpoint "$run/best-rl" "${EVAL[@]}" > "$OUT/$variant-$seed.json"
   done
 done
-python3 scripts/results/table.py "$OUT" --clip --seeds $SEEDS --objectives xe wtf wtf-rl wtf-rl-a1
+python3 scripts/results/table.py "$OUT" --clip --seeds $SEEDS \
+  --objectives xe wtf wtf-lr1e-5 wtf-lr2e-5 wtf-rl wtf-rl-a1
