@@ -208,46 +208,30 @@ fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
     let tmp = tempfile::tempdir().unwrap();
     let data = synth(tmp.path());
     let run = tmp.path().join("run");
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &run, 1, &["train.objective=\"wtf\""]))
-        .output()
-        .expect("caprl runs");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let refused = |extra: &[&str]| -> String {
+        let out = caprl()
+            .arg("train")
+            .args(sets(&data, &run, 1, extra))
+            .output()
+            .expect("caprl runs");
+        assert!(!out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(&["train.objective=\"wtf\""]);
     assert!(
         err.contains("reward.spec") && err.contains("clip=0.94,disc=0.06"),
         "{err}"
     );
-
-    let out = caprl()
-        .arg("train")
-        .args(sets(&data, &run, 1, &["reward.spec=\"clip-s=1\""]))
-        .output()
-        .expect("caprl runs");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&["reward.spec=\"clip-s=1\""]);
     assert!(
         err.contains("clip.reward") && err.contains("caprl clip train"),
         "{err}"
     );
-
     let missing = tmp.path().join("nope.safetensors");
-    let out = caprl()
-        .arg("train")
-        .args(sets(
-            &data,
-            &run,
-            1,
-            &[
-                "reward.spec=\"clip-s=1\"",
-                &format!("clip.reward={:?}", missing.display().to_string()),
-            ],
-        ))
-        .output()
-        .expect("caprl runs");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused(&[
+        "reward.spec=\"clip-s=1\"",
+        &format!("clip.reward={:?}", missing.display().to_string()),
+    ]);
     assert!(err.contains("nope.safetensors"), "{err}");
     assert!(!run.join("run.jsonl").exists() || steps(&run, "rl").is_empty());
 }

@@ -94,18 +94,9 @@ impl OnlineDisc {
 
     /// Weights and optimizer state as checkpoint files.
     pub fn files(&self) -> Result<Vec<(&'static str, Vec<u8>)>, LearnerError> {
-        let tmp = tempfile::NamedTempFile::new().map_err(|e| LearnerError::Io {
-            path: std::env::temp_dir(),
-            source: e,
-        })?;
-        self.opt.save(tmp.path())?;
-        let optim = std::fs::read(tmp.path()).map_err(|e| LearnerError::Io {
-            path: tmp.path().to_path_buf(),
-            source: e,
-        })?;
         Ok(vec![
             (DISC_WEIGHTS, self.disc.to_safetensors().map_err(clip_err)?),
-            (DISC_OPTIM, optim),
+            (DISC_OPTIM, self.opt.to_bytes()?),
         ])
     }
 

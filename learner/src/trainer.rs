@@ -338,28 +338,13 @@ impl Trainer {
     ) -> Result<Checkpoint, LearnerError> {
         self.state.dropout_rng = self.dropout_rng.state();
         let weights = self.model.to_safetensors()?;
-        let tmp = tempfile::NamedTempFile::new_in(root.parent().unwrap_or(Path::new(".")))
-            .or_else(|_| tempfile::NamedTempFile::new())
-            .map_err(|e| LearnerError::Io {
-                path: root.to_path_buf(),
-                source: e,
-            })?;
-        self.opt.save(tmp.path())?;
-        let optim = std::fs::read(tmp.path()).map_err(|e| LearnerError::Io {
-            path: tmp.path().to_path_buf(),
-            source: e,
-        })?;
+        let optim = self.opt.to_bytes()?;
         let state = serde_json::to_vec_pretty(&self.state)
             .map_err(|e| LearnerError::Invalid(format!("cannot encode trainer state: {e}")))?;
         let mut files = vec![(WEIGHTS, weights), (OPTIM, optim), (STATE, state)];
         if let Some(critic) = &self.critic {
             files.push((VALUE_WEIGHTS, critic.head.to_safetensors()?));
-            critic.opt.save(tmp.path())?;
-            let optim = std::fs::read(tmp.path()).map_err(|e| LearnerError::Io {
-                path: tmp.path().to_path_buf(),
-                source: e,
-            })?;
-            files.push((VALUE_OPTIM, optim));
+            files.push((VALUE_OPTIM, critic.opt.to_bytes()?));
         }
         files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
         checkpoint::write(root, self.state.step, &files, keep)

@@ -25,8 +25,23 @@ struct Header {
 impl AdamW {
     /// Writes the step count, hyper-parameters and both moments of every parameter to `path`.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let err = |reason: String| OptimError::State {
+        let bytes = self.to_bytes().map_err(|e| match e {
+            OptimError::State { reason, .. } => OptimError::State {
+                path: path.to_path_buf(),
+                reason,
+            },
+            other => other,
+        })?;
+        std::fs::write(path, bytes).map_err(|e| OptimError::State {
             path: path.to_path_buf(),
+            reason: format!("cannot write: {e}"),
+        })
+    }
+
+    /// What [`AdamW::save`] writes, as bytes (for checkpoints assembled in memory).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let err = |reason: String| OptimError::State {
+            path: "<memory>".into(),
             reason,
         };
         let header = Header {
@@ -45,9 +60,8 @@ impl AdamW {
             tensors.push((format!("m.{}", s.name), s.m.clone()));
             tensors.push((format!("v.{}", s.name), s.v.clone()));
         }
-        let bytes = safetensors::tensor::serialize(tensors, Some(meta))
-            .map_err(|e| err(format!("cannot serialise: {e}")))?;
-        std::fs::write(path, bytes).map_err(|e| err(format!("cannot write: {e}")))
+        safetensors::tensor::serialize(tensors, Some(meta))
+            .map_err(|e| err(format!("cannot serialise: {e}")))
     }
 
     /// Restores state saved by [`AdamW::save`] into this optimizer (built over the same
