@@ -41,6 +41,19 @@ fn wtf_sets(data: &Path, run: &Path, enc: &Path, eval_enc: &Path, objective: &st
     args
 }
 
+/// `caprl train ARGS`, which must succeed, and the RL steps it logged in `run` (at least one).
+fn train_rl(args: &[String], run: &Path) -> Vec<serde_json::Value> {
+    let out = caprl()
+        .arg("train")
+        .args(args)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    let rl = steps(run, "rl");
+    assert!(!rl.is_empty(), "no RL step logged: {}", text(&out));
+    rl
+}
+
 fn checkpoints_with(run: &Path, file: &str) -> Vec<PathBuf> {
     let dir = run.join("checkpoints");
     std::fs::read_dir(&dir)
@@ -66,14 +79,7 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
 
     let run = tmp.path().join("wtf-rl");
     let args = wtf_sets(&data, &run, &enc, &eval_enc, "wtf-rl");
-    let out = caprl()
-        .arg("train")
-        .args(&args)
-        .output()
-        .expect("caprl runs");
-    assert!(out.status.success(), "{}", text(&out));
-    let rl = steps(&run, "rl");
-    assert!(!rl.is_empty());
+    let rl = train_rl(&args, &run);
     for s in &rl {
         for key in ["disc", "disc_acc", "p_d_real", "p_d_fake"] {
             let v = s["losses"][key].as_f64();
@@ -144,12 +150,7 @@ fn wtf_rl_over_nats_scores_with_the_snapshots_discriminator_like_in_process() {
     let enc = tmp.path().join("clip.safetensors");
     clip_train(&data, &enc, "1");
     let inproc = tmp.path().join("inproc");
-    let out = caprl()
-        .arg("train")
-        .args(wtf_sets(&data, &inproc, &enc, &enc, "wtf-rl"))
-        .output()
-        .expect("caprl runs");
-    assert!(out.status.success(), "{}", text(&out));
+    let a = train_rl(&wtf_sets(&data, &inproc, &enc, &enc, "wtf-rl"), &inproc);
     let nats = tmp.path().join("nats");
     let args: Vec<String> = wtf_sets(&data, &nats, &enc, &enc, "wtf-rl")
         .into_iter()
@@ -165,7 +166,7 @@ fn wtf_rl_over_nats_scores_with_the_snapshots_discriminator_like_in_process() {
         final_weights(&inproc) == final_weights(&nats),
         "weights differ"
     );
-    let (a, b) = (steps(&inproc, "rl"), steps(&nats, "rl"));
+    let b = steps(&nats, "rl");
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x["rewards"], y["rewards"]);
@@ -185,14 +186,7 @@ fn scst_with_clip_s_and_disc_rewards_trains_the_discriminator_on_samples() {
         "--set".into(),
         "reward.spec=\"clip-s=0.94,disc=0.06\"".into(),
     ]);
-    let out = caprl()
-        .arg("train")
-        .args(&args)
-        .output()
-        .expect("caprl runs");
-    assert!(out.status.success(), "{}", text(&out));
-    let rl = steps(&run, "rl");
-    assert!(!rl.is_empty());
+    let rl = train_rl(&args, &run);
     for s in &rl {
         let clip_s = s["rewards"]["clip-s"].as_f64().unwrap();
         assert!((0.0..=2.5).contains(&clip_s), "{s}");
