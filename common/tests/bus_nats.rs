@@ -399,3 +399,35 @@ async fn mutual_tls_connects_with_ca_and_client_cert_only() {
         .expect("untrusted server");
     assert!(matches!(err, BusError::Tls { .. }), "{err}");
 }
+
+#[test]
+fn a_restart_whose_port_was_taken_fails_instead_of_reaching_the_other_listener() {
+    let mut server = LocalNatsServer::start(LocalNatsServerOptions {
+        ready_timeout: Duration::from_secs(5),
+        ..LocalNatsServerOptions::default()
+    })
+    .unwrap();
+    let port = server.port();
+    server.stop();
+    // Another process takes the port while the broker is down; it accepts connections, so
+    // only the server's own ports file can tell the two apart.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let err = server.restart().unwrap_err();
+    assert!(matches!(err, BusError::ServerNotReady { .. }), "{err}");
+    assert!(!server.is_running());
+    drop(squatter);
+}
+
+#[test]
+fn servers_started_at_once_listen_on_different_ports() {
+    let servers: Vec<LocalNatsServer> = std::thread::scope(|s| {
+        let starts: Vec<_> = (0..6)
+            .map(|_| s.spawn(|| LocalNatsServer::start_default().unwrap()))
+            .collect();
+        starts.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ports: Vec<u16> = servers.iter().map(|s| s.port()).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), servers.len(), "{ports:?}");
+}

@@ -1,12 +1,14 @@
 //! A private `nats-server` child process with JetStream, for tests and one-machine runs.
 //!
-//! Listens on 127.0.0.1 on a free port (never the system server's 4222), stores streams
-//! in a temporary or given directory, and is killed when dropped. [`LocalNatsServer::restart`]
-//! brings it back on the same port and store, as a broker restart would.
+//! Listens on 127.0.0.1 on a port the server picks itself (never the system server's 4222)
+//! and reports in a ports file, so two servers started at once can never share a port; stores
+//! streams in a temporary or given directory, and is killed when dropped.
+//! [`LocalNatsServer::restart`] brings it back on the same port and store, as a broker
+//! restart would.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,16 +43,18 @@ impl Default for LocalNatsServerOptions {
 #[derive(Debug)]
 pub struct LocalNatsServer {
     opts: LocalNatsServerOptions,
+    // 0 until the first start has read the port the server chose.
     port: u16,
     store_dir: PathBuf,
     log_path: PathBuf,
+    ports_dir: PathBuf,
     child: Option<Child>,
     // Holds the log (and, without a given store, the store); removed on drop.
     _scratch: tempfile::TempDir,
 }
 
 impl LocalNatsServer {
-    /// Starts a server on a free port and waits until it accepts connections
+    /// Starts a server on a port of its choosing and waits until it accepts connections
     /// (blocking, typically well under a second).
     pub fn start(opts: LocalNatsServerOptions) -> BusResult<LocalNatsServer> {
         let scratch = tempfile::Builder::new()
@@ -64,14 +68,11 @@ impl LocalNatsServer {
             .store_dir
             .clone()
             .unwrap_or_else(|| scratch.path().join("jetstream"));
-        let port = free_port().map_err(|e| BusError::ServerStart {
-            binary: opts.binary.display().to_string(),
-            detail: format!("cannot find a free port on 127.0.0.1: {e}"),
-        })?;
         let mut server = LocalNatsServer {
             log_path: scratch.path().join("nats-server.log"),
+            ports_dir: scratch.path().join("ports"),
             opts,
-            port,
+            port: 0,
             store_dir,
             child: None,
             _scratch: scratch,
@@ -126,8 +127,10 @@ impl LocalNatsServer {
             binary: binary.clone(),
             detail,
         };
-        std::fs::create_dir_all(&self.store_dir)
-            .map_err(|e| start_err(format!("cannot create {}: {e}", self.store_dir.display())))?;
+        for dir in [&self.store_dir, &self.ports_dir] {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| start_err(format!("cannot create {}: {e}", dir.display())))?;
+        }
         let log = File::options()
             .create(true)
             .append(true)
@@ -140,10 +143,18 @@ impl LocalNatsServer {
         if let Some(config) = &self.opts.config_file {
             cmd.arg("-c").arg(config);
         }
+        // -1: the server binds a free port itself (no window in which another process can
+        // take a port we picked); a restart asks for the port clients already know.
+        let port = match self.port {
+            0 => "-1".to_string(),
+            known => known.to_string(),
+        };
         cmd.arg("-js")
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-a", "127.0.0.1", "-p", &port])
             .arg("-sd")
             .arg(&self.store_dir)
+            .arg("--ports_file_dir")
+            .arg(&self.ports_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
@@ -162,17 +173,29 @@ impl LocalNatsServer {
 
     fn wait_ready(&mut self) -> BusResult<()> {
         let started = Instant::now();
-        let addr = (Ipv4Addr::LOCALHOST, self.port);
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(self.not_ready(started, format!("exited with {status}")));
-                }
+            let Some(child) = self.child.as_mut() else {
+                return Err(self.not_ready(started, "not running".to_string()));
+            };
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(self.not_ready(started, format!("exited with {status}")));
             }
-            // JetStream (and stream recovery) is up before the server accepts clients.
-            if TcpStream::connect(addr).is_ok() {
-                return Ok(());
+            // The ports file appears once this child listens; only then is a connection
+            // known to reach this server and not another one on a recycled port.
+            if let Some(port) = read_ports_file(&self.ports_dir, child.id()) {
+                if self.port != 0 && port != self.port {
+                    self.stop();
+                    return Err(self.not_ready(
+                        started,
+                        format!("listening on {port} instead of {}", self.port),
+                    ));
+                }
+                self.port = port;
+                // JetStream (and stream recovery) is up before the server accepts clients.
+                if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                    return Ok(());
+                }
             }
             if started.elapsed() > self.opts.ready_timeout {
                 self.stop();
@@ -207,7 +230,16 @@ impl Drop for LocalNatsServer {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
+/// The client port from `<name>_<pid>.ports` (`{"nats":["nats://127.0.0.1:PORT"]}`), once
+/// the server with that pid has written it in full.
+fn read_ports_file(dir: &Path, pid: u32) -> Option<u16> {
+    let suffix = format!("_{pid}.ports");
+    let entry = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let url = ports.get("nats")?.get(0)?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
 }
