@@ -1,9 +1,12 @@
-//! Nothing is lost: kill -9 one actor and one reward worker in the middle of
-//! the RL phase; the run completes, every task of every step is used exactly
-//! once, and the redeliveries of the dead processes' work are counted.
+//! Nothing is lost: kill -9 one actor (while it holds a task) and one reward
+//! worker in the middle of the RL phase; the run completes, every task of
+//! every step is used exactly once, and the redeliveries of the dead
+//! processes' work are counted.
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
@@ -30,29 +33,50 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
     let args = sets(&data, &run, 2, &["runtime.ack_wait_secs=2"]);
-    let victim_actor = spawn(
+    let mut victim_actor = spawn(
         &args,
         &["actor", "--id", "victim", "--delay-ms", "1500"],
         &url,
     );
+    // When the victim last started holding a task (it logs each hold, then waits 1.5 s).
+    let last_hold: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let stderr = victim_actor
+        .stderr
+        .take()
+        .expect("victim's stderr is piped");
+    let holds = Arc::clone(&last_hold);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("holding") {
+                *holds.lock().unwrap() = Some(Instant::now());
+            }
+        }
+    });
     let actor = spawn(&args, &["actor", "--id", "survivor"], &url);
     let victim_worker = spawn(&args, &["reward-worker", "--id", "victim-rw"], &url);
     let worker = spawn(&args, &["reward-worker", "--id", "survivor-rw"], &url);
     let learner = spawn(&args, &["learner"], &url);
 
-    // Wait for the RL phase to be under way, then kill -9 both victims.
+    // Wait for the RL phase to be under way and for the victim actor to be holding a task it
+    // took less than a second ago (so it dies with the task unacknowledged), then kill -9
+    // both victims.
     let log = run.join("run.jsonl");
     let started = Instant::now();
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.matches("\"phase\":\"rl\"").count() >= 2 {
+        let rl_steps = text.matches("\"phase\":\"rl\"").count();
+        let holding = last_hold
+            .lock()
+            .unwrap()
+            .is_some_and(|at| at.elapsed() < Duration::from_millis(1000));
+        if rl_steps >= 1 && holding {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(40),
-            "RL never started"
+            "RL never started, or the victim actor never held a task during it"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     for victim in [victim_actor, victim_worker] {
         support::kill9(victim);

@@ -400,6 +400,12 @@ async fn handle_task(
         return Ok(());
     }
     if !cfg.delay.is_zero() {
+        tracing::info!(
+            "actor {}: holding {} for {} ms before decoding (--delay-ms)",
+            cfg.id,
+            task.task_id,
+            cfg.delay.as_millis()
+        );
         tokio::time::sleep(cfg.delay).await;
     }
     let (policy, data, id) = (

@@ -164,6 +164,23 @@ pub fn steps(run_dir: &Path, phase: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// SIGKILL, reap, and return what the child wrote (for a failure message: a child blocked on
+/// a full pipe or a lost broker would never answer SIGTERM).
+pub fn kill_and_read(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    let _ = child.kill();
+    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+    forget(child.id());
+    let mut s = format!("[{status}]\n");
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut s);
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut s);
+    }
+    s
+}
+
 /// SIGKILL, then reap.
 pub fn kill9(mut child: std::process::Child) {
     child.kill().unwrap();

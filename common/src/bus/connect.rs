@@ -82,7 +82,23 @@ pub async fn connect_options(cfg: &NatsConnect) -> BusResult<ConnectOptions> {
 
     Ok(opts
         .connection_timeout(Duration::from_secs(cfg.connect_timeout_secs))
+        .event_callback(|event| async move { log_connection_event(&event) })
         .name("caprl"))
+}
+
+/// Says in the role's log when the broker connection drops and comes back, so
+/// an outage shows even while no bus operation happens to be waiting on it.
+fn log_connection_event(event: &async_nats::Event) {
+    match event {
+        async_nats::Event::Disconnected => {
+            tracing::warn!("lost the broker connection; reconnecting in the background")
+        }
+        async_nats::Event::Connected => tracing::info!("connected to the broker"),
+        async_nats::Event::Draining | async_nats::Event::Closed => {
+            tracing::debug!("broker connection: {event}")
+        }
+        other => tracing::warn!("broker connection: {other}"),
+    }
 }
 
 fn existing_file(key: &'static str, path: &str) -> BusResult<PathBuf> {
