@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use caprl_common::model::{
-    batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs, ModelKind,
-    SampleOptions, Tensor, EOS,
+    batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
+    ModelKind, SampleOptions, Tensor, EOS,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -48,6 +48,7 @@ fn setup() -> (Captioner, Inputs, Tensor, Vec<Vec<u32>>) {
 }
 
 fn bench(c: &mut Criterion) {
+    caprl_common::model::keep_elementwise_ops_on_one_thread();
     let threads = candle_core_threads();
     let (m, x, seqs_t, _) = setup();
     let mut g = c.benchmark_group(format!("model/threads={threads}"));
@@ -59,21 +60,24 @@ fn bench(c: &mut Criterion) {
     let mut drop_rng = CaprlRng::new(2);
     g.throughput(Throughput::Elements((B * (MAX_LEN + 1)) as u64));
     g.bench_function("xe_step", |bch| {
+        // On one of rayon's threads, as the learner runs its steps.
         bch.iter(|| {
-            let (logp, mask) = m
-                .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
-                .expect("fwd");
-            let n = mask.sum_all().expect("sum");
-            let loss = logp
-                .sum_all()
-                .expect("sum")
-                .neg()
-                .expect("neg")
-                .div(&n)
-                .expect("div");
-            let mut grads = loss.backward().expect("bwd");
-            clip_grad_norm(&mut grads, &opt.vars(), 2.0).expect("clip");
-            opt.step(&grads, 5e-4).expect("step");
+            on_rayon(|| {
+                let (logp, mask) = m
+                    .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
+                    .expect("fwd");
+                let n = mask.sum_all().expect("sum");
+                let loss = logp
+                    .sum_all()
+                    .expect("sum")
+                    .neg()
+                    .expect("neg")
+                    .div(&n)
+                    .expect("div");
+                let mut grads = loss.backward().expect("bwd");
+                clip_grad_norm(&mut grads, &opt.vars(), 2.0).expect("clip");
+                opt.step(&grads, 5e-4).expect("step");
+            })
         })
     });
 

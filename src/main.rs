@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    caprl_common::model::keep_elementwise_ops_on_one_thread();
     let cli = cli::Cli::parse();
     cli::logging::init(cli.global.verbose, cli.global.quiet);
     match cli::run(cli) {

@@ -15,6 +15,7 @@ pub mod bus;
 pub mod clip;
 pub mod config;
 pub mod data;
+pub mod fastmath;
 pub mod model;
 pub mod optim;
 pub mod progress;

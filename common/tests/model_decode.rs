@@ -342,3 +342,43 @@ fn lookahead_scores_mix_log_prob_and_value() {
         }
     }
 }
+
+/// Sampled rows and beam rows spread over several threads give exactly what one thread gives
+/// (each row draws from its own stream).
+#[test]
+fn decoding_on_several_threads_matches_one_thread() {
+    let cfg = tiny(ModelKind::Fc, RnnKind::Gru, 1);
+    let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
+    // 280 images x 5 rows x 12 words: enough logits per step for the rows to be split.
+    let x = inputs(&cfg, 280, 6);
+    let prefixes: Vec<Vec<u32>> = (0..280).map(|i| vec![3 + (i % 5) as u32]).collect();
+    let beam = BeamOptions {
+        width: 5,
+        max_len: 7,
+        length_norm: false,
+        block_trigrams: false,
+    };
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let tempered = m
+                .sample(&x, &opts(5, 0.8, 0), &mut CaprlRng::new(7))
+                .unwrap();
+            let top_k = m
+                .sample(&x, &opts(5, 1.0, 4), &mut CaprlRng::new(8))
+                .unwrap();
+            let completed = m
+                .complete_from_prefix(&x, &prefixes, &opts(5, 1.0, 0), &mut CaprlRng::new(9))
+                .unwrap();
+            let beams = m.beam(&x, &beam).unwrap();
+            (tempered, top_k, completed, beams)
+        })
+    };
+    let one = run(1);
+    assert_eq!(one.0.tokens.len(), 1400);
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(3));
+}

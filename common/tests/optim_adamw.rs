@@ -4,9 +4,13 @@ use caprl_common::model::{batch_tokens, Captioner, CaptionerConfig, Device, Inpu
 use caprl_common::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams, Schedule};
 
 fn setup() -> (Captioner, Inputs, caprl_common::model::Tensor) {
+    setup_with_hidden(12)
+}
+
+fn setup_with_hidden(hidden: usize) -> (Captioner, Inputs, caprl_common::model::Tensor) {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 10, 6, None);
     cfg.embed = 8;
-    cfg.hidden = 12;
+    cfg.hidden = hidden;
     cfg.max_len = 6;
     let m = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     let fc: Vec<f32> = (0..2 * 6).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -136,4 +140,27 @@ fn schedules_follow_their_formulas() {
     assert!((cos.lr(60, 0) - 0.5).abs() < 1e-12);
     assert!(cos.lr(110, 0).abs() < 1e-12);
     assert!(cos.lr(500, 0).abs() < 1e-12);
+}
+
+/// Parameters large enough to be updated in chunks on several threads end up with exactly the
+/// values one thread gives.
+#[test]
+fn adamw_on_several_threads_matches_one_thread_bit_for_bit() {
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            // w_hh is 3H x H = 3 x 160²: more than four update chunks.
+            let (m, x, seqs) = setup_with_hidden(160);
+            let mut opt = AdamW::new(m.varmap(), params()).unwrap();
+            for _ in 0..2 {
+                train_step(&m, &x, &seqs, &mut opt);
+            }
+            (m.to_safetensors().unwrap(), opt.to_bytes().unwrap())
+        })
+    };
+    let one = run(1);
+    assert!(one == run(2), "weights or moments differ on two threads");
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{
-    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, RngState,
+    batch_tokens, inputs_for_rows, on_rayon, CaprlRng, Captioner, CaptionerConfig, Device, RngState,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use rand::seq::SliceRandom;
@@ -174,6 +174,15 @@ impl Trainer {
         items: &[&Item],
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
+        on_rayon(|| self.xe_step_here(data, items, opts))
+    }
+
+    fn xe_step_here(
+        &mut self,
+        data: &Dataset,
+        items: &[&Item],
+        opts: StepOptions,
+    ) -> Result<StepStats, LearnerError> {
         let cfg = self.model.config().clone();
         let mut rows = Vec::new();
         let mut targets = Vec::new();
@@ -187,11 +196,20 @@ impl Trainer {
         let x = inputs_for_rows(data, &rows, &cfg, &device)?;
         let seqs = batch_tokens(&targets, &device)?;
         self.model.set_running_norm(false);
-        let tf = self
-            .model
-            .teacher_forced(&x, &seqs, Some(&mut self.dropout_rng))?;
-        let mask = self.model.token_mask(&seqs)?;
-        let loss = xe::loss(&tf.logprobs_full, &seqs, &mask, opts.label_smoothing)?;
+        let (loss, mask) = if opts.label_smoothing > 0.0 {
+            let tf = self
+                .model
+                .teacher_forced(&x, &seqs, Some(&mut self.dropout_rng))?;
+            let mask = self.model.token_mask(&seqs)?;
+            let loss = xe::loss(&tf.logprobs_full, &seqs, &mask, opts.label_smoothing)?;
+            (loss, mask)
+        } else {
+            // Without smoothing only the targets' log-probabilities are needed.
+            let (logp, mask) = self
+                .model
+                .token_logprobs(&x, &seqs, Some(&mut self.dropout_rng))?;
+            (xe::nll(&logp, &mask)?, mask)
+        };
         let tokens = mask
             .sum_all()?
             .to_dtype(candle_core::DType::F32)?
@@ -211,6 +229,17 @@ impl Trainer {
         targets: PgTargets,
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
+        on_rayon(|| self.pg_step_here(data, rows, seqs, targets, opts))
+    }
+
+    fn pg_step_here(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+        targets: PgTargets,
+        opts: StepOptions,
+    ) -> Result<StepStats, LearnerError> {
         let finite = match targets {
             PgTargets::Sequence(m) => m.iter().all(|x| x.is_finite()),
             PgTargets::Critic(y) => y.iter().flatten().all(|x| x.is_finite()),
@@ -223,14 +252,31 @@ impl Trainer {
         let x = inputs_for_rows(data, rows, &cfg, &device)?;
         let toks = batch_tokens(seqs, &device)?;
         // Differentiate the policy the samples came from (batch norm on running statistics).
+        // A sequence-level loss without entropy or KL needs only the taken tokens' log-probs;
+        // the others read the full log-softmax or the hidden states.
+        let full_pass = matches!(targets, PgTargets::Critic(_))
+            || opts.entropy_coef > 0.0
+            || opts.kl_coef > 0.0;
         self.model.set_running_norm(true);
-        let tf = self.model.teacher_forced(&x, &toks, None);
+        let pass = if full_pass {
+            self.model.teacher_forced(&x, &toks, None).and_then(|tf| {
+                let logp = tf
+                    .logprobs_full
+                    .gather(&toks.unsqueeze(2)?, 2)?
+                    .squeeze(2)?;
+                Ok((logp, Some(tf)))
+            })
+        } else {
+            let taken = self.model.token_logprobs(&x, &toks, None);
+            taken.map(|(logp, _)| (logp, None))
+        };
         self.model.set_running_norm(false);
-        let tf = tf?;
-        let logp = tf
-            .logprobs_full
-            .gather(&toks.unsqueeze(2)?, 2)?
-            .squeeze(2)?;
+        let (logp, tf) = pass?;
+        let full = || {
+            tf.as_ref().ok_or_else(|| {
+                LearnerError::Invalid("internal: the full teacher-forced pass is missing".into())
+            })
+        };
         let mask = self.model.token_mask(&toks)?;
         let mut parts = Vec::new();
         let mut loss = match targets {
@@ -243,7 +289,7 @@ impl Trainer {
                 })?;
                 let (_, t) = toks.dims2()?;
                 let y = critic::targets_tensor(y, t, &device)?;
-                let v = critic.head.forward(&tf.hidden)?;
+                let v = critic.head.forward(&full()?.hidden)?;
                 let policy = pg::token_loss(&logp, &mask, &critic::advantages(&y, &v)?)?;
                 let value = critic::value_loss(&v, &y, &mask)?;
                 parts.push(("pg", scalar(&policy)?));
@@ -252,7 +298,7 @@ impl Trainer {
             }
         };
         if opts.entropy_coef > 0.0 {
-            let h = pg::entropy(&tf.logprobs_full, &mask)?;
+            let h = pg::entropy(&full()?.logprobs_full, &mask)?;
             parts.push(("entropy", scalar(&h)?));
             loss = (loss - (h * opts.entropy_coef as f64)?)?;
         }
@@ -263,7 +309,7 @@ impl Trainer {
                 )
             })?;
             let ref_full = reference.teacher_forced(&x, &toks, None)?.logprobs_full;
-            let kl = pg::kl_to_reference(&tf.logprobs_full, &ref_full, &mask)?;
+            let kl = pg::kl_to_reference(&full()?.logprobs_full, &ref_full, &mask)?;
             parts.push(("kl", scalar(&kl)?));
             loss = (loss + (kl * opts.kl_coef as f64)?)?;
         }

@@ -24,3 +24,10 @@ pub fn loss(
     let tokens = mask.sum_all()?.maximum(1.0)?;
     per_token.mul(mask)?.sum_all()?.div(&tokens)
 }
+
+/// XE loss without smoothing from the targets' log-probabilities `[N, T]` (0 where masked, as
+/// `Captioner::token_logprobs` gives them) and the mask: `−Σ logp / Σ m`.
+pub fn nll(logp: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let tokens = mask.sum_all()?.maximum(1.0)?;
+    logp.mul(mask)?.sum_all()?.neg()?.div(&tokens)
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Reads criterion's output of `cargo bench --bench model` (files given first) and the peer's JSON
-lines (last argument) and prints a tokens/s table with the ratio caprl / PyTorch."""
+lines (last argument) and prints a tokens/s table with the ratio caprl / PyTorch. When a task was
+measured several times (rounds), each side's fastest time is kept."""
 
 import json
 import re
@@ -18,14 +19,16 @@ def main():
         text = open(path, encoding="utf-8").read()
         for threads, name, value, unit in PAT.findall(text):
             if name in TOKENS:  # the bench's extra rows (xe_forward, ...) have no peer figure
-                ours[(int(threads), name)] = float(value) * UNIT[unit]
+                key, t = (int(threads), name), float(value) * UNIT[unit]
+                ours[key] = min(t, ours.get(key, t))
     peer = {}
     for line in open(sys.argv[-1], encoding="utf-8"):
         line = line.strip()
         if line.startswith("{"):
             d = json.loads(line)
             for name in TOKENS:
-                peer[(d["threads"], name)] = d[name]
+                key = (d["threads"], name)
+                peer[key] = min(d[name], peer.get(key, d[name]))
     print(f"| task | threads | caprl tokens/s | PyTorch tokens/s | ratio |")
     print("|---|---|---|---|---|")
     for (threads, name) in sorted(ours):

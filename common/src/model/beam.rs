@@ -14,10 +14,28 @@ use std::collections::HashSet;
 use candle_core::Tensor;
 
 use super::captioner::{host_log_softmax, Captioner, Inputs};
+use super::decode::{on_rayon, PARALLEL_MIN_LOGITS};
 use super::error::{ModelError, Result};
 use super::greedy::argmax;
 use super::value_head::ValueHead;
 use super::{BOS, EOS};
+
+/// [`host_log_softmax`] of every row of `logits` `[rows, v]`, on rayon's threads when there are
+/// several and enough rows (each row is computed the same way either way).
+fn rows_log_softmax(logits: &[f32], v: usize) -> Vec<Vec<f64>> {
+    use rayon::prelude::*;
+    if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
+        logits
+            .par_chunks_exact(v)
+            .map(|l| host_log_softmax(l, 1.0))
+            .collect()
+    } else {
+        logits
+            .chunks_exact(v)
+            .map(|l| host_log_softmax(l, 1.0))
+            .collect()
+    }
+}
 
 /// Beam search settings (`[decode]` beam, length_norm, block_trigrams).
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +157,15 @@ impl Captioner {
         opts: &BeamOptions,
         lookahead: Option<&Lookahead>,
     ) -> Result<Vec<Vec<Hypothesis>>> {
+        on_rayon(|| self.beam_search_here(x, opts, lookahead))
+    }
+
+    fn beam_search_here(
+        &self,
+        x: &Inputs,
+        opts: &BeamOptions,
+        lookahead: Option<&Lookahead>,
+    ) -> Result<Vec<Vec<Hypothesis>>> {
         let k = opts.width;
         if k == 0 {
             return Err(ModelError::Input(
@@ -166,13 +193,12 @@ impl Captioner {
                 .flat_map(|&i| beams[i].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
             let logits = self.step_logits(&dw, &mut live_state, &inputs)?;
+            let mut row_lps = rows_log_softmax(&logits, v).into_iter();
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
             for &i in &active {
                 let cur = std::mem::take(&mut beams[i]);
-                let lps: Vec<Vec<f64>> = (0..cur.len())
-                    .map(|j| host_log_softmax(&logits[(row + j) * v..(row + j + 1) * v], 1.0))
-                    .collect();
+                let lps: Vec<Vec<f64>> = row_lps.by_ref().take(cur.len()).collect();
                 if t == opts.max_len {
                     // The state after the last word values a caption cut at the limit.
                     let values = match lookahead {

@@ -17,10 +17,12 @@ use super::config::{CaptionerConfig, ModelKind, RnnKind};
 use super::crnn::{self, Crnn};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
+use super::linear::linear;
 use super::rng::CaprlRng;
 use super::rnn::{cell_step, CellWeights, LayerState};
 use super::transpose::transposed_copy;
 use super::{BOS, PAD};
+use crate::fastmath::exp_f32;
 
 /// A batch of image features on the model's device.
 #[derive(Debug, Clone)]
@@ -193,15 +195,24 @@ struct AttParams {
 /// Weights for one pass, transposed once outside the time loop (detached for decoding).
 pub(crate) struct Prepared {
     pub embed: Tensor,
-    pub w_ih0_t: Tensor,
+    /// `W_ih` of layer 0 `[G, E]` as stored (read by [`super::linear`]).
+    pub w_ih0: Tensor,
     pub b_ih0: Tensor,
-    pub w_fc0_t: Tensor,
+    /// Layer 0's image weights `[G, D]`, as stored (the encoder's products are [`super::linear`]
+    /// nodes, which read weights so).
+    pub w_fc0: Tensor,
+    /// Zeros `[G]`: the image term has no bias of its own (`b_ih` is in the word term).
+    pub fc0_zero_bias: Tensor,
     pub upper: Vec<(Tensor, Tensor)>,
     pub cells: Vec<CellWeights>,
-    pub img_w_t: Tensor,
+    pub img_w: Tensor,
     pub img_b: Tensor,
+    /// Initial-state layers `(W [H, D], b)`, as stored.
     pub init: Vec<(Tensor, Tensor)>,
     pub att: Option<(Tensor, Tensor, Tensor, AttWeights)>,
+    /// The output layer `[V, H]` as stored (read by [`super::linear`]), and transposed for the
+    /// decoding steps.
+    pub logit_w: Tensor,
     pub logit_w_t: Tensor,
     pub logit_b: Tensor,
 }
@@ -379,7 +390,7 @@ impl Captioner {
                 Ok(t.t()?)
             }
         };
-        // Weights read once per pass (encoder, word projection): a view is enough.
+        // Weights read once per pass (encoder): a view is enough.
         let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t)?.t()?) };
         let p = &self.p;
         // PAD and BOS are never emitted: a large negative constant on their logits (finite in
@@ -403,9 +414,10 @@ impl Captioner {
         }
         Ok(Prepared {
             embed: d(&p.embed)?,
-            w_ih0_t: once(&p.rnn[0].w_ih)?,
+            w_ih0: d(&p.rnn[0].w_ih)?,
             b_ih0: d(&p.rnn[0].b_ih)?,
-            w_fc0_t: once(&p.fc_w)?,
+            w_fc0: d(&p.fc_w)?,
+            fc0_zero_bias: d(&p.rnn[0].b_ih)?.zeros_like()?,
             upper: p.rnn[1..]
                 .iter()
                 .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih)?)))
@@ -416,15 +428,21 @@ impl Captioner {
                 .iter()
                 .map(|r| CellWeights::new(&d(&r.w_hh)?, &d(&r.b_hh)?))
                 .collect::<Result<_>>()?,
-            img_w_t: once(&p.img_w)?,
+            img_w: d(&p.img_w)?,
             img_b: d(&p.img_b)?,
             init: p
                 .init
                 .iter()
-                .map(|(w, b)| Ok((once(w)?, d(b)?)))
+                .map(|(w, b)| Ok((d(w)?, d(b)?)))
                 .collect::<Result<_>>()?,
             att,
-            logit_w_t: tt(&p.logit_w)?,
+            logit_w: d(&p.logit_w)?,
+            // Read only by the decoding steps: a view (no copy) for the teacher-forced pass.
+            logit_w_t: if detach {
+                tt(&p.logit_w)?
+            } else {
+                d(&p.logit_w)?.t()?
+            },
             logit_b: d(&p.logit_b)?.add(&ban)?,
         })
     }
@@ -470,14 +488,11 @@ impl Captioner {
             }
             _ => x.fc.clone(),
         };
-        let img = feature
-            .matmul(&w.img_w_t)?
-            .broadcast_add(&w.img_b)?
-            .relu()?;
-        let fx = img.matmul(&w.w_fc0_t)?;
+        let img = linear(&feature, &w.img_w, &w.img_b)?.relu()?;
+        let fx = linear(&img, &w.w_fc0, &w.fc0_zero_bias)?;
         let mut states = Vec::with_capacity(self.cfg.layers);
         for (wi, bi) in &w.init {
-            let h = img.matmul(wi)?.broadcast_add(bi)?.tanh()?;
+            let h = linear(&img, wi, bi)?.tanh()?;
             let c = match self.cfg.rnn {
                 RnnKind::Lstm => Some(h.zeros_like()?),
                 RnnKind::Gru => None,
@@ -606,14 +621,26 @@ fn fan(n: usize) -> f64 {
 
 /// Host-side `log_softmax` of one row, in f64 for stable sums.
 pub(crate) fn host_log_softmax(logits: &[f32], inv_temp: f64) -> Vec<f64> {
+    let lse = host_log_sum_exp(logits, inv_temp);
+    logits.iter().map(|&v| v as f64 * inv_temp - lse).collect()
+}
+
+/// Entry `w` of [`host_log_softmax`], without building the whole vector.
+pub(crate) fn host_logprob(logits: &[f32], inv_temp: f64, w: usize) -> f32 {
+    (logits[w] as f64 * inv_temp - host_log_sum_exp(logits, inv_temp)) as f32
+}
+
+fn host_log_sum_exp(logits: &[f32], inv_temp: f64) -> f64 {
     let max = logits
         .iter()
         .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64 * inv_temp));
-    let lse = logits
+    // The differences in f64 (exact enough for any temperature), their exponentials with the
+    // f32 polynomial (all ≤ 0, so e^d ∈ (0, 1], relative error ~2e-7): every decoding step
+    // calls this for every row, and a libm `exp` per logit was a visible share of a step.
+    logits
         .iter()
-        .map(|&v| (v as f64 * inv_temp - max).exp())
+        .map(|&v| exp_f32((v as f64 * inv_temp - max) as f32) as f64)
         .sum::<f64>()
         .ln()
-        + max;
-    logits.iter().map(|&v| v as f64 * inv_temp - lse).collect()
+        + max
 }

@@ -43,3 +43,17 @@ fn open_cuda(_ordinal: usize) -> std::result::Result<Device, String> {
             .into(),
     )
 }
+
+/// Keeps candle's element-wise ops on the calling thread unless `CANDLE_NUM_THREADS` is set.
+///
+/// Candle runs element-wise ops on a pool of its own whose workers spin for a while after every
+/// op, and its matmuls (and the fused recurrent layer's) on rayon's threads. With both pools at
+/// full width the spinning workers take the cores the matmuls need: on 2 cores, decoding on 2
+/// threads measured slower than on 1. With this, matmuls still use `RAYON_NUM_THREADS` threads.
+/// Call it first thing in `main`, before any other thread exists and before the first tensor op
+/// (candle reads the variable once, when its pool starts).
+pub fn keep_elementwise_ops_on_one_thread() {
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
+}

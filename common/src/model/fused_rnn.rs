@@ -15,6 +15,7 @@
 //! `dh_{t-1} = dgh_t W_hh` (one gemm), then the weight gradient of all steps as ONE gemm,
 //! `dW_hh = dghᵀ [T·B, G] × h_prev [T·B, H]`, and `d gx` as one tensor. No per-step graph nodes.
 
+use crate::fastmath::exp_f32;
 use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
@@ -31,42 +32,36 @@ pub(crate) trait Real:
     + std::ops::Sub<Output = Self>
     + std::ops::Mul<Output = Self>
     + std::ops::AddAssign
+    + std::ops::MulAssign
     + candle_core::WithDType
 {
     const ZERO: Self;
     const ONE: Self;
+    const NEG_INFINITY: Self;
     fn sigmoid(self) -> Self;
+    /// `eˣ` and `ln x` (the library functions: log-softmax needs them exact).
+    fn exp_(self) -> Self;
+    fn ln_(self) -> Self;
+    fn max_(self, other: Self) -> Self;
     fn tanh_(self) -> Self;
     fn cpu_slice(s: &CpuStorage) -> Option<&[Self]>;
     fn wrap(v: Vec<Self>) -> Saved;
     fn unwrap(s: &Saved) -> Option<&[Self]>;
 }
 
-/// `eˣ` for f32 without branches or library calls, so that gate loops vectorise (Cephes `expf`:
-/// `x = n ln2 + r`, `|r| ≤ ln2/2`, degree-6 polynomial for `eʳ`, `2ⁿ` built from its bits;
-/// relative error about 2e-7). The input is clamped to `[-87, 88]`.
-#[inline(always)]
-pub(crate) fn exp_f32(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const ROUND: f32 = 12_582_912.0; // 1.5 · 2²³: adding and subtracting it rounds to an integer
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let mut p = 1.987_569_1e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
 impl Real for f32 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f32::NEG_INFINITY;
+    fn exp_(self) -> Self {
+        self.exp()
+    }
+    fn ln_(self) -> Self {
+        self.ln()
+    }
+    fn max_(self, other: Self) -> Self {
+        self.max(other)
+    }
     /// `σ(x) = 1 / (1 + e⁻ˣ)`.
     #[inline(always)]
     fn sigmoid(self) -> Self {
@@ -97,6 +92,16 @@ impl Real for f32 {
 impl Real for f64 {
     const ZERO: Self = 0.0;
     const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f64::NEG_INFINITY;
+    fn exp_(self) -> Self {
+        self.exp()
+    }
+    fn ln_(self) -> Self {
+        self.ln()
+    }
+    fn max_(self, other: Self) -> Self {
+        self.max(other)
+    }
     #[inline(always)]
     fn sigmoid(self) -> Self {
         1.0 / (1.0 + (-self).exp())
@@ -190,11 +195,11 @@ impl Dims {
     }
 }
 
-fn err(msg: String) -> candle_core::Error {
+pub(crate) fn err(msg: String) -> candle_core::Error {
     candle_core::Error::Msg(msg)
 }
 
-fn contiguous<'a, T: Real>(
+pub(crate) fn contiguous<'a, T: Real>(
     s: &'a CpuStorage,
     l: &Layout,
     what: &str,
@@ -268,10 +273,14 @@ impl<T> RowPtr<T> {
     }
 }
 
-fn parallelism() -> gemm::Parallelism {
-    let n = candle_core::utils::get_num_threads();
-    if n > 1 {
-        gemm::Parallelism::Rayon(n)
+/// Below this many multiply-adds a product runs on one thread: splitting it costs more than it
+/// saves (a `[32, 512] × [512, 200]` product is twice as slow on two threads).
+pub(crate) const PARALLEL_MIN_MACS: usize = 8 << 20;
+
+fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
+    let threads = candle_core::utils::get_num_threads();
+    if threads > 1 && m * n * k >= PARALLEL_MIN_MACS {
+        gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     }
@@ -279,10 +288,10 @@ fn parallelism() -> gemm::Parallelism {
 
 /// A row-major matrix view: element `(i, j)` at `ptr + i * rs + j * cs`.
 #[derive(Clone, Copy)]
-struct Mat<T> {
-    ptr: *const T,
-    rs: isize,
-    cs: isize,
+pub(crate) struct Mat<T> {
+    pub ptr: *const T,
+    pub rs: isize,
+    pub cs: isize,
 }
 
 /// `dst[m, n] (+)= lhs[m, k] × rhs[k, n]`, `dst` row-major with row stride `dst_rs`.
@@ -291,7 +300,7 @@ struct Mat<T> {
 /// Every view must address valid memory for its `m × k`, `k × n` and `m × n` extents, and `dst`
 /// must not overlap the inputs.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_into<T: Real>(
+pub(crate) unsafe fn gemm_into<T: Real>(
     m: usize,
     n: usize,
     k: usize,
@@ -333,7 +342,7 @@ unsafe fn gemm_into<T: Real>(
         false,
         false,
         false,
-        parallelism(),
+        parallelism(m, n, k),
     );
 }
 
@@ -415,13 +424,87 @@ fn forward<T: Real>(
             // SAFETY: row i of `cur` ([B, S]) and of the step's gate values ([B, SW]) belong to
             // this call alone (for_each_row visits each row once).
             let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
-            match kind {
-                RnnKind::Gru => gru_gates(h, gxr, ghr, hp, o, sv),
-                RnnKind::Lstm => lstm_gates(h, gxr, ghr, hp, o, sv),
-            }
+            gates(kind, h, gxr, ghr, hp, o, sv);
         });
     }
     (out, saved)
+}
+
+/// Whether the row kernels may run compiled for AVX2 and FMA (checked once by std, then cached).
+/// The build targets baseline x86-64 (SSE2), so without this the gate loops run 4 lanes wide.
+/// Rust never fuses `a * b + c` on its own, so both builds give the same bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// Defines a row kernel three times over one body: `$plain` (baseline build), `$vector` (the
+/// same code compiled for AVX2/FMA, x86-64 only) and `$name`, which calls the second when the
+/// CPU has those features and the first otherwise.
+macro_rules! row_kernel {
+    ($(#[$doc:meta])* fn $name:ident, $vector:ident, $plain:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
+        fn $name<T: Real>($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            if avx2() {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                return unsafe { $vector($($arg),*) };
+            }
+            $plain($($arg),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $vector<T: Real>($($arg: $ty),*) {
+            $plain($($arg),*)
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
+        fn $plain<T: Real>($($arg: $ty),*) $body
+    };
+}
+
+row_kernel! {
+    /// One row of gate values ([`gru_gates`] or [`lstm_gates`]).
+    fn gates, gates_avx2, gates_plain(
+        kind: RnnKind,
+        h: usize,
+        gx: &[T],
+        gh: &[T],
+        hp: &[T],
+        o: &mut [T],
+        sv: &mut [T],
+    ) {
+        match kind {
+            RnnKind::Gru => gru_gates(h, gx, gh, hp, o, sv),
+            RnnKind::Lstm => lstm_gates(h, gx, gh, hp, o, sv),
+        }
+    }
+}
+
+row_kernel! {
+    /// One row of gate gradients ([`gru_grads`], which also writes `dgh`, or [`lstm_grads`],
+    /// which takes an empty `dgh`).
+    fn grads, grads_avx2, grads_plain(
+        kind: RnnKind,
+        h: usize,
+        sv: &[T],
+        ds: &[T],
+        hp: &[T],
+        dp: &mut [T],
+        dx: &mut [T],
+        dgh: &mut [T],
+    ) {
+        match kind {
+            RnnKind::Gru => gru_grads(h, sv, ds, hp, dp, dx, dgh),
+            RnnKind::Lstm => lstm_grads(h, sv, ds, hp, dp, dx),
+        }
+    }
 }
 
 /// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
@@ -605,14 +688,12 @@ fn backward<T: Real>(
             // SAFETY: row i of ds_prev ([B, S]), of this step's dgx ([B, G]) and of its GRU dgh
             // ([B, G]) belong to this call alone (for_each_row visits each row once).
             let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
-            match kind {
-                RnnKind::Gru => {
-                    // SAFETY: as above; dgh_t is non-null for GRU.
-                    let dgh = unsafe { dgh_t.row(i, g) };
-                    gru_grads(h, sv, dsr, hp, dp, dx, dgh);
-                }
-                RnnKind::Lstm => lstm_grads(h, sv, dsr, hp, dp, dx),
-            }
+            let dgh: &mut [T] = match kind {
+                // SAFETY: as above; dgh_t is non-null for GRU.
+                RnnKind::Gru => unsafe { dgh_t.row(i, g) },
+                RnnKind::Lstm => &mut [],
+            };
+            grads(kind, h, sv, dsr, hp, dp, dx, dgh);
         });
         let dgh_t: &[T] = match kind {
             RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
@@ -878,6 +959,48 @@ mod tests {
             let (out2, g2) = run(2);
             assert_eq!(out1, out2, "{kind:?} states");
             assert_eq!(g1, g2, "{kind:?} gradients");
+        }
+    }
+
+    /// The row kernels built for AVX2/FMA give the same bits as the baseline build (Rust does
+    /// not fuse multiply-adds on its own), so a run does not depend on the CPU it lands on.
+    #[test]
+    fn vector_and_baseline_row_kernels_agree_bit_for_bit() {
+        let h = 37;
+        let val = |n: usize, salt: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 12.0)
+                .collect()
+        };
+        for kind in [RnnKind::Gru, RnnKind::Lstm] {
+            let (g, s, sw) = match kind {
+                RnnKind::Gru => (3 * h, h, 4 * h),
+                RnnKind::Lstm => (4 * h, 2 * h, 5 * h),
+            };
+            let (gx, gh, hp) = (val(g, 1), val(g, 2), val(s, 3));
+            let gates_of = |vector: bool| {
+                let (mut o, mut sv) = (vec![0f32; s], vec![0f32; sw]);
+                if vector {
+                    gates(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
+                } else {
+                    gates_plain(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
+                }
+                (o, sv)
+            };
+            let (o, sv) = gates_of(true);
+            assert_eq!((o.clone(), sv.clone()), gates_of(false), "{kind:?} gates");
+            let ds = val(s, 4);
+            let grads_of = |vector: bool| {
+                let (mut dp, mut dx) = (vec![0f32; s], vec![0f32; g]);
+                let mut dgh = vec![0f32; if kind == RnnKind::Gru { g } else { 0 }];
+                if vector {
+                    grads(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
+                } else {
+                    grads_plain(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
+                }
+                (dp, dx, dgh)
+            };
+            assert_eq!(grads_of(true), grads_of(false), "{kind:?} gradients");
         }
     }
 

@@ -1,6 +1,6 @@
 //! Greedy decoding: `w_t = argmax_w log π(w | w_<t, I)`.
 
-use super::captioner::{host_log_softmax, Captioner, Inputs};
+use super::captioner::{host_logprob, Captioner, Inputs};
 use super::decode::{Decoded, Policy};
 use super::error::Result;
 
@@ -9,11 +9,11 @@ pub(crate) struct Greedy;
 impl Policy for Greedy {
     fn choose(&mut self, _row: usize, logits: &[f32]) -> (u32, f32) {
         let w = argmax(logits);
-        (w as u32, host_log_softmax(logits, 1.0)[w] as f32)
+        (w as u32, host_logprob(logits, 1.0, w))
     }
 
     fn logprob(&self, logits: &[f32], token: u32) -> f32 {
-        host_log_softmax(logits, 1.0)[token as usize] as f32
+        host_logprob(logits, 1.0, token as usize)
     }
 }
 

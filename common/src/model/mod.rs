@@ -24,11 +24,15 @@ mod error;
 mod fused_rnn;
 mod greedy;
 mod io;
+mod linear;
+#[cfg(test)]
+mod op_check;
 mod rng;
 mod rnn;
 mod rows;
 mod sample;
 mod teacher;
+mod token_logp;
 mod transpose;
 mod value_head;
 
@@ -37,8 +41,8 @@ pub use candle_core::{DType, Device, Tensor};
 pub use captioner::{batch_tokens, Captioner, Inputs};
 pub use config::{CaptionerConfig, ModelKind, RnnKind};
 pub use crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
-pub use decode::Decoded;
-pub use device::parse_device;
+pub use decode::{on_rayon, Decoded};
+pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;
 pub use rng::{CaprlRng, RngState};
 pub use rows::inputs_for_rows;

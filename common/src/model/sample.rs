@@ -5,8 +5,8 @@
 //! Every row has its own ChaCha8 stream (seeded from one draw of the caller's RNG, stream = row),
 //! so the same seed and inputs give the same samples on any machine and in any batch layout.
 
-use super::captioner::{host_log_softmax, Captioner, Inputs};
-use super::decode::{Decoded, Policy};
+use super::captioner::{host_log_softmax, host_logprob, Captioner, Inputs};
+use super::decode::{Decoded, Policy, PARALLEL_MIN_LOGITS};
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
 
@@ -61,7 +61,7 @@ impl Sampler {
 
     fn log_mu(&self, logits: &[f32], support: &Option<Vec<usize>>, w: usize) -> f32 {
         match support {
-            None => host_log_softmax(logits, self.inv_temp)[w] as f32,
+            None => host_logprob(logits, self.inv_temp, w),
             Some(s) => {
                 let sub: Vec<f32> = s.iter().map(|&i| logits[i]).collect();
                 match s.iter().position(|&i| i == w) {
@@ -71,31 +71,71 @@ impl Sampler {
             }
         }
     }
-}
 
-impl Policy for Sampler {
-    fn choose(&mut self, row: usize, logits: &[f32]) -> (u32, f32) {
+    /// Row `row`'s next token, drawn from its own stream (created on first use).
+    fn draw(&self, rng: &mut Option<CaprlRng>, row: usize, logits: &[f32]) -> (u32, f32) {
         let seed = self.seed;
+        let rng = rng.get_or_insert_with(|| CaprlRng::with_stream(seed, row as u64));
         let support = self.support(logits);
-        let inv_temp = self.inv_temp;
-        let rng = self.rngs[row].get_or_insert_with(|| CaprlRng::with_stream(seed, row as u64));
         let candidates: Box<dyn Iterator<Item = usize>> = match &support {
             None => Box::new(0..logits.len()),
             Some(s) => Box::new(s.clone().into_iter()),
         };
         let mut best = (0usize, f64::NEG_INFINITY);
         for i in candidates {
-            let y = logits[i] as f64 * inv_temp + rng.gumbel();
+            let y = logits[i] as f64 * self.inv_temp + rng.gumbel();
             if y > best.1 {
                 best = (i, y);
             }
         }
         (best.0 as u32, self.log_mu(logits, &support, best.0))
     }
+}
+
+impl Policy for Sampler {
+    fn choose(&mut self, row: usize, logits: &[f32]) -> (u32, f32) {
+        let mut rng = self.rngs[row].take();
+        let out = self.draw(&mut rng, row, logits);
+        self.rngs[row] = rng;
+        out
+    }
 
     fn logprob(&self, logits: &[f32], token: u32) -> f32 {
         let support = self.support(logits);
         self.log_mu(logits, &support, token as usize)
+    }
+
+    /// Rows draw from their own streams, so they can run on rayon's threads and give the same
+    /// tokens as one after the other.
+    fn choose_rows(
+        &mut self,
+        rows: &[usize],
+        logits: &[f32],
+        forced: &[Option<u32>],
+    ) -> Vec<(u32, f32)> {
+        use rayon::prelude::*;
+        let v = logits.len() / rows.len().max(1);
+        // The live rows' streams, in the order of `rows`, handed back after the step.
+        let mut streams: Vec<Option<CaprlRng>> =
+            rows.iter().map(|&r| self.rngs[r].take()).collect();
+        let this = &*self;
+        let one = |(i, rng): (usize, &mut Option<CaprlRng>)| {
+            let l = &logits[i * v..(i + 1) * v];
+            match forced[i] {
+                Some(w) => (w, this.logprob(l, w)),
+                None => this.draw(rng, rows[i], l),
+            }
+        };
+        let out: Vec<(u32, f32)> =
+            if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
+                streams.par_iter_mut().enumerate().map(one).collect()
+            } else {
+                streams.iter_mut().enumerate().map(one).collect()
+            };
+        for (&r, rng) in rows.iter().zip(streams) {
+            self.rngs[r] = rng;
+        }
+        out
     }
 }
 

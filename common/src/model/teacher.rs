@@ -2,7 +2,9 @@
 //!
 //! Inputs are `[BOS, w_1, …, w_{T-1}]`, targets `[w_1, …, w_T]`. The word term of the first
 //! layer, `W_ih e(w_t) + b_ih`, is one matmul over all `T·B` steps (time-major so that each
-//! step's slice is contiguous).
+//! step's slice is contiguous). [`Captioner::token_logprobs`] computes only the taken tokens'
+//! log-probabilities (one fused node after the decoder on CPU f32/f64);
+//! [`Captioner::teacher_forced`] the full log-softmax.
 
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
@@ -11,8 +13,11 @@ use super::bias::add_row_bias;
 use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
+use super::fused_rnn::supported;
+use super::linear::linear;
 use super::rng::CaprlRng;
 use super::rnn::{run_sequence, unpack_states, CellWeights, LayerState};
+use super::token_logp::token_log_softmax;
 use super::{BOS, EOS, PAD};
 
 /// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
@@ -21,6 +26,14 @@ pub struct TeacherForced {
     pub logprobs_full: Tensor,
     /// The top layer's hidden state after reading `w_<t`, `[B, T, H]` (input of value heads).
     pub hidden: Tensor,
+}
+
+/// The decoder run over given sequences: the prepared weights, the tokens on the host and the
+/// top layer's states `[T, B, H]` (time-major).
+struct TeacherRun {
+    w: Prepared,
+    host: Vec<Vec<u32>>,
+    top: Tensor,
 }
 
 impl Captioner {
@@ -32,14 +45,31 @@ impl Captioner {
         &self,
         x: &Inputs,
         seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
+        mut dropout_rng: Option<&mut CaprlRng>,
     ) -> Result<(Tensor, Tensor)> {
-        let tf = self.teacher_forced(x, seqs, dropout_rng)?;
-        let logp = tf
-            .logprobs_full
-            .gather(&seqs.unsqueeze(2)?, 2)?
-            .squeeze(2)?;
         let mask = self.token_mask(seqs)?;
+        let compute = self.cfg.compute_dtype;
+        if compute != self.cfg.dtype || !supported(&self.device, compute) {
+            let tf = self.teacher_forced(x, seqs, dropout_rng)?;
+            let logp = tf
+                .logprobs_full
+                .gather(&seqs.unsqueeze(2)?, 2)?
+                .squeeze(2)?;
+            return Ok((logp.mul(&mask)?, mask));
+        }
+        // Only the taken tokens' log-probabilities: one node from the hidden states on.
+        let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
+        let (b, t) = seqs.dims2()?;
+        let out = self.output_states(&run.top, dropout_rng)?;
+        let targets: Vec<u32> = run.host.into_iter().flatten().collect();
+        let logp = token_log_softmax(
+            &out.reshape((b * t, ()))?,
+            &run.w.logit_w,
+            &run.w.logit_b,
+            targets,
+        )?
+        .ok_or_else(|| ModelError::Input("token log-softmax: unsupported tensors".into()))?
+        .reshape((b, t))?;
         Ok((logp.mul(&mask)?, mask))
     }
 
@@ -50,6 +80,36 @@ impl Captioner {
         seqs: &Tensor,
         mut dropout_rng: Option<&mut CaprlRng>,
     ) -> Result<TeacherForced> {
+        let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
+        let (b, t) = seqs.dims2()?;
+        let w = &run.w;
+        let out = self.output_states(&run.top, dropout_rng)?;
+        let logits =
+            linear(&out.reshape((b * t, ()))?, &w.logit_w, &w.logit_b)?.reshape((b, t, ()))?;
+        // Log-softmax and the losses after it in the parameters' dtype (f32): a bf16
+        // log-sum-exp over the vocabulary loses the small log-probabilities the losses need.
+        let logprobs_full = log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?;
+        Ok(TeacherForced {
+            logprobs_full,
+            hidden: run.top.transpose(0, 1)?.to_dtype(self.cfg.dtype)?,
+        })
+    }
+
+    /// The top states `[T, B, H]` as the output layer reads them: batch-major `[B, T, H]`, with
+    /// dropout (its mask drawn in that order).
+    fn output_states(&self, top: &Tensor, drop: Option<&mut CaprlRng>) -> Result<Tensor> {
+        let hidden = top.transpose(0, 1)?;
+        let out = dropout(&hidden, self.cfg.dropout, drop)?;
+        Ok(out.contiguous()?)
+    }
+
+    /// Checks the tokens, encodes the images and runs the decoder over `[BOS, w_1, …]`.
+    fn teacher_run(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        mut dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherRun> {
         let (b, t) = seqs.dims2().map_err(|_| {
             ModelError::Input(format!(
                 "token sequences must be [B, T], got {:?}",
@@ -83,56 +143,54 @@ impl Captioner {
         let (enc, mut states) = self.encode(&w, x, false)?;
         let emb = w.embed.index_select(&ids, 0)?;
         let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
-        let gx_all = add_row_bias(&emb.matmul(&w.w_ih0_t)?, &w.b_ih0)?.reshape((t, b, ()))?;
-        let hidden = match self.run_fused(&w, &enc, &states, &gx_all, dropout_rng.as_deref_mut())? {
-            // [T, B, H] → [B, T, H]
-            Some(top) => top.transpose(0, 1)?,
+        let top = if self.fusable(&w, &enc) {
+            // Layer 0's input term, word and image parts, as one node: `e W_ihᵀ + (b_ih + fx)`.
+            let rows = add_row_bias(&enc.fx, &w.b_ih0)?;
+            let gx = linear(&emb.reshape((t, b, ()))?, &w.w_ih0, &rows)?;
+            self.run_fused(&w, &states, gx, dropout_rng.as_deref_mut())?
+        } else {
+            None
+        };
+        let top = match top {
+            Some(top) => top,
             None => {
+                let gx_all = linear(&emb, &w.w_ih0, &w.b_ih0)?.reshape((t, b, ()))?;
                 let mut hs = Vec::with_capacity(t);
                 for s in 0..t {
                     let gx = gx_all.get(s)?;
                     states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
                     hs.push(states[states.len() - 1].h.clone());
                 }
-                Tensor::stack(&hs, 1)? // [B, T, H]
+                Tensor::stack(&hs, 0)? // [T, B, H]
             }
         };
-        let out = dropout(&hidden, self.cfg.dropout, dropout_rng)?;
-        let logits = add_row_bias(&out.reshape((b * t, ()))?.matmul(&w.logit_w_t)?, &w.logit_b)?
-            .reshape((b, t, ()))?;
-        // Log-softmax and the losses after it in the parameters' dtype (f32): a bf16
-        // log-sum-exp over the vocabulary loses the small log-probabilities the losses need.
-        let logprobs_full = log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?;
-        Ok(TeacherForced {
-            logprobs_full,
-            hidden: hidden.to_dtype(self.cfg.dtype)?,
-        })
+        Ok(TeacherRun { w, host, top })
     }
 
-    /// The whole sequence layer by layer with the fused recurrent layer, when the model has no
-    /// attention (whose query is the previous hidden state, so it must go step by step) and the
-    /// weights are prepared for it. Returns the top layer's states `[T, B, H]`, or `None` to fall
-    /// back to the step loop. Dropout between layers draws its masks in the same order as the
-    /// step loop (time-major), so both give the same result for the same RNG.
+    /// Whether the whole sequence can run layer by layer with the fused recurrent layer: no
+    /// attention (whose query is the previous hidden state, so it must go step by step) and
+    /// weights prepared for it.
+    fn fusable(&self, w: &Prepared, enc: &Encoded) -> bool {
+        enc.keys.is_none()
+            && w.cells
+                .iter()
+                .all(|c| matches!(c, CellWeights::Fused { .. }))
+    }
+
+    /// The whole sequence layer by layer with the fused recurrent layer, from layer 0's input
+    /// term `gx` `[T, B, G]` (image term included). Returns the top layer's states `[T, B, H]`,
+    /// or `None` to fall back to the step loop. Dropout between layers draws its masks in the
+    /// same order as the step loop (time-major), so both give the same result for the same RNG.
     fn run_fused(
         &self,
         w: &Prepared,
-        enc: &Encoded,
         states: &[LayerState],
-        gx_word: &Tensor,
+        mut gx: Tensor,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Option<Tensor>> {
-        if enc.keys.is_some()
-            || w.cells
-                .iter()
-                .any(|c| !matches!(c, CellWeights::Fused { .. }))
-        {
-            return Ok(None);
-        }
         let kind = self.cfg.rnn;
         let hidden = self.cfg.hidden;
-        let (t, b, _) = gx_word.dims3()?;
-        let mut gx = add_row_bias(gx_word, &enc.fx)?;
+        let (t, b, _) = gx.dims3()?;
         let mut top = None;
         for (l, state) in states.iter().enumerate() {
             if l > 0 {

@@ -133,10 +133,7 @@ impl AdamW {
                 continue;
             };
             let g = g.detach();
-            if let Some((theta, m, v)) = fused_update(&g, s, p, lr, bc1, bc2)? {
-                s.var.set(&theta)?;
-                s.m = m;
-                s.v = v;
+            if fused_update(&g, s, p, lr, bc1, bc2)? {
                 continue;
             }
             let m = ((&s.m * p.beta1)? + (&g * (1.0 - p.beta1))?)?;
@@ -155,72 +152,104 @@ impl AdamW {
     }
 }
 
-/// The same update in one pass over host slices (CPU f32/f64, contiguous tensors) instead of a
-/// dozen whole-tensor ops; `None` when the tensors do not qualify (the caller uses the ops).
-fn fused_update(
-    g: &Tensor,
-    s: &Slot,
-    p: AdamWParams,
-    lr: f64,
-    bc1: f64,
-    bc2: f64,
-) -> Result<Option<(Tensor, Tensor, Tensor)>> {
+/// Parameters of at least four such chunks are updated on rayon's threads, a chunk each (every
+/// element is computed the same way either way).
+const PARALLEL_CHUNK: usize = 16 * 1024;
+
+/// The same update in one pass over host slices (CPU f32/f64, contiguous tensors), writing θ, m
+/// and v in place, instead of a dozen whole-tensor ops; `false` when the tensors do not qualify
+/// (the caller uses the ops).
+fn fused_update(g: &Tensor, s: &Slot, p: AdamWParams, lr: f64, bc1: f64, bc2: f64) -> Result<bool> {
     let theta = s.var.as_tensor();
-    if !theta.device().is_cpu() || g.shape() != theta.shape() {
-        return Ok(None);
+    let n = theta.elem_count();
+    let host = |t: &Tensor| t.device().is_cpu() && t.is_contiguous() && t.elem_count() == n;
+    if g.shape() != theta.shape() || ![g, theta, &s.m, &s.v].into_iter().all(host) {
+        return Ok(false);
     }
     let (gs, gl) = g.storage_and_layout();
-    let (ts, tl) = theta.storage_and_layout();
-    let (ms, ml) = s.m.storage_and_layout();
-    let (vs, vl) = s.v.storage_and_layout();
-    let (Storage::Cpu(gc), Storage::Cpu(tc), Storage::Cpu(mc), Storage::Cpu(vc)) =
-        (&*gs, &*ts, &*ms, &*vs)
-    else {
-        return Ok(None);
+    let Storage::Cpu(gc) = &*gs else {
+        return Ok(false);
     };
-    let range = |l: &candle_core::Layout| l.contiguous_offsets();
-    let (Some(gr), Some(tr), Some(mr), Some(vr)) = (range(gl), range(tl), range(ml), range(vl))
-    else {
-        return Ok(None);
-    };
-    let shape = theta.shape().clone();
-    let dev = theta.device().clone();
-    macro_rules! update {
-        ($t:ty, $g:expr, $th:expr, $m:expr, $v:expr) => {{
-            let (g, th) = (&$g[gr.0..gr.1], &$th[tr.0..tr.1]);
-            let (m0, v0) = (&$m[mr.0..mr.1], &$v[vr.0..vr.1]);
-            let (b1, b2) = (p.beta1 as $t, p.beta2 as $t);
-            let (c1, c2) = ((1.0 - p.beta1) as $t, (1.0 - p.beta2) as $t);
-            let (ibc1, ibc2) = ((1.0 / bc1) as $t, (1.0 / bc2) as $t);
-            let decay = (1.0 - lr * p.weight_decay) as $t;
-            let (lr_, eps) = (lr as $t, p.eps as $t);
-            let n = th.len();
-            let (g, m0, v0) = (&g[..n], &m0[..n], &v0[..n]);
-            let mut next: Vec<$t> = vec![0.0; n];
-            let mut m1: Vec<$t> = vec![0.0; n];
-            let mut v1: Vec<$t> = vec![0.0; n];
-            for i in 0..n {
-                let m = b1 * m0[i] + c1 * g[i];
-                let v = b2 * v0[i] + c2 * g[i] * g[i];
-                next[i] = th[i] * decay - lr_ * (m * ibc1) / ((v * ibc2).sqrt() + eps);
-                m1[i] = m;
-                v1[i] = v;
-            }
-            (
-                Tensor::from_vec(next, shape.clone(), &dev)?,
-                Tensor::from_vec(m1, shape.clone(), &dev)?,
-                Tensor::from_vec(v1, shape, &dev)?,
-            )
-        }};
+    let (ga, gb) = gl.contiguous_offsets().unwrap_or((0, 0));
+    // m, v and θ are locked for writing one inside the other (three distinct storages).
+    let mut done = false;
+    with_host_mut(&s.m, |mc, (ma, mb)| {
+        with_host_mut(&s.v, |vc, (va, vb)| {
+            with_host_mut(theta, |tc, (ta, tb)| {
+                macro_rules! update {
+                    ($t:ty, $g:expr, $th:expr, $m:expr, $v:expr) => {{
+                        let g = &$g[ga..gb];
+                        let (th, m, v) = (&mut $th[ta..tb], &mut $m[ma..mb], &mut $v[va..vb]);
+                        let (b1, b2) = (p.beta1 as $t, p.beta2 as $t);
+                        let (c1, c2) = ((1.0 - p.beta1) as $t, (1.0 - p.beta2) as $t);
+                        let (ibc1, ibc2) = ((1.0 / bc1) as $t, (1.0 / bc2) as $t);
+                        let decay = (1.0 - lr * p.weight_decay) as $t;
+                        let (lr_, eps) = (lr as $t, p.eps as $t);
+                        let kernel = |g: &[$t], th: &mut [$t], m: &mut [$t], v: &mut [$t]| {
+                            for i in 0..th.len() {
+                                let mi = b1 * m[i] + c1 * g[i];
+                                let vi = b2 * v[i] + c2 * g[i] * g[i];
+                                th[i] =
+                                    th[i] * decay - lr_ * (mi * ibc1) / ((vi * ibc2).sqrt() + eps);
+                                m[i] = mi;
+                                v[i] = vi;
+                            }
+                        };
+                        if rayon::current_num_threads() > 1 && n >= 4 * PARALLEL_CHUNK {
+                            use rayon::prelude::*;
+                            g.par_chunks(PARALLEL_CHUNK)
+                                .zip(th.par_chunks_mut(PARALLEL_CHUNK))
+                                .zip(m.par_chunks_mut(PARALLEL_CHUNK))
+                                .zip(v.par_chunks_mut(PARALLEL_CHUNK))
+                                .for_each(|(((g, th), m), v)| kernel(g, th, m, v));
+                        } else {
+                            kernel(g, th, m, v);
+                        }
+                        done = true;
+                    }};
+                }
+                match (gc, tc, mc, vc) {
+                    (
+                        CpuStorage::F32(g),
+                        CpuStorage::F32(t),
+                        CpuStorage::F32(m),
+                        CpuStorage::F32(v),
+                    ) => update!(f32, g, t, m, v),
+                    (
+                        CpuStorage::F64(g),
+                        CpuStorage::F64(t),
+                        CpuStorage::F64(m),
+                        CpuStorage::F64(v),
+                    ) => update!(f64, g, t, m, v),
+                    _ => {}
+                }
+                Ok(())
+            })
+        })
+    })?;
+    Ok(done)
+}
+
+/// Runs `f` on the host storage of `t` locked for writing, with the range of `t`'s elements
+/// (`t` contiguous on the CPU), through candle's in-place op hook.
+fn with_host_mut(
+    t: &Tensor,
+    f: impl FnOnce(&mut CpuStorage, (usize, usize)) -> candle_core::Result<()>,
+) -> candle_core::Result<()> {
+    struct Hook<F>(std::sync::Mutex<Option<F>>);
+    impl<F: FnOnce(&mut CpuStorage, (usize, usize)) -> candle_core::Result<()>>
+        candle_core::InplaceOp1 for Hook<F>
+    {
+        fn name(&self) -> &'static str {
+            "adamw-in-place"
+        }
+        fn cpu_fwd(&self, s: &mut CpuStorage, l: &candle_core::Layout) -> candle_core::Result<()> {
+            let range = l.contiguous_offsets().ok_or_else(|| {
+                candle_core::Error::Msg("adamw: a state tensor is not contiguous".into())
+            })?;
+            let f = self.0.lock().ok().and_then(|mut f| f.take());
+            f.map_or(Ok(()), |f| f(s, range))
+        }
     }
-    let out = match (gc, tc, mc, vc) {
-        (CpuStorage::F32(g), CpuStorage::F32(t), CpuStorage::F32(m), CpuStorage::F32(v)) => {
-            update!(f32, g, t, m, v)
-        }
-        (CpuStorage::F64(g), CpuStorage::F64(t), CpuStorage::F64(m), CpuStorage::F64(v)) => {
-            update!(f64, g, t, m, v)
-        }
-        _ => return Ok(None),
-    };
-    Ok(Some(out))
+    t.inplace_op1(&Hook(std::sync::Mutex::new(Some(f))))
 }

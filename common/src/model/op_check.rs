@@ -1,0 +1,33 @@
+//! Test helpers for the hand-written graph nodes: deterministic f64 inputs, a tight comparison
+//! with candle's ops, and the gradients of a weighted sum of an output.
+
+use candle_core::backprop::GradStore;
+use candle_core::{Device, Tensor};
+
+/// Deterministic values in `[-scale, scale)` of the given shape (f64, CPU).
+pub(crate) fn values(shape: &[usize], seed: u64, scale: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| {
+            let h = ((i as u64 + 1) * (seed * 2654435761 + 97)) % 1000;
+            h as f64 / 1000.0 * 2.0 * scale - scale
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+/// Panics unless `a` and `b` agree within 1e-10 everywhere.
+pub(crate) fn assert_close(a: &Tensor, b: &Tensor) {
+    let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+    assert!(d.to_scalar::<f64>().unwrap() < 1e-10, "{a} vs {b}");
+}
+
+/// The gradients of `Σ y ⊙ weights`.
+pub(crate) fn grads_of_weighted_sum(y: &Tensor, weights: &Tensor) -> GradStore {
+    y.mul(weights)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap()
+}
