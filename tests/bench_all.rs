@@ -48,3 +48,42 @@ fn bench_all_json_has_every_row_with_positive_figures() {
     let with_reference = rows.iter().filter(|r| r["ratio"].is_number()).count();
     assert!(with_reference >= 2, "{rows:?}");
 }
+
+#[test]
+fn bench_clip_prints_every_reward_row_with_positive_figures() {
+    let out = caprl()
+        .args([
+            "bench",
+            "clip",
+            "--images",
+            "200",
+            "--batch",
+            "4",
+            "--rollouts",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.starts_with("10 rollouts of 4 images (120 captions"),
+        "{table}"
+    );
+    for want in [
+        "cider (CIDEr-D reward",
+        "CIDEr-D scorer alone",
+        "clip alone, text embeddings cached",
+        "clip + disc, text embeddings cached",
+        "clip + disc, embedding the captions too",
+        "text encoder alone",
+    ] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {want}")))
+            .unwrap_or_else(|| panic!("no `{want}` row in\n{table}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let micros: f64 = cells[2].parse().unwrap_or_else(|e| panic!("{e}: {row}"));
+        assert!(micros > 0.0 && micros.is_finite(), "{row}");
+    }
+}

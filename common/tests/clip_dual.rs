@@ -207,3 +207,40 @@ fn discriminator_loss_falls_on_a_separable_toy_set() {
     let p = d.probabilities(&r).unwrap();
     assert_eq!(p.len(), n);
 }
+
+#[test]
+fn host_scorer_matches_the_tensor_forward_with_shared_images() {
+    let dim = 16;
+    let texts = random_embeddings(10, dim, 8);
+    let images = random_embeddings(3, dim, 9);
+    let image_of: Vec<usize> = (0..10).map(|k| (k * 7) % 3).collect();
+    let d = Discriminator::new(dim, &candle_core::Device::Cpu, 4).unwrap();
+    // Each caption beside its own copy of its image, through Candle.
+    let expanded = Embeddings {
+        dim,
+        data: image_of
+            .iter()
+            .flat_map(|&i| images.row(i).to_vec())
+            .collect(),
+    };
+    let want = d
+        .probabilities(&Pairs {
+            texts: &texts,
+            images: &expanded,
+        })
+        .unwrap();
+    let scorer = d.scorer().unwrap();
+    let texts_t = caprl_common::clip::transpose(&texts.data, dim);
+    let got = scorer.probabilities(&texts_t, &images, &image_of).unwrap();
+    assert_eq!(got.len(), 10);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+    // Probabilities differ across captions: the forward is not a constant.
+    assert!(got.iter().any(|p| (p - got[0]).abs() > 1e-4), "{got:?}");
+    let err = scorer
+        .probabilities(&texts_t, &images, &[5; 10])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("image index 5"), "{err}");
+}

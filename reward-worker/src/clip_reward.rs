@@ -16,8 +16,7 @@
 
 use std::sync::RwLock;
 
-use caprl_common::clip::disc::Pairs;
-use caprl_common::clip::{retrieval, Discriminator, Embeddings, Encoder};
+use caprl_common::clip::{matmul, retrieval, transpose, DiscScorer, Embeddings, Encoder};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::wire::{DecodeKind, Rollout};
 
@@ -42,22 +41,21 @@ pub struct ClipReward {
     index_of: Vec<Option<usize>>,
     neighbours: Vec<Vec<usize>>,
     tau: f32,
-    disc: RwLock<Option<(u64, Discriminator)>>,
+    disc: RwLock<Option<(u64, DiscScorer)>>,
 }
 
 /// `τ·log(e^{s⁺/τ} / Σ e^{sⱼ/τ}) = s⁺ − τ·LSE(sⱼ/τ)` over the negatives `sⱼ` (the positive is
 /// not among them). With no negative at all there is nothing to contrast: `s⁺`.
 pub fn contrast(s_pos: f32, negatives: &[f32], tau: f32) -> f32 {
-    let Some(m) = negatives.iter().copied().reduce(f32::max) else {
-        return s_pos;
-    };
-    let lse = m / tau
-        + negatives
-            .iter()
-            .map(|s| ((s - m) / tau).exp())
-            .sum::<f32>()
-            .ln();
-    s_pos - tau * lse
+    contrast_except(s_pos, negatives, None, tau)
+}
+
+/// [`contrast`] over the similarities `sims` but the one at `skip` (the positive's own).
+fn contrast_except(s_pos: f32, sims: &[f32], skip: Option<usize>, tau: f32) -> f32 {
+    match crate::lse::log_sum_exp(sims, skip, tau) {
+        Some(lse) => s_pos - tau * lse,
+        None => s_pos,
+    }
 }
 
 impl ClipReward {
@@ -91,8 +89,9 @@ impl ClipReward {
         self.disc.read().ok()?.as_ref().map(|(v, _)| *v)
     }
 
-    /// Scores with `disc` (from policy snapshot `version`) from now on.
-    pub fn set_discriminator(&self, version: u64, disc: Discriminator) {
+    /// Scores with `disc` (the discriminator of policy snapshot `version`, see
+    /// [`caprl_common::clip::Discriminator::scorer`]) from now on.
+    pub fn set_discriminator(&self, version: u64, disc: DiscScorer) {
         if let Ok(mut d) = self.disc.write() {
             *d = Some((version, disc));
         }
@@ -117,7 +116,8 @@ impl ClipReward {
     }
 
     /// [`ClipReward::score`] with the text embeddings already computed (`texts[i]` of
-    /// sequence `i`): dot products, two log-sum-exps and the discriminator's MLP per caption.
+    /// sequence `i`): one product of the rollout's captions with its image pool, two
+    /// log-sum-exps and the discriminator's MLP per caption.
     pub fn score_embedded(
         &self,
         rollout: &Rollout,
@@ -132,52 +132,55 @@ impl ClipReward {
                 )
             })
             .collect();
+        let own: Vec<Option<usize>> = seqs.iter().map(|s| self.index(s.image_row)).collect();
         let mut image_pool: Vec<usize> = Vec::new();
-        for s in seqs {
-            if let Some(i) = self.index(s.image_row) {
-                image_pool.push(i);
-                image_pool.extend(&self.neighbours[i]);
-            }
+        for &i in own.iter().flatten() {
+            image_pool.push(i);
+            image_pool.extend(&self.neighbours[i]);
         }
         image_pool.sort_unstable();
         image_pool.dedup();
-        // s(x, i) of every pool caption x against each image of the rollout, computed once per
-        // image: the text rivals of every caption of that image.
-        let mut pool_sims: std::collections::BTreeMap<usize, Vec<f32>> = Default::default();
-        for s in seqs {
-            if let Some(i) = self.index(s.image_row) {
-                pool_sims.entry(i).or_insert_with(|| {
-                    pool.iter()
-                        .map(|&x| texts.dot(x, &self.images, i))
-                        .collect()
-                });
+        let column = |i: usize| image_pool.binary_search(&i).unwrap_or(0);
+        // s(x, i) of every caption x against every pool image i, by image and by caption.
+        let n = seqs.len();
+        let n_img = image_pool.len();
+        let texts_t = transpose(&texts.data, texts.dim);
+        let by_image = matmul(&gather(&self.images, &image_pool).data, &texts_t, texts.dim);
+        let by_caption = transpose(&by_image, n);
+        // The text rivals of each rollout image: its row, cut to the pool when some captions
+        // (samples) are outside it.
+        let in_pool: Vec<Option<usize>> = {
+            let mut at = vec![None; n];
+            for (k, &x) in pool.iter().enumerate() {
+                at[x] = Some(k);
             }
-        }
-        let mut out = Vec::with_capacity(seqs.len());
-        let mut text_negs = Vec::with_capacity(pool.len());
-        let mut image_negs = Vec::with_capacity(image_pool.len());
-        for (c, s) in seqs.iter().enumerate() {
-            let Some(ic) = self.index(s.image_row) else {
+            at
+        };
+        let cut: std::collections::BTreeMap<usize, Vec<f32>> = if pool.len() == n {
+            Default::default()
+        } else {
+            own.iter()
+                .flatten()
+                .map(|&i| {
+                    let p = column(i);
+                    (p, pool.iter().map(|&x| by_image[p * n + x]).collect())
+                })
+                .collect()
+        };
+        let mut out = Vec::with_capacity(n);
+        for (c, ic) in own.iter().enumerate() {
+            let Some(ic) = *ic else {
                 out.push(None);
                 continue;
             };
-            let s_pos = texts.dot(c, &self.images, ic);
-            text_negs.clear();
-            text_negs.extend(
-                pool.iter()
-                    .zip(&pool_sims[&ic])
-                    .filter(|(&x, _)| x != c)
-                    .map(|(_, &sim)| sim),
-            );
-            image_negs.clear();
-            image_negs.extend(
-                image_pool
-                    .iter()
-                    .filter(|&&i| i != ic)
-                    .map(|&i| texts.dot(c, &self.images, i)),
-            );
-            let i2t = contrast(s_pos, &text_negs, self.tau);
-            let t2i = contrast(s_pos, &image_negs, self.tau);
+            let p = column(ic);
+            let image_row = &by_caption[c * n_img..(c + 1) * n_img];
+            let s_pos = image_row[p];
+            let text_row = cut
+                .get(&p)
+                .map_or(&by_image[p * n..(p + 1) * n], Vec::as_slice);
+            let i2t = contrast_except(s_pos, text_row, in_pool[c], self.tau);
+            let t2i = contrast_except(s_pos, image_row, Some(p), self.tau);
             out.push(Some(ClipParts {
                 bicont: i2t + t2i,
                 i2t,
@@ -186,18 +189,21 @@ impl ClipReward {
             }));
         }
         if let Some((_, disc)) = self.disc.read().ok().as_deref().and_then(Option::as_ref) {
-            let known: Vec<usize> = (0..seqs.len()).filter(|&c| out[c].is_some()).collect();
-            let t = gather(texts, &known, |c| c);
-            let i = gather(&self.images, &known, |c| {
-                self.index(seqs[c].image_row).unwrap_or(0)
-            });
-            let p = disc.probabilities(&Pairs {
-                texts: &t,
-                images: &i,
-            })?;
-            for (&c, p) in known.iter().zip(p) {
-                if let Some(parts) = out[c].as_mut() {
-                    parts.disc = Some(p);
+            // Every caption is scored (one of an unknown image against the first image) and
+            // only the known ones keep their value.
+            let mut images: Vec<usize> = own.iter().flatten().copied().collect();
+            images.sort_unstable();
+            images.dedup();
+            let image_of: Vec<usize> = own
+                .iter()
+                .map(|i| i.and_then(|i| images.binary_search(&i).ok()).unwrap_or(0))
+                .collect();
+            if !images.is_empty() {
+                let p = disc.probabilities(&texts_t, &gather(&self.images, &images), &image_of)?;
+                for (parts, p) in out.iter_mut().zip(p) {
+                    if let Some(parts) = parts {
+                        parts.disc = Some(p);
+                    }
                 }
             }
         }
@@ -205,11 +211,11 @@ impl ClipReward {
     }
 }
 
-/// Rows `f(k)` of `e` for each `k` of `keys`, as a new table.
-fn gather(e: &Embeddings, keys: &[usize], f: impl Fn(usize) -> usize) -> Embeddings {
-    let mut data = Vec::with_capacity(keys.len() * e.dim);
-    for &k in keys {
-        data.extend_from_slice(e.row(f(k)));
+/// Rows `rows` of `e`, as a new table.
+fn gather(e: &Embeddings, rows: &[usize]) -> Embeddings {
+    let mut data = Vec::with_capacity(rows.len() * e.dim);
+    for &r in rows {
+        data.extend_from_slice(e.row(r));
     }
     Embeddings { dim: e.dim, data }
 }

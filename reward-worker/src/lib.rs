@@ -9,6 +9,7 @@
 
 mod clip_reward;
 mod embed;
+mod lse;
 mod rewarder;
 mod service;
 

@@ -216,7 +216,9 @@ async fn refresh_discriminator(
     let bytes = bus.get_snapshot(&meta).await?;
     let name = format!("<policy snapshot v{}>", meta.version);
     let disc = tokio::task::spawn_blocking(move || {
-        caprl_common::clip::Discriminator::from_safetensors(&bytes, std::path::Path::new(&name))
+        caprl_common::clip::Discriminator::from_safetensors(&bytes, std::path::Path::new(&name))?
+            .map(|d| d.scorer())
+            .transpose()
     })
     .await
     .map_err(|e| WorkerError::Join(e.to_string()))?;

@@ -191,7 +191,10 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
     let back = Discriminator::from_safetensors(&bytes, std::path::Path::new("snap"))
         .unwrap()
         .unwrap();
-    rewarder.clip().unwrap().set_discriminator(3, back);
+    rewarder
+        .clip()
+        .unwrap()
+        .set_discriminator(3, back.scorer().unwrap());
     assert_eq!(rewarder.clip().unwrap().disc_version(), Some(3));
     let scored = rewarder.score(rollout(a, b)).unwrap();
     for r in &scored.rewards {

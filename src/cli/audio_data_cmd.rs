@@ -38,17 +38,17 @@ pub struct SynthAudioArgs {
     /// Random seed; the same seed gives byte-identical WAV and CSV files.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Training clips.
-    #[arg(long, default_value_t = 400)]
+    /// Training clips (the size `configs/audio-scst.toml` is scaled for).
+    #[arg(long, default_value_t = 1200)]
     pub train: usize,
     /// Validation clips.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 200)]
     pub val: usize,
     /// Test clips.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 200)]
     pub test: usize,
     /// Clip length in seconds.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
     #[command(flatten)]
     pub front: FrontEndArgs,

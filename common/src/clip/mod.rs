@@ -6,14 +6,17 @@
 //!   `caprl clip train` with the symmetric InfoNCE loss ([`train`]).
 //! - [`hf`]: a loader for Hugging Face CLIP checkpoints from a local directory
 //!   (`config.json`, `model.safetensors`, `tokenizer.json`), for users with real CLIP weights.
-//! - [`disc`]: the discriminator `P_D(x)`, a 3-layer MLP on the frozen embeddings.
+//! - [`disc`]: the discriminator `P_D(x)`, a 3-layer MLP on the frozen embeddings, and
+//!   [`DiscScorer`], its forward pass on host arrays for reward workers.
 //! - [`retrieval`]: recall@k in both directions and nearest-image mining.
 //!
 //! Every encoder hands out L2-normalised rows in an [`Embeddings`] table, so a similarity is a
 //! dot product.
 
 pub mod disc;
+mod disc_scorer;
 pub mod dual;
+mod gemm;
 pub mod hf;
 mod params;
 pub mod retrieval;
@@ -24,7 +27,9 @@ use std::path::{Path, PathBuf};
 use crate::data::{Dataset, Vocab};
 
 pub use disc::Discriminator;
+pub use disc_scorer::DiscScorer;
 pub use dual::{DualConfig, DualEncoder};
+pub use gemm::{matmul, transpose};
 
 /// What went wrong with an encoder; each message says what to fix.
 #[derive(Debug, thiserror::Error)]

@@ -499,7 +499,7 @@ impl Default for ClipConfig {
             eval: String::new(),
             tau: 0.05,
             neighbours: 8,
-            disc_lr: 1e-4,
+            disc_lr: 1e-3,
             disc_pretrain_images: 2000,
             disc_pretrain_epochs: 5,
         }
