@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
@@ -33,25 +31,11 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
     let args = sets(&data, &run, 2, &["runtime.ack_wait_secs=2"]);
-    let mut victim_actor = spawn(
+    let victim_actor = spawn(
         &args,
         &["actor", "--id", "victim", "--delay-ms", "1500"],
         &url,
     );
-    // When the victim last started holding a task (it logs each hold, then waits 1.5 s).
-    let last_hold: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let stderr = victim_actor
-        .stderr
-        .take()
-        .expect("victim's stderr is piped");
-    let holds = Arc::clone(&last_hold);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("holding") {
-                *holds.lock().unwrap() = Some(Instant::now());
-            }
-        }
-    });
     let actor = spawn(&args, &["actor", "--id", "survivor"], &url);
     let victim_worker = spawn(&args, &["reward-worker", "--id", "victim-rw"], &url);
     let worker = spawn(&args, &["reward-worker", "--id", "survivor-rw"], &url);
@@ -59,16 +43,18 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
 
     // Wait for the RL phase to be under way and for the victim actor to be holding a task it
     // took less than a second ago (so it dies with the task unacknowledged), then kill -9
-    // both victims.
+    // both victims. (The victim logs each hold, then waits 1.5 s.)
     let log = run.join("run.jsonl");
     let started = Instant::now();
+    let (mut holds, mut last_hold) = (0, None::<Instant>);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let rl_steps = text.matches("\"phase\":\"rl\"").count();
-        let holding = last_hold
-            .lock()
-            .unwrap()
-            .is_some_and(|at| at.elapsed() < Duration::from_millis(1000));
+        let now_holds = support::output_of(&victim_actor).matches("holding").count();
+        if now_holds > holds {
+            (holds, last_hold) = (now_holds, Some(Instant::now()));
+        }
+        let holding = last_hold.is_some_and(|at| at.elapsed() < Duration::from_millis(1000));
         if rl_steps >= 1 && holding {
             break;
         }
@@ -83,10 +69,12 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
     }
 
     let (ok, learner_out) = finish(learner);
-    assert!(ok, "learner failed:\n{learner_out}");
     let (ok_a, actor_out) = stop(actor);
     let (ok_w, worker_out) = stop(worker);
-    assert!(ok_a && ok_w, "{actor_out}\n{worker_out}");
+    assert!(
+        ok && ok_a && ok_w,
+        "a role failed:\n--- learner\n{learner_out}\n--- actor\n{actor_out}\n--- worker\n{worker_out}"
+    );
 
     // 8 RL steps of 4 tasks, each task used exactly once.
     assert!(

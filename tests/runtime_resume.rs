@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{
-    final_weights, finish, kill9, reference_run, sets, spawn, steps, stop, synth, Reaper,
+    final_weights, finish, kill9, kill_and_read, reference_run, sets, spawn, steps, stop, synth,
+    Reaper,
 };
 
 #[test]
@@ -19,7 +20,10 @@ fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
     let data = synth(dir.path());
     let extra = ["checkpoint.every_steps=2", "runtime.ack_wait_secs=2"];
 
+    let t0 = Instant::now();
     let reference = reference_run(&data, dir.path(), 3, &extra);
+    // Progress lines: the test runner shows them if the test fails or runs out of time.
+    eprintln!("reference run done after {:?}", t0.elapsed());
 
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
@@ -30,22 +34,35 @@ fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
     let learner = spawn(&args, &["learner"], &url);
     let started = Instant::now();
     while steps(&run, "rl").len() < 5 {
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "RL never got going"
-        );
+        if started.elapsed() > Duration::from_secs(60) {
+            let outs = [("actor", actor), ("worker", worker), ("learner", learner)]
+                .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
+            panic!(
+                "RL never got going:\n{}\n--- broker log\n{}",
+                outs.join("\n"),
+                server.log_tail()
+            );
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     kill9(learner);
+    eprintln!(
+        "learner killed after {:?}, at RL step {}",
+        t0.elapsed(),
+        steps(&run, "rl").len()
+    );
 
     let mut resumed_args = args.clone();
     resumed_args.push("--resume".into());
     let (ok, out) = finish(spawn(&resumed_args, &["learner"], &url));
+    eprintln!("resumed learner ended after {:?}", t0.elapsed());
     let (_, actor_out) = stop(actor);
     let (_, worker_out) = stop(worker);
     assert!(
         ok,
-        "resumed learner failed:\n{out}\n{actor_out}\n{worker_out}"
+        "resumed learner failed:\n{out}\n--- actor\n{actor_out}\n--- worker\n{worker_out}\n\
+         --- broker log\n{}",
+        server.log_tail()
     );
     // The resumed learner trains each remaining task once: `used` == `distinct`.
     let used = out

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 /// The `caprl` binary under test.
 pub fn caprl() -> Command {
@@ -88,17 +89,21 @@ pub fn final_weights(run_dir: &Path) -> Vec<u8> {
     std::fs::read(last.join("model.safetensors")).expect("weights")
 }
 
-/// Pids of role processes a test started and has not reaped yet; killed when
-/// the test panics so that no role outlives its test.
-static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// Pids of role processes a test started and has not reaped yet, with the file their output
+/// goes to; the processes are killed when the test panics so that no role outlives its test.
+static RUNNING: std::sync::Mutex<Vec<(u32, tempfile::NamedTempFile)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<(u32, tempfile::NamedTempFile)>> {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Kills (SIGKILL) every still-running role of this test binary on drop.
 pub struct Reaper;
 
 impl Drop for Reaper {
     fn drop(&mut self) {
-        let pids = std::mem::take(&mut *RUNNING.lock().unwrap_or_else(|e| e.into_inner()));
-        for pid in pids {
+        for (pid, _) in std::mem::take(&mut *running()) {
             // SAFETY: kill(2) on a child of this process that was not reaped yet.
             unsafe {
                 libc::kill(pid as i32, libc::SIGKILL);
@@ -107,43 +112,64 @@ impl Drop for Reaper {
     }
 }
 
-fn forget(pid: u32) {
-    RUNNING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|&p| p != pid);
-}
-
-/// Starts `caprl <sub> <args> --nats-url <url>` with piped output.
+/// Starts `caprl <sub> <args> --nats-url <url>`. Its stdout and stderr go to one temp file, not
+/// a pipe: a pipe that nobody reads until the role ends fills up and blocks the role.
 pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
-    let child = spawn_untracked(args, sub, url);
-    RUNNING
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(child.id());
-    child
-}
-
-fn spawn_untracked(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
-    caprl()
+    let log = tempfile::NamedTempFile::new().expect("a temp file for the role's output");
+    let out = log.reopen().expect("the role's log file");
+    let err = out.try_clone().expect("the role's log file");
+    let child = caprl()
         .args(sub)
         .args(args)
         .args(["--nats-url", url])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdout(out)
+        .stderr(err)
         .spawn()
-        .expect("caprl starts")
+        .expect("caprl starts");
+    running().push((child.id(), log));
+    child
 }
 
-/// Waits for `child`; returns whether it succeeded and its stdout + stderr.
+/// What a role started with [`spawn`] has written so far (stdout and stderr, interleaved).
+pub fn output_of(child: &std::process::Child) -> String {
+    let path = running()
+        .iter()
+        .find(|(pid, _)| *pid == child.id())
+        .map(|(_, log)| log.path().to_path_buf());
+    path.and_then(|p| std::fs::read(p).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Reaps `child` and returns its output; its log file goes away.
+fn reap(mut child: std::process::Child) -> (std::process::ExitStatus, String) {
+    let status = child.wait().expect("wait for a role");
+    let out = output_of(&child);
+    running().retain(|(pid, _)| *pid != child.id());
+    (status, out)
+}
+
+/// How long [`finish`] waits for a role before it kills it and says so: well inside the test
+/// runner's limit, so that a stuck run fails with every role's output instead of timing out.
+const FINISH_WITHIN: Duration = Duration::from_secs(180);
+
+/// Waits (at most [`FINISH_WITHIN`]) for `child`; returns whether it succeeded and its stdout +
+/// stderr. A role still running then is killed, and its output says so.
 pub fn finish(mut child: std::process::Child) -> (bool, String) {
-    use std::io::Read;
-    let status = child.wait().unwrap();
-    forget(child.id());
-    let mut s = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut s).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut s).unwrap();
-    (status.success(), s)
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("poll a role").is_none() {
+        if started.elapsed() > FINISH_WITHIN {
+            let _ = child.kill();
+            let (_, out) = reap(child);
+            return (
+                false,
+                format!("[still running after {FINISH_WITHIN:?}: killed]\n{out}"),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, out) = reap(child);
+    (status.success(), out)
 }
 
 /// SIGTERM (a clean stop), then [`finish`].
@@ -164,26 +190,15 @@ pub fn steps(run_dir: &Path, phase: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// SIGKILL, reap, and return what the child wrote (for a failure message: a child blocked on
-/// a full pipe or a lost broker would never answer SIGTERM).
+/// SIGKILL, reap, and return the exit status and what the child wrote (for a failure message).
 pub fn kill_and_read(mut child: std::process::Child) -> String {
-    use std::io::Read;
     let _ = child.kill();
-    let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-    forget(child.id());
-    let mut s = format!("[{status}]\n");
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut s);
-    }
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_string(&mut s);
-    }
-    s
+    let (status, out) = reap(child);
+    format!("[{status}]\n{out}")
 }
 
 /// SIGKILL, then reap.
 pub fn kill9(mut child: std::process::Child) {
     child.kill().unwrap();
-    child.wait().unwrap();
-    forget(child.id());
+    reap(child);
 }
