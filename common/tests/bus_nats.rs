@@ -431,3 +431,47 @@ fn servers_started_at_once_listen_on_different_ports() {
     ports.dedup();
     assert_eq!(ports.len(), servers.len(), "{ports:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_pulling_from_some_queues_waits_for_the_learner_to_create_them() {
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let cfg = connect_cfg(&server);
+    let opts = BusOptions::for_run("order");
+
+    // An actor that starts first neither fails nor creates the queue itself.
+    let actor = tokio::spawn({
+        let (cfg, opts) = (cfg.clone(), opts.clone());
+        async move { NatsBus::connect_pulling(&cfg, &opts, &[Queue::Tasks]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !actor.is_finished(),
+        "the actor opened a queue nobody created"
+    );
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    assert!(
+        js.get_stream(opts.stream_name(Queue::Tasks)).await.is_err(),
+        "the actor created the tasks stream"
+    );
+
+    // The learner creates every queue; the waiting actor then opens the tasks queue and pulls.
+    let learner = NatsBus::connect(&cfg, &opts)
+        .await
+        .expect("learner creates");
+    learner
+        .publish(Queue::Tasks, Bytes::from("task"))
+        .await
+        .unwrap();
+    let actor = tokio::time::timeout(Duration::from_secs(10), actor)
+        .await
+        .expect("the actor opens the queue once it exists")
+        .unwrap()
+        .expect("actor connects");
+    let got = actor
+        .pull(Queue::Tasks, 1, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload(), "task");
+}

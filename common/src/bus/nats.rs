@@ -83,8 +83,16 @@ impl NatsBus {
             .build(client.clone());
         let limit = opts.request_timeout() * 4;
         let consumers: [tokio::sync::OnceCell<PullConsumer>; 3] = Default::default();
+        // The learner (which pulls from every queue) creates the queues; a role that pulls from
+        // some waits for them. Two processes creating the same consumer at once left nats-server
+        // 2.9 with a consumer whose deliveries never reached anyone, which stalled the run.
+        let creates = pulls.len() == Queue::ALL.len();
         for &queue in pulls {
-            let consumer = deadline("open queue", limit, open_queue(&js, opts, queue)).await??;
+            let consumer = if creates {
+                deadline("open queue", limit, open_queue(&js, opts, queue)).await??
+            } else {
+                wait_for_queue(&js, opts, queue).await?
+            };
             let _ = consumers[queue.index()].set(consumer);
         }
         let kv = deadline("open control bucket", limit, open_kv(&js, opts)).await??;
@@ -179,6 +187,31 @@ async fn deadline<T>(
         .map_err(|_| BusError::Timeout { op, after })
 }
 
+/// Opens a queue's stream and consumer that another role (the learner) creates, waiting for
+/// them while they are missing or still carry another `ack_wait`; says so every 30 s.
+async fn wait_for_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<PullConsumer> {
+    let started = tokio::time::Instant::now();
+    let mut next_note = started;
+    loop {
+        let why = match js.get_stream(opts.stream_name(queue)).await {
+            Ok(stream) => match stream.get_consumer::<pull::Config>(CONSUMER).await {
+                Ok(c) if c.cached_info().config.ack_wait == opts.ack_wait() => return Ok(c),
+                Ok(_) => "its consumer has another ack_wait".to_string(),
+                Err(e) => format!("no consumer yet: {e}"),
+            },
+            Err(e) => format!("no stream yet: {e}"),
+        };
+        if tokio::time::Instant::now() >= next_note {
+            tracing::info!(
+                "waiting for the learner to create the {queue} queue ({why}; {}s so far)",
+                started.elapsed().as_secs()
+            );
+            next_note += Duration::from_secs(30);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Opens a queue's stream and shared consumer, creating or updating them only
 /// when they are missing or differ: actors and reward workers may only read
 /// stream and consumer info (per-role NATS permissions); the learner creates.
@@ -200,13 +233,7 @@ async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<
         description: Some(format!("caprl {} queue of run {}", queue, opts.run_id)),
         ..Default::default()
     };
-    js.create_or_update_stream(config)
-        .await
-        .map_err(|e| BusError::js("create queue stream", e))?;
-    let stream = js
-        .get_stream_no_info(opts.stream_name(queue))
-        .await
-        .map_err(|e| BusError::js("open queue stream", e))?;
+    let stream = ensure_stream(js, config, "create queue stream").await?;
     let wanted = pull::Config {
         durable_name: Some(CONSUMER.to_string()),
         deliver_policy: DeliverPolicy::All,
@@ -226,6 +253,39 @@ async fn open_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<
             .map_err(|e| BusError::js("update queue consumer ack_wait", e));
     }
     Ok(consumer)
+}
+
+/// Opens stream `config.name`, creating it when it is missing and updating it only when a
+/// setting we choose differs: a resumed learner opens the streams while actors pull from them,
+/// and there is no need to touch a live stream then.
+async fn ensure_stream(
+    js: &Context,
+    config: stream::Config,
+    op: &'static str,
+) -> BusResult<stream::Stream> {
+    if let Ok(mut stream) = js.get_stream(&config.name).await {
+        let have = &stream.cached_info().config;
+        let same = have.subjects == config.subjects
+            && have.max_message_size == config.max_message_size
+            && have.num_replicas == config.num_replicas;
+        if same {
+            return Ok(stream);
+        }
+        js.update_stream(config.clone())
+            .await
+            .map_err(|e| BusError::js(op, e))?;
+        stream.info().await.map_err(|e| BusError::js(op, e))?;
+        return Ok(stream);
+    }
+    let name = config.name.clone();
+    match js.create_stream(config).await {
+        Ok(stream) => Ok(stream),
+        // Created by someone else between our get and create.
+        Err(create_err) => js
+            .get_stream(&name)
+            .await
+            .map_err(|_| BusError::js(op, create_err)),
+    }
 }
 
 /// Creates the control bucket's stream directly (the same stream async-nats's
@@ -249,9 +309,7 @@ async fn open_kv(js: &Context, opts: &BusOptions) -> BusResult<kv::Store> {
         discard: stream::DiscardPolicy::New,
         ..Default::default()
     };
-    js.create_or_update_stream(config)
-        .await
-        .map_err(|e| BusError::js("create control KV bucket", e))?;
+    ensure_stream(js, config, "create control KV bucket").await?;
     js.get_key_value(bucket)
         .await
         .map_err(|e| BusError::js("open control KV bucket", e))
