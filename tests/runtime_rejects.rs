@@ -305,3 +305,60 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     assert_eq!(stats.refused_snapshots, 1, "{stats:?}");
     assert_eq!(stats.rollouts, 2);
 }
+
+#[test]
+fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
+    // A learner resumed from an earlier checkpoint leaves its predecessor's tasks for later
+    // steps in the queue; the actor must keep taking the current step's tasks meanwhile.
+    let s = setup("unpublished");
+    let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
+    let snapshot = Bytes::from(model.to_safetensors().unwrap());
+    s.rt.block_on(s.bus.put_snapshot(0, snapshot)).unwrap();
+    let rows: Vec<u32> = s
+        .data
+        .train
+        .items
+        .iter()
+        .take(2)
+        .map(|it| it.row as u32)
+        .collect();
+    s.rt.block_on(async {
+        for id in 100..104 {
+            let later = wire::encode(&task(id, 5, &rows), LIMIT).unwrap();
+            s.bus
+                .publish(Queue::Tasks, Bytes::from(later))
+                .await
+                .unwrap();
+        }
+        let now = wire::encode(&task(1, 0, &rows), LIMIT).unwrap();
+        s.bus.publish(Queue::Tasks, Bytes::from(now)).await.unwrap();
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let actor =
+        s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
+    let got = s.rt.block_on(async {
+        let got = s
+            .bus
+            .pull(Queue::Rollouts, 1, Duration::from_secs(15))
+            .await
+            .unwrap();
+        let rollouts: Vec<Rollout> = got
+            .iter()
+            .map(|d| wire::decode(d.payload(), LIMIT).unwrap())
+            .collect();
+        for d in got {
+            d.ack().await.unwrap();
+        }
+        rollouts
+    });
+    stop_tx.send(true).unwrap();
+    let stats = s.rt.block_on(actor).unwrap().unwrap();
+    assert_eq!(got.len(), 1, "the current task was not decoded: {stats:?}");
+    assert_eq!(got[0].task_id, TaskId(1));
+    assert_eq!(got[0].policy_version, PolicyVersion(0));
+    // The later tasks are kept for when their policy comes, not dropped.
+    let waiting = s.rt.block_on(s.bus.depth(Queue::Tasks)).unwrap();
+    assert_eq!(waiting, 4, "{stats:?}");
+    assert_eq!(stats.stale_tasks, 0, "{stats:?}");
+}

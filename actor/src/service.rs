@@ -118,6 +118,9 @@ pub fn spawn_heartbeat(
     })
 }
 
+/// How long a task whose policy is not published waits before it is handed out again.
+const NOT_PUBLISHED_RETRY: Duration = Duration::from_secs(1);
+
 /// Runs the actor until `shutdown` turns true.
 pub async fn run(
     cfg: ActorConfig,
@@ -197,15 +200,7 @@ pub async fn run(
         };
         let mut failed = None;
         for delivery in deliveries {
-            let r = handle_task(
-                &cfg,
-                bus.as_ref(),
-                &mut state,
-                &mut newest,
-                delivery,
-                &mut stats,
-            )
-            .await;
+            let r = handle_task(&cfg, bus.as_ref(), &mut state, delivery, &mut stats).await;
             match r {
                 Ok(()) => backoff.reset(),
                 // The task comes back after ack_wait; a duplicate rollout is de-duplicated.
@@ -276,8 +271,12 @@ impl SnapshotState {
                 let _ = self.version_tx.send(meta.version);
                 self.held = Some(Held { meta, policy });
             }
-            Err(ActorError::Bus(e)) if e.is_transient() => {
-                // The broker, not the snapshot: try again on the next refresh.
+            Err(ActorError::Bus(e))
+                if e.is_transient() || matches!(e, BusError::SnapshotMissing { .. }) =>
+            {
+                // The broker, or a snapshot deleted since `latest` named it (the learner moved
+                // on, or restarted and publishes it again): not the snapshot's bytes, so not
+                // refused; try again on the next refresh.
                 tracing::warn!(
                     "actor {}: cannot fetch snapshot v{} yet ({e})",
                     cfg.id,
@@ -295,29 +294,6 @@ impl SnapshotState {
                 telemetry::metrics::count_rejected("snapshot");
                 stats.refused_snapshots += 1;
                 self.refused.insert(meta.sha256.clone());
-            }
-        }
-    }
-
-    /// Waits (up to `patience`) until `latest` names at least `version`, then loads it.
-    async fn wait_for(
-        &mut self,
-        cfg: &ActorConfig,
-        bus: &dyn Bus,
-        newest: &mut watch::Receiver<Option<SnapshotMeta>>,
-        version: u64,
-        patience: Duration,
-        stats: &mut ActorStats,
-    ) {
-        let deadline = tokio::time::Instant::now() + patience;
-        loop {
-            self.refresh(cfg, bus, newest, stats).await;
-            if self.version().is_some_and(|v| v >= version) {
-                return;
-            }
-            tokio::select! {
-                r = newest.changed() => if r.is_err() { return },
-                _ = tokio::time::sleep_until(deadline) => return,
             }
         }
     }
@@ -344,7 +320,6 @@ async fn handle_task(
     cfg: &ActorConfig,
     bus: &dyn Bus,
     state: &mut SnapshotState,
-    newest: &mut watch::Receiver<Option<SnapshotMeta>>,
     delivery: Delivery,
     stats: &mut ActorStats,
 ) -> Result<(), ActorError> {
@@ -372,13 +347,11 @@ async fn handle_task(
         }
     }
     if state.version().is_none_or(|v| v < need) {
-        // The task was issued right after a new snapshot: fetch it first.
-        state
-            .wait_for(cfg, bus, newest, need, Duration::from_millis(500), stats)
-            .await;
-        if state.version().is_none_or(|v| v < need) {
-            // The watch may have missed it (a broker restart ends the watch): ask the store.
-            if let Some(meta) = bus.latest().await? {
+        // The task was issued right after a new snapshot. The learner sets `latest` before it
+        // issues a task, so the store says whether that snapshot exists (the watch may lag,
+        // and a broker restart ends it).
+        if let Some(meta) = bus.latest().await? {
+            if meta.version >= need {
                 state.load(cfg, bus, meta, stats).await;
             }
         }
@@ -394,8 +367,17 @@ async fn handle_task(
             stats.stale_tasks += 1;
             delivery.ack().await?;
         } else {
-            // Our snapshot is older than the task needs: let someone (or us, later) retry.
-            delivery.nak(Some(Duration::from_millis(100))).await?;
+            // The policy this task needs is not published: the task of a learner that died
+            // and was resumed from an earlier checkpoint, which reaches that step later (or a
+            // snapshot we could not fetch yet). Retry it later, not at once: JetStream hands
+            // out due redeliveries first, so tasks like this redelivered every few hundred ms
+            // kept the current step's tasks from ever reaching an actor.
+            tracing::debug!(
+                "actor {}: {} needs policy v{need}, newest is v{have}; retrying it later",
+                cfg.id,
+                task.task_id
+            );
+            delivery.nak(Some(NOT_PUBLISHED_RETRY)).await?;
         }
         return Ok(());
     }
