@@ -112,6 +112,17 @@ fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
     }
 }
 
+/// The first two training images' rows: what the test tasks decode.
+fn two_rows(s: &Setup) -> Vec<u32> {
+    s.data
+        .train
+        .items
+        .iter()
+        .take(2)
+        .map(|it| it.row as u32)
+        .collect()
+}
+
 /// The same envelope with the next schema version in its header.
 fn future_version(mut bytes: Vec<u8>) -> Bytes {
     bytes[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
@@ -248,14 +259,7 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     let (stop_tx, stop_rx) = watch::channel(false);
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
-    let rows: Vec<u32> = s
-        .data
-        .train
-        .items
-        .iter()
-        .take(2)
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = two_rows(&s);
     let rollout_of = |id: u64, version: u64| -> Rollout {
         s.rt.block_on(async {
             let bytes = wire::encode(&task(id, version, &rows), LIMIT).unwrap();
@@ -314,14 +318,7 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     let snapshot = Bytes::from(model.to_safetensors().unwrap());
     s.rt.block_on(s.bus.put_snapshot(0, snapshot)).unwrap();
-    let rows: Vec<u32> = s
-        .data
-        .train
-        .items
-        .iter()
-        .take(2)
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = two_rows(&s);
     s.rt.block_on(async {
         for id in 100..104 {
             let later = wire::encode(&task(id, 5, &rows), LIMIT).unwrap();
