@@ -188,10 +188,11 @@ async fn deadline<T>(
 }
 
 /// Opens a queue's stream and consumer that another role (the learner) creates, waiting for
-/// them while they are missing or still carry another `ack_wait`; says so every 30 s.
+/// them while they are missing or still carry another `ack_wait`; says so after 3 s (roles
+/// started together normally wait less) and every 30 s after that.
 async fn wait_for_queue(js: &Context, opts: &BusOptions, queue: Queue) -> BusResult<PullConsumer> {
     let started = tokio::time::Instant::now();
-    let mut next_note = started;
+    let mut next_note = started + Duration::from_secs(3);
     loop {
         let why = match js.get_stream(opts.stream_name(queue)).await {
             Ok(stream) => match stream.get_consumer::<pull::Config>(CONSUMER).await {
