@@ -133,6 +133,8 @@ pub(crate) fn supported(device: &Device, dtype: DType) -> bool {
 }
 
 /// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_aug` `[G, H + 1]` → states `[T, B, S]`.
+/// When no input tracks gradients, `w_aug` may be the bias alone, `[G, 1]` (the forward reads
+/// only the bias from it; the weights come from `w_hh_t`), which saves copying `W_hh` per pass.
 /// `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the forward gemm
 /// reads without repacking); gradients flow through `w_aug` only. Records a backward node when
 /// any input tracks gradients.
@@ -147,6 +149,11 @@ pub(crate) fn run(
     let s0 = s0.contiguous()?;
     let w_aug = w_aug.contiguous()?;
     let save = gx.track_op() || s0.track_op() || w_aug.track_op();
+    if save && w_aug.dim(1)? == 1 {
+        return Err(err(
+            "fused rnn: bias-only weights are for decoding; training needs [W_hh | b_hh]".into(),
+        ));
+    }
     let op = FusedRnn {
         kind,
         save,
@@ -215,13 +222,15 @@ pub(crate) fn contiguous<'a, T: Real>(
 fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<Dims> {
     let (t, b, g) = l1.shape().dims3()?;
     let (b2, s) = l2.shape().dims2()?;
-    let (g3, h1) = l3.shape().dims2()?;
-    let h = h1.saturating_sub(1);
+    let (g3, w_cols) = l3.shape().dims2()?;
     let (gates, width) = match kind {
         RnnKind::Gru => (3, 1),
         RnnKind::Lstm => (4, 2),
     };
-    if b2 != b || g3 != g || g != gates * h || s != width * h || h == 0 {
+    let h = s / width;
+    // `w` is `[W_hh | b_hh]`, or `b_hh` alone when nothing needs gradients (decoding).
+    let w_fits = w_cols == h + 1 || w_cols == 1;
+    if b2 != b || g3 != g || g != gates * h || s != width * h || h == 0 || !w_fits {
         return Err(err(format!(
             "fused rnn: shapes gx {:?}, s0 {:?}, w {:?} do not fit a {kind:?} layer",
             l1.shape(),
@@ -373,7 +382,9 @@ fn forward<T: Real>(
     } else {
         vec![T::ZERO; b * sw]
     };
-    let bias: Vec<T> = (0..g).map(|j| w[j * (h + 1) + h]).collect();
+    // The bias is the last column of `w` (`[G, H + 1]`, or `[G, 1]` when decoding).
+    let w_cols = w.len() / g;
+    let bias: Vec<T> = (0..g).map(|j| w[j * w_cols + w_cols - 1]).collect();
     let w_t = Mat {
         ptr: w_t.as_ptr(),
         rs: g as isize,
@@ -959,6 +970,41 @@ mod tests {
             let (out2, g2) = run(2);
             assert_eq!(out1, out2, "{kind:?} states");
             assert_eq!(g1, g2, "{kind:?} gradients");
+        }
+    }
+
+    /// Decoding passes the bias alone: the same states as with `[W_hh | b_hh]`, bit for bit;
+    /// with gradients on, the bias alone is refused.
+    #[test]
+    fn bias_only_weights_give_the_same_states_and_refuse_gradients() {
+        let dev = candle_core::Device::Cpu;
+        for kind in [RnnKind::Gru, RnnKind::Lstm] {
+            let (t, b, h) = (4usize, 5usize, 7usize);
+            let g = kind.gates() * h;
+            let s = if kind == RnnKind::Gru { h } else { 2 * h };
+            let val = |n: usize, salt: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 160.0)
+                    .collect()
+            };
+            let gx = Tensor::from_vec(val(t * b * g, 1), (t, b, g), &dev).unwrap();
+            let s0 = Tensor::from_vec(val(b * s, 2), (b, s), &dev).unwrap();
+            let w_aug = Tensor::from_vec(val(g * (h + 1), 3), (g, h + 1), &dev).unwrap();
+            let w_hh_t = w_aug
+                .narrow(1, 0, h)
+                .unwrap()
+                .t()
+                .unwrap()
+                .contiguous()
+                .unwrap();
+            let bias = w_aug.narrow(1, h, 1).unwrap().contiguous().unwrap();
+            let full = run(kind, &gx, &s0, &w_aug, &w_hh_t).unwrap();
+            let alone = run(kind, &gx, &s0, &bias, &w_hh_t).unwrap();
+            let bits = |x: &Tensor| x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(bits(&full), bits(&alone), "{kind:?}");
+            let tracked = candle_core::Var::from_tensor(&bias).unwrap();
+            let e = run(kind, &gx, &s0, tracked.as_tensor(), &w_hh_t).unwrap_err();
+            assert!(e.to_string().contains("bias-only"), "{e}");
         }
     }
 

@@ -36,8 +36,9 @@ impl LayerState {
 /// Recurrent weights of one layer, prepared once per pass (outside the time loop).
 #[derive(Debug, Clone)]
 pub(crate) enum CellWeights {
-    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]` and a
-    /// detached `W_hhᵀ` `[H, G]` for its forward gemm.
+    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]` (or,
+    /// for decoding, `b_hh` alone as `[G, 1]`) and a detached `W_hhᵀ` `[H, G]` for its
+    /// forward gemm.
     Fused { w_aug: Tensor, w_hh_t: Tensor },
     /// For the step built from graph ops (other devices and dtypes).
     Graph {
@@ -62,6 +63,19 @@ impl CellWeights {
                 w_hh_t: w_hh.t()?.contiguous()?,
                 b_hh: b_hh.clone(),
             })
+        }
+    }
+
+    /// Like [`CellWeights::new`] for a pass without gradients (decoding): the fused layer gets
+    /// the bias alone, so `[W_hh | b_hh]` is not copied for it.
+    pub fn for_decoding(w_hh: &Tensor, b_hh: &Tensor) -> Result<Self> {
+        if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
+            Ok(Self::Fused {
+                w_aug: b_hh.unsqueeze(1)?.contiguous()?,
+                w_hh_t: transposed_copy(w_hh)?,
+            })
+        } else {
+            Self::new(w_hh, b_hh)
         }
     }
 }
