@@ -303,6 +303,26 @@ pub(crate) struct Mat<T> {
     pub cs: isize,
 }
 
+impl<T> Mat<T> {
+    /// The matrix stored row by row in `data`, rows `stride` apart.
+    pub fn rows(data: &[T], stride: usize) -> Self {
+        Mat {
+            ptr: data.as_ptr(),
+            rs: stride as isize,
+            cs: 1,
+        }
+    }
+
+    /// The transpose of the matrix stored row by row in `data` (rows `stride` apart).
+    pub fn cols(data: &[T], stride: usize) -> Self {
+        Mat {
+            ptr: data.as_ptr(),
+            rs: 1,
+            cs: stride as isize,
+        }
+    }
+}
+
 /// `dst[m, n] (+)= lhs[m, k] × rhs[k, n]`, `dst` row-major with row stride `dst_rs`.
 ///
 /// # Safety
@@ -385,11 +405,7 @@ fn forward<T: Real>(
     // The bias is the last column of `w` (`[G, H + 1]`, or `[G, 1]` when decoding).
     let w_cols = w.len() / g;
     let bias: Vec<T> = (0..g).map(|j| w[j * w_cols + w_cols - 1]).collect();
-    let w_t = Mat {
-        ptr: w_t.as_ptr(),
-        rs: g as isize,
-        cs: 1,
-    };
+    let w_t = Mat::rows(w_t, g);
     for step in 0..t {
         let (prev, cur) = out.split_at_mut(step * b * s);
         let prev: &[T] = if step == 0 {
@@ -405,20 +421,7 @@ fn forward<T: Real>(
         // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
         // [B, G] and distinct from both.
         unsafe {
-            gemm_into(
-                b,
-                g,
-                h,
-                gh.as_mut_ptr(),
-                g,
-                true,
-                Mat {
-                    ptr: prev.as_ptr(),
-                    rs: s as isize,
-                    cs: 1,
-                },
-                w_t,
-            );
+            gemm_into(b, g, h, gh.as_mut_ptr(), g, true, Mat::rows(prev, s), w_t);
         }
         let gx_t = &gx[step * b * g..(step + 1) * b * g];
         let gh = &gh[..];
@@ -670,11 +673,7 @@ fn backward<T: Real>(
     // Running gradient of the state s_t (h, and c for LSTM), and the next one.
     let mut ds = vec![T::ZERO; b * s];
     let mut ds_prev = vec![T::ZERO; b * s];
-    let w_mat = Mat {
-        ptr: w.as_ptr(),
-        rs: (h + 1) as isize,
-        cs: 1,
-    };
+    let w_mat = Mat::rows(w, h + 1);
     for step in (0..t).rev() {
         let go = &grad_out[step * b * s..(step + 1) * b * s];
         for (a, &x) in ds.iter_mut().zip(go) {
@@ -720,11 +719,7 @@ fn backward<T: Real>(
                 ds_prev.as_mut_ptr(),
                 s,
                 true,
-                Mat {
-                    ptr: dgh_t.as_ptr(),
-                    rs: g as isize,
-                    cs: 1,
-                },
+                Mat::rows(dgh_t, g),
                 w_mat,
             );
         }
@@ -748,16 +743,8 @@ fn backward<T: Real>(
                 dw.as_mut_ptr(),
                 h + 1,
                 false,
-                Mat {
-                    ptr: dgh_all.as_ptr(),
-                    rs: 1,
-                    cs: g as isize,
-                },
-                Mat {
-                    ptr: s0.as_ptr(),
-                    rs: s as isize,
-                    cs: 1,
-                },
+                Mat::cols(dgh_all, g),
+                Mat::rows(s0, s),
             );
             gemm_into(
                 g,
@@ -766,16 +753,8 @@ fn backward<T: Real>(
                 dw.as_mut_ptr(),
                 h + 1,
                 true,
-                Mat {
-                    ptr: dgh_all[b * g..].as_ptr(),
-                    rs: 1,
-                    cs: g as isize,
-                },
-                Mat {
-                    ptr: out.as_ptr(),
-                    rs: s as isize,
-                    cs: 1,
-                },
+                Mat::cols(&dgh_all[b * g..], g),
+                Mat::rows(out, s),
             );
         }
     }

@@ -95,27 +95,17 @@ fn sizes(
 
 /// `Wᵀ` `[K, G]` as a matrix view of `w` stored in `layout`.
 fn w_t<T>(w: &[T], k: usize, g: usize, layout: WLayout) -> Mat<T> {
-    let (rs, cs) = match layout {
-        WLayout::Rows => (1, k),
-        WLayout::Cols => (g, 1),
-    };
-    Mat {
-        ptr: w.as_ptr(),
-        rs: rs as isize,
-        cs: cs as isize,
+    match layout {
+        WLayout::Rows => Mat::cols(w, k),
+        WLayout::Cols => Mat::rows(w, g),
     }
 }
 
 /// `W` `[G, K]` as a matrix view of `w` stored in `layout`.
 fn w_rows<T>(w: &[T], k: usize, g: usize, layout: WLayout) -> Mat<T> {
-    let (rs, cs) = match layout {
-        WLayout::Rows => (k, 1),
-        WLayout::Cols => (1, g),
-    };
-    Mat {
-        ptr: w.as_ptr(),
-        rs: rs as isize,
-        cs: cs as isize,
+    match layout {
+        WLayout::Rows => Mat::rows(w, k),
+        WLayout::Cols => Mat::cols(w, g),
     }
 }
 
@@ -134,11 +124,7 @@ pub(crate) fn forward<T: Real>(
     // The bias rows first, then the product accumulated onto them.
     let mut y: Vec<T> = b.iter().copied().cycle().take(n * g).collect();
     assert!(x.len() >= n * k && w.len() >= g * k, "linear: short inputs");
-    let x = Mat {
-        ptr: x.as_ptr(),
-        rs: k as isize,
-        cs: 1,
-    };
+    let x = Mat::rows(x, k);
     let w_t = w_t(w, k, g, layout);
     let macs = n * g * k;
     let threads = candle_core::utils::get_num_threads();
@@ -223,26 +209,10 @@ pub(crate) fn backward<T: Real>(
     );
     let mut dx = vec![T::ZERO; n * k];
     let mut dw = vec![T::ZERO; g * k];
-    let x_rows = Mat {
-        ptr: x.as_ptr(),
-        rs: k as isize,
-        cs: 1,
-    };
-    let x_t = Mat {
-        ptr: x.as_ptr(),
-        rs: 1,
-        cs: k as isize,
-    };
-    let dy_rows = Mat {
-        ptr: dy.as_ptr(),
-        rs: g as isize,
-        cs: 1,
-    };
-    let dy_t = Mat {
-        ptr: dy.as_ptr(),
-        rs: 1,
-        cs: g as isize,
-    };
+    let x_rows = Mat::rows(x, k);
+    let x_t = Mat::cols(x, k);
+    let dy_rows = Mat::rows(dy, g);
+    let dy_t = Mat::cols(dy, g);
     // SAFETY: every view stays within its slice's n×k, g×k or n×g values (checked above); dx
     // and dw are freshly allocated.
     unsafe {
