@@ -121,15 +121,6 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         .enable_all()
         .build()
         .unwrap();
-    let bus = rt
-        .block_on(NatsBus::connect(
-            &NatsConnect::to_url(&url),
-            &BusOptions {
-                ack_wait_secs: 2,
-                ..BusOptions::for_run("default")
-            },
-        ))
-        .unwrap();
     let started = Instant::now();
     // After the learner's start-of-RL purge of leftovers, so every bad message is seen.
     while steps(&run, "rl").is_empty() {
@@ -139,6 +130,18 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A publisher only, opened once the learner has created the run's queues (it opens no
+    // consumer, so it cannot race the learner creating or changing them).
+    let bus = rt
+        .block_on(NatsBus::connect_pulling(
+            &NatsConnect::to_url(&url),
+            &BusOptions {
+                ack_wait_secs: 2,
+                ..BusOptions::for_run("default")
+            },
+            &[],
+        ))
+        .unwrap();
     rt.block_on(async {
         for i in 0..BAD {
             let q = Queue::ALL[i % 3];

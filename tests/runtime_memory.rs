@@ -72,12 +72,6 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
         .enable_all()
         .build()
         .unwrap();
-    let bus = rt
-        .block_on(NatsBus::connect(
-            &NatsConnect::to_url(&url),
-            &BusOptions::for_run("default"),
-        ))
-        .unwrap();
     let started = Instant::now();
     // After the learner's start-of-RL purge, so the whole flood reaches it.
     while steps(&run, "rl").is_empty() {
@@ -87,6 +81,18 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A publisher only, opened once the learner has created the run's queues (it opens no
+    // consumer, so it cannot race the learner creating or changing them).
+    let bus = rt
+        .block_on(NatsBus::connect_pulling(
+            &NatsConnect::to_url(&url),
+            &BusOptions {
+                ack_wait_secs: 5,
+                ..BusOptions::for_run("default")
+            },
+            &[],
+        ))
+        .unwrap();
     let before = rss(learner.id());
     rt.block_on(async {
         for i in 0..FLOOD {
