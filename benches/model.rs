@@ -3,6 +3,9 @@
 //! fc dim 256. EOS is disabled so every sequence runs to the length limit (comparable with the
 //! PyTorch peer in scripts/peer/). Threads: `RAYON_NUM_THREADS` (candle's CPU matmul reads it).
 //!
+//! The decoders run on weights prepared once (a `Decoder`, as an actor holds one per policy
+//! version); `decoder_prepare` times that preparation on its own.
+//!
 //! `RAYON_NUM_THREADS=1 cargo bench --bench model`; see scripts/peer/run_model_peer.sh.
 
 use std::time::Duration;
@@ -99,9 +102,15 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("decoder_prepare", |bch| {
+        bch.iter(|| m.decoder().expect("decoder"))
+    });
+    let dec = m.decoder().expect("decoder");
+
     g.throughput(Throughput::Elements((B * MAX_LEN) as u64));
     g.bench_function("greedy", |bch| {
-        bch.iter(|| m.greedy(&x, MAX_LEN).expect("greedy"))
+        bch.iter(|| dec.greedy(&x, MAX_LEN).expect("greedy"))
     });
 
     let opts = SampleOptions {
@@ -113,7 +122,7 @@ fn bench(c: &mut Criterion) {
     let mut rng = CaprlRng::new(3);
     g.throughput(Throughput::Elements((5 * B * MAX_LEN) as u64));
     g.bench_function("sample_5", |bch| {
-        bch.iter(|| m.sample(&x, &opts, &mut rng).expect("sample"))
+        bch.iter(|| dec.sample(&x, &opts, &mut rng).expect("sample"))
     });
 
     let bo = BeamOptions {
@@ -124,7 +133,9 @@ fn bench(c: &mut Criterion) {
     };
     // Tokens of the 5 returned hypotheses per image.
     g.throughput(Throughput::Elements((5 * B * MAX_LEN) as u64));
-    g.bench_function("beam_5", |bch| bch.iter(|| m.beam(&x, &bo).expect("beam")));
+    g.bench_function("beam_5", |bch| {
+        bch.iter(|| dec.beam(&x, &bo).expect("beam"))
+    });
     g.finish();
 }
 

@@ -203,10 +203,11 @@ fn online_disc(
     let mut real = Vec::new();
     let mut fake = Vec::new();
     let bar = Progress::new(n as u64, "discriminator: XE beam captions");
+    let decoder = model.decoder()?;
     for chunk in items.chunks(64) {
         let rows: Vec<usize> = chunk.iter().map(|it| it.row).collect();
         let x = inputs_for_rows(data, &rows, mcfg, model.device())?;
-        let beams = model.beam(
+        let beams = decoder.beam(
             &x,
             &caprl_common::model::BeamOptions {
                 width: cfg.decode.beam as usize,

@@ -8,24 +8,24 @@ use std::time::Instant;
 
 use caprl_common::data::Dataset;
 use caprl_common::model::{
-    inputs_for_rows, BeamOptions, CaprlRng, Captioner, ModelError, SampleOptions, EOS,
+    inputs_for_rows, BeamOptions, CaprlRng, Decoder, ModelError, SampleOptions, EOS,
 };
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
 
 /// Runs every decode the task asks for on `policy` (a snapshot of version
-/// `task.policy_version` or newer).
+/// `task.policy_version` or newer, prepared for decoding once per snapshot).
 pub fn rollout(
-    policy: &Captioner,
+    policy: &Decoder,
     policy_version: caprl_common::wire::PolicyVersion,
     data: &Dataset,
     task: &RolloutTask,
     actor_id: &str,
 ) -> Result<Rollout, ModelError> {
     let started = Instant::now();
-    let cfg = policy.config();
+    let cfg = policy.model().config();
     let rows: Vec<usize> = task.image_rows.iter().map(|&r| r as usize).collect();
-    let x = inputs_for_rows(data, &rows, cfg, policy.device())?;
+    let x = inputs_for_rows(data, &rows, cfg, policy.model().device())?;
     let mut sequences = Vec::new();
     if task.samples > 0 {
         let mut rng = CaprlRng::new(task.seed);
@@ -103,7 +103,7 @@ pub fn rollout(
 /// mean reward estimates `Q(s_t, w_t)`; the full sample's own reward is `Q` of its last step.
 /// The completions draw from a stream of their own, so the samples do not depend on `K`.
 fn mc_completions(
-    policy: &Captioner,
+    policy: &Decoder,
     x: &caprl_common::model::Inputs,
     task: &RolloutTask,
     samples: &[Sequence],
@@ -136,7 +136,7 @@ fn mc_completions(
             n_per_input: k,
             temperature: task.temperature,
             top_k: task.top_k as usize,
-            max_len: policy.config().max_len,
+            max_len: policy.model().config().max_len,
         },
         &mut rng,
     )?;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Delivery, Queue, SnapshotMeta};
 use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelError};
+use caprl_common::model::{Captioner, CaptionerConfig, Decoder, Device, ModelError};
 use caprl_common::telemetry;
 use caprl_common::wire::{self, Heartbeat, PolicyVersion, RolloutTask};
 use futures::StreamExt;
@@ -65,7 +65,8 @@ pub struct ActorStats {
 /// The snapshot an actor decodes with.
 struct Held {
     meta: SnapshotMeta,
-    policy: Arc<Captioner>,
+    /// The snapshot's weights, prepared for decoding once: every task of this version uses them.
+    policy: Arc<Decoder>,
 }
 
 /// KV key of a heartbeat: `hb.<role>.<id>`.
@@ -303,15 +304,16 @@ async fn load_snapshot(
     cfg: &ActorConfig,
     bus: &dyn Bus,
     meta: &SnapshotMeta,
-) -> Result<Arc<Captioner>, ActorError> {
+) -> Result<Arc<Decoder>, ActorError> {
     let started = Instant::now();
     // The bus checks length and sha256 against `meta` before returning the bytes.
     let bytes = bus.get_snapshot(meta).await?;
     let (model, device) = (cfg.model.clone(), cfg.device.clone());
-    let policy =
-        tokio::task::spawn_blocking(move || Captioner::from_safetensors(&bytes, &model, &device))
-            .await
-            .map_err(|e| ActorError::Join(e.to_string()))??;
+    let policy = tokio::task::spawn_blocking(move || {
+        Captioner::from_safetensors(&bytes, &model, &device)?.decoder()
+    })
+    .await
+    .map_err(|e| ActorError::Join(e.to_string()))??;
     telemetry::metrics::record_snapshot(meta.bytes, started.elapsed());
     Ok(Arc::new(policy))
 }

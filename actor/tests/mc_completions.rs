@@ -43,7 +43,10 @@ fn every_prefix_of_every_sample_gets_k_completions() {
     cfg.embed = 8;
     cfg.hidden = 16;
     cfg.max_len = 6;
-    let model = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    let model = Captioner::new(&cfg, &Device::Cpu, 1)
+        .unwrap()
+        .decoder()
+        .unwrap();
     let rows: Vec<u32> = data.train.items[..3]
         .iter()
         .map(|it| it.row as u32)

@@ -147,11 +147,13 @@ pub fn evaluate_with(
         .progress
         .then(|| Progress::new(items.len() as u64, "eval"));
     let beam_width = opts.beam.max(opts.samples).max(1);
+    // The weights do not change during the evaluation: prepared once for every batch.
+    let decoder = model.decoder()?;
     for chunk in items.chunks(opts.batch.max(1)) {
         let rows: Vec<usize> = chunk.iter().map(|it| it.row).collect();
         let x = inputs_for_rows(data, &rows, &cfg, &device)?;
         if opts.beam <= 1 {
-            let d = model.greedy(&x, cfg.max_len)?;
+            let d = decoder.greedy(&x, cfg.max_len)?;
             main.extend(d.tokens.iter().map(|t| strip_eos(t)));
         }
         if opts.beam > 1 || opts.samples > 1 {
@@ -162,8 +164,8 @@ pub fn evaluate_with(
                 block_trigrams: opts.block_trigrams,
             };
             let beams = match lookahead {
-                Some(la) => model.beam_lookahead(&x, &beam_opts, la)?,
-                None => model.beam(&x, &beam_opts)?,
+                Some(la) => decoder.beam_lookahead(&x, &beam_opts, la)?,
+                None => decoder.beam(&x, &beam_opts)?,
             };
             for hyps in &beams {
                 if opts.beam > 1 {
@@ -184,7 +186,7 @@ pub fn evaluate_with(
             }
         }
         if opts.samples > 1 {
-            let d = model.sample(
+            let d = decoder.sample(
                 &x,
                 &SampleOptions {
                     n_per_input: opts.samples,

@@ -245,7 +245,7 @@ fn decoding(sets: &[String]) -> Result<Row> {
     let cfg = RunConfig::load(None, sets)?;
     let data = Dataset::open(Path::new(&cfg.data.dir))?;
     let model_cfg = setup::captioner_config(&cfg, &data)?;
-    let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?;
+    let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?.decoder()?;
     let rows: Vec<u32> = data.train.iter().take(32).map(|i| i.row as u32).collect();
     let task = RolloutTask {
         task_id: TaskId(0),

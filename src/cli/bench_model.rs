@@ -7,7 +7,8 @@
 //!   update on the `5B` samples. Rewards are not scored: CIDEr runs on the host, the same on
 //!   every device, and `caprl bench transport` measures the reward workers.
 //! - greedy / sample / beam tokens/s: decoder steps × live rows per second (beam: every beam
-//!   counts), 5 samples per image and beam width 5.
+//!   counts), 5 samples per image and beam width 5, on weights prepared once (a
+//!   [`caprl_common::model::Decoder`], as an actor holds one per policy version).
 //! - snapshot: serialising the weights to safetensors (the policy snapshot actors load); the
 //!   weights are f32 whatever the compute dtype.
 //!
@@ -205,8 +206,10 @@ fn measure(
         .collect();
     let xs = x.select_rows(&rows)?;
     let scst_s = time(args.iters, device, || {
-        let samples = model.sample(&x, &sample_opts, &mut sample_rng)?;
-        let _baseline = model.greedy(&x, l)?;
+        // As an actor decodes a task: the weights prepared once for both decodes.
+        let decoder = model.decoder()?;
+        let samples = decoder.sample(&x, &sample_opts, &mut sample_rng)?;
+        let _baseline = decoder.greedy(&x, l)?;
         let toks = batch_tokens(&samples.tokens, device)?;
         let tf = model.teacher_forced(&xs, &toks, None)?;
         let logp = tf
@@ -221,12 +224,14 @@ fn measure(
     })?;
 
     let steps = (l + 1) as f64;
+    // Decoding rows: the weights prepared once, as an actor holds them for a policy version.
+    let decoder = model.decoder()?;
     let greedy_s = time(args.iters, device, || {
-        model.greedy(&x, l)?;
+        decoder.greedy(&x, l)?;
         Ok(())
     })?;
     let sample_s = time(args.iters, device, || {
-        model.sample(&x, &sample_opts, &mut sample_rng)?;
+        decoder.sample(&x, &sample_opts, &mut sample_rng)?;
         Ok(())
     })?;
     let beam_opts = BeamOptions {
@@ -236,7 +241,7 @@ fn measure(
         block_trigrams: false,
     };
     let beam_s = time(args.iters, device, || {
-        model.beam(&x, &beam_opts)?;
+        decoder.beam(&x, &beam_opts)?;
         Ok(())
     })?;
     let mut snapshot_bytes = 0usize;

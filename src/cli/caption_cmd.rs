@@ -79,6 +79,7 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
     let ids = read_ids(&args.features, n)?;
     let mut out = String::new();
     let chunk = 64;
+    let decoder = loaded.model.decoder()?;
     for start in (0..n).step_by(chunk) {
         let b = chunk.min(n - start);
         let fc_part = &fc_host[start * d..(start + b) * d];
@@ -88,10 +89,9 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         };
         let x = Inputs::from_host(fc_part, att_part, b, &cfg, &device)?;
         let captions: Vec<Vec<u32>> = if args.beam <= 1 {
-            loaded.model.greedy(&x, cfg.max_len)?.tokens
+            decoder.greedy(&x, cfg.max_len)?.tokens
         } else {
-            loaded
-                .model
+            decoder
                 .beam(
                     &x,
                     &BeamOptions {

@@ -11,10 +11,9 @@
 
 use std::collections::HashSet;
 
-use candle_core::Tensor;
-
-use super::captioner::{host_log_softmax, Captioner, Inputs};
-use super::decode::{on_rayon, PARALLEL_MIN_LOGITS};
+use super::captioner::{host_log_softmax, Inputs};
+use super::decode::{on_rayon, Live, PARALLEL_MIN_LOGITS};
+use super::decoder::Decoder;
 use super::error::{ModelError, Result};
 use super::greedy::argmax;
 use super::value_head::ValueHead;
@@ -128,7 +127,7 @@ struct Proposals {
     cand: Vec<(f64, usize, u32)>,
 }
 
-impl Captioner {
+impl Decoder {
     /// The `width` best hypotheses of each image, best first.
     pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
         self.beam_search(x, opts, None)
@@ -173,9 +172,8 @@ impl Captioner {
             ));
         }
         let n = x.batch_size()?;
-        let v = self.cfg.vocab_size;
-        let dw = self.decode_weights()?;
-        let mut live_state = self.start(&dw, x)?;
+        let v = self.model.cfg.vocab_size;
+        let mut live_state = self.start(x)?;
         // Live beams of each input, in the order of their rows.
         let mut beams: Vec<Vec<Beam>> = vec![
             vec![Beam {
@@ -192,7 +190,7 @@ impl Captioner {
                 .iter()
                 .flat_map(|&i| beams[i].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
-            let logits = self.step_logits(&dw, &mut live_state, &inputs)?;
+            let logits = self.step_logits(&mut live_state, &inputs)?;
             let mut row_lps = rows_log_softmax(&logits, v).into_iter();
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
@@ -203,8 +201,7 @@ impl Captioner {
                     // The state after the last word values a caption cut at the limit.
                     let values = match lookahead {
                         Some(la) => {
-                            let top = &live_state.states[live_state.states.len() - 1].h;
-                            let h = top.narrow(0, row, cur.len())?;
+                            let h = live_state.top_hidden()?.narrow(0, row, cur.len())?;
                             la.value.forward(&h)?.to_vec1::<f32>()?
                         }
                         None => vec![0.0; cur.len()],
@@ -249,7 +246,7 @@ impl Captioner {
                 row += all[all.len() - 1].cur.len();
             }
             let values = match lookahead {
-                Some(la) => Some(self.proposal_values(&dw, &live_state, &all, la)?),
+                Some(la) => Some(self.proposal_values(&live_state, &all, la)?),
                 None => None,
             };
             let mut parents: Vec<u32> = Vec::new();
@@ -308,8 +305,7 @@ impl Captioner {
             if still.is_empty() || t == opts.max_len {
                 break;
             }
-            let idx = Tensor::from_vec(parents.clone(), parents.len(), &self.device)?;
-            live_state = live_state.select(&idx)?;
+            live_state = live_state.select(&parents)?;
             active = still;
         }
         for f in &mut finished {
@@ -320,13 +316,7 @@ impl Captioner {
     }
 
     /// `v` of the state after each proposal's word, in proposal order, one batched step.
-    fn proposal_values(
-        &self,
-        dw: &super::decode::DecodeWeights,
-        live: &super::decode::Live,
-        all: &[Proposals],
-        la: &Lookahead,
-    ) -> Result<Vec<f32>> {
+    fn proposal_values(&self, live: &Live, all: &[Proposals], la: &Lookahead) -> Result<Vec<f32>> {
         let mut parents = Vec::new();
         let mut words = Vec::new();
         for p in all {
@@ -338,7 +328,7 @@ impl Captioner {
         if parents.is_empty() {
             return Ok(Vec::new());
         }
-        let h = self.peek_hidden(dw, live, &parents, &words)?;
+        let h = self.peek_hidden(live, &parents, &words)?;
         Ok(la.value.forward(&h)?.to_vec1::<f32>()?)
     }
 }

@@ -342,6 +342,17 @@ impl Captioner {
         ))
     }
 
+    /// Another handle on the same weights (their storage is shared).
+    pub(crate) fn share(&self) -> Result<Self> {
+        Ok(Self {
+            cfg: self.cfg.clone(),
+            device: self.device.clone(),
+            varmap: self.varmap.clone(),
+            p: Params::from_varmap(&self.varmap, &self.cfg)?,
+            running_norm: AtomicBool::new(self.running_norm.load(Ordering::Relaxed)),
+        })
+    }
+
     /// The model's configuration.
     pub fn config(&self) -> &CaptionerConfig {
         &self.cfg

@@ -1,13 +1,17 @@
 //! The step loop shared by greedy decoding, sampling and prefix completion.
 //!
-//! Runs on detached weights (no graph). The first layer's word term comes from the table
-//! `W_ih E + b_ih` `[V, G]` computed once per call, so a step is one row lookup. Rows that
-//! emitted EOS (or reached the length limit) are dropped from the batch before the next step.
+//! Runs on the [`Decoder`]'s detached weights (no graph). The first layer's word term comes from
+//! the table `W_ih E + b_ih` `[V, G]` computed with them, so a step is one row lookup. On the
+//! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as
+//! graph ops. Rows that emitted EOS (or reached the length limit) are dropped from the batch
+//! before the next step.
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use super::captioner::{Captioner, Encoded, Inputs, Prepared};
-use super::error::Result;
+use super::decoder::Decoder;
+use super::error::{ModelError, Result};
+use super::host_step::{HostLive, HostWeights};
 use super::linear::{linear, linear_t};
 use super::rnn::LayerState;
 use super::{BOS, EOS};
@@ -72,41 +76,89 @@ pub(crate) trait Policy: Send {
     }
 }
 
-/// Decoder state of the live rows.
-pub(crate) struct Live {
-    pub enc: Encoded,
-    pub states: Vec<LayerState>,
+/// Decoder state of the live rows: graph tensors, or host arrays for [`HostWeights`].
+pub(crate) enum Live {
+    Graph {
+        enc: Encoded,
+        states: Vec<LayerState>,
+    },
+    Host(HostLive),
 }
 
 impl Live {
-    pub fn select(&self, idx: &Tensor) -> Result<Self> {
-        Ok(Self {
-            enc: self.enc.select(idx)?,
-            states: self
-                .states
-                .iter()
-                .map(|s| s.select(idx))
-                .collect::<Result<_>>()?,
+    /// Keeps the rows `rows` (repeats allowed), in that order: compacts finished rows away and
+    /// reorders beams.
+    pub fn select(&self, rows: &[u32]) -> Result<Self> {
+        Ok(match self {
+            Live::Graph { enc, states } => {
+                let idx = Tensor::from_slice(rows, rows.len(), enc.fx.device())?;
+                Live::Graph {
+                    enc: enc.select(&idx)?,
+                    states: states
+                        .iter()
+                        .map(|s| s.select(&idx))
+                        .collect::<Result<_>>()?,
+                }
+            }
+            Live::Host(h) => Live::Host(h.select(rows)),
         })
+    }
+
+    /// The top layer's hidden state `[rows, H]`.
+    pub fn top_hidden(&self) -> Result<Tensor> {
+        match self {
+            Live::Graph { states, .. } => Ok(states[states.len() - 1].h.clone()),
+            Live::Host(h) => h.top_hidden(&Device::Cpu),
+        }
     }
 }
 
-/// Detached weights plus the fused word table, built once per decode call.
+/// Detached weights, the fused word table and (CPU f32, no attention) their host layout, built
+/// once per [`Decoder`].
 pub(crate) struct DecodeWeights {
     pub w: Prepared,
     pub word_table: Tensor,
+    pub host: Option<HostWeights>,
 }
 
 impl Captioner {
     pub(crate) fn decode_weights(&self) -> Result<DecodeWeights> {
         let w = self.prepare(true)?;
         let word_table = linear(&w.embed, &w.w_ih0, &w.b_ih0)?;
-        Ok(DecodeWeights { w, word_table })
+        let host = HostWeights::new(self.cfg.kind, self.cfg.rnn, &w, &word_table)?;
+        Ok(DecodeWeights {
+            w,
+            word_table,
+            host,
+        })
+    }
+}
+
+impl Decoder {
+    pub(crate) fn start(&self, x: &Inputs) -> Result<Live> {
+        let (enc, states) = self.model.encode(&self.w.w, x, true)?;
+        Ok(match &self.w.host {
+            Some(h) => Live::Host(h.start(&enc, &states)?),
+            None => Live::Graph { enc, states },
+        })
     }
 
-    pub(crate) fn start(&self, dw: &DecodeWeights, x: &Inputs) -> Result<Live> {
-        let (enc, states) = self.encode(&dw.w, x, true)?;
-        Ok(Live { enc, states })
+    /// Feeds `tokens` (one per live row) through every layer.
+    fn advance(&self, live: &mut Live, tokens: &[u32]) -> Result<()> {
+        match (live, &self.w.host) {
+            (Live::Host(l), Some(h)) => h.advance(l, tokens),
+            (Live::Graph { enc, states }, _) => {
+                let ids = Tensor::from_slice(tokens, tokens.len(), &self.model.device)?;
+                let gx = self.w.word_table.index_select(&ids, 0)?;
+                *states = self.model.step(&self.w.w, enc, states, &gx, None)?;
+            }
+            (Live::Host(_), None) => {
+                return Err(ModelError::Input(
+                    "host decoder state without host weights".into(),
+                ))
+            }
+        }
+        Ok(())
     }
 
     /// Feeds `tokens` (one per live row) and returns the next-token logits `[rows, V]` on the host.
@@ -115,36 +167,30 @@ impl Captioner {
     /// token choice draws from the seeded host RNG (Gumbel-max, so a seed gives the same samples
     /// on every device), and EOS, row compaction, trigram blocking and the beam's bookkeeping
     /// are decided per row on the host.
-    pub(crate) fn step_logits(
-        &self,
-        dw: &DecodeWeights,
-        live: &mut Live,
-        tokens: &[u32],
-    ) -> Result<Vec<f32>> {
-        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
-        let gx = dw.word_table.index_select(&ids, 0)?;
-        live.states = self.step(&dw.w, &live.enc, &live.states, &gx, None)?;
-        let top = &live.states[live.states.len() - 1].h;
-        let logits = linear_t(top, &dw.w.logit_w_t, &dw.w.logit_b)?;
-        let logits = logits.to_dtype(candle_core::DType::F32)?;
-        Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+    pub(crate) fn step_logits(&self, live: &mut Live, tokens: &[u32]) -> Result<Vec<f32>> {
+        self.advance(live, tokens)?;
+        match (&*live, &self.w.host) {
+            (Live::Host(l), Some(h)) => Ok(h.logits(l)),
+            _ => {
+                let top = live.top_hidden()?;
+                let logits = linear_t(&top, &self.w.w.logit_w_t, &self.w.w.logit_b)?;
+                let logits = logits.to_dtype(candle_core::DType::F32)?;
+                Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+            }
+        }
     }
 
     /// The top layer's hidden state after feeding `tokens[i]` to the live row `parents[i]`,
     /// `[n, H]`, leaving `live` as it was (lookahead inference scores candidates with it).
     pub(crate) fn peek_hidden(
         &self,
-        dw: &DecodeWeights,
         live: &Live,
         parents: &[u32],
         tokens: &[u32],
     ) -> Result<Tensor> {
-        let idx = Tensor::from_slice(parents, parents.len(), &self.device)?;
-        let sel = live.select(&idx)?;
-        let ids = Tensor::from_slice(tokens, tokens.len(), &self.device)?;
-        let gx = dw.word_table.index_select(&ids, 0)?;
-        let states = self.step(&dw.w, &sel.enc, &sel.states, &gx, None)?;
-        Ok(states[states.len() - 1].h.clone())
+        let mut sel = live.select(parents)?;
+        self.advance(&mut sel, tokens)?;
+        sel.top_hidden()
     }
 
     /// Decodes every row of `x` with `policy`, forcing `prefixes[row]` first when given.
@@ -167,8 +213,7 @@ impl Captioner {
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
         let n = x.batch_size()?;
-        let dw = self.decode_weights()?;
-        let mut live = self.start(&dw, x)?;
+        let mut live = self.start(x)?;
         let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
         let mut rows: Vec<usize> = (0..n).collect();
@@ -194,8 +239,7 @@ impl Captioner {
                         .filter(|(_, r)| !done[**r])
                         .map(|(i, _)| i as u32)
                         .collect();
-                    let idx = Tensor::from_vec(pos, keep.len(), &self.device)?;
-                    live = live.select(&idx)?;
+                    live = live.select(&pos)?;
                     rows = keep;
                 }
             }
@@ -203,7 +247,7 @@ impl Captioner {
                 .iter()
                 .map(|&r| *tokens[r].last().unwrap_or(&BOS))
                 .collect();
-            let logits = self.step_logits(&dw, &mut live, &inputs)?;
+            let logits = self.step_logits(&mut live, &inputs)?;
             let forced: Vec<Option<u32>> = rows
                 .iter()
                 .map(|&r| {
@@ -251,14 +295,13 @@ impl Captioner {
         pre: &[u32],
         policy: &mut dyn Policy,
     ) -> Result<(Vec<u32>, Vec<f32>)> {
-        let v = self.cfg.vocab_size;
-        let dw = self.decode_weights()?;
-        let idx = Tensor::from_vec(vec![r as u32], 1, &self.device)?;
-        let mut live = self.start(&dw, &x.select(&idx)?)?;
+        let v = self.model.cfg.vocab_size;
+        let idx = Tensor::from_vec(vec![r as u32], 1, &self.model.device)?;
+        let mut live = self.start(&x.select(&idx)?)?;
         let mut out = Vec::with_capacity(pre.len());
         let mut prev = BOS;
         for &w in pre {
-            let logits = self.step_logits(&dw, &mut live, &[prev])?;
+            let logits = self.step_logits(&mut live, &[prev])?;
             out.push(policy.logprob(&logits[..v], w));
             prev = w;
             if w == EOS {

@@ -457,11 +457,11 @@ fn avx2() -> bool {
 /// same code compiled for AVX2/FMA, x86-64 only) and `$name`, which calls the second when the
 /// CPU has those features and the first otherwise.
 macro_rules! row_kernel {
-    ($(#[$doc:meta])* fn $name:ident, $vector:ident, $plain:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident, $vector:ident, $plain:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$doc])*
         #[allow(clippy::too_many_arguments)]
         #[inline(always)]
-        fn $name<T: Real>($($arg: $ty),*) {
+        $vis fn $name<T: Real>($($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             if avx2() {
                 // SAFETY: the CPU has AVX2 and FMA (checked just above).
@@ -485,7 +485,7 @@ macro_rules! row_kernel {
 
 row_kernel! {
     /// One row of gate values ([`gru_gates`] or [`lstm_gates`]).
-    fn gates, gates_avx2, gates_plain(
+    pub(crate) fn gates, gates_avx2, gates_plain(
         kind: RnnKind,
         h: usize,
         gx: &[T],

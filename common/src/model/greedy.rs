@@ -1,7 +1,8 @@
 //! Greedy decoding: `w_t = argmax_w log π(w | w_<t, I)`.
 
-use super::captioner::{host_logprob, Captioner, Inputs};
+use super::captioner::{host_logprob, Inputs};
 use super::decode::{Decoded, Policy};
+use super::decoder::Decoder;
 use super::error::Result;
 
 pub(crate) struct Greedy;
@@ -28,7 +29,7 @@ pub(crate) fn argmax(xs: &[f32]) -> usize {
     best
 }
 
-impl Captioner {
+impl Decoder {
     /// Greedy captions of every image in `x`, at most `max_len` words (plus EOS); log-probs at
     /// temperature 1.
     pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {

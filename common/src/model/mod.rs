@@ -4,9 +4,9 @@
 //!   hand-written GRU/LSTM decoder of one or two layers; weights live in a candle `VarMap`.
 //! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
 //!   [`Captioner::teacher_forced`] (full log-softmax and per-step hidden states for value heads).
-//! - Decoding on detached weights: [`Captioner::greedy`], [`Captioner::sample`] (Gumbel-max on the
-//!   seeded [`CaprlRng`]), [`Captioner::complete_from_prefix`], [`Captioner::beam`] and
-//!   [`Captioner::beam_lookahead`] (value-guided, seed 001).
+//! - Decoding on detached weights, prepared once in a [`Decoder`] ([`Captioner::decoder`]; the
+//!   same methods on [`Captioner`] prepare them per call): greedy, sample (Gumbel-max on the
+//!   seeded [`CaprlRng`]), complete_from_prefix, beam and beam_lookahead (value-guided, seed 001).
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
 //! - [`parse_device`]: `cpu` or `cuda:N`.
@@ -18,11 +18,13 @@ mod captioner;
 mod config;
 mod crnn;
 mod decode;
+mod decoder;
 mod device;
 mod dropout;
 mod error;
 mod fused_rnn;
 mod greedy;
+mod host_step;
 mod io;
 mod linear;
 #[cfg(test)]
@@ -42,6 +44,7 @@ pub use captioner::{batch_tokens, Captioner, Inputs};
 pub use config::{CaptionerConfig, ModelKind, RnnKind};
 pub use crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
 pub use decode::{on_rayon, Decoded};
+pub use decoder::Decoder;
 pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;
 pub use rng::{CaprlRng, RngState};

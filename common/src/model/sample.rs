@@ -5,8 +5,9 @@
 //! Every row has its own ChaCha8 stream (seeded from one draw of the caller's RNG, stream = row),
 //! so the same seed and inputs give the same samples on any machine and in any batch layout.
 
-use super::captioner::{host_log_softmax, host_logprob, Captioner, Inputs};
+use super::captioner::{host_log_softmax, host_logprob, Inputs};
 use super::decode::{Decoded, Policy, PARALLEL_MIN_LOGITS};
+use super::decoder::Decoder;
 use super::error::{ModelError, Result};
 use super::rng::CaprlRng;
 
@@ -139,7 +140,7 @@ impl Policy for Sampler {
     }
 }
 
-impl Captioner {
+impl Decoder {
     /// `n_per_input` sampled captions per image (rows `i*n + j`), reproducible from `rng`.
     /// Log-probs are those of the sampling distribution μ (tempered, top-k restricted).
     pub fn sample(&self, x: &Inputs, opts: &SampleOptions, rng: &mut CaprlRng) -> Result<Decoded> {
@@ -165,7 +166,7 @@ impl Captioner {
                 x.batch_size()?
             )));
         }
-        let v = self.cfg.vocab_size as u32;
+        let v = self.model.cfg.vocab_size as u32;
         if let Some(bad) = prefixes.iter().flatten().find(|&&w| w >= v) {
             return Err(ModelError::Input(format!(
                 "prefix token id {bad} is outside the vocabulary of {v}"

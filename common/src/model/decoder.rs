@@ -1,0 +1,82 @@
+//! [`Decoder`]: a captioner's weights prepared once for decoding; the decoders of
+//! [`Captioner`] prepare them anew at every call.
+//!
+//! Preparing detaches the weights, copies the transposed ones the steps read, computes the
+//! word table `W_ih E + b_ih` `[V, G]` and lays the weights out for the host step: about as
+//! long as greedy decoding of 8 images at hidden 512. A holder of weights that do not change
+//! (an actor's policy snapshot, a model under evaluation) prepares them once and decodes every
+//! batch with the same [`Decoder`].
+
+use super::beam::{BeamOptions, Hypothesis, Lookahead};
+use super::captioner::{Captioner, Inputs};
+use super::decode::{on_rayon, DecodeWeights, Decoded};
+use super::error::Result;
+use super::rng::CaprlRng;
+use super::sample::SampleOptions;
+
+/// Decoders over a snapshot of a captioner's weights: [`Decoder::greedy`], [`Decoder::sample`],
+/// [`Decoder::complete_from_prefix`], [`Decoder::beam`], [`Decoder::beam_lookahead`].
+///
+/// It decodes with the weights as they were when [`Captioner::decoder`] made it; after they
+/// change (an optimizer step, a load) make a new one.
+pub struct Decoder {
+    /// A handle on the captioner (its weights' storage is shared): the encoder and the config.
+    pub(crate) model: Captioner,
+    pub(crate) w: DecodeWeights,
+}
+
+impl Decoder {
+    /// The captioner this decoder was made from.
+    pub fn model(&self) -> &Captioner {
+        &self.model
+    }
+}
+
+impl Captioner {
+    /// The weights as they are now, prepared for decoding (see [`Decoder`]).
+    pub fn decoder(&self) -> Result<Decoder> {
+        // The block layout of the host step follows the thread count of the pool it runs in.
+        on_rayon(|| {
+            Ok(Decoder {
+                model: self.share()?,
+                w: self.decode_weights()?,
+            })
+        })
+    }
+
+    /// [`Decoder::greedy`] on weights prepared for this call.
+    pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {
+        self.decoder()?.greedy(x, max_len)
+    }
+
+    /// [`Decoder::sample`] on weights prepared for this call.
+    pub fn sample(&self, x: &Inputs, opts: &SampleOptions, rng: &mut CaprlRng) -> Result<Decoded> {
+        self.decoder()?.sample(x, opts, rng)
+    }
+
+    /// [`Decoder::complete_from_prefix`] on weights prepared for this call.
+    pub fn complete_from_prefix(
+        &self,
+        x: &Inputs,
+        prefixes: &[Vec<u32>],
+        opts: &SampleOptions,
+        rng: &mut CaprlRng,
+    ) -> Result<Decoded> {
+        self.decoder()?.complete_from_prefix(x, prefixes, opts, rng)
+    }
+
+    /// [`Decoder::beam`] on weights prepared for this call.
+    pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
+        self.decoder()?.beam(x, opts)
+    }
+
+    /// [`Decoder::beam_lookahead`] on weights prepared for this call.
+    pub fn beam_lookahead(
+        &self,
+        x: &Inputs,
+        opts: &BeamOptions,
+        lookahead: &Lookahead,
+    ) -> Result<Vec<Vec<Hypothesis>>> {
+        self.decoder()?.beam_lookahead(x, opts, lookahead)
+    }
+}

@@ -1,0 +1,493 @@
+//! Decoding steps on host arrays (CPU, f32; the fc and crnn models, either cell, any depth).
+//!
+//! A step of the graph path is a chain of small ops, each its own parallel region or none: the
+//! word lookup, the image term's add, the recurrent product, the gate rows, the logits. Here a
+//! step is one parallel region per layer plus one for the logits, and nothing in between:
+//!
+//! - the layer's gate columns are split in blocks of hidden units, one block per thread. Block
+//!   `p` owns the `r, z, n` (LSTM `i, f, g, o`) columns of its units, stored next to each other
+//!   (`[gate][unit]` within the block), so its recurrent product, its input term and its gates
+//!   need nothing from another block;
+//! - the logits are split in blocks of vocabulary columns.
+//!
+//! Each value is computed as the graph step computes it: the same gemm per output column (a
+//! column's dot product does not depend on which other columns share the call), the bias
+//! first and the product accumulated onto it, and [`super::fused_rnn`]'s gate kernel. So both
+//! paths give the same bits, on any number of threads.
+
+use std::ops::Range;
+
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+
+use super::captioner::{Encoded, Prepared};
+use super::config::{ModelKind, RnnKind};
+use super::error::Result;
+use super::fused_rnn::{self, gemm_into, Mat};
+use super::linear::SendPtr;
+use super::rnn::{CellWeights, LayerState};
+
+/// Below this many multiply-adds a region's blocks run one after the other on the calling
+/// thread: waking another thread costs more than it saves.
+const PARALLEL_MIN_MACS: usize = 1 << 20;
+
+/// Weights of the decoder laid out for [`HostWeights::advance`] and [`HostWeights::logits`].
+pub(crate) struct HostWeights {
+    kind: RnnKind,
+    hidden: usize,
+    gates: usize,
+    vocab: usize,
+    /// Block `p` holds units `units[p]..units[p + 1]`.
+    units: Vec<usize>,
+    /// Layer 0's word term `W_ih e(w) + b_ih` of every word `[V, G]`, columns in block order.
+    words: Vec<f32>,
+    layers: Vec<HostLayer>,
+    /// The output layer's `Wᵀ` columns of each vocabulary block `[H, v1 - v0]`.
+    logit_w: Vec<(Range<usize>, Vec<f32>)>,
+    /// Its bias, PAD and BOS banned `[V]`.
+    logit_b: Vec<f32>,
+}
+
+struct HostLayer {
+    /// `W_hhᵀ` columns of each block `[H, gates · units]`.
+    w_hh: Vec<Vec<f32>>,
+    /// `b_hh` in block order `[G]`.
+    b_hh: Vec<f32>,
+    /// Layers above the first: `W_ihᵀ` columns of each block and `b_ih` in block order.
+    w_ih: Option<(Vec<Vec<f32>>, Vec<f32>)>,
+}
+
+/// The live rows' decoder state on the host.
+#[derive(Clone)]
+pub(crate) struct HostLive {
+    rows: usize,
+    /// Layer 0's image term `W_fc img` of each image the decode started with `[images, G]`,
+    /// columns in block order; rows point into it, so selecting rows does not copy it.
+    fx: std::sync::Arc<Vec<f32>>,
+    /// The image of each row.
+    image: Vec<u32>,
+    /// Per layer `h` `[rows, H]`.
+    h: Vec<Vec<f32>>,
+    /// Per layer `c` `[rows, H]` (LSTM; empty for GRU).
+    c: Vec<Vec<f32>>,
+    /// Each block's buffers, kept from step to step.
+    scratch: Vec<Scratch>,
+}
+
+/// A block's buffers for one layer step.
+#[derive(Default, Clone)]
+struct Scratch {
+    gx: Vec<f32>,
+    gh: Vec<f32>,
+    state: Vec<f32>,
+    out: Vec<f32>,
+    saved: Vec<f32>,
+}
+
+/// Runs `f` for every block's state, on rayon's threads when the region does `macs`
+/// multiply-adds or more (each block computes the same values either way).
+fn for_each_block<S: Send>(macs: usize, blocks: &mut [S], f: impl Fn(usize, &mut S) + Sync) {
+    if rayon::current_num_threads() > 1 && blocks.len() > 1 && macs >= PARALLEL_MIN_MACS {
+        use rayon::prelude::*;
+        blocks.par_iter_mut().enumerate().for_each(|(p, s)| f(p, s));
+    } else {
+        blocks.iter_mut().enumerate().for_each(|(p, s)| f(p, s));
+    }
+}
+
+/// Columns `cols` of the row-major matrix `m` with rows of `width` values.
+fn columns(m: &[f32], width: usize, cols: Range<usize>) -> Vec<f32> {
+    let mut out = Vec::with_capacity(m.len() / width * cols.len());
+    for row in m.chunks_exact(width) {
+        out.extend_from_slice(&row[cols.clone()]);
+    }
+    out
+}
+
+/// Host copy of a CPU f32 tensor.
+fn host(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// `f` of a CPU f32 tensor's values, read in place when it is contiguous.
+fn read<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&v[a..b]));
+        }
+    }
+    Ok(f(&host(t)?))
+}
+
+impl HostWeights {
+    /// The host layout of `w` and the word table `[V, G]`, in as many blocks as rayon has
+    /// threads; `None` where the graph step must run (other devices and dtypes, attention).
+    pub fn new(
+        kind: ModelKind,
+        rnn: RnnKind,
+        w: &Prepared,
+        word_table: &Tensor,
+    ) -> Result<Option<Self>> {
+        let on_host = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        if kind == ModelKind::Att || !on_host(word_table) || !on_host(&w.logit_w_t) {
+            return Ok(None);
+        }
+        let (hidden, vocab) = w.logit_w_t.dims2()?;
+        let gates = rnn.gates();
+        let blocks = rayon::current_num_threads().clamp(1, hidden.div_ceil(8));
+        let units: Vec<usize> = (0..=blocks).map(|p| p * hidden / blocks).collect();
+        let mut this = Self {
+            kind: rnn,
+            hidden,
+            gates,
+            vocab,
+            units,
+            words: Vec::new(),
+            layers: Vec::new(),
+            logit_w: Vec::new(),
+            logit_b: host(&w.logit_b)?,
+        };
+        this.words = read(word_table, |m| this.block_order(m))?;
+        for (l, cell) in w.cells.iter().enumerate() {
+            // Decoding's fused weights carry the bias alone, `[G, 1]`.
+            let CellWeights::Fused { w_aug, w_hh_t } = cell else {
+                return Ok(None);
+            };
+            if w_aug.elem_count() != gates * hidden {
+                return Ok(None);
+            }
+            let w_ih = match l {
+                0 => None,
+                _ => {
+                    let (w_ih_t, b_ih) = &w.upper[l - 1];
+                    Some((
+                        read(w_ih_t, |m| this.blocks_of(m))?,
+                        read(b_ih, |m| this.block_order(m))?,
+                    ))
+                }
+            };
+            this.layers.push(HostLayer {
+                w_hh: read(w_hh_t, |m| this.blocks_of(m))?,
+                b_hh: read(w_aug, |m| this.block_order(m))?,
+                w_ih,
+            });
+        }
+        this.logit_w = read(&w.logit_w_t, |m| {
+            (0..blocks)
+                .map(|p| {
+                    let cols = p * vocab / blocks..(p + 1) * vocab / blocks;
+                    (cols.clone(), columns(m, vocab, cols))
+                })
+                .collect()
+        })?;
+        Ok(Some(this))
+    }
+
+    fn blocks(&self) -> usize {
+        self.units.len() - 1
+    }
+
+    /// Gate columns `[G]` (PyTorch order, `gate · H + unit`) of each row of `m` in block order.
+    fn block_order(&self, m: &[f32]) -> Vec<f32> {
+        let (h, g) = (self.hidden, self.gates * self.hidden);
+        let mut out = Vec::with_capacity(m.len());
+        for row in m.chunks_exact(g) {
+            for p in 0..self.blocks() {
+                let (u0, u1) = (self.units[p], self.units[p + 1]);
+                for gate in 0..self.gates {
+                    out.extend_from_slice(&row[gate * h + u0..gate * h + u1]);
+                }
+            }
+        }
+        out
+    }
+
+    /// The columns of each block of `w_t` `[K, G]` (PyTorch gate order): block `p` as
+    /// `[K, gates · units]`.
+    fn blocks_of(&self, w_t: &[f32]) -> Vec<Vec<f32>> {
+        let h = self.hidden;
+        (0..self.blocks())
+            .map(|p| {
+                let units = self.units[p]..self.units[p + 1];
+                let mut out = Vec::with_capacity(w_t.len() / self.blocks() + w_t.len() / h);
+                for row in w_t.chunks_exact(self.gates * h) {
+                    for gate in 0..self.gates {
+                        out.extend_from_slice(&row[gate * h + units.start..gate * h + units.end]);
+                    }
+                }
+                out
+            })
+            .collect()
+    }
+
+    /// The decoder state the encoder gives, on the host.
+    pub fn start(&self, enc: &Encoded, states: &[LayerState]) -> Result<HostLive> {
+        let rows = enc.fx.dim(0)?;
+        let c = match self.kind {
+            RnnKind::Gru => Vec::new(),
+            RnnKind::Lstm => states
+                .iter()
+                .map(|s| match &s.c {
+                    Some(c) => host(c),
+                    None => Ok(vec![0.0; rows * self.hidden]),
+                })
+                .collect::<Result<_>>()?,
+        };
+        Ok(HostLive {
+            rows,
+            fx: std::sync::Arc::new(self.block_order(&host(&enc.fx)?)),
+            image: (0..rows as u32).collect(),
+            h: states.iter().map(|s| host(&s.h)).collect::<Result<_>>()?,
+            c,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Feeds `tokens` (one per live row) through every layer.
+    pub fn advance(&self, live: &mut HostLive, tokens: &[u32]) {
+        let (n, h, gates) = (live.rows, self.hidden, self.gates);
+        let g = gates * h;
+        let lstm = self.kind == RnnKind::Lstm;
+        let mut scratch = std::mem::take(&mut live.scratch);
+        scratch.resize_with(self.blocks(), Scratch::default);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut h_out = vec![0f32; n * h];
+            let mut c_out = vec![0f32; if lstm { n * h } else { 0 }];
+            let (h_ptr, c_ptr) = (SendPtr(h_out.as_mut_ptr()), SendPtr(c_out.as_mut_ptr()));
+            let inputs = if l == 0 { 0 } else { h };
+            let now = &*live;
+            for_each_block(n * g * (h + inputs), &mut scratch, |p, s| {
+                let (u0, u1) = (self.units[p], self.units[p + 1]);
+                let nb = u1 - u0;
+                let (off, w) = (gates * u0, gates * nb);
+                // gh = b_hh + h_prev W_hhᵀ, this block's columns.
+                s.gh.clear();
+                for _ in 0..n {
+                    s.gh.extend_from_slice(&layer.b_hh[off..off + w]);
+                }
+                // SAFETY: h_prev is [n, H]; the block's W_hhᵀ is [H, w]; gh is [n, w].
+                unsafe {
+                    gemm_into(
+                        n,
+                        w,
+                        h,
+                        s.gh.as_mut_ptr(),
+                        w,
+                        true,
+                        Mat::rows(&now.h[l], h),
+                        Mat::rows(&layer.w_hh[p], w),
+                    );
+                }
+                // gx: the word and image terms (layer 0) or b_ih + h_below W_ihᵀ.
+                s.gx.clear();
+                match &layer.w_ih {
+                    None => {
+                        for (i, &t) in tokens.iter().enumerate() {
+                            let word = &self.words[t as usize * g + off..t as usize * g + off + w];
+                            let r = now.image[i] as usize * g;
+                            let image = &now.fx[r + off..r + off + w];
+                            s.gx.extend(word.iter().zip(image).map(|(a, b)| a + b));
+                        }
+                    }
+                    Some((w_ih, b_ih)) => {
+                        // The product first, then the bias, as the graph step adds them.
+                        s.gx.resize(n * w, 0.0);
+                        // SAFETY: the layer below's new h is [n, H]; W_ihᵀ of the block [H, w].
+                        unsafe {
+                            gemm_into(
+                                n,
+                                w,
+                                h,
+                                s.gx.as_mut_ptr(),
+                                w,
+                                false,
+                                Mat::rows(&now.h[l - 1], h),
+                                Mat::rows(&w_ih[p], w),
+                            );
+                        }
+                        for row in s.gx.chunks_exact_mut(w) {
+                            for (x, b) in row.iter_mut().zip(&b_ih[off..off + w]) {
+                                *x += b;
+                            }
+                        }
+                    }
+                }
+                s.state.resize(2 * nb, 0.0);
+                s.out.resize(2 * nb, 0.0);
+                s.saved.resize(5 * nb, 0.0);
+                for i in 0..n {
+                    let units = i * h + u0..i * h + u1;
+                    s.state[..nb].copy_from_slice(&now.h[l][units.clone()]);
+                    if lstm {
+                        s.state[nb..].copy_from_slice(&now.c[l][units.clone()]);
+                    }
+                    fused_rnn::gates(
+                        self.kind,
+                        nb,
+                        &s.gx[i * w..(i + 1) * w],
+                        &s.gh[i * w..(i + 1) * w],
+                        &s.state,
+                        &mut s.out,
+                        &mut s.saved,
+                    );
+                    // SAFETY: units u0..u1 of row i belong to this block alone.
+                    unsafe {
+                        h_ptr.slice(units.start, nb).copy_from_slice(&s.out[..nb]);
+                        if lstm {
+                            c_ptr.slice(units.start, nb).copy_from_slice(&s.out[nb..]);
+                        }
+                    }
+                }
+            });
+            live.h[l] = h_out;
+            if lstm {
+                live.c[l] = c_out;
+            }
+        }
+        live.scratch = scratch;
+    }
+
+    /// The next-token logits of every live row `[rows, V]`.
+    pub fn logits(&self, live: &HostLive) -> Vec<f32> {
+        let (n, h, v) = (live.rows, self.hidden, self.vocab);
+        let top = &live.h[live.h.len() - 1];
+        let mut out: Vec<f32> = Vec::with_capacity(n * v);
+        for _ in 0..n {
+            out.extend_from_slice(&self.logit_b);
+        }
+        let ptr = SendPtr(out.as_mut_ptr());
+        for_each_block(n * h * v, &mut vec![(); self.logit_w.len()], |p, _| {
+            let (cols, w) = &self.logit_w[p];
+            // SAFETY: top is [n, H], the block's Wᵀ is [H, cols]; the block writes its columns
+            // of the [n, V] logits and no other block does.
+            unsafe {
+                gemm_into(
+                    n,
+                    cols.len(),
+                    h,
+                    ptr.at(cols.start),
+                    v,
+                    true,
+                    Mat::rows(top, h),
+                    Mat::rows(w, cols.len()),
+                );
+            }
+        });
+        out
+    }
+}
+
+impl HostLive {
+    /// Keeps the rows `idx` (repeats allowed), in that order.
+    pub fn select(&self, idx: &[u32]) -> Self {
+        let pick = |m: &[f32]| -> Vec<f32> {
+            let w = m.len() / self.rows.max(1);
+            let mut out = Vec::with_capacity(idx.len() * w);
+            for &r in idx {
+                out.extend_from_slice(&m[r as usize * w..(r as usize + 1) * w]);
+            }
+            out
+        };
+        Self {
+            rows: idx.len(),
+            fx: self.fx.clone(),
+            image: idx.iter().map(|&r| self.image[r as usize]).collect(),
+            h: self.h.iter().map(|m| pick(m)).collect(),
+            c: self.c.iter().map(|m| pick(m)).collect(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The top layer's hidden state `[rows, H]`.
+    pub fn top_hidden(&self, device: &Device) -> Result<Tensor> {
+        let top = &self.h[self.h.len() - 1];
+        let h = top.len() / self.rows.max(1);
+        Ok(Tensor::from_slice(top, (self.rows, h), device)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{
+        BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoder, Device, Inputs, ModelKind,
+        RnnKind, SampleOptions,
+    };
+
+    fn model(rnn: RnnKind, layers: usize) -> (Captioner, Inputs) {
+        let mut cfg = CaptionerConfig::new(ModelKind::Fc, 30, 12, None);
+        cfg.rnn = rnn;
+        cfg.layers = layers;
+        cfg.embed = 16;
+        cfg.hidden = 64;
+        cfg.max_len = 6;
+        let m = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
+        // 100 images: the gate products of a step are large enough to run on several threads.
+        let b = 100;
+        let fc: Vec<f32> = (0..b * 12)
+            .map(|i| ((i * 7919 % 23) as f32 - 11.0) / 4.0)
+            .collect();
+        let x = Inputs::from_host(&fc, None, b, &cfg, &Device::Cpu).unwrap();
+        (m, x)
+    }
+
+    /// Everything a decoder gives for `x`.
+    type Outputs = (
+        crate::model::Decoded,
+        crate::model::Decoded,
+        crate::model::Decoded,
+        Vec<Vec<crate::model::Hypothesis>>,
+    );
+
+    fn decode_all(d: &Decoder, x: &Inputs) -> Outputs {
+        let opts = SampleOptions {
+            n_per_input: 3,
+            temperature: 0.9,
+            top_k: 0,
+            max_len: 6,
+        };
+        let prefixes: Vec<Vec<u32>> = (0..100).map(|i| vec![4 + (i % 7) as u32]).collect();
+        let beam = BeamOptions {
+            width: 3,
+            max_len: 6,
+            length_norm: false,
+            block_trigrams: false,
+        };
+        (
+            d.greedy(x, 6).unwrap(),
+            d.sample(x, &opts, &mut CaprlRng::new(1)).unwrap(),
+            d.complete_from_prefix(x, &prefixes, &opts, &mut CaprlRng::new(2))
+                .unwrap(),
+            d.beam(x, &beam).unwrap(),
+        )
+    }
+
+    /// The host step and the graph step give the same tokens and the same log-prob bits, for
+    /// both cells, one and two layers, in one block and in three blocks on three threads.
+    #[test]
+    fn host_steps_give_the_bits_of_the_graph_steps() {
+        for (rnn, layers) in [
+            (RnnKind::Gru, 1),
+            (RnnKind::Lstm, 1),
+            (RnnKind::Gru, 2),
+            (RnnKind::Lstm, 2),
+        ] {
+            let (m, x) = model(rnn, layers);
+            let mut graph = m.decoder().unwrap();
+            graph.w.host = None;
+            let expected = decode_all(&graph, &x);
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let host = pool.install(|| m.decoder().unwrap());
+                let blocks = host.w.host.as_ref().map(|h| h.blocks());
+                assert_eq!(blocks, Some(threads), "{rnn:?} x {layers}");
+                let got = pool.install(|| decode_all(&host, &x));
+                assert!(got == expected, "{rnn:?} x {layers} on {threads} threads");
+            }
+        }
+    }
+}
