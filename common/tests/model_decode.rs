@@ -274,6 +274,52 @@ fn dropout_is_reproducible_from_the_rng() {
     assert_ne!(run(1), eval.to_vec2::<f32>().unwrap());
 }
 
+/// With dropout, the taken-token pass (its output mask applied inside its node, states read
+/// time-major) drops the same units as the full pass from the same RNG: the same log-probs.
+#[test]
+fn token_logprobs_with_dropout_match_the_full_pass() {
+    for (kind, rnn, layers) in [
+        (ModelKind::Fc, RnnKind::Gru, 1),
+        (ModelKind::Fc, RnnKind::Lstm, 2),
+        (ModelKind::Att, RnnKind::Gru, 1),
+    ] {
+        let mut cfg = tiny(kind, rnn, layers);
+        cfg.dropout = 0.4;
+        let m = Captioner::new(&cfg, &Device::Cpu, 14).unwrap();
+        let x = inputs(&cfg, 3, 10);
+        let rows = vec![vec![4, 5, 6, EOS], vec![6, EOS], vec![7, 8, 9, 10]];
+        let seqs = batch_tokens(&rows, &Device::Cpu).unwrap();
+        let (lp, mask) = m
+            .token_logprobs(&x, &seqs, Some(&mut CaprlRng::new(5)))
+            .unwrap();
+        let full = m
+            .teacher_forced(&x, &seqs, Some(&mut CaprlRng::new(5)))
+            .unwrap()
+            .logprobs_full
+            .gather(&seqs.unsqueeze(2).unwrap(), 2)
+            .unwrap()
+            .squeeze(2)
+            .unwrap()
+            .mul(&mask)
+            .unwrap();
+        let (a, b) = (lp.to_vec2::<f32>().unwrap(), full.to_vec2::<f32>().unwrap());
+        for (ra, rb) in a.iter().zip(&b) {
+            for (va, vb) in ra.iter().zip(rb) {
+                assert!(
+                    (va - vb).abs() < 1e-5,
+                    "{kind:?} {rnn:?} x{layers}: {a:?} vs {b:?}"
+                );
+            }
+        }
+        let (eval, _) = m.token_logprobs(&x, &seqs, None).unwrap();
+        assert_ne!(
+            a,
+            eval.to_vec2::<f32>().unwrap(),
+            "{kind:?}: dropout had no effect"
+        );
+    }
+}
+
 /// Lookahead inference: λ = 1 is plain beam search, and with λ < 1 every hypothesis is scored
 /// `λ·log p + (1 − λ)·v(state after its last token)`, `v` recomputed here by teacher forcing.
 #[test]

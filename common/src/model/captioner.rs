@@ -437,10 +437,7 @@ impl Captioner {
             cells: p
                 .rnn
                 .iter()
-                .map(|r| match detach {
-                    true => CellWeights::for_decoding(&d(&r.w_hh)?, &d(&r.b_hh)?),
-                    false => CellWeights::new(&d(&r.w_hh)?, &d(&r.b_hh)?),
-                })
+                .map(|r| CellWeights::new(&d(&r.w_hh)?, &d(&r.b_hh)?))
                 .collect::<Result<_>>()?,
             img_w: d(&p.img_w)?,
             img_b: d(&p.img_b)?,

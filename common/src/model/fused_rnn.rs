@@ -1,9 +1,10 @@
 //! A whole recurrent layer over a sequence as one graph node (CPU, f32/f64).
 //!
 //! Inputs: the precomputed input term `gx = W_ih x_t + b_ih` for every step `[T, B, G]`, the
-//! initial state `s0` `[B, S]` (GRU: `h`, `S = H`; LSTM: `[h, c]`, `S = 2H`) and the recurrent
-//! weights with their bias as one matrix `W = [W_hh | b_hh]` `[G, H + 1]`. Output: the state
-//! after every step `[T, B, S]`. Gate layout and formulas are those of [`super::rnn`]:
+//! initial state `s0` `[B, S]` (GRU: `h`, `S = H`; LSTM: `[h, c]`, `S = 2H`) with the
+//! recurrent bias `b_hh` `[G]`, both in one small vector `[s0 | b_hh]` (a custom op takes three
+//! tensors), and the recurrent weights `W_hh` `[G, H]`. Output: the state after every step
+//! `[T, B, S]`. Gate layout and formulas are those of [`super::rnn`]:
 //!
 //! GRU: `gh = h W_hhᵀ + b_hh`, `r = σ(gx_r + gh_r)`, `z = σ(gx_z + gh_z)`,
 //! `n = tanh(gx_n + r ⊙ gh_n)`, `h' = n + z ⊙ (h - n)`.
@@ -132,28 +133,24 @@ pub(crate) fn supported(device: &Device, dtype: DType) -> bool {
     device.is_cpu() && matches!(dtype, DType::F32 | DType::F64)
 }
 
-/// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_aug` `[G, H + 1]` → states `[T, B, S]`.
-/// When no input tracks gradients, `w_aug` may be the bias alone, `[G, 1]` (the forward reads
-/// only the bias from it; the weights come from `w_hh_t`), which saves copying `W_hh` per pass.
-/// `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the forward gemm
-/// reads without repacking); gradients flow through `w_aug` only. Records a backward node when
-/// any input tracks gradients.
+/// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_hh` `[G, H]`, `b_hh` `[G]` → states
+/// `[T, B, S]`. `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the
+/// forward gemm reads without repacking); the gradient of the weights flows through `w_hh`.
+/// Records a backward node when any input tracks gradients.
 pub(crate) fn run(
     kind: RnnKind,
     gx: &Tensor,
     s0: &Tensor,
-    w_aug: &Tensor,
+    w_hh: &Tensor,
+    b_hh: &Tensor,
     w_hh_t: &Tensor,
 ) -> candle_core::Result<Tensor> {
     let gx = gx.contiguous()?;
-    let s0 = s0.contiguous()?;
-    let w_aug = w_aug.contiguous()?;
-    let save = gx.track_op() || s0.track_op() || w_aug.track_op();
-    if save && w_aug.dim(1)? == 1 {
-        return Err(err(
-            "fused rnn: bias-only weights are for decoding; training needs [W_hh | b_hh]".into(),
-        ));
-    }
+    // `[s0 | b_hh]`: a few thousand values, where `[W_hh | b_hh]` would copy the weights (and
+    // their gradient back) once per pass.
+    let aux = Tensor::cat(&[&s0.flatten_all()?, &b_hh.flatten_all()?], 0)?;
+    let w_hh = w_hh.contiguous()?;
+    let save = gx.track_op() || aux.track_op() || w_hh.track_op();
     let op = FusedRnn {
         kind,
         save,
@@ -161,9 +158,9 @@ pub(crate) fn run(
         w_hh_t: w_hh_t.detach().contiguous()?,
     };
     if save {
-        gx.apply_op3(&s0, &w_aug, op)
+        gx.apply_op3(&aux, &w_hh, op)
     } else {
-        gx.apply_op3_no_bwd(&s0, &w_aug, &op)
+        gx.apply_op3_no_bwd(&aux, &w_hh, &op)
     }
 }
 
@@ -221,18 +218,17 @@ pub(crate) fn contiguous<'a, T: Real>(
 
 fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<Dims> {
     let (t, b, g) = l1.shape().dims3()?;
-    let (b2, s) = l2.shape().dims2()?;
-    let (g3, w_cols) = l3.shape().dims2()?;
+    let aux = l2.shape().elem_count();
+    let (g3, h3) = l3.shape().dims2()?;
     let (gates, width) = match kind {
         RnnKind::Gru => (3, 1),
         RnnKind::Lstm => (4, 2),
     };
-    let h = s / width;
-    // `w` is `[W_hh | b_hh]`, or `b_hh` alone when nothing needs gradients (decoding).
-    let w_fits = w_cols == h + 1 || w_cols == 1;
-    if b2 != b || g3 != g || g != gates * h || s != width * h || h == 0 || !w_fits {
+    let h = g / gates;
+    let s = width * h;
+    if g3 != g || h3 != h || g != gates * h || h == 0 || aux != b * s + g {
         return Err(err(format!(
-            "fused rnn: shapes gx {:?}, s0 {:?}, w {:?} do not fit a {kind:?} layer",
+            "fused rnn: shapes gx {:?}, [s0 | b_hh] {:?}, w_hh {:?} do not fit a {kind:?} layer",
             l1.shape(),
             l2.shape(),
             l3.shape()
@@ -382,7 +378,7 @@ fn forward<T: Real>(
     d: Dims,
     gx: &[T],
     s0: &[T],
-    w: &[T],
+    bias: &[T],
     w_t: &[T],
     save: bool,
     threads: usize,
@@ -402,9 +398,6 @@ fn forward<T: Real>(
     } else {
         vec![T::ZERO; b * sw]
     };
-    // The bias is the last column of `w` (`[G, H + 1]`, or `[G, 1]` when decoding).
-    let w_cols = w.len() / g;
-    let bias: Vec<T> = (0..g).map(|j| w[j * w_cols + w_cols - 1]).collect();
     let w_t = Mat::rows(w_t, g);
     for step in 0..t {
         let (prev, cur) = out.split_at_mut(step * b * s);
@@ -416,7 +409,7 @@ fn forward<T: Real>(
         let cur = &mut cur[..b * s];
         // gh = b_hh + h_prev W_hhᵀ.
         for row in gh.chunks_exact_mut(g) {
-            row.copy_from_slice(&bias);
+            row.copy_from_slice(bias);
         }
         // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
         // [B, G] and distinct from both.
@@ -650,7 +643,7 @@ fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx:
     }
 }
 
-/// Gradients of `(gx, s0, w_aug)` given the saved forward values and `d out` `[T, B, S]`.
+/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and `d out` `[T, B, S]`.
 #[allow(clippy::too_many_arguments)]
 fn backward<T: Real>(
     kind: RnnKind,
@@ -661,7 +654,7 @@ fn backward<T: Real>(
     saved: &[T],
     grad_out: &[T],
     threads: usize,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
+) -> (Vec<T>, Vec<T>, Vec<T>, Vec<T>) {
     let Dims { t, b, h, g, s } = d;
     let sw = d.saved_width(kind);
     let mut dgx = vec![T::ZERO; t * b * g];
@@ -673,7 +666,7 @@ fn backward<T: Real>(
     // Running gradient of the state s_t (h, and c for LSTM), and the next one.
     let mut ds = vec![T::ZERO; b * s];
     let mut ds_prev = vec![T::ZERO; b * s];
-    let w_mat = Mat::rows(w, h + 1);
+    let w_mat = Mat::rows(w, h);
     for step in (0..t).rev() {
         let go = &grad_out[step * b * s..(step + 1) * b * s];
         for (a, &x) in ds.iter_mut().zip(go) {
@@ -710,7 +703,7 @@ fn backward<T: Real>(
             RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
         };
         // dh_prev += dgh_t W_hh  ([B, G] × [G, H]); rows of ds_prev have stride S.
-        // SAFETY: dgh_t is [B, G]; W is [G, H + 1]; ds_prev is [B, S] with S >= H, distinct.
+        // SAFETY: dgh_t is [B, G]; W is [G, H]; ds_prev is [B, S] with S >= H, distinct.
         unsafe {
             gemm_into(
                 b,
@@ -731,17 +724,17 @@ fn backward<T: Real>(
         RnnKind::Gru => &dgh_gru,
         RnnKind::Lstm => &dgx,
     };
-    let mut dw = vec![T::ZERO; g * (h + 1)];
+    let mut dw = vec![T::ZERO; g * h];
     if t > 0 {
         // SAFETY: dghᵀ views [G, rows] of dgh_all; h_prev views [rows, H] with row stride S;
-        // dw is [G, H + 1] and distinct from both.
+        // dw is [G, H] and distinct from both.
         unsafe {
             gemm_into(
                 g,
                 h,
                 b,
                 dw.as_mut_ptr(),
-                h + 1,
+                h,
                 false,
                 Mat::cols(dgh_all, g),
                 Mat::rows(s0, s),
@@ -751,7 +744,7 @@ fn backward<T: Real>(
                 h,
                 (t - 1) * b,
                 dw.as_mut_ptr(),
-                h + 1,
+                h,
                 true,
                 Mat::cols(&dgh_all[b * g..], g),
                 Mat::rows(out, s),
@@ -765,10 +758,7 @@ fn backward<T: Real>(
             *a += x;
         }
     }
-    for (j, v) in db.into_iter().enumerate() {
-        dw[j * (h + 1) + h] = v;
-    }
-    (dgx, ds0, dw)
+    (dgx, ds0, dw, db)
 }
 
 impl FusedRnn {
@@ -780,12 +770,9 @@ impl FusedRnn {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
     ) -> candle_core::Result<Vec<T>> {
         let gx = contiguous::<T>(s1, l1, "gx")?;
-        let s0 = contiguous::<T>(s2, l2, "s0")?;
-        let w = contiguous::<T>(s3, l3, "w_hh")?;
+        let (s0, bias) = contiguous::<T>(s2, l2, "[s0 | b_hh]")?.split_at(d.b * d.s);
         let (st, lt) = self.w_hh_t.storage_and_layout();
         let Storage::Cpu(ct) = &*st else {
             return Err(err("fused rnn: W_hhᵀ must be on the CPU".into()));
@@ -800,7 +787,7 @@ impl FusedRnn {
             )));
         }
         let threads = candle_core::utils::get_num_threads();
-        let (out, saved) = forward(self.kind, d, gx, s0, w, w_t, self.save, threads);
+        let (out, saved) = forward(self.kind, d, gx, s0, bias, w_t, self.save, threads);
         if self.save {
             let mut slot = self
                 .saved
@@ -814,7 +801,7 @@ impl FusedRnn {
     fn bwd_typed<T: Real>(
         &self,
         d: Dims,
-        s0: &Tensor,
+        aux: &Tensor,
         w: &Tensor,
         res: &Tensor,
         grad: &Tensor,
@@ -828,7 +815,7 @@ impl FusedRnn {
             .as_ref()
             .and_then(T::unwrap)
             .ok_or_else(|| err("fused rnn: backward without a saved forward pass".into()))?;
-        let (st0, l0) = s0.storage_and_layout();
+        let (st0, l0) = aux.storage_and_layout();
         let (stw, lw) = w.storage_and_layout();
         let (str_, lr) = res.storage_and_layout();
         let (stg, lg) = grad.storage_and_layout();
@@ -837,10 +824,11 @@ impl FusedRnn {
         else {
             return Err(err("fused rnn: backward expects CPU tensors".into()));
         };
-        let (dgx, ds0, dw) = backward(
+        let s0 = &contiguous::<T>(c0, l0, "[s0 | b_hh]")?[..d.b * d.s];
+        let (dgx, mut ds0, dw, db) = backward(
             self.kind,
             d,
-            contiguous::<T>(c0, l0, "s0")?,
+            s0,
             contiguous::<T>(cw, lw, "w_hh")?,
             contiguous::<T>(cr, lr, "output")?,
             saved,
@@ -848,10 +836,11 @@ impl FusedRnn {
             candle_core::utils::get_num_threads(),
         );
         let dev = Device::Cpu;
+        ds0.extend(db);
         Ok((
             Tensor::from_vec(dgx, (d.t, d.b, d.g), &dev)?,
-            Tensor::from_vec(ds0, (d.b, d.s), &dev)?,
-            Tensor::from_vec(dw, (d.g, d.h + 1), &dev)?,
+            Tensor::from_vec(ds0, d.b * d.s + d.g, &dev)?,
+            Tensor::from_vec(dw, (d.g, d.h), &dev)?,
         ))
     }
 }
@@ -867,18 +856,18 @@ impl CustomOp3 for FusedRnn {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
-        s3: &CpuStorage,
+        _s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let d = dims(self.kind, l1, l2, l3)?;
         let shape = Shape::from((d.t, d.b, d.s));
         match s1 {
             CpuStorage::F32(_) => Ok((
-                CpuStorage::F32(self.fwd_typed::<f32>(d, s1, l1, s2, l2, s3, l3)?),
+                CpuStorage::F32(self.fwd_typed::<f32>(d, s1, l1, s2, l2)?),
                 shape,
             )),
             CpuStorage::F64(_) => Ok((
-                CpuStorage::F64(self.fwd_typed::<f64>(d, s1, l1, s2, l2, s3, l3)?),
+                CpuStorage::F64(self.fwd_typed::<f64>(d, s1, l1, s2, l2)?),
                 shape,
             )),
             other => Err(err(format!(
@@ -937,11 +926,12 @@ mod tests {
             };
             let gx = val(t * b * g, 1);
             let s0 = val(b * s, 2);
-            let w = val(g * (h + 1), 3);
-            let w_t: Vec<f32> = (0..h * g).map(|k| w[(k % g) * (h + 1) + k / g]).collect();
+            let w = val(g * h, 3);
+            let bias = val(g, 5);
+            let w_t: Vec<f32> = (0..h * g).map(|k| w[(k % g) * h + k / g]).collect();
             let grad_out = val(t * b * s, 4);
             let run = |threads: usize| {
-                let (out, saved) = forward(kind, d, &gx, &s0, &w, &w_t, true, threads);
+                let (out, saved) = forward(kind, d, &gx, &s0, &bias, &w_t, true, threads);
                 let grads = backward(kind, d, &s0, &w, &out, &saved, &grad_out, threads);
                 (out, grads)
             };
@@ -949,41 +939,6 @@ mod tests {
             let (out2, g2) = run(2);
             assert_eq!(out1, out2, "{kind:?} states");
             assert_eq!(g1, g2, "{kind:?} gradients");
-        }
-    }
-
-    /// Decoding passes the bias alone: the same states as with `[W_hh | b_hh]`, bit for bit;
-    /// with gradients on, the bias alone is refused.
-    #[test]
-    fn bias_only_weights_give_the_same_states_and_refuse_gradients() {
-        let dev = candle_core::Device::Cpu;
-        for kind in [RnnKind::Gru, RnnKind::Lstm] {
-            let (t, b, h) = (4usize, 5usize, 7usize);
-            let g = kind.gates() * h;
-            let s = if kind == RnnKind::Gru { h } else { 2 * h };
-            let val = |n: usize, salt: usize| -> Vec<f32> {
-                (0..n)
-                    .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 160.0)
-                    .collect()
-            };
-            let gx = Tensor::from_vec(val(t * b * g, 1), (t, b, g), &dev).unwrap();
-            let s0 = Tensor::from_vec(val(b * s, 2), (b, s), &dev).unwrap();
-            let w_aug = Tensor::from_vec(val(g * (h + 1), 3), (g, h + 1), &dev).unwrap();
-            let w_hh_t = w_aug
-                .narrow(1, 0, h)
-                .unwrap()
-                .t()
-                .unwrap()
-                .contiguous()
-                .unwrap();
-            let bias = w_aug.narrow(1, h, 1).unwrap().contiguous().unwrap();
-            let full = run(kind, &gx, &s0, &w_aug, &w_hh_t).unwrap();
-            let alone = run(kind, &gx, &s0, &bias, &w_hh_t).unwrap();
-            let bits = |x: &Tensor| x.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            assert_eq!(bits(&full), bits(&alone), "{kind:?}");
-            let tracked = candle_core::Var::from_tensor(&bias).unwrap();
-            let e = run(kind, &gx, &s0, tracked.as_tensor(), &w_hh_t).unwrap_err();
-            assert!(e.to_string().contains("bias-only"), "{e}");
         }
     }
 

@@ -151,11 +151,10 @@ impl HostWeights {
         };
         this.words = read(word_table, |m| this.block_order(m))?;
         for (l, cell) in w.cells.iter().enumerate() {
-            // Decoding's fused weights carry the bias alone, `[G, 1]`.
-            let CellWeights::Fused { w_aug, w_hh_t } = cell else {
+            let CellWeights::Fused { b_hh, w_hh_t, .. } = cell else {
                 return Ok(None);
             };
-            if w_aug.elem_count() != gates * hidden {
+            if b_hh.elem_count() != gates * hidden {
                 return Ok(None);
             }
             let w_ih = match l {
@@ -170,7 +169,7 @@ impl HostWeights {
             };
             this.layers.push(HostLayer {
                 w_hh: read(w_hh_t, |m| this.blocks_of(m))?,
-                b_hh: read(w_aug, |m| this.block_order(m))?,
+                b_hh: read(b_hh, |m| this.block_order(m))?,
                 w_ih,
             });
         }

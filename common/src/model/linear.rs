@@ -122,8 +122,15 @@ pub(crate) fn forward<T: Real>(
     layout: WLayout,
 ) -> Vec<T> {
     // The bias rows first, then the product accumulated onto them.
-    let mut y: Vec<T> = b.iter().copied().cycle().take(n * g).collect();
-    assert!(x.len() >= n * k && w.len() >= g * k, "linear: short inputs");
+    assert!(
+        x.len() >= n * k && w.len() >= g * k && (n * g == 0 || !b.is_empty()),
+        "linear: short inputs"
+    );
+    let mut y: Vec<T> = Vec::with_capacity(n * g);
+    while y.len() < n * g {
+        let take = b.len().min(n * g - y.len());
+        y.extend_from_slice(&b[..take]);
+    }
     let x = Mat::rows(x, k);
     let w_t = w_t(w, k, g, layout);
     let macs = n * g * k;

@@ -3,9 +3,12 @@
 //! Candle's CPU random ops cannot be seeded, so dropout masks and sampling noise come from a
 //! ChaCha8 stream on the host: the same seed gives the same numbers on every machine.
 
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+
+/// `2⁻²⁴`: rand's uniform `f32` is the top 24 bits of a `u32` times this.
+const UNIT_F32: f32 = 1.0 / (1u32 << 24) as f32;
 
 /// Seeded ChaCha8 random stream used for dropout masks and Gumbel noise.
 #[derive(Debug, Clone)]
@@ -76,17 +79,61 @@ impl CaprlRng {
     }
 
     /// Inverted-dropout mask values: `1 / (1 - p)` with probability `1 - p`, else 0.
+    ///
+    /// Element `i` keeps when the `i`-th `u32` of the stream, as rand's uniform `f32`
+    /// (`(u >> 8) · 2⁻²⁴`), is below `1 - p`. The words come from the stream in blocks
+    /// (`fill_bytes` hands out the same words in the same order as one `u32` at a time).
     pub fn dropout_mask(&mut self, n: usize, p: f32) -> Vec<f32> {
         let keep = 1.0 - p;
         let scale = 1.0 / keep;
-        (0..n)
-            .map(|_| {
-                if self.inner.random::<f32>() < keep {
+        let mut bytes = vec![0u8; 4 * n];
+        self.inner.fill_bytes(&mut bytes);
+        bytes
+            .chunks_exact(4)
+            .map(|w| {
+                let u = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                if (u >> 8) as f32 * UNIT_F32 < keep {
                     scale
                 } else {
                     0.0
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The block-wise mask is the one drawn one `f32` at a time with rand's uniform `f32`, and
+    /// leaves the stream at the same position.
+    #[test]
+    fn dropout_masks_match_drawing_one_uniform_f32_at_a_time() {
+        for (n, p) in [(1usize, 0.5f32), (7, 0.2), (1000, 0.5), (4099, 0.3)] {
+            let mut fast = CaprlRng::new(11);
+            let mut slow = CaprlRng::new(11);
+            let _ = fast.next_u64();
+            let _ = slow.next_u64();
+            let got = fast.dropout_mask(n, p);
+            let want: Vec<f32> = (0..n)
+                .map(|_| {
+                    if slow.inner.random::<f32>() < 1.0 - p {
+                        1.0 / (1.0 - p)
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            assert_eq!(got, want, "n = {n}, p = {p}");
+            assert_eq!(fast.state(), slow.state(), "n = {n}");
+            let kept = got.iter().filter(|&&m| m > 0.0).count() as f32 / n as f32;
+            if n >= 1000 {
+                assert!(
+                    (kept - (1.0 - p)).abs() < 0.05,
+                    "kept {kept} of n = {n}, p = {p}"
+                );
+            }
+        }
     }
 }

@@ -36,10 +36,13 @@ impl LayerState {
 /// Recurrent weights of one layer, prepared once per pass (outside the time loop).
 #[derive(Debug, Clone)]
 pub(crate) enum CellWeights {
-    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `[W_hh | b_hh]` `[G, H + 1]` (or,
-    /// for decoding, `b_hh` alone as `[G, 1]`) and a detached `W_hhᵀ` `[H, G]` for its
-    /// forward gemm.
-    Fused { w_aug: Tensor, w_hh_t: Tensor },
+    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `W_hh` `[G, H]`, `b_hh` `[G]` and a
+    /// detached `W_hhᵀ` `[H, G]` for its forward gemm.
+    Fused {
+        w_hh: Tensor,
+        b_hh: Tensor,
+        w_hh_t: Tensor,
+    },
     /// For the step built from graph ops (other devices and dtypes).
     Graph {
         /// `W_hhᵀ` `[H, G]`.
@@ -55,7 +58,8 @@ impl CellWeights {
     pub fn new(w_hh: &Tensor, b_hh: &Tensor) -> Result<Self> {
         if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
             Ok(Self::Fused {
-                w_aug: Tensor::cat(&[w_hh, &b_hh.unsqueeze(1)?], 1)?,
+                w_hh: w_hh.clone(),
+                b_hh: b_hh.clone(),
                 w_hh_t: transposed_copy(w_hh)?,
             })
         } else {
@@ -63,19 +67,6 @@ impl CellWeights {
                 w_hh_t: w_hh.t()?.contiguous()?,
                 b_hh: b_hh.clone(),
             })
-        }
-    }
-
-    /// Like [`CellWeights::new`] for a pass without gradients (decoding): the fused layer gets
-    /// the bias alone, so `[W_hh | b_hh]` is not copied for it.
-    pub fn for_decoding(w_hh: &Tensor, b_hh: &Tensor) -> Result<Self> {
-        if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
-            Ok(Self::Fused {
-                w_aug: b_hh.unsqueeze(1)?.contiguous()?,
-                w_hh_t: transposed_copy(w_hh)?,
-            })
-        } else {
-            Self::new(w_hh, b_hh)
         }
     }
 }
@@ -116,11 +107,12 @@ pub(crate) fn run_sequence(
     w: &CellWeights,
 ) -> Result<Option<Tensor>> {
     match w {
-        CellWeights::Fused { w_aug, w_hh_t } => Ok(Some(fused_rnn::run(
+        CellWeights::Fused { w_hh, b_hh, w_hh_t } => Ok(Some(fused_rnn::run(
             kind,
             gx,
             &packed_state(kind, state)?,
-            w_aug,
+            w_hh,
+            b_hh,
             w_hh_t,
         )?)),
         CellWeights::Graph { .. } => Ok(None),
@@ -142,12 +134,13 @@ pub(crate) fn cell_step(
 ) -> Result<LayerState> {
     let hidden = state.h.dim(D::Minus1)?;
     let (w_hh_t, b_hh) = match w {
-        CellWeights::Fused { w_aug, w_hh_t } => {
+        CellWeights::Fused { w_hh, b_hh, w_hh_t } => {
             let out = fused_rnn::run(
                 kind,
                 &gx.unsqueeze(0)?,
                 &packed_state(kind, state)?,
-                w_aug,
+                w_hh,
+                b_hh,
                 w_hh_t,
             )?
             .squeeze(0)?;

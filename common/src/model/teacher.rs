@@ -29,11 +29,22 @@ pub struct TeacherForced {
 }
 
 /// The decoder run over given sequences: the prepared weights, the tokens on the host and the
-/// top layer's states `[T, B, H]` (time-major).
+/// top layer's states `[T, B, S]` (time-major; `S = H`, or `2H` for the fused LSTM's packed
+/// `[h, c]`).
 struct TeacherRun {
     w: Prepared,
     host: Vec<Vec<u32>>,
     top: Tensor,
+}
+
+impl TeacherRun {
+    /// The top layer's hidden states `[T, B, H]`.
+    fn hidden(&self, hidden: usize) -> Result<Tensor> {
+        Ok(match self.top.dim(2)? == hidden {
+            true => self.top.clone(),
+            false => self.top.narrow(2, 0, hidden)?,
+        })
+    }
 }
 
 impl Captioner {
@@ -57,19 +68,33 @@ impl Captioner {
                 .squeeze(2)?;
             return Ok((logp.mul(&mask)?, mask));
         }
-        // Only the taken tokens' log-probabilities: one node from the hidden states on.
+        // Only the taken tokens' log-probabilities: one node from the states on, which reads
+        // them time-major as the recurrent layer wrote them, with the output dropout inside.
         let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
         let (b, t) = seqs.dims2()?;
-        let out = self.output_states(&run.top, dropout_rng)?;
-        let targets: Vec<u32> = run.host.into_iter().flatten().collect();
-        let logp = token_log_softmax(
-            &out.reshape((b * t, ()))?,
-            &run.w.logit_w,
-            &run.w.logit_b,
-            targets,
-        )?
-        .ok_or_else(|| ModelError::Input("token log-softmax: unsupported tensors".into()))?
-        .reshape((b, t))?;
+        let h = self.cfg.hidden;
+        let drop = match dropout_rng {
+            // Drawn batch-major, as `output_states` draws it, so both passes drop the same units.
+            Some(rng) if self.cfg.dropout > 0.0 => {
+                let batch_major = rng.dropout_mask(b * t * h, self.cfg.dropout);
+                let mut mask = Vec::with_capacity(b * t * h);
+                for s in 0..t {
+                    for r in 0..b {
+                        let at = (r * t + s) * h;
+                        mask.extend_from_slice(&batch_major[at..at + h]);
+                    }
+                }
+                Some(mask)
+            }
+            _ => None,
+        };
+        let targets: Vec<u32> = (0..t)
+            .flat_map(|s| run.host.iter().map(move |row| row[s]))
+            .collect();
+        let logp = token_log_softmax(&run.top, &run.w.logit_w, &run.w.logit_b, targets, drop)?
+            .ok_or_else(|| ModelError::Input("token log-softmax: unsupported tensors".into()))?
+            .reshape((t, b))?
+            .t()?;
         Ok((logp.mul(&mask)?, mask))
     }
 
@@ -83,7 +108,8 @@ impl Captioner {
         let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
         let (b, t) = seqs.dims2()?;
         let w = &run.w;
-        let out = self.output_states(&run.top, dropout_rng)?;
+        let top = run.hidden(self.cfg.hidden)?;
+        let out = self.output_states(&top, dropout_rng)?;
         let logits =
             linear(&out.reshape((b * t, ()))?, &w.logit_w, &w.logit_b)?.reshape((b, t, ()))?;
         // Log-softmax and the losses after it in the parameters' dtype (f32): a bf16
@@ -91,7 +117,7 @@ impl Captioner {
         let logprobs_full = log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?;
         Ok(TeacherForced {
             logprobs_full,
-            hidden: run.top.transpose(0, 1)?.to_dtype(self.cfg.dtype)?,
+            hidden: top.transpose(0, 1)?.to_dtype(self.cfg.dtype)?,
         })
     }
 
@@ -178,8 +204,8 @@ impl Captioner {
     }
 
     /// The whole sequence layer by layer with the fused recurrent layer, from layer 0's input
-    /// term `gx` `[T, B, G]` (image term included). Returns the top layer's states `[T, B, H]`,
-    /// or `None` to fall back to the step loop. Dropout between layers draws its masks in the
+    /// term `gx` `[T, B, G]` (image term included). Returns the top layer's states `[T, B, S]`
+    /// as the fused layer packs them, or `None` to fall back to the step loop. Dropout between layers draws its masks in the
     /// same order as the step loop (time-major), so both give the same result for the same RNG.
     fn run_fused(
         &self,
@@ -194,9 +220,10 @@ impl Captioner {
         let mut top = None;
         for (l, state) in states.iter().enumerate() {
             if l > 0 {
-                let below = top.take().ok_or_else(|| {
+                let below: Tensor = top.take().ok_or_else(|| {
                     ModelError::Input("fused decoder: missing the layer below".into())
                 })?;
+                let below = unpack_states(kind, &below, hidden)?.0;
                 let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
                 let (wt, bias) = &w.upper[l - 1];
                 gx = add_row_bias(&below.reshape((t * b, hidden))?.matmul(wt)?, bias)?
@@ -205,7 +232,7 @@ impl Captioner {
             let Some(out) = run_sequence(kind, &gx, state, &w.cells[l])? else {
                 return Ok(None);
             };
-            top = Some(unpack_states(kind, &out, hidden)?.0);
+            top = Some(out);
         }
         Ok(top)
     }

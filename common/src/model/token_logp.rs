@@ -4,6 +4,10 @@
 //! A matmul, bias add, log-softmax (five ops) and gather would be eight nodes over `[N, V]`, each
 //! with a zero-filled gradient plus an add in the backward pass. Backward:
 //! `dz_n = g_n (onehot(y_n) − softmax(z_n))`, then `dh = dz W`, `dW = dzᵀ h`, `db = Σ_n dz_n`.
+//!
+//! The node also reads the first `H` values of wider rows (an LSTM's packed `[h, c]` states)
+//! and applies the output layer's dropout mask, so the decoder's states go in as they come out
+//! of the recurrent layer: no narrow, transpose, mask multiply or copy nodes over `[N, H]`.
 
 use std::sync::Mutex;
 
@@ -13,14 +17,17 @@ use super::error::Result;
 use super::fused_rnn::{contiguous, err, supported, Real, Saved};
 use super::linear::{self, WLayout};
 
-/// `log p(targets[n])` `[N]` from the top hidden states `h` `[N, H]`, the output weights `W`
-/// `[V, H]` and bias `b` `[V]`; `None` when the tensors are not CPU f32/f64 of one dtype (the
-/// caller takes candle's ops). Targets must be below `V` (checked).
+/// `log p(targets[n])` `[N]` from the top hidden states `h` `[.., S]`, `N` rows in all (the
+/// first `H` values of each row are read, `S ≥ H`), the output weights `W` `[V, H]` and bias `b` `[V]`; `mask`
+/// `[N, H]` (row-major), when given, multiplies the states read (dropout). `None` when the
+/// tensors are not CPU f32/f64 of one dtype (the caller takes candle's ops). Targets must be
+/// below `V` (checked).
 pub(crate) fn token_log_softmax(
     h: &Tensor,
     w: &Tensor,
     b: &Tensor,
     targets: Vec<u32>,
+    mask: Option<Vec<f32>>,
 ) -> Result<Option<Tensor>> {
     let native = supported(h.device(), h.dtype())
         && w.dtype() == h.dtype()
@@ -36,8 +43,10 @@ pub(crate) fn token_log_softmax(
     let save = h.track_op() || w.track_op() || b.track_op();
     let op = TokenLogSoftmax {
         targets,
+        mask,
         save,
         probs: Mutex::new(None),
+        input: Mutex::new(None),
     };
     Ok(Some(if save {
         h.apply_op3(&w, &b, op)?
@@ -48,21 +57,43 @@ pub(crate) fn token_log_softmax(
 
 struct TokenLogSoftmax {
     targets: Vec<u32>,
+    /// Dropout mask `[N, H]` on the states read.
+    mask: Option<Vec<f32>>,
     save: bool,
     /// `softmax(z)` `[N, V]`, kept by the forward pass for the backward one.
     probs: Mutex<Option<Saved>>,
+    /// The output layer's input `[N, H]` when it is not `h` itself (wider rows or a mask).
+    input: Mutex<Option<Saved>>,
 }
 
-/// `(N, H, V)` for the layouts of `h`, `W`, `b`.
+/// Sizes of one call: `N` rows, `S` values per row of `h`, of which the first `K` are read,
+/// `V` words.
+#[derive(Clone, Copy)]
+struct Sizes {
+    n: usize,
+    s: usize,
+    k: usize,
+    v: usize,
+}
+
+/// The sizes for the layouts of `h`, `W`, `b`.
 fn sizes(
     lh: &Layout,
     lw: &Layout,
     lb: &Layout,
     targets: usize,
-) -> candle_core::Result<(usize, usize, usize)> {
-    let (n, k) = lh.shape().dims2()?;
-    let (v, k2) = lw.shape().dims2()?;
-    if k != k2 || lb.shape().elem_count() != v || targets != n || v == 0 {
+    mask: Option<usize>,
+) -> candle_core::Result<Sizes> {
+    let s = lh.shape().dims().last().copied().unwrap_or(0);
+    let n = lh.shape().elem_count() / s.max(1);
+    let (v, k) = lw.shape().dims2()?;
+    if lh.shape().rank() < 2
+        || s < k
+        || lb.shape().elem_count() != v
+        || targets != n
+        || v == 0
+        || mask.is_some_and(|m| m != n * k)
+    {
         return Err(err(format!(
             "token log-softmax: shapes h {:?}, w {:?}, b {:?} and {targets} targets do not fit",
             lh.shape(),
@@ -70,7 +101,7 @@ fn sizes(
             lb.shape()
         )));
     }
-    Ok((n, k, v))
+    Ok(Sizes { n, s, k, v })
 }
 
 impl TokenLogSoftmax {
@@ -80,7 +111,7 @@ impl TokenLogSoftmax {
         (s2, l2): (&CpuStorage, &Layout),
         (s3, l3): (&CpuStorage, &Layout),
     ) -> candle_core::Result<Vec<T>> {
-        let (n, k, v) = sizes(l1, l2, l3, self.targets.len())?;
+        let Sizes { n, s, k, v } = self.sizes(l1, l2, l3)?;
         if let Some(bad) = self.targets.iter().find(|&&y| y as usize >= v) {
             return Err(err(format!(
                 "token log-softmax: target {bad} outside a vocabulary of {v}"
@@ -89,8 +120,10 @@ impl TokenLogSoftmax {
         let h = contiguous::<T>(s1, l1, "h")?;
         let w = contiguous::<T>(s2, l2, "w")?;
         let b = contiguous::<T>(s3, l3, "b")?;
+        let x = self.read(h, s, k);
+        let x = x.as_deref().unwrap_or(h);
         // The logits, turned into probabilities in place row by row.
-        let mut z = linear::forward(h, w, b, n, k, v, WLayout::Rows);
+        let mut z = linear::forward(x, w, b, n, k, v, WLayout::Rows);
         let mut out = Vec::with_capacity(n);
         for (row, &y) in z.chunks_exact_mut(v).zip(&self.targets) {
             let max = row.iter().copied().fold(T::NEG_INFINITY, T::max_);
@@ -108,12 +141,37 @@ impl TokenLogSoftmax {
             }
         }
         if self.save {
-            *self
-                .probs
-                .lock()
-                .map_err(|_| err("token log-softmax: lock poisoned".into()))? = Some(T::wrap(z));
+            let poisoned = |_| err("token log-softmax: lock poisoned".into());
+            *self.probs.lock().map_err(poisoned)? = Some(T::wrap(z));
+            if x.len() != h.len() || self.mask.is_some() {
+                *self.input.lock().map_err(poisoned)? = Some(T::wrap(x.to_vec()));
+            }
         }
         Ok(out)
+    }
+
+    fn sizes(&self, lh: &Layout, lw: &Layout, lb: &Layout) -> candle_core::Result<Sizes> {
+        let mask = self.mask.as_ref().map(Vec::len);
+        sizes(lh, lw, lb, self.targets.len(), mask)
+    }
+
+    /// The output layer's input `[N, K]`: the first `K` of each row of `h` `[N, S]` times the
+    /// mask; `None` when that is `h` itself.
+    fn read<T: Real>(&self, h: &[T], s: usize, k: usize) -> Option<Vec<T>> {
+        if s == k && self.mask.is_none() {
+            return None;
+        }
+        let mut x: Vec<T> = h
+            .chunks_exact(s)
+            .flat_map(|row| &row[..k])
+            .copied()
+            .collect();
+        if let Some(mask) = &self.mask {
+            for (a, &m) in x.iter_mut().zip(mask) {
+                *a *= T::from_f64(m as f64);
+            }
+        }
+        Some(x)
     }
 
     fn bwd_typed<T: Real>(
@@ -123,15 +181,12 @@ impl TokenLogSoftmax {
         b: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let (n, k, v) = sizes(h.layout(), w.layout(), b.layout(), self.targets.len())?;
-        let slot = self
-            .probs
-            .lock()
-            .map_err(|_| err("token log-softmax: lock poisoned".into()))?;
-        let probs = slot
-            .as_ref()
-            .and_then(T::unwrap)
-            .ok_or_else(|| err("token log-softmax: backward without a forward pass".into()))?;
+        let Sizes { n, s, k, v } = self.sizes(h.layout(), w.layout(), b.layout())?;
+        let poisoned = |_| err("token log-softmax: lock poisoned".into());
+        let missing = || err("token log-softmax: backward without a forward pass".into());
+        let slot = self.probs.lock().map_err(poisoned)?;
+        let probs = slot.as_ref().and_then(T::unwrap).ok_or_else(missing)?;
+        let input = self.input.lock().map_err(poisoned)?;
         let grad = grad.contiguous()?;
         let (sh, lh) = h.storage_and_layout();
         let (sw, lw) = w.storage_and_layout();
@@ -151,8 +206,12 @@ impl TokenLogSoftmax {
             dz.extend(p.iter().map(|&q| T::ZERO - gn * q));
             dz[at + y as usize] += gn;
         }
-        let grads = linear::backward(
-            contiguous::<T>(ch, lh, "h")?,
+        let x = match input.as_ref() {
+            Some(saved) => T::unwrap(saved).ok_or_else(missing)?,
+            None => contiguous::<T>(ch, lh, "h")?,
+        };
+        let mut grads = linear::backward(
+            x,
             contiguous::<T>(cw, lw, "w")?,
             &dz,
             n,
@@ -161,6 +220,19 @@ impl TokenLogSoftmax {
             1,
             WLayout::Rows,
         );
+        if let Some(mask) = &self.mask {
+            for (a, &m) in grads.dx.iter_mut().zip(mask) {
+                *a *= T::from_f64(m as f64);
+            }
+        }
+        if s != k {
+            // The gradient of the values not read (an LSTM's cell states) is zero.
+            let mut dh = vec![T::ZERO; n * s];
+            for (row, dx) in dh.chunks_exact_mut(s).zip(grads.dx.chunks_exact(k)) {
+                row[..k].copy_from_slice(dx);
+            }
+            grads.dx = dh;
+        }
         grads.into_tensors(h, w, b)
     }
 }
@@ -223,9 +295,15 @@ mod tests {
         let b = Var::from_tensor(&values(&[v], 3, 2.0)).unwrap();
         let targets: Vec<u32> = (0..n as u32).map(|i| (i * 5 + 1) % v as u32).collect();
         let up = values(&[n], 4, 2.0);
-        let fused = token_log_softmax(h.as_tensor(), w.as_tensor(), b.as_tensor(), targets.clone())
-            .unwrap()
-            .unwrap();
+        let fused = token_log_softmax(
+            h.as_tensor(),
+            w.as_tensor(),
+            b.as_tensor(),
+            targets.clone(),
+            None,
+        )
+        .unwrap()
+        .unwrap();
         let logits = h
             .as_tensor()
             .matmul(&w.as_tensor().t().unwrap())
@@ -257,11 +335,55 @@ mod tests {
             &values(&[4, 3], 2, 2.0),
             &values(&[4], 3, 2.0),
             vec![1, 4],
+            None,
         )
         .unwrap_err();
         assert!(
             err.to_string().contains("outside a vocabulary of 4"),
             "{err}"
         );
+    }
+
+    /// Wider rows (an LSTM's `[h, c]`) and a dropout mask: the same values and gradients as
+    /// narrowing, multiplying by the mask and taking the plain node; no gradient reaches the
+    /// values not read.
+    #[test]
+    fn wide_rows_and_a_mask_match_narrow_and_multiply() {
+        let (n, s, k, v) = (5, 7, 4, 6);
+        let h = Var::from_tensor(&values(&[n, s], 1, 2.0)).unwrap();
+        let w = Var::from_tensor(&values(&[v, k], 2, 2.0)).unwrap();
+        let b = Var::from_tensor(&values(&[v], 3, 2.0)).unwrap();
+        let targets: Vec<u32> = (0..n as u32).map(|i| (i * 5 + 2) % v as u32).collect();
+        let mask: Vec<f32> = (0..n * k).map(|i| [1.25, 0.0, 1.25][i % 3]).collect();
+        let up = values(&[n], 4, 2.0);
+        let fused = token_log_softmax(
+            h.as_tensor(),
+            w.as_tensor(),
+            b.as_tensor(),
+            targets.clone(),
+            Some(mask.clone()),
+        )
+        .unwrap()
+        .unwrap();
+        let m = Tensor::from_vec(mask, (n, k), &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap();
+        let x = h.as_tensor().narrow(1, 0, k).unwrap().mul(&m).unwrap();
+        let plain = token_log_softmax(&x, w.as_tensor(), b.as_tensor(), targets, None)
+            .unwrap()
+            .unwrap();
+        close(&fused, &plain);
+        let gf = grads_of_weighted_sum(&fused, &up);
+        let gp = grads_of_weighted_sum(&plain, &up);
+        for p in [&h, &w, &b] {
+            close(
+                gf.get(p.as_tensor()).unwrap(),
+                gp.get(p.as_tensor()).unwrap(),
+            );
+        }
+        let dh = gf.get(h.as_tensor()).unwrap();
+        let unread = dh.narrow(1, k, s - k).unwrap().abs().unwrap();
+        assert_eq!(unread.sum_all().unwrap().to_scalar::<f64>().unwrap(), 0.0);
     }
 }
