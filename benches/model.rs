@@ -4,7 +4,8 @@
 //! PyTorch peer in scripts/peer/). Threads: `RAYON_NUM_THREADS` (candle's CPU matmul reads it).
 //!
 //! The decoders run on weights prepared once (a `Decoder`, as an actor holds one per policy
-//! version); `decoder_prepare` times that preparation on its own.
+//! version); `decoder_prepare` times that preparation on its own. The benchmark runs with the
+//! binary's allocator (mimalloc).
 //!
 //! `RAYON_NUM_THREADS=1 cargo bench --bench model`; see scripts/peer/run_model_peer.sh.
 
@@ -16,6 +17,10 @@ use caprl_common::model::{
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// The allocator the `caprl` binary runs with, so that the figures are the binary's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const B: usize = 32;
 const MAX_LEN: usize = 16;

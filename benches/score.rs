@@ -11,6 +11,11 @@ use caprl_common::score::{
     cider_corpus_parallel, evaluate, load_cands, load_refs, CiderD, DocFreq, Interner,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+/// The allocator the `caprl` binary runs with, so that the figures are the binary's.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Deterministic captions of 7..14 words over a 2,000-word vocabulary
 /// skewed towards low ids (a small LCG keeps the bench free of extra deps).
 fn synthetic(images: usize, refs: usize) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<u32>>) {

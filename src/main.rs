@@ -10,6 +10,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc: glibc's malloc returns the step's multi-megabyte buffers to the OS and faults them
+/// back in every step (see the workspace Cargo.toml).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     caprl_common::model::keep_elementwise_ops_on_one_thread();
     let cli = cli::Cli::parse();

@@ -7,9 +7,6 @@ use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-/// `2⁻²⁴`: rand's uniform `f32` is the top 24 bits of a `u32` times this.
-const UNIT_F32: f32 = 1.0 / (1u32 << 24) as f32;
-
 /// Seeded ChaCha8 random stream used for dropout masks and Gumbel noise.
 #[derive(Debug, Clone)]
 pub struct CaprlRng {
@@ -86,21 +83,27 @@ impl CaprlRng {
     pub fn dropout_mask(&mut self, n: usize, p: f32) -> Vec<f32> {
         let keep = 1.0 - p;
         let scale = 1.0 / keep;
-        let mut bytes = vec![0u8; 4 * n];
-        self.inner.fill_bytes(&mut bytes);
-        bytes
-            .chunks_exact(4)
-            .map(|w| {
-                let u = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-                if (u >> 8) as f32 * UNIT_F32 < keep {
-                    scale
-                } else {
-                    0.0
-                }
-            })
+        // `(u >> 8) · 2⁻²⁴ < keep` exactly when the integer `u >> 8` is below `⌈keep · 2²⁴⌉`
+        // (both products by a power of two are exact): a compare the loop below vectorises.
+        let below = (keep as f64 * (1u64 << 24) as f64).ceil() as u32;
+        let mut words = vec![0u32; n];
+        let mut bytes = vec![0u8; 4 * n.min(BLOCK_WORDS)];
+        for chunk in words.chunks_mut(BLOCK_WORDS) {
+            let bytes = &mut bytes[..4 * chunk.len()];
+            self.inner.fill_bytes(bytes);
+            for (w, b) in chunk.iter_mut().zip(bytes.chunks_exact(4)) {
+                *w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        words
+            .into_iter()
+            .map(|u| if (u >> 8) < below { scale } else { 0.0 })
             .collect()
     }
 }
+
+/// Words drawn per `fill_bytes` call by [`CaprlRng::dropout_mask`] (a 16 KiB buffer).
+const BLOCK_WORDS: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -110,7 +113,14 @@ mod tests {
     /// leaves the stream at the same position.
     #[test]
     fn dropout_masks_match_drawing_one_uniform_f32_at_a_time() {
-        for (n, p) in [(1usize, 0.5f32), (7, 0.2), (1000, 0.5), (4099, 0.3)] {
+        for (n, p) in [
+            (1usize, 0.5f32),
+            (7, 0.2),
+            (1000, 0.5),
+            (4099, 0.3),
+            (9000, 0.1),
+            (300, 0.9),
+        ] {
             let mut fast = CaprlRng::new(11);
             let mut slow = CaprlRng::new(11);
             let _ = fast.next_u64();

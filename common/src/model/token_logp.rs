@@ -120,10 +120,9 @@ impl TokenLogSoftmax {
         let h = contiguous::<T>(s1, l1, "h")?;
         let w = contiguous::<T>(s2, l2, "w")?;
         let b = contiguous::<T>(s3, l3, "b")?;
-        let x = self.read(h, s, k);
-        let x = x.as_deref().unwrap_or(h);
+        let read = self.read(h, s, k);
         // The logits, turned into probabilities in place row by row.
-        let mut z = linear::forward(x, w, b, n, k, v, WLayout::Rows);
+        let mut z = linear::forward(read.as_deref().unwrap_or(h), w, b, n, k, v, WLayout::Rows);
         let mut out = Vec::with_capacity(n);
         for (row, &y) in z.chunks_exact_mut(v).zip(&self.targets) {
             let max = row.iter().copied().fold(T::NEG_INFINITY, T::max_);
@@ -143,8 +142,8 @@ impl TokenLogSoftmax {
         if self.save {
             let poisoned = |_| err("token log-softmax: lock poisoned".into());
             *self.probs.lock().map_err(poisoned)? = Some(T::wrap(z));
-            if x.len() != h.len() || self.mask.is_some() {
-                *self.input.lock().map_err(poisoned)? = Some(T::wrap(x.to_vec()));
+            if let Some(x) = read {
+                *self.input.lock().map_err(poisoned)? = Some(T::wrap(x));
             }
         }
         Ok(out)
