@@ -643,7 +643,8 @@ fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx:
     }
 }
 
-/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and `d out` `[T, B, S]`.
+/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and
+/// `d out` `[T, B, S]`.
 #[allow(clippy::too_many_arguments)]
 fn backward<T: Real>(
     kind: RnnKind,
