@@ -257,24 +257,38 @@ fn for_each_row(threads: usize, rows: usize, values_per_row: usize, f: impl Fn(u
         .for_each(|k| (k * per..((k + 1) * per).min(rows)).for_each(&f));
 }
 
-/// A buffer of rows handed to [`for_each_row`]'s closure, which takes row `i` as `&mut`.
+/// An output buffer that several threads write disjoint parts of while their caller waits for
+/// them ([`for_each_row`]'s rows, `linear`'s two column halves, the host step's blocks).
 #[derive(Clone, Copy)]
-struct RowPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub *mut T);
 
-// SAFETY: the pointer is only dereferenced through `row`, whose callers guarantee that each row
-// is borrowed by one thread at a time.
-unsafe impl<T: Send> Send for RowPtr<T> {}
-unsafe impl<T: Send> Sync for RowPtr<T> {}
+// SAFETY: the pointer is only dereferenced through `row` and `slice`, whose callers guarantee
+// that each part is borrowed by one thread at a time.
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
 
-impl<T> RowPtr<T> {
+impl<T> SendPtr<T> {
+    /// The address of value `offset`.
+    pub(crate) fn at(&self, offset: usize) -> *mut T {
+        self.0.wrapping_add(offset)
+    }
+
+    /// The `len` values from `offset` on.
+    ///
+    /// # Safety
+    /// They must lie inside the buffer, and no other reference to them may be live.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, offset: usize, len: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(offset), len)
+    }
+
     /// Row `i` of width `w`.
     ///
     /// # Safety
-    /// The buffer must hold at least `(i + 1) * w` values and no other reference to that row
-    /// may be live.
+    /// As for [`SendPtr::slice`] of values `i * w..(i + 1) * w`.
     #[allow(clippy::mut_from_ref)]
     unsafe fn row(&self, i: usize, w: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(i * w), w)
+        self.slice(i * w, w)
     }
 }
 
@@ -423,7 +437,7 @@ fn forward<T: Real>(
         } else {
             &mut scratch
         };
-        let (o_ptr, sv_ptr) = (RowPtr(cur.as_mut_ptr()), RowPtr(sv_step.as_mut_ptr()));
+        let (o_ptr, sv_ptr) = (SendPtr(cur.as_mut_ptr()), SendPtr(sv_step.as_mut_ptr()));
         for_each_row(threads, b, g, |i| {
             let gxr = &gx_t[i * g..(i + 1) * g];
             let ghr = &gh[i * g..(i + 1) * g];
@@ -680,10 +694,10 @@ fn backward<T: Real>(
         };
         let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
         let dgh_t = match kind {
-            RnnKind::Gru => RowPtr(dgh_gru[step * b * g..].as_mut_ptr()),
-            RnnKind::Lstm => RowPtr(std::ptr::null_mut()),
+            RnnKind::Gru => SendPtr(dgh_gru[step * b * g..].as_mut_ptr()),
+            RnnKind::Lstm => SendPtr(std::ptr::null_mut()),
         };
-        let (dp_ptr, dx_ptr) = (RowPtr(ds_prev.as_mut_ptr()), RowPtr(dgx_t.as_mut_ptr()));
+        let (dp_ptr, dx_ptr) = (SendPtr(ds_prev.as_mut_ptr()), SendPtr(dgx_t.as_mut_ptr()));
         let ds_now = &ds[..];
         for_each_row(threads, b, g, |i| {
             let sv = &saved[(step * b + i) * sw..(step * b + i + 1) * sw];

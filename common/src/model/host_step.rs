@@ -22,8 +22,7 @@ use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use super::captioner::{Encoded, Prepared};
 use super::config::{ModelKind, RnnKind};
 use super::error::Result;
-use super::fused_rnn::{self, gemm_into, Mat};
-use super::linear::SendPtr;
+use super::fused_rnn::{self, gemm_into, Mat, SendPtr};
 use super::rnn::{CellWeights, LayerState};
 
 /// Below this many multiply-adds a region's blocks run one after the other on the calling

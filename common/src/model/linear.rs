@@ -12,7 +12,9 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 
 use super::bias::add_row_bias;
 use super::error::Result;
-use super::fused_rnn::{contiguous, err, gemm_into, supported, Mat, Real, PARALLEL_MIN_MACS};
+use super::fused_rnn::{
+    contiguous, err, gemm_into, supported, Mat, Real, SendPtr, PARALLEL_MIN_MACS,
+};
 
 /// How the weight is stored.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -163,33 +165,11 @@ pub(crate) fn forward<T: Real>(
 /// halves of columns on two threads.
 const SPLIT_MIN_MACS: usize = 1 << 20;
 
-/// An output buffer that several threads write disjoint parts of.
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub *mut T);
 #[derive(Clone, Copy)]
 struct SendMat<T>(Mat<T>);
-// SAFETY: the pointers are shared by threads that read shared inputs and write disjoint parts of
-// the output while their caller waits for them (`forward`'s two halves, the host step's blocks).
-unsafe impl<T: Send> Send for SendPtr<T> {}
-unsafe impl<T: Send> Sync for SendPtr<T> {}
+// SAFETY: read by `forward`'s two halves while `forward` waits for both.
 unsafe impl<T: Sync> Send for SendMat<T> {}
 unsafe impl<T: Sync> Sync for SendMat<T> {}
-
-impl<T> SendPtr<T> {
-    /// The address of value `offset`.
-    pub(crate) fn at(&self, offset: usize) -> *mut T {
-        self.0.wrapping_add(offset)
-    }
-
-    /// The `len` values from `offset` on.
-    ///
-    /// # Safety
-    /// They must lie inside the buffer, and no other reference to them may be live.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice(&self, offset: usize, len: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(offset), len)
-    }
-}
 
 /// `dx`, `dW`, `db` of [`backward`].
 pub(crate) struct Grads<T> {

@@ -286,6 +286,17 @@ mod tests {
     use crate::model::op_check::{assert_close as close, grads_of_weighted_sum, values};
     use candle_core::{Device, Var, D};
 
+    /// `a` and `b` give the same gradients of `Σ y ⊙ up` to every parameter.
+    fn same_grads(a: &Tensor, b: &Tensor, up: &Tensor, params: [&Var; 3]) {
+        let (ga, gb) = (grads_of_weighted_sum(a, up), grads_of_weighted_sum(b, up));
+        for p in params {
+            close(
+                ga.get(p.as_tensor()).unwrap(),
+                gb.get(p.as_tensor()).unwrap(),
+            );
+        }
+    }
+
     #[test]
     fn taken_token_logprobs_and_gradients_match_log_softmax_and_gather() {
         let (n, k, v) = (7, 4, 6);
@@ -317,14 +328,7 @@ mod tests {
             .squeeze(1)
             .unwrap();
         close(&fused, &graph);
-        let gf = grads_of_weighted_sum(&fused, &up);
-        let gg = grads_of_weighted_sum(&graph, &up);
-        for p in [&h, &w, &b] {
-            close(
-                gf.get(p.as_tensor()).unwrap(),
-                gg.get(p.as_tensor()).unwrap(),
-            );
-        }
+        same_grads(&fused, &graph, &up, [&h, &w, &b]);
     }
 
     #[test]
@@ -373,14 +377,8 @@ mod tests {
             .unwrap()
             .unwrap();
         close(&fused, &plain);
+        same_grads(&fused, &plain, &up, [&h, &w, &b]);
         let gf = grads_of_weighted_sum(&fused, &up);
-        let gp = grads_of_weighted_sum(&plain, &up);
-        for p in [&h, &w, &b] {
-            close(
-                gf.get(p.as_tensor()).unwrap(),
-                gp.get(p.as_tensor()).unwrap(),
-            );
-        }
         let dh = gf.get(h.as_tensor()).unwrap();
         let unread = dh.narrow(1, k, s - k).unwrap().abs().unwrap();
         assert_eq!(unread.sum_all().unwrap().to_scalar::<f64>().unwrap(), 0.0);
