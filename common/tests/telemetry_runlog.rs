@@ -2,7 +2,9 @@
 
 use std::io::Write;
 
-use caprl_common::telemetry::{read_run_log, EvalRecord, RunLog, StepRecord, TelemetryError};
+use caprl_common::telemetry::{
+    read_run_log, EvalRecord, ResumeRecord, RunLog, StepRecord, TelemetryError,
+};
 use serde_json::json;
 
 const CONFIG: &str = "seed = 3\n\n[train]\nobjective = \"scst\"\n";
@@ -24,7 +26,12 @@ fn step(n: u64) -> StepRecord {
         tokens_per_s: 1000.0,
         rollouts_per_s: 80.0,
         lag: 0.25,
+        max_lag: 1,
+        importance_weight: 0.9,
         dropped_stale: 1,
+        tasks_issued: 4,
+        results_found: 0,
+        rejected: [("bad_magic".to_string(), 2)].into(),
         seconds: 0.5,
         unix_ms: 1_700_000_000_000 + n,
     }
@@ -193,6 +200,12 @@ fn resume_appends_after_a_torn_line_and_replayed_steps_supersede() {
 
     // The checkpoint was at step 3: steps 4.. are done again.
     let mut log = RunLog::open_append(dir.path()).expect("open_append");
+    let resumed = ResumeRecord {
+        from_step: Some(3),
+        checkpoint: Some("ckpt-00000003".into()),
+        unix_ms: 7,
+    };
+    log.log_resume(&resumed).expect("resume record");
     for n in 4..=6 {
         let mut s = step(n);
         s.phase = "resumed".into();
@@ -224,6 +237,7 @@ fn resume_appends_after_a_torn_line_and_replayed_steps_supersede() {
         ]
     );
     assert_eq!(back.evals, vec![eval(5, 0.7)]);
+    assert_eq!(back.resumes, vec![resumed]);
 
     let missing = RunLog::open_append(&dir.path().join("nope")).expect_err("missing");
     assert!(matches!(missing, TelemetryError::RunLogMissing { .. }));

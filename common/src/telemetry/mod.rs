@@ -20,5 +20,5 @@ pub use error::{Result, TelemetryError};
 pub use names::all_metric_names;
 pub use png_text::PngFont;
 pub use report::{write_report, ReportOptions, ReportOutcome};
-pub use runlog::{read_run_log, EvalRecord, RunLog, RunLogContents, StepRecord};
+pub use runlog::{read_run_log, EvalRecord, ResumeRecord, RunLog, RunLogContents, StepRecord};
 pub use server::{install_recorder, serve, serve_labeled, ProcessLabels, Readiness, ServerHandle};

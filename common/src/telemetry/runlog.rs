@@ -62,9 +62,28 @@ pub struct StepRecord {
     /// Mean policy lag (`v_learner - v_rollout`) of the batch's rollouts.
     #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub lag: f64,
+    /// Largest policy lag among the batch's rollouts; async mode keeps it at
+    /// most `runtime.max_policy_lag`.
+    #[serde(default)]
+    pub max_lag: u64,
+    /// Mean truncated importance ratio `ρ` applied to the batch's sequences
+    /// sampled by an older policy; NaN (`null`) when the batch has none.
+    #[serde(default = "nan", deserialize_with = "null_as_nan")]
+    pub importance_weight: f64,
     /// Rollouts dropped as stale during this step.
     #[serde(default)]
     pub dropped_stale: u64,
+    /// Rollout tasks the learner published during this step.
+    #[serde(default)]
+    pub tasks_issued: u64,
+    /// Scored results the step used whose task this learner did not publish:
+    /// a resumed learner's predecessor's, found in JetStream.
+    #[serde(default)]
+    pub results_found: u64,
+    /// Messages the learner rejected during this step, by reason (the labels of
+    /// `caprl_rejected_messages_total`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rejected: BTreeMap<String, u64>,
     /// Wall seconds of the step.
     #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub seconds: f64,
@@ -91,6 +110,19 @@ pub struct EvalRecord {
     pub unix_ms: u64,
 }
 
+/// A learner started with `--resume`: the checkpoint it continued from, or
+/// none when it found nothing to resume and started a new run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResumeRecord {
+    /// Optimizer step of the checkpoint resumed from; `None`: a new run.
+    pub from_step: Option<u64>,
+    /// The checkpoint directory resumed from.
+    pub checkpoint: Option<String>,
+    /// Wall clock, milliseconds since the Unix epoch (filled in when left 0).
+    #[serde(default)]
+    pub unix_ms: u64,
+}
+
 /// Everything read back from a `run.jsonl`.
 #[derive(Debug, Clone)]
 pub struct RunLogContents {
@@ -104,6 +136,8 @@ pub struct RunLogContents {
     pub steps: Vec<StepRecord>,
     /// Eval records, in step order, with the same resume rule as `steps`.
     pub evals: Vec<EvalRecord>,
+    /// One record per `--resume` start, in file order.
+    pub resumes: Vec<ResumeRecord>,
     /// What was tolerated while reading (a torn last line, unknown line types).
     pub warnings: Vec<String>,
 }
@@ -254,6 +288,21 @@ impl RunLog {
         self.write_line(line)
     }
 
+    /// Appends the record of a `--resume` start (a zero `unix_ms` is filled in).
+    pub fn log_resume(&mut self, record: &ResumeRecord) -> Result<()> {
+        let unix_ms = match record.unix_ms {
+            0 => unix_ms_now(),
+            t => t,
+        };
+        self.write_line(tagged(
+            "resume",
+            &ResumeRecord {
+                unix_ms,
+                ..record.clone()
+            },
+        )?)
+    }
+
     fn write_line(&mut self, mut line: String) -> Result<()> {
         line.push('\n');
         self.file
@@ -300,6 +349,7 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
     let mut header = None;
     let mut steps: Vec<StepRecord> = Vec::new();
     let mut evals: Vec<EvalRecord> = Vec::new();
+    let mut resumes: Vec<ResumeRecord> = Vec::new();
     for (index, raw) in lines.iter().enumerate() {
         let line_no = index + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
@@ -357,6 +407,10 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
                 }
                 evals.push(record);
             }
+            "resume" => resumes.push(
+                serde_json::from_value(value)
+                    .map_err(|e| malformed(format!("bad resume record: {e}")))?,
+            ),
             "header" => {
                 return Err(malformed(
                     "a second header line; two runs were written into one run.jsonl".into(),
@@ -381,6 +435,7 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
         header,
         steps,
         evals,
+        resumes,
         warnings,
     })
 }
