@@ -20,7 +20,7 @@ use caprl_common::model::{batch_tokens, inputs_for_rows};
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
-use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, StepRecord};
+use caprl_common::telemetry::{metrics as tm, EvalRecord, ResumeRecord, RunLog, StepRecord};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 use caprl_learner::disc_online::{OnlineDisc, PretrainOptions};
 use caprl_learner::driver::Driver;
@@ -69,6 +69,11 @@ pub fn train(
         false => None,
     };
     let resumed_from = previous.as_ref().map(|ck| ck.dir.clone());
+    let resume_record = resume.then(|| ResumeRecord {
+        from_step: previous.as_ref().map(|ck| ck.step),
+        checkpoint: resumed_from.as_ref().map(|d| d.display().to_string()),
+        unix_ms: 0,
+    });
     let mut trainer = match previous {
         Some(ck) => {
             tracing::info!("resuming from {}", ck.dir.display());
@@ -76,8 +81,8 @@ pub fn train(
         }
         None => {
             if resume {
-                tracing::info!(
-                    "--resume: no checkpoint in {} yet; starting a new run",
+                tracing::warn!(
+                    "--resume found no checkpoint in {}: starting a NEW run from scratch",
                     ck_root.display()
                 );
             }
@@ -99,6 +104,9 @@ pub fn train(
         best_rl: None,
     };
     let mut log = open_run_log(cfg, resume)?;
+    if let (Some(log), Some(record)) = (log.as_mut(), &resume_record) {
+        log.log_resume(record)?;
+    }
     let wants_rl = cfg.train.objective != Objective::Xe;
 
     if trainer.state.phase == Phase::Xe && cfg.train.xe_epochs > 0 {
@@ -363,6 +371,7 @@ fn run_phase(
             let mut record = StepRecord {
                 epoch,
                 phase: label.to_string(),
+                importance_weight: f64::NAN,
                 ..StepRecord::default()
             };
             let stats = match phase {
@@ -506,7 +515,15 @@ fn rl_step(
     record.rollouts_per_s =
         collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
     record.lag = collected.mean_lag;
+    record.max_lag = collected.max_lag;
     record.dropped_stale = collected.dropped_stale;
+    record.tasks_issued = collected.tasks_issued;
+    record.results_found = collected.results_found;
+    record.rejected = collected
+        .rejected_by
+        .iter()
+        .map(|(reason, n)| (reason.to_string(), *n))
+        .collect();
     if let Some(disc) = disc {
         let (real, fake) = disc_examples(&collected.scored);
         let s = disc.step(data, &real, &fake)?;
@@ -517,7 +534,7 @@ fn rl_step(
     }
     let mut pg = assemble(cfg, &collected.scored, version)?;
     if !cfg.runtime.mode.eq(&config::Mode::Sync) {
-        importance_weights(cfg, data, trainer, &mut pg)?;
+        record.importance_weight = importance_weights(cfg, data, trainer, &mut pg)?;
     }
     for (name, value) in &pg.components {
         record.rewards.insert(name.clone(), *value);
@@ -559,16 +576,17 @@ fn disc_examples(scored: &[ScoredRollout]) -> (Captioned, Captioned) {
 /// log-probs ride along in the rollout). This is the truncated-IS correction
 /// of V-trace (Espeholt et al. 2018) at the sequence level, where the whole
 /// caption is one action of the SCST bandit (seed 000/002). Sequences from
-/// the current policy have `ρ = 1` exactly and are not recomputed.
+/// the current policy have `ρ = 1` exactly and are not recomputed. Returns the
+/// mean `ρ` applied to the older policies' sequences (NaN when there are none).
 fn importance_weights(
     cfg: &RunConfig,
     data: &Dataset,
     trainer: &Trainer,
     pg: &mut PgBatch,
-) -> Result<()> {
+) -> Result<f64> {
     let stale: Vec<usize> = (0..pg.seqs.len()).filter(|&i| pg.lags[i] > 0).collect();
     if stale.is_empty() {
-        return Ok(());
+        return Ok(f64::NAN);
     }
     let model = &trainer.model;
     let rows: Vec<usize> = stale.iter().map(|&i| pg.rows[i]).collect();
@@ -578,11 +596,14 @@ fn importance_weights(
     let (logp, _mask) = model.token_logprobs(&x, &toks, None)?;
     let pi: Vec<f32> = logp.sum(1)?.to_vec1()?;
     let clip = cfg.runtime.is_clip as f32;
+    let mut rho_sum = 0.0f64;
     for (j, &i) in stale.iter().enumerate() {
         let rho = (pi[j] - pg.behaviour[i]).exp().min(clip);
-        pg.multipliers[i] *= if rho.is_finite() { rho } else { 0.0 };
+        let rho = if rho.is_finite() { rho } else { 0.0 };
+        pg.multipliers[i] *= rho;
+        rho_sum += rho as f64;
     }
-    Ok(())
+    Ok(rho_sum / stale.len() as f64)
 }
 
 /// Sampled sequences of a scored rollout with their multipliers.

@@ -10,8 +10,9 @@
 //!   `s·K .. s·K+K-1` (`K` = tasks per step) and name policy `v`; the learner
 //!   waits for exactly these ids from exactly `v` and returns them sorted by
 //!   task id, so the batch does not depend on which actor or reward worker ran
-//!   what, nor on the transport. Results for later steps that are already in
-//!   the queue (a resumed learner) are kept for their step.
+//!   what, nor on the transport. A learner's first step takes the results
+//!   already in the queue (a resumed learner's predecessor's) before it issues
+//!   anything; those for later steps are kept for their step.
 //! - `async`: tasks are issued ahead within `tasks_in_flight` credits; the step
 //!   takes the first `K` scored rollouts whose lag `v - v_rollout` is at most
 //!   `max_policy_lag`; older ones are dropped and counted, and their images are
@@ -71,9 +72,25 @@ pub struct Collected {
     pub dropped_stale: u64,
     pub duplicates: u64,
     pub rejected: u64,
+    /// `rejected` by reason (the labels of `caprl_rejected_messages_total`).
+    pub rejected_by: BTreeMap<&'static str, u64>,
     pub redeliveries: u64,
     /// Mean `v - v_rollout` of the batch.
     pub mean_lag: f64,
+    /// Largest `v - v_rollout` of the batch.
+    pub max_lag: u64,
+    /// Tasks published during this step.
+    pub tasks_issued: u64,
+    /// Sync: results used that this learner did not ask for (a predecessor's, in JetStream).
+    pub results_found: u64,
+}
+
+impl Collected {
+    fn reject(&mut self, reason: &'static str) {
+        tm::count_rejected(reason);
+        self.rejected += 1;
+        *self.rejected_by.entry(reason).or_default() += 1;
+    }
 }
 
 /// Running totals over the whole run.
@@ -106,6 +123,8 @@ pub struct Driver {
     next_async_id: u64,
     /// Every task id already used in a step (sync de-duplication across steps).
     done_below: u64,
+    /// Sync: whether the scored results already waiting (a predecessor's) were taken.
+    took_waiting: bool,
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
 }
@@ -169,6 +188,7 @@ impl Driver {
             rows_of: BTreeMap::new(),
             next_async_id: 0,
             done_below: 0,
+            took_waiting: false,
             totals: DriverTotals::default(),
             readiness: None,
         }
@@ -291,6 +311,10 @@ impl Driver {
         let chunks: Vec<&[u32]> = rows.chunks(self.opts.images_per_task.max(1)).collect();
         let mut out = Collected::default();
         if self.opts.sync {
+            if !self.took_waiting {
+                self.took_waiting = true;
+                self.take_waiting(step * k, &mut out)?;
+            }
             let ids: Vec<TaskId> = (0..chunks.len() as u64)
                 .map(|i| TaskId(step * k + i))
                 .collect();
@@ -301,15 +325,23 @@ impl Driver {
                     Some(s) if s.rollout.policy_version.0 == version => {
                         got.insert(*id, s);
                     }
-                    _ => pending.push_back(self.make_task(*id, version, chunk)),
+                    stale => {
+                        if stale.is_some() {
+                            out.dropped_stale += 1;
+                            tm::count_dropped_stale(1);
+                        }
+                        pending.push_back(self.make_task(*id, version, chunk));
+                    }
                 }
             }
             let wanted: BTreeSet<TaskId> = ids.iter().copied().collect();
             self.done_below = self.done_below.max(step * k);
+            let mut issued = BTreeSet::new();
             while got.len() < ids.len() {
                 while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
                     let Some(t) = pending.pop_front() else { break };
                     self.issue(&t)?;
+                    issued.insert(t.task_id);
                 }
                 for s in self.pull(&mut out)? {
                     let id = s.rollout.task_id;
@@ -332,6 +364,8 @@ impl Driver {
                 }
             }
             self.outstanding.retain(|id| !wanted.contains(id));
+            out.tasks_issued = issued.len() as u64;
+            out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
             out.scored = got.into_values().collect();
         } else {
             for chunk in &chunks {
@@ -348,6 +382,7 @@ impl Driver {
                     };
                     self.rows_of.insert(t.task_id, t.image_rows.clone());
                     self.issue(&t)?;
+                    out.tasks_issued += 1;
                 }
                 for s in self.pull(&mut out)? {
                     let id = s.rollout.task_id;
@@ -375,12 +410,13 @@ impl Driver {
             out.scored = got;
         }
         let n = out.scored.len().max(1) as f64;
-        out.mean_lag = out
-            .scored
-            .iter()
-            .map(|s| s.rollout.policy_version.lag_behind(PolicyVersion(version)) as f64)
-            .sum::<f64>()
-            / n;
+        let lags = || {
+            out.scored
+                .iter()
+                .map(|s| s.rollout.policy_version.lag_behind(PolicyVersion(version)))
+        };
+        out.max_lag = lags().max().unwrap_or(0);
+        out.mean_lag = lags().map(|l| l as f64).sum::<f64>() / n;
         if self.opts.sync {
             for _ in &out.scored {
                 tm::observe_policy_lag(0);
@@ -395,6 +431,27 @@ impl Driver {
             .used
             .extend(out.scored.iter().map(|s| s.rollout.task_id));
         Ok(out)
+    }
+
+    /// Sync, first step of this learner: takes the scored results already in
+    /// JetStream (those of a killed predecessor's last tasks) before issuing
+    /// anything, so that their tasks are not issued and run a second time.
+    /// Results for steps before `first_id`'s are duplicates of trained-on work.
+    fn take_waiting(&mut self, first_id: u64, out: &mut Collected) -> Result<(), LearnerError> {
+        loop {
+            let waiting = self.pull(out)?;
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            for s in waiting {
+                let id = s.rollout.task_id;
+                if id.0 >= first_id && !self.buffer.contains_key(&id) {
+                    self.keep_for_later(id, s, out);
+                } else {
+                    out.duplicates += 1;
+                }
+            }
+        }
     }
 
     /// Sync: keeps a result for a later step (a resumed learner finds those of
@@ -412,8 +469,7 @@ impl Driver {
         while self.buffer.len() > cap {
             if let Some((far, _)) = self.buffer.pop_last() {
                 tracing::debug!("learner: not keeping the result of {far} (buffer full)");
-                tm::count_rejected("buffer_full");
-                out.rejected += 1;
+                out.reject("buffer_full");
             }
         }
     }
@@ -441,7 +497,7 @@ impl Driver {
         })?;
         let result = self.rt.block_on(async move {
             let mut good = Vec::new();
-            let (mut rejected, mut redelivered) = (0u64, 0u64);
+            let (mut rejected, mut redelivered) = (Vec::new(), 0u64);
             for d in deliveries {
                 if d.is_redelivery() {
                     redelivered += 1;
@@ -462,14 +518,12 @@ impl Driver {
                             s.rewards.len(),
                             s.rollout.sequences.len()
                         );
-                        tm::count_rejected("bad_payload");
-                        rejected += 1;
+                        rejected.push("bad_payload");
                         term(d).await;
                     }
                     Err(e) => {
                         tracing::warn!("learner: rejecting a scored message: {e}");
-                        tm::count_rejected(reject_label(&e));
-                        rejected += 1;
+                        rejected.push(reject_label(&e));
                         term(d).await;
                     }
                 }
@@ -477,7 +531,9 @@ impl Driver {
             (good, rejected, redelivered)
         });
         let (good, rejected, redelivered) = result;
-        out.rejected += rejected;
+        for reason in rejected {
+            out.reject(reason);
+        }
         out.redeliveries += redelivered;
         Ok(good)
     }

@@ -195,3 +195,25 @@ fn a_flood_of_results_for_far_off_steps_is_not_buffered_without_bound() {
     }
     roles.abort();
 }
+
+#[test]
+fn sync_first_step_takes_the_results_already_waiting_instead_of_issuing_their_tasks() {
+    let mut f = fixture(true);
+    // A killed predecessor's last tasks, scored after it died: step 1's ids 2 and 3.
+    f.rt.block_on(async {
+        f.bus.publish(Queue::Scored, scored(2, 7)).await.unwrap();
+        f.bus.publish(Queue::Scored, scored(3, 7)).await.unwrap();
+    });
+    let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0)]);
+    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3]).unwrap();
+    let ids: Vec<u64> = step1.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    assert_eq!(ids, vec![2, 3]);
+    assert_eq!(
+        (step1.tasks_issued, step1.results_found),
+        (0, 2),
+        "both results came from the queue, no task was issued again"
+    );
+    let step2 = f.driver.collect(2, 8, &[0, 1, 2, 3]).unwrap();
+    assert_eq!((step2.tasks_issued, step2.results_found), (2, 0));
+    roles.abort();
+}
