@@ -336,6 +336,13 @@ async fn handle_task(
         }
     };
     if delivery.is_redelivery() {
+        // Named, so that a redelivery can be traced to the actor that died holding the task.
+        tracing::info!(
+            "actor {}: {} redelivered (delivery {})",
+            cfg.id,
+            task.task_id,
+            delivery.delivery_count()
+        );
         telemetry::metrics::count_redelivery("tasks");
         stats.redeliveries += 1;
     }
