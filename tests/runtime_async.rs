@@ -1,11 +1,80 @@
-//! Async mode over NATS: a deliberately slow actor's rollouts arrive several
-//! policy versions late; those beyond `max_policy_lag` are dropped and
-//! counted, the others are importance-weighted, and reward still improves.
+//! Async mode over NATS, with a deliberately slow actor and a rogue one whose
+//! rollouts come from a policy older than their task allows. No step trains on
+//! a rollout more than `max_policy_lag` versions old: those are dropped and
+//! counted; the lagging ones it keeps are importance-weighted (`ρ ≠ 1`); and
+//! reward still improves.
 
 mod support;
 
-use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use support::{finish, sets, spawn, steps, stop, synth};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
+use support::{finish, kill_and_read, sets, spawn, steps, stop, synth};
+
+/// Rollouts the rogue actor sends two policy versions too old.
+const STALE: u64 = 3;
+const LIMIT: usize = 8 << 20;
+
+/// Plays an actor that pulls `n` tasks (of policy 2 or later) and answers each with a
+/// rollout of a policy two versions older than the task's; returns how many it answered.
+fn rogue_actor(url: &str, n: u64) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // The run's ack_wait: another one would make this connection change the queues.
+        let opts = BusOptions {
+            ack_wait_secs: 30,
+            ..BusOptions::for_run("default")
+        };
+        let bus = NatsBus::connect_pulling(&NatsConnect::to_url(url), &opts, &[Queue::Tasks])
+            .await
+            .expect("the rogue actor connects");
+        let mut answered = 0;
+        let started = Instant::now();
+        while answered < n && started.elapsed() < Duration::from_secs(120) {
+            for d in bus
+                .pull(Queue::Tasks, 1, Duration::from_millis(300))
+                .await
+                .unwrap()
+            {
+                let task: RolloutTask = wire::decode(d.payload(), LIMIT).expect("a task");
+                if task.policy_version.0 < 2 {
+                    d.nak(None).await.unwrap();
+                    continue;
+                }
+                let rollout = Rollout {
+                    task_id: task.task_id,
+                    policy_version: PolicyVersion(task.policy_version.0 - 2),
+                    actor_id: "rogue".into(),
+                    sequences: task
+                        .image_rows
+                        .iter()
+                        .map(|&row| Sequence {
+                            image_row: row,
+                            kind: DecodeKind::Sample,
+                            tokens: vec![4, 5],
+                            logprobs: vec![-1.0, -1.0],
+                        })
+                        .collect(),
+                    decode_seconds: 0.0,
+                };
+                let bytes = wire::encode(&rollout, LIMIT).unwrap();
+                bus.publish(Queue::Rollouts, Bytes::from(bytes))
+                    .await
+                    .unwrap();
+                d.ack().await.unwrap();
+                answered += 1;
+            }
+        }
+        answered
+    })
+}
 
 #[test]
 fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
@@ -23,36 +92,79 @@ fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
             "runtime.mode=\"async\"",
             "runtime.max_policy_lag=1",
             "runtime.tasks_in_flight=8",
+            // Far above any ratio a small step makes: no ρ is clipped to a constant.
+            "runtime.is_clip=10.0",
+            "runtime.ack_wait_secs=30",
             "optim.rl_lr=0.002",
         ],
     );
     let fast = spawn(&args, &["actor", "--id", "fast"], &url);
     let slow = spawn(&args, &["actor", "--id", "slow", "--delay-ms", "400"], &url);
     let worker = spawn(&args, &["reward-worker", "--id", "rw"], &url);
-    let (ok, out) = finish(spawn(&args, &["learner"], &url));
+    let learner = spawn(&args, &["learner"], &url);
+    let started = Instant::now();
+    while steps(&run, "rl").is_empty() {
+        if started.elapsed() > Duration::from_secs(90) {
+            let outs = [
+                ("fast", fast),
+                ("slow", slow),
+                ("worker", worker),
+                ("learner", learner),
+            ]
+            .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
+            panic!("RL never started:\n{}", outs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Built to produce stale rollouts: the learner issues only each step's own tasks and
+    // waits for them, so real actors, which refuse a task older than its `min_version`,
+    // never get more than `max_policy_lag` behind. A rogue actor answers three tasks with
+    // a policy two versions older than the task's own.
+    let rogue = rogue_actor(&url, STALE);
+    let (ok, out) = finish(learner);
     let (_, fast_out) = stop(fast);
     let (_, slow_out) = stop(slow);
     let (_, worker_out) = stop(worker);
-    assert!(
-        ok,
-        "learner failed:\n{out}\n{fast_out}\n{slow_out}\n{worker_out}"
+    let all = format!(
+        "--- learner\n{out}\n--- fast\n{fast_out}\n--- slow\n{slow_out}\n--- worker\n{worker_out}"
     );
+    assert!(ok, "learner failed:\n{all}");
 
     let rl = steps(&run, "rl");
-    assert_eq!(rl.len(), 40, "{out}");
+    assert_eq!(rl.len(), 40, "{all}");
+    for s in &rl {
+        let max_lag = s["max_lag"].as_u64().expect("max_lag in every step record");
+        assert!(
+            max_lag <= 1,
+            "step {} trained on a rollout {max_lag} versions old (max_policy_lag = 1):\n{all}",
+            s["step"]
+        );
+        let rho = s["importance_weight"].as_f64();
+        if max_lag == 0 {
+            assert!(rho.is_none(), "ρ without a lagging rollout: {s}");
+            continue;
+        }
+        let rho = rho.unwrap_or_else(|| panic!("a lagging batch without ρ: {s}"));
+        assert!(
+            rho.is_finite() && rho > 0.0 && rho <= 10.0 && rho != 1.0,
+            "step {}: lagging rollouts weighted by ρ = {rho}, not corrected:\n{all}",
+            s["step"]
+        );
+    }
+    let lagging = rl
+        .iter()
+        .filter(|s| s["max_lag"].as_u64() == Some(1))
+        .count();
+    assert!(lagging > 0, "no step trained on a lagging rollout:\n{all}");
     let dropped: u64 = rl
         .iter()
         .map(|s| s["dropped_stale"].as_u64().unwrap_or(0))
         .sum();
-    let lagged = rl
-        .iter()
-        .filter(|s| s["lag"].as_f64().unwrap_or(0.0) > 0.0)
-        .count();
+    assert_eq!(rogue, STALE, "the rogue actor got too few tasks:\n{all}");
     assert!(
-        dropped > 0 || lagged > 0,
-        "the slow actor's rollouts were neither dropped nor corrected:\n{out}"
+        dropped >= STALE,
+        "{dropped} rollouts dropped as stale; the rogue actor sent {STALE} two versions old:\n{all}"
     );
-    assert!(out.contains("dropped stale"), "{out}");
     let reward = |s: &[serde_json::Value]| {
         s.iter()
             .map(|v| v["rewards"]["total"].as_f64().unwrap())

@@ -2,11 +2,14 @@
 //! message kind for the subject, truncated envelopes, a future schema
 //! version) are published on every work subject while the learner, an actor
 //! and a reward worker train. No role panics or stops; every bad message is
-//! rejected and counted by reason (`caprl_rejected_messages_total`) by the
-//! role that pulls it, and the run ends with exactly the weights of a quiet run.
+//! rejected and counted by reason by the role that pulls it (the actor's and
+//! the worker's `caprl_rejected_messages_total`, the learner's `rejected` in
+//! `run.jsonl`), each count exactly what was sent to that role's subject, and
+//! the run ends with exactly the weights of a quiet run.
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -14,22 +17,15 @@ use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-use caprl_common::wire::{self, Heartbeat, PolicyVersion};
+use caprl_common::wire::{self, Heartbeat, PolicyVersion, HEADER_LEN};
 use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
 const BAD: usize = 10_000;
 const LIMIT: usize = 8 << 20;
 
-/// The number before `label` in `text`, summed over every occurrence.
-fn count(text: &str, label: &str) -> u64 {
-    text.match_indices(label)
-        .filter_map(|(i, _)| {
-            text[..i]
-                .rsplit(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .sum()
+/// The rejection reason of bad message number `i` (see [`bad_message`]).
+fn reason(i: usize) -> &'static str {
+    ["bad_magic", "wrong_kind", "truncated", "unknown_version"][i % 4]
 }
 
 /// Bad message number `i`: one of four kinds of damage, all undecodable.
@@ -61,7 +57,8 @@ fn bad_message(i: usize) -> Bytes {
         }
         // A heartbeat is a valid envelope, but not a task, rollout or score.
         1 => hb,
-        2 => hb[..hb.len() - 1 - (next() as usize % (hb.len() - 1))].to_vec(),
+        // Cut inside the header (a cut in the payload would be read as the wrong kind first).
+        2 => hb[..1 + next() as usize % (HEADER_LEN - 1)].to_vec(),
         _ => {
             let mut b = hb;
             b[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
@@ -88,6 +85,37 @@ fn scrape(port: u16) -> String {
     out
 }
 
+/// `caprl_rejected_messages_total` by reason, from a Prometheus scrape.
+fn rejected_by_reason(metrics: &str) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(labels) = line.strip_prefix("caprl_rejected_messages_total{") else {
+            continue;
+        };
+        let reason = labels
+            .split("reason=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_else(|| panic!("a rejection count without a reason: {line}"));
+        let n: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a rejection count that is not a number: {line}"));
+        *by.entry(reason.to_string()).or_default() += n as u64;
+    }
+    by
+}
+
+/// How many bad messages of each reason go to each queue (in [`Queue::ALL`]'s order).
+fn sent_by_reason() -> [BTreeMap<String, u64>; 3] {
+    let mut sent: [BTreeMap<String, u64>; 3] = Default::default();
+    for i in 0..BAD {
+        *sent[i % 3].entry(reason(i / 3).to_string()).or_default() += 1;
+    }
+    sent
+}
+
 #[test]
 fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharmed() {
     let _reaper = Reaper;
@@ -107,14 +135,17 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         "RUST_LOG",
         "warn,caprl=info,caprl_actor=error,caprl_reward_worker=error,caprl_learner=error",
     );
-    let metrics = free_port();
-    let addr = format!("127.0.0.1:{metrics}");
-    let actor = spawn(
+    let (actor_port, worker_port) = (free_port(), free_port());
+    let (actor_addr, worker_addr) = (
+        format!("127.0.0.1:{actor_port}"),
+        format!("127.0.0.1:{worker_port}"),
+    );
+    let first_actor = spawn(&args, &["actor", "--id", "a"], &url);
+    let worker = spawn(
         &args,
-        &["actor", "--id", "a", "--metrics-addr", &addr],
+        &["reward-worker", "--id", "w", "--metrics-addr", &worker_addr],
         &url,
     );
-    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
     let learner = spawn(&args, &["learner"], &url);
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -130,6 +161,10 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // No actor while the flood goes out: every later step's results, above all the last
+    // one's, reach `scored` behind all of it, so the learner has to pull every bad message.
+    let (ok_first, first_out) = stop(first_actor);
+    assert!(ok_first, "the first actor failed:\n{first_out}");
     // A publisher only, opened once the learner has created the run's queues (it opens no
     // consumer, so it cannot race the learner creating or changing them).
     let bus = rt
@@ -148,6 +183,11 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
             bus.publish(q, bad_message(i / 3)).await.unwrap();
         }
     });
+    let actor = spawn(
+        &args,
+        &["actor", "--id", "b", "--metrics-addr", &actor_addr],
+        &url,
+    );
 
     let (ok, learner_out) = finish(learner);
     assert!(ok, "learner failed:\n{learner_out}");
@@ -166,7 +206,8 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let actor_metrics = scrape(metrics);
+    let actor_metrics = scrape(actor_port);
+    let worker_metrics = scrape(worker_port);
     let unread_scored = rt.block_on(bus.depth(Queue::Scored)).unwrap();
     let (ok_a, actor_out) = stop(actor);
     let (ok_w, worker_out) = stop(worker);
@@ -174,22 +215,36 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     assert!(ok_a && ok_w, "a role failed:\n{all}");
     assert!(!all.contains("panicked"), "{all}");
 
-    let rejected = count(&all, " rejected");
-    assert_eq!(
-        rejected + unread_scored,
-        BAD as u64,
-        "{unread_scored} scored messages unread:\n{all}"
-    );
-    for reason in ["bad_magic", "wrong_kind", "truncated", "unknown_version"] {
-        assert!(
-            actor_metrics.contains(&format!("reason=\"{reason}\"")),
-            "actor metrics lack reason {reason}:\n{actor_metrics}"
-        );
+    let rl = steps(&run, "rl");
+    let mut learner_rejected: BTreeMap<String, u64> = BTreeMap::new();
+    for step in &rl {
+        for (reason, n) in step["rejected"].as_object().into_iter().flatten() {
+            *learner_rejected.entry(reason.clone()).or_default() += n.as_u64().unwrap_or(0);
+        }
     }
-    assert!(
-        learner_out.contains("task ids used 32 (32 distinct)"),
-        "{all}"
+    let [to_actor, to_worker, to_learner] = sent_by_reason();
+    assert_eq!(
+        unread_scored, 0,
+        "bad scored messages the learner never pulled:\n{all}"
     );
+    assert_eq!(
+        learner_rejected, to_learner,
+        "the learner's rejections by reason (run.jsonl) differ from the bad messages sent on \
+         `scored`:\n{all}"
+    );
+    assert_eq!(
+        rejected_by_reason(&actor_metrics),
+        to_actor,
+        "the actor's rejections by reason differ from the bad messages sent on `tasks`:\n\
+         {actor_metrics}"
+    );
+    assert_eq!(
+        rejected_by_reason(&worker_metrics),
+        to_worker,
+        "the worker's rejections by reason differ from the bad messages sent on `rollouts`:\n\
+         {worker_metrics}"
+    );
+    assert_eq!(rl.len(), 8, "{all}");
     assert!(
         final_weights(&run) == final_weights(&reference),
         "the flooded run differs from the quiet one:\n{all}"

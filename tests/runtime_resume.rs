@@ -1,79 +1,236 @@
 //! A learner killed with -9 in the middle of the RL phase and restarted with
-//! `--resume` continues from its newest checkpoint with the same actors and
-//! reward workers, uses the scored results already in JetStream, and ends
-//! with exactly the weights of an uninterrupted run (sync mode is exact).
+//! `--resume` continues from the checkpoint of its last logged step (not from
+//! scratch), takes the scored results its predecessor's last tasks left in
+//! JetStream instead of issuing those tasks again, and ends with exactly the
+//! weights of an uninterrupted run (sync mode is exact). A `--resume` that
+//! finds no checkpoint says so, in the process log and in `run.jsonl`.
 
 mod support;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+use caprl_common::bus::{
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+};
+use serde_json::Value;
 use support::{
-    final_weights, finish, kill9, kill_and_read, reference_run, sets, spawn, steps, stop, synth,
-    Reaper,
+    caprl, final_weights, finish, kill9, kill_and_read, output_of, reference_run, sets, spawn,
+    steps, stop, synth, text, Reaper,
 };
 
+/// Every line of `run_dir/run.jsonl`, parsed.
+fn run_log(run_dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(run_dir.join("run.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `key` summed over step records.
+fn sum<'a>(steps: impl IntoIterator<Item = &'a Value>, key: &str) -> u64 {
+    steps
+        .into_iter()
+        .map(|s| s[key].as_u64().unwrap_or(0))
+        .sum()
+}
+
 #[test]
-fn learner_killed_mid_run_resumes_and_matches_an_uninterrupted_run() {
+fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_in_jetstream() {
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
-    let extra = ["checkpoint.every_steps=2", "runtime.ack_wait_secs=2"];
+    // A checkpoint after every step: the learner issues step s+1's tasks only once step s's
+    // checkpoint is written, so a learner killed while a task is held resumes from its last
+    // logged step exactly.
+    let extra = ["checkpoint.every_steps=1", "runtime.ack_wait_secs=10"];
 
     let t0 = Instant::now();
     let reference = reference_run(&data, dir.path(), 3, &extra);
     // Progress lines: the test runner shows them if the test fails or runs out of time.
     eprintln!("reference run done after {:?}", t0.elapsed());
+    let fresh_issued = sum(&steps(&reference, "rl"), "tasks_issued");
+    assert_eq!(fresh_issued, 48, "12 RL steps of 4 tasks in a fresh run");
 
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
     let args = sets(&data, &run, 3, &extra);
     let actor = spawn(&args, &["actor", "--id", "a"], &url);
+    // The slow actor logs each task it holds, then waits 1 s before decoding it.
+    let slow = spawn(
+        &args,
+        &["actor", "--id", "slow", "--delay-ms", "1000"],
+        &url,
+    );
     let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
     let learner = spawn(&args, &["learner"], &url);
+
+    // Kill the learner once RL is under way and right after the slow actor took a task: that
+    // task's result reaches JetStream only after the learner is dead.
     let started = Instant::now();
-    while steps(&run, "rl").len() < 5 {
-        if started.elapsed() > Duration::from_secs(60) {
-            let outs = [("actor", actor), ("worker", worker), ("learner", learner)]
-                .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
+    let mut holds = output_of(&slow).matches("holding").count();
+    loop {
+        let now_holds = output_of(&slow).matches("holding").count();
+        let took_one = now_holds > holds;
+        holds = now_holds;
+        if took_one && steps(&run, "rl").len() >= 3 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let outs = [
+                ("actor", actor),
+                ("slow", slow),
+                ("worker", worker),
+                ("learner", learner),
+            ]
+            .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
             panic!(
-                "RL never got going:\n{}\n--- broker log\n{}",
+                "RL never got going, or the slow actor never held a task during it:\n{}\n\
+                 --- broker log\n{}",
                 outs.join("\n"),
                 server.log_tail()
             );
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
     kill9(learner);
+    let last_logged = steps(&run, "rl")
+        .last()
+        .and_then(|s| s["step"].as_u64())
+        .expect("a logged RL step");
     eprintln!(
-        "learner killed after {:?}, at RL step {}",
-        t0.elapsed(),
-        steps(&run, "rl").len()
+        "learner killed after {:?}, after step {last_logged}",
+        t0.elapsed()
     );
+
+    // Let the actors and the worker finish the dead learner's last tasks: their results wait
+    // in JetStream for whoever pulls `scored` next.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus = rt
+        .block_on(NatsBus::connect_pulling(
+            &NatsConnect::to_url(&url),
+            // The run's ack_wait: a different one would make this connection change the queues.
+            &BusOptions {
+                ack_wait_secs: 10,
+                ..BusOptions::for_run("default")
+            },
+            &[],
+        ))
+        .expect("a publisher-only connection");
+    let depth = |q| rt.block_on(bus.depth(q)).expect("queue depth");
+    let started = Instant::now();
+    let waiting = loop {
+        let (tasks, rollouts, scored) = (
+            depth(Queue::Tasks),
+            depth(Queue::Rollouts),
+            depth(Queue::Scored),
+        );
+        if tasks == 0 && rollouts == 0 && scored > 0 {
+            break scored;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the dead learner's tasks never came back scored: {tasks} tasks, {rollouts} \
+             rollouts, {scored} scored results in JetStream"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("{waiting} scored results wait in JetStream");
 
     let mut resumed_args = args.clone();
     resumed_args.push("--resume".into());
     let (ok, out) = finish(spawn(&resumed_args, &["learner"], &url));
     eprintln!("resumed learner ended after {:?}", t0.elapsed());
     let (_, actor_out) = stop(actor);
+    let (_, slow_out) = stop(slow);
     let (_, worker_out) = stop(worker);
+    let all = format!(
+        "--- resumed learner\n{out}\n--- actor\n{actor_out}\n--- slow actor\n{slow_out}\n\
+         --- worker\n{worker_out}"
+    );
     assert!(
         ok,
-        "resumed learner failed:\n{out}\n--- actor\n{actor_out}\n--- worker\n{worker_out}\n\
-         --- broker log\n{}",
+        "resumed learner failed:\n{all}\n--- broker log\n{}",
         server.log_tail()
     );
-    // The resumed learner trains each remaining task once: `used` == `distinct`.
-    let used = out
-        .split("task ids used ")
-        .nth(1)
-        .and_then(|rest| rest.lines().next())
-        .unwrap_or_else(|| panic!("no task summary:\n{out}"));
-    let (n, distinct) = used.split_once(" (").unwrap();
-    assert_eq!(format!("{n} distinct)"), distinct, "{out}");
+
+    let log = run_log(&run);
+    let at = log
+        .iter()
+        .position(|l| l["type"] == "resume")
+        .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"));
+    let from = log[at]["from_step"].as_u64().unwrap_or_else(|| {
+        panic!(
+            "--resume started a new run instead of resuming ({}):\n{all}",
+            log[at]
+        )
+    });
+    assert!(
+        from >= last_logged,
+        "resumed from the checkpoint of step {from}, but step {last_logged} was logged before \
+         the kill:\n{all}"
+    );
+    let resumed: Vec<&Value> = log[at..]
+        .iter()
+        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
+        .collect();
+    let numbers: Vec<u64> = resumed.iter().filter_map(|s| s["step"].as_u64()).collect();
+    // 4 XE steps, then 12 RL steps: the resumed learner runs exactly those after `from`.
+    assert_eq!(numbers, (from + 1..=16).collect::<Vec<_>>(), "{all}");
+    // Each task of each resumed step is used once: issued anew, or found in JetStream.
+    for s in &resumed {
+        assert_eq!(
+            s["tasks_issued"].as_u64().unwrap_or(0) + s["results_found"].as_u64().unwrap_or(0),
+            4,
+            "step {s}:\n{all}"
+        );
+    }
+    let (issued, found) = (
+        sum(resumed.iter().copied(), "tasks_issued"),
+        sum(resumed.iter().copied(), "results_found"),
+    );
+    assert!(
+        found >= 1 && found <= waiting,
+        "the resumed learner used {found} of the {waiting} scored results left in JetStream:\n{all}"
+    );
+    assert!(
+        issued < fresh_issued,
+        "the resumed learner issued {issued} tasks, a fresh run issues {fresh_issued}:\n{all}"
+    );
     assert!(
         final_weights(&run) == final_weights(&reference),
-        "resumed run differs from the uninterrupted one:\n{out}"
+        "resumed run differs from the uninterrupted one:\n{all}"
+    );
+}
+
+#[test]
+fn resume_with_no_checkpoint_says_it_starts_a_new_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let out = caprl()
+        .arg("train")
+        .args(sets(&data, &run, 1, &[]))
+        .arg("--resume")
+        .output()
+        .expect("caprl runs");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--resume found no checkpoint") && stderr.contains("starting a NEW run"),
+        "no clear word that --resume started a new run:\n{all}"
+    );
+    let log = run_log(&run);
+    let resumes: Vec<&Value> = log.iter().filter(|l| l["type"] == "resume").collect();
+    assert_eq!(resumes.len(), 1, "{all}");
+    assert!(
+        resumes[0]["from_step"].is_null() && resumes[0]["checkpoint"].is_null(),
+        "the resume record should name no checkpoint: {}",
+        resumes[0]
     );
 }
