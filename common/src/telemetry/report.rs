@@ -362,7 +362,7 @@ table{border-collapse:collapse;font-size:.9em;margin:.5em 0}th,td{border:1px sol
 th{background:#f4f4f4}td.name,th.name{text-align:left}.swatch{display:inline-block;width:.9em;height:.9em;margin-right:.4em;vertical-align:middle}\
 .plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:12px}figure{margin:0;min-width:0}\
 figure svg{display:block;width:100%;height:auto;border:1px solid #eee}small{color:#777}.notes li{color:#8a5300}\
-table.diff td,table.samples td{text-align:left}table.samples td.step{text-align:right;white-space:nowrap}\
+table.diff td,table.diff th,table.samples td,table.samples th{text-align:left}table.samples td.step{text-align:right;white-space:nowrap}\
 .captions{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}\
 .captions section{border:1px solid #eee;padding:.3em .8em;overflow-x:auto}.scroll{overflow-x:auto}.captions h3{font-size:1em;margin:.3em 0}\
 .refs{color:#555;font-size:.85em;margin:.2em 0 .4em 1em;padding:0}";
