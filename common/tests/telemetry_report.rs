@@ -245,8 +245,11 @@ fn a_directory_without_run_log_is_a_clear_error() {
     );
 }
 
-/// `(stroke colour, opacity, points)` of every data polyline of `svg`.
-fn polyline_points(svg: &str) -> Vec<(String, Option<String>, Vec<(i32, i32)>)> {
+/// Stroke colour, opacity and pixel points of one polyline.
+type Line = (String, Option<String>, Vec<(i32, i32)>);
+
+/// Every data polyline of `svg`.
+fn polyline_points(svg: &str) -> Vec<Line> {
     svg.split("<polyline")
         .skip(1)
         .map(|rest| {
@@ -264,11 +267,7 @@ fn polyline_points(svg: &str) -> Vec<(String, Option<String>, Vec<(i32, i32)>)> 
                     (x.parse().expect("x"), y.parse().expect("y"))
                 })
                 .collect();
-            (
-                attr("stroke").expect("stroke"),
-                attr("opacity"),
-                points,
-            )
+            (attr("stroke").expect("stroke"), attr("opacity"), points)
         })
         .filter(|(stroke, _, _)| stroke != "#000000")
         .collect()

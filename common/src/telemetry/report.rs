@@ -379,15 +379,11 @@ pub fn render_html(runs: &[LoadedRun], plots: &[PlotSpec], notes: &[String]) -> 
 
     html.push_str("<h2 id=\"summary\">Final evaluation</h2>\n");
     // Wide tables scroll inside their box instead of widening the page.
-    let _ = write!(
-        html,
-        "<div class=\"scroll\">{}</div>\n",
-        summary_table(runs)
-    );
+    let _ = writeln!(html, "<div class=\"scroll\">{}</div>", summary_table(runs));
     if runs.len() > 1 {
-        let _ = write!(
+        let _ = writeln!(
             html,
-            "<div class=\"scroll\">{}</div>\n",
+            "<div class=\"scroll\">{}</div>",
             config_diff_table(runs)
         );
     }
