@@ -20,7 +20,9 @@ use caprl_common::model::{batch_tokens, inputs_for_rows};
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
-use caprl_common::telemetry::{metrics as tm, EvalRecord, ResumeRecord, RunLog, StepRecord};
+use caprl_common::telemetry::{
+    metrics as tm, tensorboard::TB_DIR, EvalRecord, ResumeRecord, RunLog, SamplesRecord, StepRecord,
+};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 use caprl_learner::disc_online::{OnlineDisc, PretrainOptions};
 use caprl_learner::driver::Driver;
@@ -103,7 +105,7 @@ pub fn train(
         best_xe: start_from.map(Path::to_path_buf),
         best_rl: None,
     };
-    let mut log = open_run_log(cfg, resume)?;
+    let mut log = open_run_log(cfg, resume, trainer.state.step)?;
     if let (Some(log), Some(record)) = (log.as_mut(), &resume_record) {
         log.log_resume(record)?;
     }
@@ -471,6 +473,7 @@ fn run_phase(
             tm::record_eval(&eval_record);
             if let Some(log) = log.as_mut() {
                 log.log_eval(&eval_record)?;
+                log_samples(cfg, data, trainer, finished_epoch, log)?;
             }
             // The CLIP rewards trade CIDEr-D for distinctiveness on purpose: selecting their
             // epochs by CIDEr-D would undo it, so their best model is the latest.
@@ -788,9 +791,41 @@ fn validate(cfg: &RunConfig, data: &Dataset, trainer: &Trainer) -> Result<EvalRe
     )?)
 }
 
+/// Records the captions of the first `train.sample_images` val images.
+fn log_samples(
+    cfg: &RunConfig,
+    data: &Dataset,
+    trainer: &Trainer,
+    epoch: u64,
+    log: &mut RunLog,
+) -> Result<()> {
+    let n = (cfg.train.sample_images as usize).min(data.val.items.len());
+    if n == 0 {
+        return Ok(());
+    }
+    let images = caprl_learner::samples::sample_captions(
+        &trainer.model,
+        data,
+        &data.val.items[..n],
+        cfg.decode.beam as usize,
+    )?;
+    let phase = match trainer.state.phase {
+        Phase::Xe => "xe".to_string(),
+        Phase::Rl => objective_name(cfg),
+    };
+    log.log_samples(&SamplesRecord {
+        step: trainer.state.step,
+        epoch,
+        phase,
+        images,
+        unix_ms: 0,
+    })?;
+    Ok(())
+}
+
 /// The run log: created for a new run, appended to on resume (created when
-/// the resumed run has none yet).
-fn open_run_log(cfg: &RunConfig, resume: bool) -> Result<Option<RunLog>> {
+/// the resumed run has none yet); mirrored to TensorBoard from `step` on.
+fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<Option<RunLog>> {
     let dir = Path::new(&cfg.run_dir);
     let toml = cfg.redacted().to_toml_string();
     let header = serde_json::json!({
@@ -799,7 +834,7 @@ fn open_run_log(cfg: &RunConfig, resume: bool) -> Result<Option<RunLog>> {
         "device": cfg.device.to_string(),
         "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
     });
-    let log = if resume
+    let mut log = if resume
         && dir
             .join(caprl_common::telemetry::runlog::RUN_LOG_FILE)
             .exists()
@@ -814,6 +849,9 @@ fn open_run_log(cfg: &RunConfig, resume: bool) -> Result<Option<RunLog>> {
             Err(e) => return Err(e.into()),
         }
     };
+    if cfg.train.tensorboard {
+        log.mirror_to_tensorboard(&dir.join(TB_DIR), &toml, step)?;
+    }
     Ok(Some(log))
 }
 
@@ -827,6 +865,7 @@ fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
         run_dir.join("best-xe"),
         run_dir.join("best-rl"),
         run_dir.join(caprl_common::telemetry::runlog::RUN_LOG_FILE),
+        run_dir.join(TB_DIR),
         ck_root.clone(),
     ];
     if !entries.iter().any(|p| p.exists()) {

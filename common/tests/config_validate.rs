@@ -47,6 +47,12 @@ fn out_of_range_values_name_key_value_and_range() {
         ),
         ("train.kl_coef=inf", "train.kl_coef", "inf", ">= 0"),
         ("train.eval_every=0", "train.eval_every", "0", ">= 1"),
+        (
+            "train.sample_images=101",
+            "train.sample_images",
+            "101",
+            "0..=100",
+        ),
         ("optim.lr=0", "optim.lr", "0", "> 0"),
         ("optim.rl_lr=-1e-5", "optim.rl_lr", "-0.00001", "> 0"),
         ("optim.beta1=1", "optim.beta1", "1", "[0, 1)"),

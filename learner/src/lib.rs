@@ -6,7 +6,8 @@
 //!   entropy and KL-to-XE regularisers); the value head of the last two is in [`critic`].
 //! - [`disc_online`]: seed 004's discriminator, pre-trained and then trained every iteration.
 //! - [`checkpoint`]: atomic, checksummed checkpoint directories.
-//! - [`eval`]: caption a split and compute every metric.
+//! - [`eval`]: caption a split and compute every metric; [`samples`]: the captions of fixed
+//!   validation images that the run log records at every evaluation.
 
 pub mod actor_critic;
 pub mod batch;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod eval;
 pub mod mc_pg;
 pub mod pg;
+pub mod samples;
 pub mod scst;
 pub mod sle;
 pub mod trainer;

@@ -19,6 +19,10 @@ pub struct ReportArgs {
     /// Also write one PNG per plot into this directory.
     #[arg(long, value_name = "DIR")]
     pub png: Option<PathBuf>,
+    /// Moving-average weight of the step curves, in [0, 1) as TensorBoard's
+    /// smoothing slider; the raw curve stays faint behind. 0 = raw curves only.
+    #[arg(long, default_value_t = 0.6, value_name = "W")]
+    pub smoothing: f64,
     /// TrueType font for PNG text (default: CAPRL_REPORT_FONT, then common system fonts).
     #[arg(long, value_name = "FILE.ttf", requires = "png")]
     pub png_font: Option<PathBuf>,
@@ -31,6 +35,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         out: args.out,
         png_dir: args.png,
         png_font: args.png_font.map_or(PngFont::Search, PngFont::File),
+        smoothing: args.smoothing,
     };
     let outcome = write_report(&options).context("caprl report failed")?;
     for note in &outcome.notes {

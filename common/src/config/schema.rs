@@ -214,6 +214,11 @@ pub struct TrainConfig {
     pub eval_every: u32,
     /// Val images per evaluation; 0 = the whole split.
     pub eval_images: u32,
+    /// Fixed val images (the first N) whose greedy and beam captions are
+    /// recorded at every evaluation, so the report shows them change; 0 = none.
+    pub sample_images: u32,
+    /// Also write TensorBoard event files to `RUN_DIR/tb/`.
+    pub tensorboard: bool,
     /// Stop after this many steps; 0 = no limit.
     pub max_steps: u64,
 }
@@ -235,6 +240,8 @@ impl Default for TrainConfig {
             kl_coef: 0.0,
             eval_every: 1,
             eval_images: 0,
+            sample_images: 8,
+            tensorboard: true,
             max_steps: 0,
         }
     }

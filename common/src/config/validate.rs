@@ -68,6 +68,7 @@ const RULES: &[Rule] = &[
     Rule { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
     Rule { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
     Rule { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
+    Rule { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
     Rule { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
     Rule { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },

@@ -68,6 +68,11 @@ pub enum TelemetryError {
     /// A plot could not be drawn.
     #[error("could not draw the plot `{plot}`: {reason}")]
     Plot { plot: String, reason: String },
+    /// The report's smoothing weight is outside [0, 1).
+    #[error(
+        "smoothing must be in [0, 1) (0 = raw curves, 0.6 = TensorBoard's default), got {got}"
+    )]
+    BadSmoothing { got: f64 },
     /// A report was asked for no run directories.
     #[error("no run directories given; pass at least one directory written by `caprl train` or `caprl run`")]
     NoRuns,

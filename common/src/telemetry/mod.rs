@@ -5,7 +5,9 @@
 //! - [`metrics`]: metric descriptions and the recording helpers the roles call.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz` on `--metrics-addr`.
 //! - [`runlog`]: `RUN_DIR/config.toml` + `RUN_DIR/run.jsonl`, written and read back.
-//! - [`report`] / [`plot`]: `caprl report`, one self-contained HTML page with SVG plots.
+//! - [`tensorboard`]: the same records as TensorBoard event files (`RUN_DIR/tb/`).
+//! - [`report`] / [`plot`]: `caprl report`, one self-contained HTML page with SVG plots
+//!   (its config-difference and sample-caption tables in `report_tables`).
 
 mod error;
 pub mod metrics;
@@ -13,12 +15,17 @@ pub mod names;
 pub mod plot;
 mod png_text;
 pub mod report;
+mod report_tables;
 pub mod runlog;
 pub mod server;
+pub mod tensorboard;
 
 pub use error::{Result, TelemetryError};
 pub use names::all_metric_names;
 pub use png_text::PngFont;
 pub use report::{write_report, ReportOptions, ReportOutcome};
-pub use runlog::{read_run_log, EvalRecord, ResumeRecord, RunLog, RunLogContents, StepRecord};
+pub use runlog::{
+    read_run_log, EvalRecord, ResumeRecord, RunLog, RunLogContents, SampleCaption, SamplesRecord,
+    StepRecord,
+};
 pub use server::{install_recorder, serve, serve_labeled, ProcessLabels, Readiness, ServerHandle};

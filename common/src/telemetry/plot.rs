@@ -2,7 +2,9 @@
 //!
 //! Every series becomes one `<polyline>` in the SVG (one point per finite
 //! sample); legend swatches are rectangles and markers circles, so the
-//! polylines are exactly the data.
+//! polylines are exactly the data. With smoothing, a series is two polylines:
+//! the raw curve, faint, and its moving average on top (as TensorBoard draws
+//! them). The XE→RL boundary is a dashed vertical line of small rectangles.
 
 use std::path::Path;
 
@@ -54,6 +56,26 @@ pub struct PlotSpec {
     pub x_label: String,
     pub y_label: String,
     pub series: Vec<Series>,
+    /// Weight of the moving average drawn over each series, in [0, 1); 0 = raw curves only.
+    pub smoothing: f64,
+    /// x positions (steps) where RL took over from XE, marked by a dashed line.
+    pub boundaries: Vec<f64>,
+}
+
+/// TensorBoard's smoothing: an exponential moving average with weight `w`,
+/// debiased (divided by `1 - w^n`) so the first points are not pulled to 0.
+pub fn ema(points: &[(f64, f64)], w: f64) -> Vec<(f64, f64)> {
+    let mut last = 0.0;
+    let mut n = 0;
+    points
+        .iter()
+        .map(|&(x, y)| {
+            n += 1;
+            last = last * w + (1.0 - w) * y;
+            let debias = 1.0 - w.powi(n);
+            (x, if debias > 0.0 { last / debias } else { y })
+        })
+        .collect()
 }
 
 impl PlotSpec {
@@ -183,14 +205,23 @@ fn draw<DB: DrawingBackend>(
         return Ok(());
     }
 
+    let smooth = spec.smoothing > 0.0 && spec.smoothing < 1.0;
     for s in &series {
         let (r, g, b) = series_color(s.color);
         let color = RGBColor(r, g, b);
+        let line = if smooth {
+            chart
+                .draw_series(LineSeries::new(
+                    s.points.iter().copied(),
+                    color.mix(0.25).stroke_width(1),
+                ))
+                .map_err(e)?;
+            ema(&s.points, spec.smoothing)
+        } else {
+            s.points.clone()
+        };
         chart
-            .draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(line, color.stroke_width(2)))
             .map_err(e)?
             .label(s.label.as_str())
             .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 16, y + 4)], color.filled()));
@@ -199,6 +230,25 @@ fn draw<DB: DrawingBackend>(
                 .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
                 .map_err(e)?;
         }
+    }
+
+    let grey = RGBColor(90, 90, 90);
+    for &x in spec.boundaries.iter().filter(|x| (x0..=x1).contains(*x)) {
+        let (px, top) = chart.backend_coord(&(x, y1));
+        let (_, bottom) = chart.backend_coord(&(x, y0));
+        for y in (top..bottom).step_by(9) {
+            root.draw(&Rectangle::new(
+                [(px - 1, y), (px, (y + 5).min(bottom))],
+                grey.filled(),
+            ))
+            .map_err(e)?;
+        }
+        root.draw(&Text::new(
+            "XE | RL",
+            (px - 22, top + 2),
+            ("sans-serif", 12).into_font().color(&grey),
+        ))
+        .map_err(e)?;
     }
 
     // Put the legend where the curves are not: curves that end high (rewards,

@@ -1,9 +1,13 @@
 //! `caprl report`: one self-contained HTML page (inline SVG, no script, no
 //! external resource) with the curves of one or more runs, plus optional PNGs.
 //!
-//! Runs are overlaid in every plot, one colour per run (legend: the run
-//! directory's name). The page ends with a table of each run's final
-//! evaluation scores.
+//! The page reads like a dashboard: plots in a responsive grid (as many per
+//! row as the window holds), step curves optionally smoothed with the raw
+//! curve faint behind, the XE→RL boundary marked on every step plot. Runs are
+//! overlaid in every plot, one colour per run (legend: the run directory's
+//! name); with several runs a table names the config keys they differ in. It
+//! starts with each run's final evaluation scores and ends with the sample
+//! captions of each evaluation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -12,6 +16,7 @@ use std::path::{Path, PathBuf};
 use super::error::{Result, TelemetryError};
 use super::plot::{render_png, render_svg, series_color, PlotSpec, Series};
 use super::png_text::{load_font, PngFont};
+use super::report_tables::{config_diff_table, samples_section};
 use super::runlog::{read_run_log, RunLogContents, StepRecord, RUN_LOG_FILE};
 
 /// What `caprl report` was asked for.
@@ -25,6 +30,9 @@ pub struct ReportOptions {
     pub png_dir: Option<PathBuf>,
     /// Font for the PNGs' text.
     pub png_font: PngFont,
+    /// Moving-average weight of the step curves in [0, 1) (TensorBoard's
+    /// smoothing slider); 0 = raw curves only.
+    pub smoothing: f64,
 }
 
 /// What `write_report` produced.
@@ -50,8 +58,13 @@ pub struct LoadedRun {
 
 /// Reads the run logs, draws the plots and writes the report.
 pub fn write_report(options: &ReportOptions) -> Result<ReportOutcome> {
+    if !(0.0..1.0).contains(&options.smoothing) {
+        return Err(TelemetryError::BadSmoothing {
+            got: options.smoothing,
+        });
+    }
     let runs = load_runs(&options.run_dirs)?;
-    let plots = report_plots(&runs);
+    let plots = report_plots(&runs, options.smoothing);
     let mut notes: Vec<String> = runs
         .iter()
         .flat_map(|r| r.log.warnings.iter().cloned())
@@ -124,9 +137,27 @@ fn dir_name(dir: &Path) -> String {
         .unwrap_or_else(|| dir.display().to_string())
 }
 
+/// The first step of each run's RL phase, where the run had an XE phase before it.
+fn rl_boundaries(runs: &[LoadedRun]) -> Vec<f64> {
+    let mut out: Vec<f64> = Vec::new();
+    for run in runs {
+        let steps = &run.log.steps;
+        let start = steps
+            .windows(2)
+            .find(|w| w[0].phase == "xe" && w[1].phase != "xe")
+            .map(|w| w[1].step as f64);
+        if let Some(x) = start.filter(|x| !out.contains(x)) {
+            out.push(x);
+        }
+    }
+    out
+}
+
 /// Every plot of the report, in page order; plots without data are left out.
-pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
+/// Step curves get the moving average `smoothing` (0 = none).
+pub fn report_plots(runs: &[LoadedRun], smoothing: f64) -> Vec<PlotSpec> {
     let mut plots = Vec::new();
+    let boundaries = rl_boundaries(runs);
     let union = |pick: &dyn Fn(&StepRecord) -> Vec<String>| -> BTreeSet<String> {
         runs.iter()
             .flat_map(|r| r.log.steps.iter().flat_map(pick))
@@ -181,6 +212,8 @@ pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
             x_label: "step".into(),
             y_label: metric.clone(),
             series,
+            smoothing: 0.0,
+            boundaries: boundaries.clone(),
         });
     }
 
@@ -230,6 +263,10 @@ pub fn report_plots(runs: &[LoadedRun]) -> Vec<PlotSpec> {
         |s| Some(s.lr),
     ));
 
+    for plot in plots.iter_mut().filter(|p| !p.id.starts_with("eval-")) {
+        plot.smoothing = smoothing;
+        plot.boundaries = boundaries.clone();
+    }
     plots.retain(|p| {
         p.series
             .iter()
@@ -277,10 +314,12 @@ fn step_plot(
         x_label: "step".into(),
         y_label: y_label.into(),
         series,
+        smoothing: 0.0,
+        boundaries: Vec::new(),
     }
 }
 
-fn slug(s: &str) -> String {
+pub(crate) fn slug(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -292,7 +331,7 @@ fn slug(s: &str) -> String {
         .collect()
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -317,12 +356,16 @@ fn fmt_value(v: f64) -> String {
     }
 }
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1500px;color:#222;padding:0 1em}\
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:2400px;color:#222;padding:0 1em}\
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}\
 table{border-collapse:collapse;font-size:.9em;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}\
 th{background:#f4f4f4}td.name,th.name{text-align:left}.swatch{display:inline-block;width:.9em;height:.9em;margin-right:.4em;vertical-align:middle}\
-.plots{display:flex;flex-wrap:wrap;gap:12px}figure{margin:0}figure svg{max-width:100%;height:auto;border:1px solid #eee}\
-small{color:#777}.notes li{color:#8a5300}";
+.plots{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));gap:12px}figure{margin:0;min-width:0}\
+figure svg{display:block;width:100%;height:auto;border:1px solid #eee}small{color:#777}.notes li{color:#8a5300}\
+table.diff td,table.diff th,table.samples td,table.samples th{text-align:left}table.samples td.step{text-align:right;white-space:nowrap}\
+.captions{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}\
+.captions section{border:1px solid #eee;padding:.3em .8em;overflow-x:auto}.scroll{overflow-x:auto}.captions h3{font-size:1em;margin:.3em 0}\
+.refs{color:#555;font-size:.85em;margin:.2em 0 .4em 1em;padding:0}";
 
 /// The report page for `runs` with `plots` (from [`report_plots`]).
 pub fn render_html(runs: &[LoadedRun], plots: &[PlotSpec], notes: &[String]) -> Result<String> {
@@ -335,7 +378,15 @@ pub fn render_html(runs: &[LoadedRun], plots: &[PlotSpec], notes: &[String]) -> 
     );
 
     html.push_str("<h2 id=\"summary\">Final evaluation</h2>\n");
-    html.push_str(&summary_table(runs));
+    // Wide tables scroll inside their box instead of widening the page.
+    let _ = writeln!(html, "<div class=\"scroll\">{}</div>", summary_table(runs));
+    if runs.len() > 1 {
+        let _ = writeln!(
+            html,
+            "<div class=\"scroll\">{}</div>",
+            config_diff_table(runs)
+        );
+    }
 
     let mut section = "";
     for plot in plots {
@@ -366,6 +417,8 @@ pub fn render_html(runs: &[LoadedRun], plots: &[PlotSpec], notes: &[String]) -> 
     if !section.is_empty() {
         html.push_str("</div>\n");
     }
+
+    html.push_str(&samples_section(runs));
 
     if !notes.is_empty() {
         html.push_str("<h2>Notes</h2>\n<ul class=\"notes\">\n");

@@ -7,6 +7,10 @@
 //! buffering, so a crash loses at most the line being written; the reader
 //! tolerates that torn last line and rejects damage anywhere else.
 //!
+//! Sample captions of the fixed validation images are `{"type":"samples",..}`
+//! lines, one per evaluation. With [`RunLog::mirror_to_tensorboard`] every
+//! record is also written to TensorBoard event files.
+//!
 //! Non-finite floats (a NaN loss on a skipped batch) are written as `null`
 //! (JSON has no NaN) and read back as NaN.
 
@@ -20,6 +24,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::error::{Result, TelemetryError};
+use super::tensorboard::{self, EventWriter};
 
 /// File name of the run log inside a run directory.
 pub const RUN_LOG_FILE: &str = "run.jsonl";
@@ -123,6 +128,37 @@ pub struct ResumeRecord {
     pub unix_ms: u64,
 }
 
+/// The captions of one fixed validation image at one evaluation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampleCaption {
+    /// Image id in the data set.
+    pub image: String,
+    /// Greedy decode of the evaluated weights.
+    pub greedy: String,
+    /// Top beam (of width `decode.beam`).
+    pub beam: String,
+    /// The image's reference captions.
+    #[serde(default)]
+    pub refs: Vec<String>,
+}
+
+/// Sample captions recorded at one evaluation, so a reader sees how the
+/// captions of the same images change over training.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplesRecord {
+    /// Optimizer step the evaluated weights come from.
+    pub step: u64,
+    #[serde(default)]
+    pub epoch: u64,
+    /// Phase of the evaluated weights (`xe`, `scst`, ...).
+    #[serde(default)]
+    pub phase: String,
+    pub images: Vec<SampleCaption>,
+    /// Wall clock, milliseconds since the Unix epoch (filled in when left 0).
+    #[serde(default)]
+    pub unix_ms: u64,
+}
+
 /// Everything read back from a `run.jsonl`.
 #[derive(Debug, Clone)]
 pub struct RunLogContents {
@@ -138,6 +174,8 @@ pub struct RunLogContents {
     pub evals: Vec<EvalRecord>,
     /// One record per `--resume` start, in file order.
     pub resumes: Vec<ResumeRecord>,
+    /// Sample captions per evaluation, in step order, with the same resume rule.
+    pub samples: Vec<SamplesRecord>,
     /// What was tolerated while reading (a torn last line, unknown line types).
     pub warnings: Vec<String>,
 }
@@ -154,6 +192,7 @@ impl RunLogContents {
 pub struct RunLog {
     path: PathBuf,
     file: File,
+    tensorboard: Option<EventWriter>,
 }
 
 impl RunLog {
@@ -212,7 +251,11 @@ impl RunLog {
         let config_path = run_dir.join(CONFIG_FILE);
         std::fs::write(&config_path, config_toml)
             .map_err(|e| TelemetryError::io("write", &config_path, e))?;
-        let mut log = RunLog { path, file };
+        let mut log = RunLog {
+            path,
+            file,
+            tensorboard: None,
+        };
         log.write_line(header_line)?;
         Ok(log)
     }
@@ -248,7 +291,28 @@ impl RunLog {
         }
         file.seek(SeekFrom::End(0))
             .map_err(|e| TelemetryError::io("seek to the end of", &path, e))?;
-        Ok(RunLog { path, file })
+        Ok(RunLog {
+            path,
+            file,
+            tensorboard: None,
+        })
+    }
+
+    /// Also writes every following record to a new TensorBoard event file in
+    /// `dir` (scalars by tag, sample captions as text), starting with the run
+    /// config as text at `step`: 0 for a new run, the step a resumed run
+    /// continues from (TensorBoard drops everything logged after a step that
+    /// goes backwards, as it should for steps a resumed run repeats).
+    pub fn mirror_to_tensorboard(
+        &mut self,
+        dir: &Path,
+        config_toml: &str,
+        step: u64,
+    ) -> Result<()> {
+        let mut writer = EventWriter::create(dir)?;
+        writer.text(step, "config", &tensorboard::config_markdown(config_toml))?;
+        self.tensorboard = Some(writer);
+        Ok(())
     }
 
     /// Path of the `run.jsonl` being written.
@@ -269,7 +333,12 @@ impl RunLog {
         } else {
             tagged("step", record)?
         };
-        self.write_line(line)
+        self.write_line(line)?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            let scalars = tensorboard::step_scalars(record);
+            tb.scalars(record.step, scalars.iter().map(|(k, v)| (k.as_str(), *v)))?;
+        }
+        Ok(())
     }
 
     /// Appends one eval line (a zero `unix_ms` is filled with the current time).
@@ -285,7 +354,36 @@ impl RunLog {
         } else {
             tagged("eval", record)?
         };
-        self.write_line(line)
+        self.write_line(line)?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            let scalars: Vec<(String, f64)> = record
+                .metrics
+                .iter()
+                .map(|(k, v)| (format!("eval_{}/{k}", record.split), *v))
+                .collect();
+            tb.scalars(record.step, scalars.iter().map(|(k, v)| (k.as_str(), *v)))?;
+        }
+        Ok(())
+    }
+
+    /// Appends one samples line (a zero `unix_ms` is filled with the current time).
+    pub fn log_samples(&mut self, record: &SamplesRecord) -> Result<()> {
+        let stamped = SamplesRecord {
+            unix_ms: match record.unix_ms {
+                0 => unix_ms_now(),
+                ms => ms,
+            },
+            ..record.clone()
+        };
+        self.write_line(tagged("samples", &stamped)?)?;
+        if let Some(tb) = self.tensorboard.as_mut() {
+            tb.text(
+                record.step,
+                "samples/captions",
+                &tensorboard::samples_markdown(record),
+            )?;
+        }
+        Ok(())
     }
 
     /// Appends the record of a `--resume` start (a zero `unix_ms` is filled in).
@@ -350,6 +448,7 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
     let mut steps: Vec<StepRecord> = Vec::new();
     let mut evals: Vec<EvalRecord> = Vec::new();
     let mut resumes: Vec<ResumeRecord> = Vec::new();
+    let mut samples: Vec<SamplesRecord> = Vec::new();
     for (index, raw) in lines.iter().enumerate() {
         let line_no = index + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
@@ -411,6 +510,14 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
                 serde_json::from_value(value)
                     .map_err(|e| malformed(format!("bad resume record: {e}")))?,
             ),
+            "samples" => {
+                let record: SamplesRecord = serde_json::from_value(value)
+                    .map_err(|e| malformed(format!("bad samples record: {e}")))?;
+                if samples.last().is_some_and(|r| r.step >= record.step) {
+                    samples.retain(|r| r.step < record.step);
+                }
+                samples.push(record);
+            }
             "header" => {
                 return Err(malformed(
                     "a second header line; two runs were written into one run.jsonl".into(),
@@ -436,6 +543,7 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
         steps,
         evals,
         resumes,
+        samples,
         warnings,
     })
 }
