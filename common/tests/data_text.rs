@@ -75,9 +75,21 @@ fn tokenizer_equals_pycocoevalcap_ptb_on_every_fixture_example() {
     // The examples cover what the Java tokenizer changes, so scores from raw captions are
     // pycocoevalcap's and not only scores from pre-tokenised text.
     assert!(examples.len() >= 500, "{} examples", examples.len());
-    for token in ["-lrb-", "-rsb-", "-lcb-", "'s", "n't", "?!", "$", "u.s.", "5-year-old"] {
+    for token in [
+        "-lrb-",
+        "-rsb-",
+        "-lcb-",
+        "'s",
+        "n't",
+        "?!",
+        "$",
+        "u.s.",
+        "5-year-old",
+    ] {
         assert!(
-            examples.iter().any(|(_, ptb)| words(ptb).iter().any(|w| w == token)),
+            examples
+                .iter()
+                .any(|(_, ptb)| words(ptb).iter().any(|w| w == token)),
             "no example where PTB gives {token:?}"
         );
     }

@@ -67,19 +67,7 @@ pub fn tokenize(caption: &str) -> Vec<String> {
 fn is_punctuation(token: &str) -> bool {
     matches!(
         token,
-        "''" | "'"
-            | "``"
-            | "`"
-            | "\""
-            | "."
-            | "?"
-            | "!"
-            | ","
-            | ":"
-            | "-"
-            | "--"
-            | "..."
-            | ";"
+        "''" | "'" | "``" | "`" | "\"" | "." | "?" | "!" | "," | ":" | "-" | "--" | "..." | ";"
     ) || token.chars().all(|c| c == '.' || c == '-')
 }
 
