@@ -28,7 +28,15 @@ impl TextTokenizer {
             path: path.to_path_buf(),
             reason,
         };
-        let mut tokenizer = Tokenizer::from_file(path)
+        let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        // tokenizers panics (`expect("Helper")`) on a syntax error inside `decoder` when it
+        // parses the file itself: check the JSON first.
+        serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+            bad(format!(
+                "not a tokenizers tokenizer.json (invalid JSON: {e})"
+            ))
+        })?;
+        let mut tokenizer = Tokenizer::from_bytes(&bytes)
             .map_err(|e| bad(format!("not a tokenizers tokenizer.json ({e})")))?;
         if let Some(processor) = tokenizer.get_post_processor() {
             let json = serde_json::to_value(processor)
