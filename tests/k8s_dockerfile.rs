@@ -1,5 +1,9 @@
 //! The Dockerfiles build the one `caprl` binary from workspace paths that exist, run it
-//! as a non-root user, and pass hadolint (when installed; `.ci/run` installs it).
+//! as a non-root user, and pass hadolint (installed by `.ci/run`; a developer's machine
+//! without it skips that check, CI fails it).
+
+#[path = "../common/tests/support/ci.rs"]
+mod ci;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -145,13 +149,7 @@ fn dockerignore_keeps_build_outputs_out_and_sources_in() {
 
 #[test]
 fn dockerfiles_pass_hadolint() {
-    let found = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("hadolint"))
-            .find(|p| p.is_file())
-    });
-    let Some(hadolint) = found else {
-        println!("SKIPPED: `hadolint` is not installed (bash .ci/run installs it)");
+    let Some(hadolint) = ci::tool("hadolint") else {
         return;
     };
     for file in DOCKERFILES {

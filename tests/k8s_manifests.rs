@@ -4,7 +4,10 @@
 //! down, and every `caprl ...` command line in them is accepted by this build's CLI.
 //!
 //! Tools missing from the machine (`.ci/run` installs them) make a test print why and
-//! return without checking.
+//! return without checking, except in CI, where they fail it (`support/ci.rs`).
+
+#[path = "../common/tests/support/ci.rs"]
+mod ci;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,18 +23,6 @@ const TARGETS: [(&str, &str); 3] = [
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// `name` on PATH, or None after saying the test is skipped.
-fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let found = std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        println!("SKIPPED: `{name}` is not installed (bash .ci/run installs it)");
-    }
-    found
 }
 
 fn render(kubectl: &Path, dir: &str) -> String {
@@ -50,7 +41,8 @@ fn render(kubectl: &Path, dir: &str) -> String {
 
 #[test]
 fn every_overlay_renders_and_every_object_validates_strictly() {
-    let (Some(kubectl), Some(validate)) = (tool("kubectl"), tool("kubernetes-validate")) else {
+    let (Some(kubectl), Some(validate)) = (ci::tool("kubectl"), ci::tool("kubernetes-validate"))
+    else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -89,7 +81,7 @@ fn every_overlay_renders_and_every_object_validates_strictly() {
 
 #[test]
 fn manifest_sources_pass_yamllint() {
-    let Some(yamllint) = tool("yamllint") else {
+    let Some(yamllint) = ci::tool("yamllint") else {
         return;
     };
     let out = Command::new(yamllint)
@@ -114,7 +106,7 @@ fn count(text: &str, needle: &str) -> usize {
 
 #[test]
 fn every_pod_runs_non_root_read_only_without_capabilities_and_with_limits() {
-    let Some(kubectl) = tool("kubectl") else {
+    let Some(kubectl) = ci::tool("kubectl") else {
         return;
     };
     for (target, _) in TARGETS {
@@ -162,7 +154,7 @@ fn every_pod_runs_non_root_read_only_without_capabilities_and_with_limits() {
 
 #[test]
 fn gpu_overlay_gives_the_learner_a_gpu_and_dev_overlay_gives_it_none() {
-    let Some(kubectl) = tool("kubectl") else {
+    let Some(kubectl) = ci::tool("kubectl") else {
         return;
     };
     let gpu = render(&kubectl, "k8s/overlays/gpu");
@@ -293,7 +285,7 @@ fn extractor_finds_every_caprl_container_of_a_rendered_pod() {
 
 #[test]
 fn every_caprl_command_line_in_the_manifests_is_accepted_by_the_cli() {
-    let Some(kubectl) = tool("kubectl") else {
+    let Some(kubectl) = ci::tool("kubectl") else {
         return;
     };
     let mut checked = std::collections::BTreeSet::new();
@@ -329,7 +321,7 @@ fn every_caprl_command_line_in_the_manifests_is_accepted_by_the_cli() {
 
 #[test]
 fn the_shipped_run_configs_and_every_set_override_in_the_manifests_resolve() {
-    let Some(kubectl) = tool("kubectl") else {
+    let Some(kubectl) = ci::tool("kubectl") else {
         return;
     };
     for (target, config) in TARGETS {

@@ -1,6 +1,9 @@
 //! NATS-only behaviour: authentication, TLS, the local server, and a broker that goes
 //! away and comes back.
 
+#[path = "support/ci.rs"]
+mod ci;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -355,8 +358,7 @@ fn make_certs(dir: &Path) {
 
 #[tokio::test]
 async fn mutual_tls_connects_with_ca_and_client_cert_only() {
-    if Command::new("openssl").arg("version").output().is_err() {
-        eprintln!("skipped: openssl is not installed");
+    if ci::tool("openssl").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -16,9 +16,11 @@ fn tokenizer_lowercases_and_drops_ptb_punctuation() {
         toks("A man riding a wave on top of a surfboard."),
         words("a man riding a wave on top of a surfboard")
     );
+    // Java: `two dogs ; one -lrb- brown -rrb- -- one `` white '' ... ok ?!`; pycocoevalcap
+    // keeps the lowercased brackets and `?!` (its list has `-LRB-`, `?` and `!`).
     assert_eq!(
         toks("Two dogs; one (brown) -- one \"white\"... OK?!"),
-        words("two dogs one brown one white ok")
+        words("two dogs one -lrb- brown -rrb- one white ok ?!")
     );
     assert_eq!(
         toks("  A  black-and-white  cat :  "),
@@ -45,6 +47,68 @@ fn tokenizer_splits_common_contractions_like_ptb() {
     );
     assert_eq!(toks("the dogs' toys"), words("the dogs toys"));
     assert_eq!(toks("Don’t “quote” me"), words("do n't quote me"));
+}
+
+/// The raw → tokens pairs that pycocoevalcap's Java PTBTokenizer (then its punctuation
+/// filter) made for `scripts/score/make_fixtures.py`.
+fn ptb_examples() -> Vec<(String, String)> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/score/coco_reference.json"
+    );
+    let text = std::fs::read_to_string(path).expect("fixture present");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
+    json["ptb_examples"]
+        .as_array()
+        .expect("ptb_examples")
+        .iter()
+        .map(|e| {
+            let field = |k: &str| e[k].as_str().expect("raw and ptb strings").to_string();
+            (field("raw"), field("ptb"))
+        })
+        .collect()
+}
+
+#[test]
+fn tokenizer_equals_pycocoevalcap_ptb_on_every_fixture_example() {
+    let examples = ptb_examples();
+    // The examples cover what the Java tokenizer changes, so scores from raw captions are
+    // pycocoevalcap's and not only scores from pre-tokenised text.
+    assert!(examples.len() >= 500, "{} examples", examples.len());
+    for token in [
+        "-lrb-",
+        "-rsb-",
+        "-lcb-",
+        "'s",
+        "n't",
+        "?!",
+        "$",
+        "u.s.",
+        "5-year-old",
+    ] {
+        assert!(
+            examples
+                .iter()
+                .any(|(_, ptb)| words(ptb).iter().any(|w| w == token)),
+            "no example where PTB gives {token:?}"
+        );
+    }
+    assert!(
+        examples.iter().any(|(raw, _)| raw.contains('"')),
+        "no example with quotes"
+    );
+    let wrong: Vec<String> = examples
+        .iter()
+        .filter(|(raw, ptb)| toks(raw) != words(ptb))
+        .map(|(raw, ptb)| format!("{raw:?}\n   PTB:  {ptb}\n   caprl: {}", toks(raw).join(" ")))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {} examples differ from pycocoevalcap:\n{}",
+        wrong.len(),
+        examples.len(),
+        wrong.join("\n")
+    );
 }
 
 #[test]

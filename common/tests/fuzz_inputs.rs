@@ -4,8 +4,13 @@
 //! and JSON), the features reader (safetensors) and the WAV reader give a value or an error,
 //! never a panic or a runaway allocation.
 //!
-//! Each property runs `CAPRL_FUZZ_CASES` cases (default 64): a CI smoke by
-//! default, a longer hunt with e.g. `CAPRL_FUZZ_CASES=100000`.
+//! Cases, seed and saved failures: `support/fuzz.rs` (`CAPRL_FUZZ_CASES`,
+//! `CAPRL_FUZZ_SEED`, `fuzz_inputs.proptest-regressions`).
+
+#[path = "support/ci.rs"]
+mod ci;
+#[path = "support/fuzz.rs"]
+mod fuzz;
 
 use std::path::Path;
 
@@ -16,64 +21,12 @@ use caprl_common::wire::{
     self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
     Sequence, TaskId,
 };
+use fuzz::{mutate, mutations};
 use proptest::prelude::*;
 
 const LIMIT: usize = 1 << 20;
-
-fn config() -> ProptestConfig {
-    let cases = std::env::var("CAPRL_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-/// One way of damaging bytes.
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip { at: usize, bit: u8 },
-    Set { at: usize, byte: u8 },
-    Truncate { at: usize },
-    Insert { at: usize, bytes: Vec<u8> },
-    Remove { at: usize, len: usize },
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), 0u8..8).prop_map(|(at, bit)| Mutation::Flip { at, bit }),
-        (any::<usize>(), any::<u8>()).prop_map(|(at, byte)| Mutation::Set { at, byte }),
-        any::<usize>().prop_map(|at| Mutation::Truncate { at }),
-        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
-            .prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
-        (any::<usize>(), 1usize..32).prop_map(|(at, len)| Mutation::Remove { at, len }),
-    ]
-}
-
-fn mutate(bytes: &[u8], muts: &[Mutation]) -> Vec<u8> {
-    let mut b = bytes.to_vec();
-    for m in muts {
-        let n = b.len();
-        match m {
-            Mutation::Flip { at, bit } if n > 0 => b[at % n] ^= 1 << bit,
-            Mutation::Set { at, byte } if n > 0 => b[at % n] = *byte,
-            Mutation::Truncate { at } => b.truncate(at % (n + 1)),
-            Mutation::Insert { at, bytes } => {
-                let at = at % (n + 1);
-                b.splice(at..at, bytes.iter().copied());
-            }
-            Mutation::Remove { at, len } if n > 0 => {
-                let at = at % n;
-                b.drain(at..(at + len).min(n));
-            }
-            _ => {}
-        }
-    }
-    b
-}
+/// Cases per property in CI (fixed seed; more by hand with `CAPRL_FUZZ_CASES`).
+const CASES: u32 = 256;
 
 fn task() -> RolloutTask {
     RolloutTask {
@@ -178,6 +131,7 @@ fn open_and_read(dir: &Path) {
         for split in [&ds.train, &ds.val, &ds.test] {
             let rows: Vec<usize> = split.iter().map(|i| i.row).collect();
             let _ = ds.fc_rows(&rows);
+            let _ = ds.att_rows(&rows);
         }
     }
 }
@@ -218,11 +172,11 @@ fn wav_bytes(dir: &Path) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz::config(CASES))]
 
     #[test]
     fn wav_reader_never_panics_on_mutated_or_random_files(
-        muts in prop::collection::vec(mutation(), 1..6),
+        muts in mutations(),
         noise in prop::collection::vec(any::<u8>(), 0..256),
     ) {
         let dir = tempfile::tempdir().unwrap();
@@ -255,7 +209,7 @@ proptest! {
     #[test]
     fn wire_decode_never_panics_on_mutated_messages(
         which in 0usize..4,
-        muts in prop::collection::vec(mutation(), 1..6),
+        muts in mutations(),
     ) {
         let valid = match which {
             0 => wire::encode(&task(), LIMIT).unwrap(),
@@ -269,7 +223,7 @@ proptest! {
     #[test]
     fn config_parser_never_panics_on_random_or_mutated_text(
         random in ".{0,200}",
-        muts in prop::collection::vec(mutation(), 1..6),
+        muts in mutations(),
     ) {
         let _ = RunConfig::from_toml_str(&random, "random.toml");
         let mutated = mutate(default_toml().as_bytes(), &muts);
@@ -282,7 +236,7 @@ proptest! {
     #[test]
     fn dataset_readers_never_panic_on_mutated_captions(
         which in 0usize..3,
-        muts in prop::collection::vec(mutation(), 1..6),
+        muts in mutations(),
     ) {
         let (name, text) = [
             ("captions.csv", CSV),
@@ -296,7 +250,7 @@ proptest! {
 
     #[test]
     fn features_reader_never_panics_on_mutated_safetensors(
-        muts in prop::collection::vec(mutation(), 1..6),
+        muts in mutations(),
     ) {
         let dir = tempfile::tempdir().unwrap();
         write_dataset(dir.path(), "captions.csv", CSV.as_bytes());

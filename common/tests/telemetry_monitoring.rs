@@ -1,6 +1,9 @@
 //! The Grafana dashboard and Prometheus rules in `k8s/monitoring/` use only
 //! metric names caprl exports, and the rules pass promtool.
 
+#[path = "support/ci.rs"]
+mod ci;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -101,22 +104,30 @@ fn alert_rules_cover_the_failure_modes() {
 }
 
 /// `$PROMTOOL`, else `promtool` on the PATH. Debian's `prometheus` package
-/// ships it: `apt-get download prometheus && dpkg -x prometheus_*.deb DIR`.
+/// ships it: `apt-get download prometheus && dpkg -x prometheus_*.deb DIR`
+/// (`scripts/ci/install-promtool.sh` does that).
 fn promtool() -> Option<PathBuf> {
-    let candidate =
-        std::env::var_os("PROMTOOL").map_or_else(|| PathBuf::from("promtool"), PathBuf::from);
-    Command::new(&candidate)
+    let candidate = match std::env::var_os("PROMTOOL") {
+        Some(path) => PathBuf::from(path),
+        None => ci::tool("promtool")?,
+    };
+    let runs = Command::new(&candidate)
         .arg("--version")
         .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| candidate)
+        .is_ok_and(|o| o.status.success());
+    if !runs {
+        ci::unavailable(&format!(
+            "`{} --version` does not run (set PROMTOOL to a working promtool)",
+            candidate.display()
+        ));
+        return None;
+    }
+    Some(candidate)
 }
 
 #[test]
 fn alert_rules_pass_promtool_check_and_unit_tests() {
     let Some(promtool) = promtool() else {
-        eprintln!("skipping: promtool not found (set PROMTOOL or put promtool on PATH)");
         return;
     };
     let dir = monitoring("");

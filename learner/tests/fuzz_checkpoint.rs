@@ -5,23 +5,17 @@
 //! but are not a valid model (a mutation written with a fresh manifest) are
 //! refused by the weights reader with an error, never a panic.
 //!
-//! `CAPRL_FUZZ_CASES` cases per property (default 32).
+//! Cases, seed and saved failures: `common/tests/support/fuzz.rs` (`CAPRL_FUZZ_CASES`,
+//! default 32 here; `CAPRL_FUZZ_SEED`; `fuzz_checkpoint.proptest-regressions`).
+
+#[path = "../../common/tests/support/ci.rs"]
+mod ci;
+#[path = "../../common/tests/support/fuzz.rs"]
+mod fuzz;
 
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind, RnnKind};
 use caprl_learner::checkpoint;
 use proptest::prelude::*;
-
-fn config() -> ProptestConfig {
-    let cases = std::env::var("CAPRL_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(32);
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 fn model_cfg() -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 20, 4, None);
@@ -42,7 +36,7 @@ fn weights() -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(fuzz::config(32))]
 
     #[test]
     fn damaged_checkpoint_is_refused_and_the_previous_one_used(

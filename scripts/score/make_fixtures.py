@@ -10,7 +10,10 @@ setting), plus sets of captions with pycocoevalcap-BLEU mBLEU-4.
 Raw captions (capitals, punctuation, "'s", "n't") go through pycocoevalcap's
 Java PTBTokenizer once here, and the *tokenised* text is what both the
 scorers here and the Rust tests consume, so CI needs neither Python nor Java.
-A few raw -> tokenised pairs are stored to document what the tokenizer does.
+The raw captions the tokenizer changes (all that it changes beyond lowercasing and
+dropping end punctuation, 25 of the others) and the PROBES below are stored with their
+tokens (`ptb_examples`): the Rust tokenizer is tested against them, so raw captions score
+exactly like pycocoevalcap's, not only pre-tokenised text.
 
 Usage: pip install pycocoevalcap six; python3 scripts/score/make_fixtures.py
        --ciderd PATH/TO/ruotianluo-cider/pyciderevalcap/ciderD/ciderD_scorer.py
@@ -41,6 +44,29 @@ NOUNS = ("man woman dog cat boy girl horse bus train plate table street beach ki
 VERBS = "sitting standing riding holding eating walking flying looking playing lying running parked".split()
 ADJS = "red white black large small young old green blue tall wooden busy empty".split()
 UNICODE = ["café", "naïve", "jalapeño", "crème", "brûlée", "日本", "東京", "straße", "ñandú", "smörgåsbord", "😀"]
+# Captions written to exercise the tokenizer's rules: brackets (kept as -lrb- etc.:
+# pycocoevalcap lowercases before matching its upper-case punctuation list), quotes,
+# clitics, numbers, abbreviations, hyphens, ellipses, symbols, typographic punctuation.
+PROBES = [
+    "(A) cat",
+    "A dog [on the left] {and} a cat (sleeping).",
+    "Two men (one in red) play frisbee; a dog watches.",
+    "A \"vintage\" car -- parked 'outside' the shop...",
+    "It's the dog's bone, isn't it? We're sure they've gone; you'll see.",
+    "I can't, won't, cannot go. He'd said I'm gonna wanna gotta",
+    "The dogs' toys and the kids' bikes",
+    "It costs $5.50, or 10% off at 3:30, 1,000 times. #1 pick!",
+    "Mr. Smith and Dr. Jones in the U.S. vs. the U.K. at 5 p.m.",
+    "A black-and-white photo of a 5-year-old boy.",
+    "A man -- wearing a hat -- rides a bike - fast.",
+    "A train!? No... a bus!! Really?? Wait.... ok",
+    "A man---wearing a hat----smiles",
+    "Don\u2019t \u201cquote\u201d me \u2018here\u2019\u2026 ok \u2013 fine \u2014 done",
+    "A sign reads: STOP & GO",
+    "www.example.com and 3.14 and e.g. a dog",
+    "The boy's mom's car",
+    "A cafe' or a naive 'tis",
+]
 RAW_EXTRAS = ["Man's", "doesn't", "it's", "(outside)", "table,", "sky.", "\"big\"", "dogs'", "U.S.", "5-year-old", "&", "don't"]
 
 
@@ -121,6 +147,32 @@ def ptb(captions):
     return PTBTokenizer().tokenize(data)
 
 
+def lower_and_strip(raw):
+    """What a tokenizer that only lowercases and drops end punctuation would make."""
+    return " ".join(w.rstrip(".?!,") for w in raw.lower().split() if w.rstrip(".?!,"))
+
+
+def ptb_examples(raw_gts, gts, raw_res, res):
+    """(raw, tokens) of the references and candidates: every distinct raw caption whose
+    tokens are more than lowercasing and dropping end punctuation, the first 25 that are
+    only that, then PROBES."""
+    examples, seen, plain = [], set(), 0
+    for raw_map, tok_map in ((raw_gts, gts), (raw_res, res)):
+        for k in raw_map:
+            for raw, tok in zip(raw_map[k], tok_map[k]):
+                if raw == tok or raw in seen:
+                    continue
+                seen.add(raw)
+                if lower_and_strip(raw) == tok:
+                    plain += 1
+                    if plain > 25:
+                        continue
+                examples.append({"raw": raw, "ptb": tok})
+    probes = ptb({"probe": PROBES})["probe"]
+    examples += [{"raw": raw, "ptb": tok} for raw, tok in zip(PROBES, probes)]
+    return examples
+
+
 def load_ciderd(path):
     if path is None:
         return None
@@ -168,6 +220,9 @@ def main():
     gts = ptb(raw_gts)
     res = ptb(raw_res)
     train_tok = list(ptb(raw_train).values())
+    # Raw -> tokenised pairs, taken before two references are blanked below (pairing them
+    # afterwards matched a raw caption with the blank).
+    raw_examples = ptb_examples(raw_gts, gts, raw_res, res)
     # Two images get an empty reference (pycocoevalcap's ROUGE treats "" as one empty token).
     for k in ["img3", "img40"]:
         gts[k] = gts[k][:-1] + [""]
@@ -216,12 +271,6 @@ def main():
         bi = {tuple(w[i:i + 2]) for w in words for i in range(len(w) - 1)}
         sets.append({"captions": caps, "mbleu4": sum(b4) / len(b4),
                      "div1": len(uni) / total, "div2": len(bi) / total})
-
-    raw_examples = []
-    for k in keys:
-        for raw, tok in zip(raw_gts[k], gts[k]):
-            if raw != tok and len(raw_examples) < 25:
-                raw_examples.append({"raw": raw, "ptb": tok})
 
     fixture = {
         "about": "made by scripts/score/make_fixtures.py with pycocoevalcap 1.2 and ruotianluo/cider ciderD_scorer.py; "

@@ -84,6 +84,23 @@ impl HfClip {
             }));
         }
         let vision = &config.vision_config;
+        // candle allocates one position id per patch before it reads the position embedding
+        // that would show a wrong image_size or patch_size: compare with the weights first.
+        let patches = vision.image_size / vision.patch_size;
+        let positions = patches
+            .checked_mul(patches)
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| ClipError::File {
+                path: config_path.clone(),
+                reason: format!(
+                    "vision_config.image_size {} and patch_size {} give more patches than \
+                     fit in memory",
+                    vision.image_size, vision.patch_size
+                ),
+            })?;
+        vb.pp("vision_model.embeddings.position_embedding")
+            .get((positions, vision.embed_dim), "weight")
+            .map_err(mismatch)?;
         let text_model = ClipTextTransformer::new(vb.pp("text_model"), text).map_err(mismatch)?;
         let vision_model =
             ClipVisionTransformer::new(vb.pp("vision_model"), vision).map_err(mismatch)?;

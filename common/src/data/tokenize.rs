@@ -3,26 +3,35 @@
 //! punctuation tokens listed in [`PUNCTUATION`]). CIDEr-D, BLEU and ROUGE-L are computed on
 //! these tokens, so training references and scored captions must go through the same function.
 //!
-//! What this pure-Rust version does like the Java tokenizer:
-//! - lowercases; splits off `, ; : ? ! ( ) [ ] { } " `` '' ... -- % $ #` as their own tokens;
+//! What this pure-Rust version does like the Java tokenizer (checked against the Java output
+//! for every `ptb_examples` entry of `common/tests/fixtures/score/coco_reference.json`):
+//! - lowercases; splits off `, ; : " `` '' ... -- % $ #` and runs of `?`/`!` as their own
+//!   tokens;
+//! - writes brackets as Java does, lowercased: `( )` → `-lrb- -rrb-`, `[ ]` → `-lsb- -rsb-`,
+//!   `{ }` → `-lcb- -rcb-`. pycocoevalcap matches its upper-case punctuation list (`-LRB-`, ...)
+//!   against these lowercased tokens, so brackets are *kept* as tokens; so are `?!`, `!!`, `??`
+//!   (its list has only `?` and `!`);
 //! - keeps `,` and `:` inside numbers (`1,000`, `3:30`), `.` inside words and numbers
 //!   (`3.5`, `www.x.com`), and hyphenated words whole (`black-and-white`);
 //! - splits the common PTB contractions: `don't` → `do n't`, `can't` → `ca n't`,
 //!   `won't` → `wo n't`, `it's` → `it 's`, `we're` → `we 're`, `i've` → `i 've`,
 //!   `you'll` → `you 'll`, `he'd` → `he 'd`, `i'm` → `i 'm`, possessive `dog's` → `dog 's`,
-//!   `dogs'` → `dogs '`, and `cannot`/`gonna`/`gotta`/`wanna` → `can not`/`gon na`/`got ta`/`wan na`;
-//! - maps typographic quotes (`’ ‘ “ ”`) to ASCII and `…` to `...`.
+//!   `dogs'` → `dogs '`, `'tis`/`'twas` → `'t is`/`'t was`, and
+//!   `cannot`/`gonna`/`gotta`/`wanna` → `can not`/`gon na`/`got ta`/`wan na`;
+//! - maps typographic quotes (`’ ‘ “ ”`) to ASCII and `…` to `...`;
+//! - deletes characters outside the Basic Multilingual Plane (emoji), splitting the word there.
 //!
 //! Where it differs (rare in captions):
 //! - abbreviations: only a short list (`mr. mrs. ms. dr. st. jr. sr. vs. etc. inc. ltd. co.`) and
 //!   letter-dot acronyms (`u.s.`) keep their final period; Stanford knows many more;
-//! - square brackets: Java emits `-LSB-`/`-RSB-`, which pycocoevalcap does not remove; here all
-//!   brackets are dropped like `-LRB-`/`-RRB-`;
-//! - no SGML/HTML entity handling, no American/British normalisation, no `\/` escaping of `/`;
-//! - `'tis`, `'twas` and other archaic clitics are not split.
+//! - no SGML/HTML entity handling, no American/British normalisation, no `\/` escaping of `/`,
+//!   no currency or fraction mapping (`£` → `#`, `€` → `$`, `½` → `1/2`), no emoticons
+//!   (`:)` → `:-rrb-`), no split at `·`;
+//! - Java 3.4.1's odd splits of periods glued to words (`a...` → `a. . .`) and of a quote
+//!   glued to the next word (`"hi"he` → ``` `` hi `` he ```) are not reproduced.
 
-/// The tokens pycocoevalcap removes after PTB tokenization (in their PTB-escaped form; the
-/// brackets are matched before escaping here).
+/// The tokens pycocoevalcap removes after PTB tokenization. It compares them with the
+/// *lowercased* Java output, so the four upper-case bracket names never match.
 pub const PUNCTUATION: [&str; 17] = [
     "''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--",
     "...", ";",
@@ -30,7 +39,8 @@ pub const PUNCTUATION: [&str; 17] = [
 
 /// Tokenize one caption: lowercase, PTB-style split, punctuation removed.
 ///
-/// `tokenize("A man's dog, running.")` is `["a", "man", "'s", "dog", "running"]`.
+/// `tokenize("A man's dog (running).")` is
+/// `["a", "man", "'s", "dog", "-lrb-", "running", "-rrb-"]`.
 pub fn tokenize(caption: &str) -> Vec<String> {
     let normalized: String = caption
         .to_lowercase()
@@ -39,6 +49,9 @@ pub fn tokenize(caption: &str) -> Vec<String> {
             '\u{2019}' | '\u{2018}' | '\u{201B}' | '\u{2032}' => '\'',
             '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{2033}' => '"',
             '\u{2013}' => '-',
+            // Java 3.4.1 lexes UTF-16 units and has no rule for surrogate pairs: it deletes
+            // emoji and other characters outside the BMP, ending the word there.
+            c if u32::from(c) > 0xFFFF => ' ',
             _ => c,
         })
         .collect::<String>()
@@ -54,25 +67,7 @@ pub fn tokenize(caption: &str) -> Vec<String> {
 fn is_punctuation(token: &str) -> bool {
     matches!(
         token,
-        "''" | "'"
-            | "``"
-            | "`"
-            | "\""
-            | "("
-            | ")"
-            | "["
-            | "]"
-            | "{"
-            | "}"
-            | "."
-            | "?"
-            | "!"
-            | ","
-            | ":"
-            | "-"
-            | "--"
-            | "..."
-            | ";"
+        "''" | "'" | "``" | "`" | "\"" | "." | "?" | "!" | "," | ":" | "-" | "--" | "..." | ";"
     ) || token.chars().all(|c| c == '.' || c == '-')
 }
 
@@ -87,9 +82,23 @@ fn split_chunk(chunk: &str, out: &mut Vec<String>) {
         let next = chars.get(i + 1).copied();
         let next_digit = next.is_some_and(|n| n.is_ascii_digit());
         match c {
-            '"' | '(' | ')' | '[' | ']' | '{' | '}' | '?' | '!' | ';' | '`' | '%' | '$' | '#' => {
+            '"' | ';' | '`' | '%' | '$' | '#' => {
                 flush(&mut word, out);
                 out.push(c.to_string());
+            }
+            '(' | ')' | '[' | ']' | '{' | '}' => {
+                flush(&mut word, out);
+                out.push(bracket_name(c).to_string());
+            }
+            '?' | '!' => {
+                flush(&mut word, out);
+                let mut j = i;
+                while j < chars.len() && matches!(chars[j], '?' | '!') {
+                    j += 1;
+                }
+                out.push(chars[i..j].iter().collect());
+                i = j;
+                continue;
             }
             ',' | ':' if prev_digit && next_digit && !word.is_empty() => word.push(c),
             ',' | ':' => {
@@ -123,6 +132,18 @@ fn split_chunk(chunk: &str, out: &mut Vec<String>) {
     flush(&mut word, out);
 }
 
+/// Java's names for brackets, lowercased by `-lowerCase` like every other token.
+fn bracket_name(c: char) -> &'static str {
+    match c {
+        '(' => "-lrb-",
+        ')' => "-rrb-",
+        '[' => "-lsb-",
+        ']' => "-rsb-",
+        '{' => "-lcb-",
+        _ => "-rcb-",
+    }
+}
+
 const ABBREVIATIONS: [&str; 12] = [
     "mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "vs.", "etc.", "inc.", "ltd.", "co.",
 ];
@@ -133,6 +154,12 @@ fn flush(word: &mut String, out: &mut Vec<String>) {
         return;
     }
     let mut w: &str = word.as_str();
+    if w == "'tis" || w == "'twas" {
+        out.push("'t".to_string());
+        out.push(w[2..].to_string());
+        word.clear();
+        return;
+    }
     while let Some(rest) = w.strip_prefix('\'') {
         out.push("`".to_string());
         w = rest;
@@ -218,6 +245,10 @@ mod tests {
             t("It's a dog's life!"),
             ["it", "'s", "a", "dog", "'s", "life"]
         );
-        assert_eq!(t("(A) cat; \"nice\" -- ok..."), ["a", "cat", "nice", "ok"]);
+        // Java: `-lrb- a -rrb- cat ; `` nice '' -- ok ...`; pycocoevalcap keeps the brackets.
+        assert_eq!(
+            t("(A) cat; \"nice\" -- ok..."),
+            ["-lrb-", "a", "-rrb-", "cat", "nice", "ok"]
+        );
     }
 }

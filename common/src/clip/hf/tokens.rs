@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use serde_json::Value;
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
 use crate::clip::{ClipError, Result};
@@ -27,8 +28,21 @@ impl TextTokenizer {
             path: path.to_path_buf(),
             reason,
         };
-        let mut tokenizer = Tokenizer::from_file(path)
+        let bytes = std::fs::read(path).map_err(|e| bad(format!("cannot read: {e}")))?;
+        // tokenizers panics (`expect("Helper")`) on a syntax error inside `decoder` when it
+        // parses the file itself: check the JSON first.
+        serde_json::from_slice::<Value>(&bytes).map_err(|e| {
+            bad(format!(
+                "not a tokenizers tokenizer.json (invalid JSON: {e})"
+            ))
+        })?;
+        let mut tokenizer = Tokenizer::from_bytes(&bytes)
             .map_err(|e| bad(format!("not a tokenizers tokenizer.json ({e})")))?;
+        if let Some(processor) = tokenizer.get_post_processor() {
+            let json = serde_json::to_value(processor)
+                .map_err(|e| bad(format!("unreadable post_processor ({e})")))?;
+            check_special_tokens(&json).map_err(bad)?;
+        }
         let size = tokenizer.get_vocab_size(true);
         if size > vocab_size {
             return Err(bad(format!(
@@ -75,5 +89,39 @@ impl TextTokenizer {
             width,
             lengths,
         })
+    }
+}
+
+/// tokenizers checks that a template's special tokens exist when a template is built, not when
+/// one is read from `tokenizer.json`, and then panics while encoding: check them here.
+fn check_special_tokens(processor: &Value) -> std::result::Result<(), String> {
+    match processor.get("type").and_then(Value::as_str) {
+        Some("Sequence") => processor
+            .get("processors")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .try_for_each(check_special_tokens),
+        Some("TemplateProcessing") => {
+            let defined = processor.get("special_tokens").and_then(Value::as_object);
+            for template in ["single", "pair"] {
+                let pieces = processor.get(template).and_then(Value::as_array);
+                for piece in pieces.into_iter().flatten() {
+                    let Some(name) = piece.pointer("/SpecialToken/id").and_then(Value::as_str)
+                    else {
+                        continue;
+                    };
+                    if !defined.is_some_and(|d| d.contains_key(name)) {
+                        return Err(format!(
+                            "post_processor's {template} template uses the special token \
+                             {name:?}, which its special_tokens does not define; use the \
+                             checkpoint's own tokenizer.json"
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
