@@ -223,7 +223,13 @@ fn adamw_steps_follow_the_formula_with_bias_correction_and_decoupled_decay() {
     })
     .collect();
     let idle = varmap
-        .get(2usize, "idle", candle_nn::Init::Const(0.7), DType::F32, &dev)
+        .get(
+            2usize,
+            "idle",
+            candle_nn::Init::Const(0.7),
+            DType::F32,
+            &dev,
+        )
         .unwrap();
     let mut opt = AdamW::new(&varmap, p).unwrap();
 
