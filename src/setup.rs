@@ -1,20 +1,32 @@
 //! Turning the run config into the objects a command needs: the data set
-//! (generated on first use when it is the synthetic one), the device, the
+//! (generated on first use at the default synthetic location), the device, the
 //! model shape and the learning-rate schedule.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use caprl_common::config::{self, RunConfig};
+use caprl_common::config::{self, DataConfig, RunConfig};
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{parse_device, CaptionerConfig, DType, Device, ModelKind, RnnKind};
 use caprl_common::optim::Schedule;
 
-/// Opens `data.dir`; when it does not exist and is the default synthetic
-/// location, generates the synthetic task there first (cached afterwards).
+/// Opens `data.dir`. A missing directory is generated (the synthetic task, cached afterwards)
+/// only when `generate_if_missing` is set and it is the default location `data/synth`: any
+/// other missing path is a typo or an unmounted volume, and training on generated data in its
+/// place would look like success.
 pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> {
     let dir = Path::new(&cfg.data.dir);
-    if generate_if_missing && !dir.exists() {
+    if !dir.exists() {
+        let default = DataConfig::default().dir;
+        if !generate_if_missing || dir != Path::new(&default) {
+            anyhow::bail!(
+                "data.dir {} does not exist; check the path (`--set data.dir=...` or [data] dir in \
+                 the config), or generate the synthetic task there with `caprl data synth --out {}` \
+                 (only the default {default} is generated on first use)",
+                dir.display(),
+                dir.display()
+            );
+        }
         tracing::info!(
             "no data set at {}: generating the synthetic task (seed {})",
             dir.display(),

@@ -950,20 +950,31 @@ fn latest_in(dir: &Path) -> Result<PathBuf> {
         .dir)
 }
 
-/// Checkpoint `dir` itself (a `ckpt-*` directory), or the newest valid one it holds.
+/// Checkpoint `dir` itself (a `ckpt-*` directory), or the newest valid one it holds. A damaged
+/// checkpoint is reported as such (the checksum or size that failed), not as a missing one.
 fn resolve_checkpoint(dir: &Path) -> Result<checkpoint::Checkpoint> {
-    match checkpoint::open(dir) {
-        Ok(ck) => Ok(ck),
-        Err(first) => match checkpoint::latest_valid(dir)? {
-            Some(ck) => Ok(ck),
-            None => Err(first).with_context(|| {
-                format!(
-                    "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
-                    dir.display()
-                )
-            }),
-        },
+    let first = match checkpoint::open(dir) {
+        Ok(ck) => return Ok(ck),
+        Err(e @ caprl_learner::LearnerError::Corrupt { .. }) => return Err(e.into()),
+        Err(e) => e,
+    };
+    if let Some(ck) = checkpoint::latest_valid(dir)? {
+        return Ok(ck);
     }
+    if let Some(newest) = checkpoint::damage(dir)?.into_iter().next() {
+        return Err(newest).with_context(|| {
+            format!(
+                "{} holds no checkpoint that verifies; the newest one is damaged",
+                dir.display()
+            )
+        });
+    }
+    Err(first).with_context(|| {
+        format!(
+            "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
+            dir.display()
+        )
+    })
 }
 
 /// A trained model with the config it was trained with and its data set

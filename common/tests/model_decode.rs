@@ -110,27 +110,118 @@ fn beam_logp_equals_teacher_forced_logp() {
     }
 }
 
+fn repeats_a_trigram(tokens: &[u32]) -> bool {
+    let tri: Vec<&[u32]> = tokens.windows(3).collect();
+    tri.iter().enumerate().any(|(a, t)| tri[..a].contains(t))
+}
+
+/// A model whose likeliest caption repeats itself: the output layer's weights scaled to 1/20 (the
+/// next word hardly depends on the state) and its bias favouring words 5 and 6 over the rest and
+/// ruling out EOS, so that the best captions run to the length limit on those two words.
+fn repetitive_model(cfg: &CaptionerConfig) -> Captioner {
+    let m = Captioner::new(cfg, &Device::Cpu, 5).unwrap();
+    {
+        let vars = m.varmap().data().lock().unwrap();
+        let w = &vars["logit.weight"];
+        w.set(&(w.as_tensor() * 0.05).unwrap()).unwrap();
+        let mut bias = vec![0f32; cfg.vocab_size];
+        bias[EOS as usize] = -20.0;
+        bias[5] = 4.0;
+        bias[6] = 3.0;
+        let bias = caprl_common::model::Tensor::new(bias.as_slice(), &Device::Cpu).unwrap();
+        vars["logit.bias"].set(&bias).unwrap();
+    }
+    Captioner::from_safetensors(&m.to_safetensors().unwrap(), cfg, &Device::Cpu).unwrap()
+}
+
 #[test]
-fn trigram_blocking_leaves_no_repeated_trigram() {
+fn trigrams_repeat_without_blocking_and_never_with_it() {
     let cfg = tiny(ModelKind::Fc, RnnKind::Gru, 1);
-    let m = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
-    let beams = m
-        .beam(
-            &inputs(&cfg, 4, 2),
+    let m = repetitive_model(&cfg);
+    let x = inputs(&cfg, 4, 2);
+    let beam = |block_trigrams| {
+        m.beam(
+            &x,
             &BeamOptions {
                 width: 3,
                 max_len: 7,
                 length_norm: false,
-                block_trigrams: true,
+                block_trigrams,
             },
         )
-        .unwrap();
-    for h in beams.iter().flatten() {
-        let tri: Vec<&[u32]> = h.tokens.windows(3).collect();
-        for (a, t) in tri.iter().enumerate() {
-            assert!(!tri[..a].contains(t), "repeated trigram in {:?}", h.tokens);
+        .unwrap()
+    };
+    // The control: left alone, the best caption of every input repeats a trigram.
+    for (i, hyps) in beam(false).iter().enumerate() {
+        assert!(
+            repeats_a_trigram(&hyps[0].tokens),
+            "input {i}: no repeated trigram without blocking, so blocking is not tested: {:?}",
+            hyps[0].tokens
+        );
+    }
+    for (i, hyps) in beam(true).iter().enumerate() {
+        assert_eq!(hyps.len(), 3, "input {i}");
+        for h in hyps {
+            assert!(
+                !repeats_a_trigram(&h.tokens),
+                "input {i}: repeated trigram with blocking in {:?}",
+                h.tokens
+            );
+        }
+        // Blocking picks other words; it does not end the caption early.
+        assert_eq!(hyps[0].tokens.len(), 7, "input {i}: {:?}", hyps[0].tokens);
+    }
+}
+
+/// Beam search keeps the `b` likeliest prefixes, so on these inputs it finds a caption at least
+/// as likely as the greedy one (for beam search in general this is likely, not certain: the
+/// greedy prefix can be displaced by `b` better ones that all end worse), and for some of them a
+/// strictly likelier one: a beam search that only returned the greedy caption fails too.
+#[test]
+fn beam_finds_a_caption_at_least_as_likely_as_greedy() {
+    let mut better = 0;
+    let mut cases = 0;
+    for cfg in configs() {
+        for seed in [7, 8] {
+            let m = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
+            let x = inputs(&cfg, 6, 4);
+            let greedy = m.greedy(&x, cfg.max_len).unwrap();
+            let greedy_logp = teacher_logp(&m, &x, &greedy.tokens);
+            for width in [2, 3, 5] {
+                let beams = m
+                    .beam(
+                        &x,
+                        &BeamOptions {
+                            width,
+                            max_len: cfg.max_len,
+                            length_norm: false,
+                            block_trigrams: false,
+                        },
+                    )
+                    .unwrap();
+                let best: Vec<Vec<u32>> = beams.iter().map(|h| h[0].tokens.clone()).collect();
+                let beam_logp = teacher_logp(&m, &x, &best);
+                for i in 0..best.len() {
+                    cases += 1;
+                    assert!(
+                        beam_logp[i] >= greedy_logp[i] - 1e-4,
+                        "{:?} seed {seed} width {width} input {i}: beam {:?} has log p {}, \
+                         greedy {:?} has {}",
+                        cfg.kind,
+                        best[i],
+                        beam_logp[i],
+                        greedy.tokens[i],
+                        greedy_logp[i]
+                    );
+                    if beam_logp[i] > greedy_logp[i] + 1e-3 {
+                        better += 1;
+                    }
+                }
+            }
         }
     }
+    eprintln!("beam likelier than greedy in {better} of {cases} cases");
+    assert!(better > 0, "beam never beat greedy in {cases} cases");
 }
 
 #[test]

@@ -194,6 +194,15 @@ pub fn latest_valid(root: &Path) -> Result<Option<Checkpoint>, LearnerError> {
     Ok(None)
 }
 
+/// Why each checkpoint under `root` fails to verify, newest first: what to report when
+/// [`latest_valid`] finds none, so that a damaged checkpoint does not read as a missing one.
+pub fn damage(root: &Path) -> Result<Vec<LearnerError>, LearnerError> {
+    Ok(list(root)?
+        .into_iter()
+        .filter_map(|(_, dir)| open(&dir).err())
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Data set directory (default: data.dir of the config; the synthetic set is generated
-    /// when missing).
+    /// when that is the default `data/synth` and missing).
     #[arg(long)]
     pub data: Option<PathBuf>,
     #[arg(long, default_value_t = TrainOptions::default().epochs)]

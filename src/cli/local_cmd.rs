@@ -40,6 +40,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if args.actors == 0 || args.reward_workers == 0 {
         bail!("caprl local needs --actors >= 1 and --reward-workers >= 1");
     }
+    // Generate the data set once, before the roles race to open it (and before a server starts:
+    // a wrong data.dir fails with nothing to clean up).
+    setup::open_data(&cfg, true)?;
     let mut server = None;
     let url = match &args.nats_url {
         Some(u) => u.clone(),
@@ -55,8 +58,6 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             url
         }
     };
-    // Generate the data set once, before the roles race to open it.
-    setup::open_data(&cfg, true)?;
     let exe = std::env::current_exe().context("locating the caprl binary")?;
     let mut common: Vec<String> = Vec::new();
     if let Some(c) = &global.config {

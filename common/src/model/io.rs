@@ -61,6 +61,16 @@ impl Captioner {
                          different [model] config"
                     ),
                 })?;
+                // An integer tensor would convert to float without complaint: refuse it.
+                if !t.dtype().is_float() {
+                    return Err(ModelError::Weights {
+                        path: "<memory>".into(),
+                        reason: format!(
+                            "parameter `{name}` is stored as {:?}; weights are floating point",
+                            t.dtype()
+                        ),
+                    });
+                }
                 if t.dims() != var.dims() {
                     return Err(ModelError::Weights {
                         path: "<memory>".into(),
