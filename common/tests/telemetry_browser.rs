@@ -1,8 +1,8 @@
 //! The report opened in a real browser (headless Chromium, Debian's `chromium`):
 //! it loads without console messages, lays its plots out several per row on a
 //! wide window and one per row on a narrow one, and a screenshot shows plots
-//! in both halves of the page. With `CI=true` a missing browser fails the
-//! test; elsewhere it is skipped with the reason printed.
+//! in both halves of the page. A missing browser fails the test in CI and
+//! skips it elsewhere (`support/ci.rs`).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use caprl_common::telemetry::{write_report, ReportOptions};
 
+#[path = "support/ci.rs"]
+mod ci;
 #[path = "support/xe_rl_run.rs"]
 mod xe_rl_run;
 use xe_rl_run::xe_then_rl_run;
@@ -32,11 +34,9 @@ fn chromium() -> Option<String> {
     if found {
         return Some(bin);
     }
-    let reason = format!("`{bin} --version` failed: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM");
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{reason}");
-    }
-    eprintln!("skipped: {reason}");
+    ci::unavailable(&format!(
+        "`{bin} --version` failed: install Debian's chromium (apt-get install -y chromium) or set CHROMIUM"
+    ));
     None
 }
 

@@ -1,7 +1,6 @@
 //! TensorBoard event files written alongside `run.jsonl`, read back by the
 //! `tensorboard` package's own event reader (Python, `pip install tensorboard`).
-//! With `CI=true` a missing reader fails the test; elsewhere it is skipped
-//! with the reason printed.
+//! A missing reader fails the test in CI and skips it elsewhere (`support/ci.rs`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +10,9 @@ use caprl_common::telemetry::{
     read_run_log, EvalRecord, RunLog, SampleCaption, SamplesRecord, StepRecord,
 };
 use serde_json::{json, Value};
+
+#[path = "support/ci.rs"]
+mod ci;
 
 const CONFIG: &str = "seed = 7\n[train]\nobjective = \"scst\"\n";
 
@@ -49,10 +51,7 @@ fn read_with_tensorboard(dir: &Path) -> Option<Value> {
             python(),
             probe.map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
         );
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{reason}");
-        }
-        eprintln!("skipped: {reason}");
+        ci::unavailable(&reason);
         return None;
     }
     let out = Command::new(python())
