@@ -81,7 +81,7 @@ fn selftest_with_zero_tolerance_reports_the_differences_and_fails() {
 #[test]
 fn selftest_refuses_a_negative_tolerance_and_a_misspelt_generic_ops_switch() {
     let out = caprl()
-        .args(["selftest", "--tolerance", "-1", "-q"])
+        .args(["selftest", "--tolerance=-1", "-q"])
         .output()
         .unwrap();
     assert!(!out.status.success());
