@@ -7,9 +7,10 @@ mod support;
 use support::{caprl, text};
 
 /// Every quantity the self-test compares, for each tiny model.
-const CHECKS: [&str; 6] = [
+const CHECKS: [&str; 7] = [
     "token log-probs",
     "gradients",
+    "gradient norm",
     "adamw step",
     "greedy tokens",
     "snapshot device -> cpu",
@@ -33,7 +34,7 @@ fn selftest_on_the_cpu_passes_every_check_of_every_model() {
         }
     }
     assert!(!stdout.contains("FAIL"), "{stdout}");
-    assert!(stdout.contains("selftest: pass (18 checks"), "{stdout}");
+    assert!(stdout.contains("selftest: pass (21 checks"), "{stdout}");
 }
 
 /// With no tolerance, the rounding differences between the kernels and the generic ops (which

@@ -231,7 +231,9 @@ impl Trainer {
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
         let device = self.model.device().clone();
-        on_rayon(&device, || self.pg_step_here(data, rows, seqs, targets, opts))
+        on_rayon(&device, || {
+            self.pg_step_here(data, rows, seqs, targets, opts)
+        })
     }
 
     fn pg_step_here(

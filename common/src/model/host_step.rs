@@ -130,7 +130,8 @@ impl HostWeights {
         w: &Prepared,
         word_table: &Tensor,
     ) -> Result<Option<Self>> {
-        let on_host = |t: &Tensor| t.dtype() == DType::F32 && kernels_enabled(t.device(), t.dtype());
+        let on_host =
+            |t: &Tensor| t.dtype() == DType::F32 && kernels_enabled(t.device(), t.dtype());
         if kind == ModelKind::Att || !on_host(word_table) || !on_host(&w.logit_w_t) {
             return Ok(None);
         }

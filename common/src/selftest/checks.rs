@@ -8,7 +8,7 @@ use crate::model::{
     batch_tokens, set_generic_ops, CaprlRng, Captioner, CaptionerConfig, Inputs, ModelError,
     ModelKind, RnnKind,
 };
-use crate::optim::{clip_grad_norm, AdamW, AdamWParams};
+use crate::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams};
 
 /// A model to compare, with its inputs (host features) and teacher-forced captions.
 pub(crate) struct TinyModel {
@@ -101,7 +101,7 @@ fn close(name: String, got: &[f64], want: &[f64], tol: f64, detail: String) -> C
         name,
         largest,
         allowed: tol * scale.max(1.0),
-        detail: if largest > 0.0 {
+        detail: if largest > 0.0 && want.len() > 1 {
             format!("{detail} at element {at}")
         } else {
             detail
@@ -199,6 +199,19 @@ pub(crate) fn compare_model(
         .ok_or_else(|| ModelError::Input("the model has no parameter with a gradient".into()))?;
     worst.detail = format!("{n_params} parameters; nearest its limit: {}", worst.detail);
     out.push(worst);
+
+    let vars = |side: &Side| -> Vec<candle_core::Var> {
+        side.vars().into_iter().map(|(_, v)| v).collect()
+    };
+    let ref_norm = mode(false, || Ok(grad_norm(&ref_grads, &vars(&reference))?))?;
+    let sub_norm = mode(true, || Ok(grad_norm(&sub_grads, &vars(&subject))?))?;
+    out.push(close(
+        name("gradient norm"),
+        &[sub_norm],
+        &[ref_norm],
+        tol,
+        format!("global L2 norm {ref_norm:.6} on the CPU"),
+    ));
 
     out.push(adamw_step(
         m, &reference, &ref_grads, &subject, sub_grads, tol,

@@ -3,7 +3,7 @@
 //! GPU time is rare and short, so one command must tell within minutes whether a device gives
 //! the project's results. On tiny models of each kind (fc/GRU, att/LSTM two layers, crnn) it
 //! compares the device with the CPU reference (f32, the CPU's own kernels): token log-probs,
-//! every parameter's gradient, one AdamW step from the same gradients, greedy tokens, a
+//! every parameter's gradient, the global gradient norm, one AdamW step from the same gradients, greedy tokens, a
 //! snapshot saved on the device and loaded on the CPU, and two training runs from one seed,
 //! stepped from alternating threads, which must give byte-identical weights (work queued from
 //! different threads must stay in order). On the CPU the subject is the generic-ops mode (the
