@@ -9,7 +9,8 @@
 # crates. The runtime stage is Debian slim with the binary, CA certificates and a
 # non-root user (uid 10001), nothing else.
 
-ARG RUST_VERSION=1.85
+# At least the highest rust-version of the locked crates (tests/dockerfile_toolchain.rs).
+ARG RUST_VERSION=1.89
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-slim-${DEBIAN_RELEASE} AS build

@@ -70,7 +70,7 @@ fn bench(c: &mut Criterion) {
     g.bench_function("xe_step", |bch| {
         // On one of rayon's threads, as the learner runs its steps.
         bch.iter(|| {
-            on_rayon(|| {
+            on_rayon(&Device::Cpu, || {
                 let (logp, mask) = m
                     .token_logprobs(&x, &seqs_t, Some(&mut drop_rng))
                     .expect("fwd");

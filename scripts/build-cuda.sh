@@ -13,6 +13,8 @@
 # The binary links libcuda.so.1 (the NVIDIA driver) and the CUDA runtime libraries at load time:
 # it does not start on a machine without a driver. CPU users need the default build.
 set -euo pipefail
+# The CUDA release of the build (toolkit.sh's wheels; Dockerfile.cuda's CUDA_VERSION agrees).
+cuda_version=13.0
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
@@ -38,7 +40,12 @@ else
   eval "$(bash "$toolkit")"
 fi
 
-echo "build-cuda: CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP, target dir $target" >&2
+found=$(nvcc --version 2>/dev/null | grep -oE 'release [0-9]+\.[0-9]+' | cut -d' ' -f2 || true)
+if [ -n "$found" ] && [ "$found" != "$cuda_version" ]; then
+  echo "build-cuda: warning: nvcc is CUDA $found, the project builds with CUDA $cuda_version" >&2
+  echo "            (Dockerfile.cuda); the binary will need CUDA $found's libraries" >&2
+fi
+echo "build-cuda: CUDA $cuda_version, CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP, target dir $target" >&2
 start=$(date +%s)
 cargo build --release --locked --features cuda --bin caprl --target-dir "$target"
 bin=$target/release/caprl

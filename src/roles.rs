@@ -11,7 +11,7 @@ use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
 use caprl_common::config::{self, Baseline, Objective, RunConfig};
 use caprl_common::data::Dataset;
-use caprl_common::model::Device;
+use caprl_common::model::{DType, Device};
 use caprl_common::score::Distance;
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
@@ -69,22 +69,43 @@ pub fn default_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The actor's settings.
+/// The actor's settings. `dtype` is the compute dtype the actor was told to use, if any: without
+/// it a CPU actor computes in f32 whatever the run's `dtype` (see [`actor_dtype`]).
 pub fn actor_config(
     cfg: &RunConfig,
     data: Arc<Dataset>,
     device: Device,
     id: String,
+    dtype: Option<DType>,
 ) -> Result<ActorConfig> {
+    let mut model = setup::captioner_config(cfg, &data)?;
+    model.compute_dtype = actor_dtype(model.compute_dtype, &device, dtype);
     Ok(ActorConfig {
         id,
-        model: setup::captioner_config(cfg, &data)?,
+        model,
         data,
         device,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
         sync: cfg.runtime.mode == config::Mode::Sync,
         delay: Duration::ZERO,
     })
+}
+
+/// The dtype an actor computes in: the one it was told (`--dtype`), else f32 on the CPU (the
+/// run's `dtype` is chosen for the learner's GPU, and bf16 on a CPU is several times slower than
+/// f32), else the run's.
+pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
+    match told {
+        Some(d) => d,
+        None if device.is_cpu() && run != DType::F32 => {
+            tracing::info!(
+                "this actor runs on the CPU: it computes in f32, not the run's dtype {run:?} \
+                 (pass --dtype to the actor to follow the run)"
+            );
+            DType::F32
+        }
+        None => run,
+    }
 }
 
 /// The reward worker's settings: the rewarder over the training split with the
@@ -178,7 +199,15 @@ pub fn with_inproc_roles<T>(
     let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&bus_options(cfg))?);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
-    let actor_cfg = actor_config(cfg, Arc::clone(data), device.clone(), "local-actor".into())?;
+    // The in-process actor shares the learner's device, and follows the run's dtype there.
+    let told = Some(setup::compute_dtype(cfg.dtype));
+    let actor_cfg = actor_config(
+        cfg,
+        Arc::clone(data),
+        device.clone(),
+        "local-actor".into(),
+        told,
+    )?;
     let worker_cfg = worker_config(cfg, data, "local-reward-worker".into())?;
     let actor = {
         let (bus, stop, tx) = (Arc::clone(&bus), stop_rx.clone(), Arc::clone(&stop_tx));

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use caprl_common::config::{self, Baseline as CfgBaseline, Objective, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{batch_tokens, inputs_for_rows};
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
+use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ValueHead};
 use caprl_common::optim::AdamWParams;
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{
@@ -591,7 +591,9 @@ fn importance_weights(
     if stale.is_empty() {
         return Ok(f64::NAN);
     }
-    let model = &trainer.model;
+    // π in f32 whatever the learner's passes compute in: the ratio compares it with μ, which
+    // CPU actors compute in f32, and bf16's 8-bit mantissa would show as a bias in ρ.
+    let model = &trainer.model.with_compute_dtype(DType::F32)?;
     let rows: Vec<usize> = stale.iter().map(|&i| pg.rows[i]).collect();
     let seqs: Vec<Vec<u32>> = stale.iter().map(|&i| pg.seqs[i].clone()).collect();
     let x = inputs_for_rows(data, &rows, model.config(), model.device())?;

@@ -10,6 +10,7 @@
 //! - [`model`]: the captioner in Candle and its decoders.
 //! - [`optim`]: AdamW with checkpointable state, clipping, schedules.
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
+//! - [`selftest`]: a device's results against the CPU's (`caprl selftest`).
 
 pub mod bus;
 pub mod clip;
@@ -20,5 +21,6 @@ pub mod model;
 pub mod optim;
 pub mod progress;
 pub mod score;
+pub mod selftest;
 pub mod telemetry;
 pub mod wire;

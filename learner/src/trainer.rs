@@ -174,7 +174,8 @@ impl Trainer {
         items: &[&Item],
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
-        on_rayon(|| self.xe_step_here(data, items, opts))
+        let device = self.model.device().clone();
+        on_rayon(&device, || self.xe_step_here(data, items, opts))
     }
 
     fn xe_step_here(
@@ -229,7 +230,10 @@ impl Trainer {
         targets: PgTargets,
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
-        on_rayon(|| self.pg_step_here(data, rows, seqs, targets, opts))
+        let device = self.model.device().clone();
+        on_rayon(&device, || {
+            self.pg_step_here(data, rows, seqs, targets, opts)
+        })
     }
 
     fn pg_step_here(

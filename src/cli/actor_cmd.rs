@@ -35,7 +35,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = setup::device(&cfg)?;
     let data = Arc::new(setup::open_data(&cfg, false)?);
     let id = args.id.unwrap_or_else(roles::default_id);
-    let mut actor = roles::actor_config(&cfg, data, device, id.clone())?;
+    let mut actor =
+        roles::actor_config(&cfg, data, device, id.clone(), args.compute.compute_dtype())?;
     actor.delay = Duration::from_millis(args.delay_ms);
     let rt = roles::runtime()?;
     let bus = rt.block_on(roles::connect(

@@ -26,6 +26,7 @@ mod report_cmd;
 mod reward_worker_cmd;
 mod run_cmd;
 mod score_cmd;
+mod selftest_cmd;
 mod status_cmd;
 mod train_cmd;
 
@@ -112,11 +113,16 @@ pub enum Command {
     /// (in-process vs NATS, snapshot broadcast, rollout throughput), `bench model` (XE/SCST
     /// steps and decoding per device and dtype).
     Bench(bench_cmd::Args),
+    /// Compare a device's results with the CPU's on tiny models (log-probs, gradients, AdamW,
+    /// greedy tokens, snapshots, repeatability): `selftest --device cuda:0`.
+    Selftest(selftest_cmd::Args),
 }
 
 /// Runs the chosen command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
+    // A misspelt CAPRL_GENERIC_OPS stops here instead of being read as off.
+    caprl_common::model::generic_ops_from_env()?;
     match cli.command {
         Command::Run(args) => run_cmd::run(args, global),
         Command::Train(args) => train_cmd::run(args, global),
@@ -134,6 +140,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Local(args) => local_cmd::run(args, global),
         Command::Status(args) => status_cmd::run(args, global),
         Command::Bench(args) => bench_cmd::run(args, global),
+        Command::Selftest(args) => selftest_cmd::run(args),
     }
 }
 

@@ -156,7 +156,9 @@ impl Decoder {
         opts: &BeamOptions,
         lookahead: Option<&Lookahead>,
     ) -> Result<Vec<Vec<Hypothesis>>> {
-        on_rayon(|| self.beam_search_here(x, opts, lookahead))
+        on_rayon(&self.model.device, || {
+            self.beam_search_here(x, opts, lookahead)
+        })
     }
 
     fn beam_search_here(

@@ -7,13 +7,13 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use super::error::Result;
-use super::fused_rnn::supported;
+use super::kernels::kernels_enabled;
 
 /// `x + b` with `b` `[K]` broadcast over the leading dims of `x` `[.., K]` (`x` may also be
 /// `[N, M·K]`-shaped data given as `[N, M, K]` with `b` `[M, K]`: `b` covers the trailing dims).
 pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     let k = b.elem_count();
-    if !supported(x.device(), x.dtype())
+    if !kernels_enabled(x.device(), x.dtype())
         || x.dtype() != b.dtype()
         || k == 0
         || !x.elem_count().is_multiple_of(k)

@@ -377,6 +377,13 @@ impl Captioner {
         Ok(())
     }
 
+    /// Another handle on the same weights whose forward passes compute in `dtype`.
+    pub fn with_compute_dtype(&self, dtype: DType) -> Result<Self> {
+        let mut view = self.share()?;
+        view.set_compute_dtype(dtype)?;
+        Ok(view)
+    }
+
     /// Casts (to the compute dtype), transposes and, for decoding, detaches every weight once
     /// for a pass. The cast is a graph node when not detached, so the gradient of a bf16/f16
     /// pass reaches the f32 parameters (`∂L/∂w = cast(∂L/∂w_bf16)`); with the parameters'

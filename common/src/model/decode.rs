@@ -41,8 +41,15 @@ pub(crate) const PARALLEL_MIN_LOGITS: usize = 16 * 1024;
 /// per-row token choices, optimizer chunks) then start from a worker that takes its own share,
 /// instead of waking every worker from a thread that sleeps meanwhile: on 2 cores that made
 /// beam search about a third faster and an XE step about a tenth.
-pub fn on_rayon<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    if rayon::current_thread_index().is_some() || rayon::current_num_threads() <= 1 {
+///
+/// Work on any other device than the CPU stays on the calling thread: the hop buys nothing
+/// there, and keeping a GPU model's work on the thread that owns it keeps the order of its
+/// kernel launches plain to read (the device has one stream, see [`super::parse_device`]).
+pub fn on_rayon<R: Send>(device: &Device, f: impl FnOnce() -> R + Send) -> R {
+    if !device.is_cpu()
+        || rayon::current_thread_index().is_some()
+        || rayon::current_num_threads() <= 1
+    {
         f()
     } else {
         rayon::scope(|_| f())
@@ -202,7 +209,9 @@ impl Decoder {
         max_len: usize,
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
-        on_rayon(|| self.rollout_here(x, prefixes, max_len, policy))
+        on_rayon(&self.model.device, || {
+            self.rollout_here(x, prefixes, max_len, policy)
+        })
     }
 
     fn rollout_here(

@@ -36,7 +36,7 @@ impl Captioner {
     /// The weights as they are now, prepared for decoding (see [`Decoder`]).
     pub fn decoder(&self) -> Result<Decoder> {
         // The block layout of the host step follows the thread count of the pool it runs in.
-        on_rayon(|| {
+        on_rayon(&self.device, || {
             Ok(Decoder {
                 model: self.share()?,
                 w: self.decode_weights()?,

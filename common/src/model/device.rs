@@ -30,9 +30,30 @@ pub fn parse_device(s: &str) -> Result<Device> {
     open_cuda(ordinal).map_err(err)
 }
 
+/// Opens GPU `ordinal` once per process, on one stream of its own, and hands out that device
+/// from then on.
+///
+/// Candle's `Device::new_cuda` takes CUDA's per-thread default stream, so work queued from two
+/// host threads lands on two streams, and nothing orders step N's optimizer writes before step
+/// N+1's forward pass when a different thread runs it (rayon, `spawn_blocking`). With one
+/// explicit stream every launch of the process is ordered as it was issued; one device per
+/// ordinal also lets tensors opened by different roles of one process (`caprl run`) meet.
 #[cfg(feature = "cuda")]
 fn open_cuda(ordinal: usize) -> std::result::Result<Device, String> {
-    Device::new_cuda(ordinal).map_err(|e| format!("cannot open CUDA device {ordinal}: {e}"))
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static OPEN: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
+    let mut open = OPEN
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .map_err(|_| "the table of open CUDA devices was poisoned by a panic".to_string())?;
+    if let Some(d) = open.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Device::new_cuda_with_stream(ordinal)
+        .map_err(|e| format!("cannot open CUDA device {ordinal}: {e}"))?;
+    open.insert(ordinal, d.clone());
+    Ok(d)
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -3,7 +3,8 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::error::Result;
-use super::fused_rnn::{contiguous, err, supported, Real};
+use super::fused_rnn::{contiguous, err, Real};
+use super::kernels::kernels_enabled;
 use super::rng::CaprlRng;
 
 /// `x ⊙ m / (1 - p)` with `m ~ Bernoulli(1 - p)` drawn from `rng`; identity when `rng` is `None`
@@ -26,7 +27,7 @@ pub(crate) fn dropout(x: &Tensor, p: f32, rng: Option<&mut CaprlRng>) -> Result<
 /// whose backward is `dy ⊙ mask` (candle's `mul` would also compute and store the gradient of
 /// the mask, zero-filled buffers included).
 pub(crate) fn apply_mask(x: &Tensor, mask: Vec<f32>) -> Result<Tensor> {
-    if supported(x.device(), x.dtype()) {
+    if kernels_enabled(x.device(), x.dtype()) {
         return Ok(x.contiguous()?.apply_op1(MaskMul { mask })?);
     }
     let m = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;

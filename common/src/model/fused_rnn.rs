@@ -128,11 +128,6 @@ impl Real for f64 {
     }
 }
 
-/// Whether the fused layer can run on tensors of this device and dtype.
-pub(crate) fn supported(device: &Device, dtype: DType) -> bool {
-    device.is_cpu() && matches!(dtype, DType::F32 | DType::F64)
-}
-
 /// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_hh` `[G, H]`, `b_hh` `[G]` → states
 /// `[T, B, S]`. `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the
 /// forward gemm reads without repacking); the gradient of the weights flows through `w_hh`.

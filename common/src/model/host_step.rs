@@ -23,6 +23,7 @@ use super::captioner::{Encoded, Prepared};
 use super::config::{ModelKind, RnnKind};
 use super::error::Result;
 use super::fused_rnn::{self, gemm_into, Mat, SendPtr};
+use super::kernels::kernels_enabled;
 use super::rnn::{CellWeights, LayerState};
 
 /// Below this many multiply-adds a region's blocks run one after the other on the calling
@@ -129,7 +130,8 @@ impl HostWeights {
         w: &Prepared,
         word_table: &Tensor,
     ) -> Result<Option<Self>> {
-        let on_host = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
+        let on_host =
+            |t: &Tensor| t.dtype() == DType::F32 && kernels_enabled(t.device(), t.dtype());
         if kind == ModelKind::Att || !on_host(word_table) || !on_host(&w.logit_w_t) {
             return Ok(None);
         }

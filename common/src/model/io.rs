@@ -35,8 +35,10 @@ impl Captioner {
         })
     }
 
-    /// The weights serialised as safetensors bytes (policy snapshots).
+    /// The weights serialised as safetensors bytes (policy snapshots and checkpoints).
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
+        // A hand-off point: the bytes leave the device only after every queued update.
+        self.device.synchronize()?;
         varmap_to_safetensors(&self.varmap)
     }
 

@@ -12,9 +12,8 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 
 use super::bias::add_row_bias;
 use super::error::Result;
-use super::fused_rnn::{
-    contiguous, err, gemm_into, supported, Mat, Real, SendPtr, PARALLEL_MIN_MACS,
-};
+use super::fused_rnn::{contiguous, err, gemm_into, Mat, Real, SendPtr, PARALLEL_MIN_MACS};
+use super::kernels::kernels_enabled;
 
 /// How the weight is stored.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -48,7 +47,7 @@ fn apply(x: &Tensor, w: &Tensor, b: &Tensor, layout: WLayout) -> Result<Tensor> 
         *out_dims.last_mut().unwrap_or(&mut 0) = g;
         out_dims.ends_with(b.dims()) && b.rank() >= 1
     };
-    let native = supported(x.device(), x.dtype())
+    let native = kernels_enabled(x.device(), x.dtype())
         && w.dtype() == x.dtype()
         && b.dtype() == x.dtype()
         && w.device().is_cpu()

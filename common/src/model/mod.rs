@@ -26,6 +26,7 @@ mod fused_rnn;
 mod greedy;
 mod host_step;
 mod io;
+mod kernels;
 mod linear;
 #[cfg(test)]
 mod op_check;
@@ -47,6 +48,9 @@ pub use decode::{on_rayon, Decoded};
 pub use decoder::Decoder;
 pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;
+pub use kernels::{
+    generic_ops, generic_ops_from_env, kernels_enabled, set_generic_ops, GENERIC_OPS_ENV,
+};
 pub use rng::{CaprlRng, RngState};
 pub use rows::inputs_for_rows;
 pub use sample::SampleOptions;

@@ -11,6 +11,7 @@ use candle_nn::ops::sigmoid;
 use super::config::RnnKind;
 use super::error::Result;
 use super::fused_rnn;
+use super::kernels::kernels_enabled;
 use super::transpose::transposed_copy;
 
 /// One layer's recurrent state: `h` `[B, H]` and, for LSTM, the cell `c` `[B, H]`.
@@ -56,7 +57,7 @@ impl CellWeights {
     /// Prepares `w_hh` `[G, H]` and `b_hh` `[G]` for the fused layer when the device and dtype
     /// allow it, else for the graph step.
     pub fn new(w_hh: &Tensor, b_hh: &Tensor) -> Result<Self> {
-        if fused_rnn::supported(w_hh.device(), w_hh.dtype()) {
+        if kernels_enabled(w_hh.device(), w_hh.dtype()) {
             Ok(Self::Fused {
                 w_hh: w_hh.clone(),
                 b_hh: b_hh.clone(),

@@ -13,7 +13,7 @@ use super::bias::add_row_bias;
 use super::captioner::{Captioner, Encoded, Inputs, Prepared};
 use super::dropout::dropout;
 use super::error::{ModelError, Result};
-use super::fused_rnn::supported;
+use super::kernels::kernels_enabled;
 use super::linear::linear;
 use super::rng::CaprlRng;
 use super::rnn::{run_sequence, unpack_states, CellWeights, LayerState};
@@ -60,7 +60,7 @@ impl Captioner {
     ) -> Result<(Tensor, Tensor)> {
         let mask = self.token_mask(seqs)?;
         let compute = self.cfg.compute_dtype;
-        if compute != self.cfg.dtype || !supported(&self.device, compute) {
+        if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
             let tf = self.teacher_forced(x, seqs, dropout_rng)?;
             let logp = tf
                 .logprobs_full

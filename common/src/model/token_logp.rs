@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
 use super::error::Result;
-use super::fused_rnn::{contiguous, err, supported, Real, Saved};
+use super::fused_rnn::{contiguous, err, Real, Saved};
+use super::kernels::kernels_enabled;
 use super::linear::{self, WLayout};
 
 /// `log p(targets[n])` `[N]` from the top hidden states `h` `[.., S]`, `N` rows in all (the
@@ -29,7 +30,7 @@ pub(crate) fn token_log_softmax(
     targets: Vec<u32>,
     mask: Option<Vec<f32>>,
 ) -> Result<Option<Tensor>> {
-    let native = supported(h.device(), h.dtype())
+    let native = kernels_enabled(h.device(), h.dtype())
         && w.dtype() == h.dtype()
         && b.dtype() == h.dtype()
         && w.device().is_cpu()

@@ -4,12 +4,16 @@
 use candle_core::{CpuStorage, Storage, Tensor};
 
 use super::error::Result;
+use super::kernels::kernels_enabled;
 
 /// `wᵀ` as a contiguous detached tensor; falls back to candle's copy off the CPU, for other
 /// dtypes and for non-contiguous inputs.
 pub(crate) fn transposed_copy(w: &Tensor) -> Result<Tensor> {
     let w = w.detach();
     let fallback = |w: &Tensor| -> Result<Tensor> { Ok(w.t()?.contiguous()?) };
+    if !kernels_enabled(w.device(), w.dtype()) {
+        return fallback(&w);
+    }
     let Ok((r, c)) = w.dims2() else {
         return fallback(&w);
     };

@@ -5,6 +5,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Storage, Tensor, Var};
 
 use super::error::Result;
+use crate::model::kernels_enabled;
 
 /// The global L2 norm of the gradients of `vars` (vars without a gradient count as zero).
 ///
@@ -52,6 +53,9 @@ pub fn clip_grad_norm(grads: &mut GradStore, vars: &[Var], max_norm: f64) -> Res
 
 /// `Σ g²` in f64 straight from a contiguous CPU f32/f64 tensor; `None` for anything else.
 fn host_sum_sq(g: &Tensor) -> Option<f64> {
+    if !kernels_enabled(g.device(), g.dtype()) {
+        return None;
+    }
     let (st, l) = g.storage_and_layout();
     let (a, b) = l.contiguous_offsets()?;
     match &*st {

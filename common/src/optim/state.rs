@@ -53,6 +53,10 @@ impl AdamW {
             names: self.slots.iter().map(|s| s.name.clone()).collect(),
         };
         let json = serde_json::to_string(&header).map_err(|e| err(e.to_string()))?;
+        // A hand-off point: the moments leave the device only after every queued update.
+        if let Some(s) = self.slots.first() {
+            s.m.device().synchronize()?;
+        }
         let mut meta = HashMap::new();
         meta.insert(HEADER_KEY.to_string(), json);
         let mut tensors: Vec<(String, Tensor)> = Vec::with_capacity(2 * self.slots.len());
