@@ -8,7 +8,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::{caprl, sets, synth, text};
+use support::{caprl, checkpoint_dirs, sets, synth, text};
 
 fn eval(checkpoint: &Path) -> Output {
     caprl()
@@ -65,17 +65,8 @@ fn eval_of_a_damaged_checkpoint_names_the_damage_in_its_error() {
     assert!(out.status.success(), "{}", text(&out));
 
     // Newest first (the names are zero-padded steps): the one an error about `best` names.
-    let mut checkpoints: Vec<PathBuf> = std::fs::read_dir(&best)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("ckpt-")
-        })
-        .collect();
-    checkpoints.sort_by(|a, b| b.cmp(a));
+    let mut checkpoints = checkpoint_dirs(&best);
+    checkpoints.reverse();
     assert!(
         !checkpoints.is_empty(),
         "no checkpoint in {}",

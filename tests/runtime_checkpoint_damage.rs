@@ -5,9 +5,7 @@
 
 mod support;
 
-use std::path::PathBuf;
-
-use support::{caprl, final_weights, sets, synth, text};
+use support::{caprl, checkpoint_dirs, final_weights, sets, synth, text};
 
 #[test]
 fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_weights() {
@@ -19,18 +17,7 @@ fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_
     assert!(out.status.success(), "{}", text(&out));
     let want = final_weights(&run);
 
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(run.join("checkpoints"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("ckpt-")
-        })
-        .collect();
-    dirs.sort();
+    let dirs = checkpoint_dirs(&run.join("checkpoints"));
     assert!(dirs.len() >= 3, "need three checkpoints, have {dirs:?}");
     let flipped = dirs[dirs.len() - 1].join("model.safetensors");
     let mut bytes = std::fs::read(&flipped).unwrap();

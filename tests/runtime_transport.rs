@@ -40,14 +40,11 @@ fn in_process_and_nats_with_two_actors_and_two_workers_give_identical_weights() 
 #[test]
 fn local_without_nats_server_binary_names_the_package() {
     let dir = tempfile::tempdir().unwrap();
+    // Real data, so that the only thing missing is the broker.
+    let data = synth(dir.path());
     let out = caprl()
         .args(["local", "--actors", "1", "--reward-workers", "1"])
-        .args(sets(
-            &dir.path().join("data"),
-            &dir.path().join("run"),
-            1,
-            &[],
-        ))
+        .args(sets(&data, &dir.path().join("run"), 1, &[]))
         .env("PATH", dir.path())
         .output()
         .unwrap();

@@ -59,6 +59,17 @@ fn polylines(svg: &str) -> Vec<(String, usize)> {
 const SCST_BLUE: &str = "#1F77B4";
 const SLE_ORANGE: &str = "#FF7F0E";
 
+/// Writes the report of `run_dirs` (default options) to `out` and returns its HTML.
+fn report_html(run_dirs: Vec<PathBuf>, out: &Path) -> String {
+    write_report(&ReportOptions {
+        run_dirs,
+        out: out.to_path_buf(),
+        ..ReportOptions::default()
+    })
+    .expect("report");
+    std::fs::read_to_string(out).expect("html")
+}
+
 #[test]
 fn report_overlays_runs_with_one_polyline_per_series() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -116,13 +127,7 @@ fn report_overlays_runs_with_one_polyline_per_series() {
 fn report_has_a_summary_table_of_final_eval_metrics() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("sub/report.html");
-    write_report(&ReportOptions {
-        run_dirs: fixture_runs(),
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    let html = std::fs::read_to_string(&out).expect("html");
+    let html = report_html(fixture_runs(), &out);
     let start = html
         .find("<table class=\"summary\">")
         .expect("summary table");
@@ -154,13 +159,7 @@ fn report_has_a_summary_table_of_final_eval_metrics() {
 fn report_is_self_contained() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("report.html");
-    write_report(&ReportOptions {
-        run_dirs: vec![fixture("run_scst")],
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    let html = std::fs::read_to_string(&out).expect("html");
+    let html = report_html(vec![fixture("run_scst")], &out);
     assert!(html.starts_with("<!DOCTYPE html>"));
     assert!(!html.contains("<script"), "no JavaScript");
     assert!(
@@ -351,13 +350,7 @@ fn ema_is_tensorboards_debiased_moving_average() {
 fn the_xe_to_rl_boundary_is_marked_on_every_step_plot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("report.html");
-    write_report(&ReportOptions {
-        run_dirs: vec![xe_then_rl_run(dir.path()), fixture("run_scst")],
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    let html = std::fs::read_to_string(&out).expect("html");
+    let html = report_html(vec![xe_then_rl_run(dir.path()), fixture("run_scst")], &out);
     for id in [
         "loss-total",
         "reward-cider",
@@ -392,28 +385,14 @@ fn the_xe_to_rl_boundary_is_marked_on_every_step_plot() {
 
     // A run without an XE phase gets no boundary.
     let out = dir.path().join("rl-only.html");
-    write_report(&ReportOptions {
-        run_dirs: vec![fixture("run_scst")],
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    assert!(!std::fs::read_to_string(&out)
-        .expect("html")
-        .contains("XE | RL"));
+    assert!(!report_html(vec![fixture("run_scst")], &out).contains("XE | RL"));
 }
 
 #[test]
 fn overlaid_runs_get_a_table_of_the_config_keys_they_differ_in() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("report.html");
-    write_report(&ReportOptions {
-        run_dirs: fixture_runs(),
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    let html = std::fs::read_to_string(&out).expect("html");
+    let html = report_html(fixture_runs(), &out);
     let start = html.find("<table class=\"diff\">").expect("diff table");
     let table = &html[start..start + html[start..].find("</table>").expect("end")];
     assert!(
@@ -435,28 +414,14 @@ fn overlaid_runs_get_a_table_of_the_config_keys_they_differ_in() {
     );
 
     let single = dir.path().join("one.html");
-    write_report(&ReportOptions {
-        run_dirs: vec![fixture("run_scst")],
-        out: single.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    assert!(!std::fs::read_to_string(&single)
-        .expect("html")
-        .contains("Config differences"));
+    assert!(!report_html(vec![fixture("run_scst")], &single).contains("Config differences"));
 }
 
 #[test]
 fn sample_captions_are_a_table_per_image_across_evaluations() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("report.html");
-    write_report(&ReportOptions {
-        run_dirs: vec![xe_then_rl_run(dir.path())],
-        out: out.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    let html = std::fs::read_to_string(&out).expect("html");
+    let html = report_html(vec![xe_then_rl_run(dir.path())], &out);
     let start = html
         .find("<section id=\"sample-run_xe_scst-42\">")
         .expect("image 42");
@@ -483,13 +448,5 @@ fn sample_captions_are_a_table_per_image_across_evaluations() {
     );
     // The fixture runs logged no samples: no section.
     let plain = dir.path().join("plain.html");
-    write_report(&ReportOptions {
-        run_dirs: fixture_runs(),
-        out: plain.clone(),
-        ..ReportOptions::default()
-    })
-    .expect("report");
-    assert!(!std::fs::read_to_string(&plain)
-        .expect("html")
-        .contains("Sample captions"));
+    assert!(!report_html(fixture_runs(), &plain).contains("Sample captions"));
 }

@@ -71,11 +71,10 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// The newest regular checkpoint's weights of a run directory.
-pub fn final_weights(run_dir: &Path) -> Vec<u8> {
-    let ck = run_dir.join("checkpoints");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&ck)
-        .unwrap_or_else(|e| panic!("{}: {e}", ck.display()))
+/// The `ckpt-*` directories in `dir`, oldest first (the names are zero-padded steps).
+pub fn checkpoint_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| {
             p.file_name()
@@ -85,6 +84,12 @@ pub fn final_weights(run_dir: &Path) -> Vec<u8> {
         })
         .collect();
     dirs.sort();
+    dirs
+}
+
+/// The newest regular checkpoint's weights of a run directory.
+pub fn final_weights(run_dir: &Path) -> Vec<u8> {
+    let dirs = checkpoint_dirs(&run_dir.join("checkpoints"));
     let last = dirs.last().expect("a checkpoint");
     std::fs::read(last.join("model.safetensors")).expect("weights")
 }
