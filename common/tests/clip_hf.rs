@@ -43,12 +43,7 @@ fn fixture() -> Fixture {
     };
     synth(&data, &config).unwrap();
     let vocab = Dataset::open(&data).unwrap().vocab;
-    let words: Vec<String> = vocab
-        .words()
-        .iter()
-        .filter(|w| !SPECIALS.contains(&w.as_str()))
-        .cloned()
-        .collect();
+    let words = tiny_clip::plain_words(&vocab);
     let clip = root.path().join("clip");
     let model = tiny_clip::write(&clip, &words);
     Fixture {

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use caprl_common::clip::hf::HfClip;
 use caprl_common::clip::Encoder;
-use caprl_common::data::{npy, Dataset, Vocab, SPECIALS};
+use caprl_common::data::{npy, Dataset, Vocab};
 use caprl_common::model::EOS;
 use caprl_common::score::DocFreq;
 use fuzz::{mutate, mutations};
@@ -124,12 +124,7 @@ fn clip() -> &'static Clip {
             .map(|c| c.split(' ').map(String::from).collect())
             .collect();
         let vocab = Vocab::build(caps.iter().map(Vec::as_slice), 1);
-        let words: Vec<String> = vocab
-            .words()
-            .iter()
-            .filter(|w| !SPECIALS.contains(&w.as_str()))
-            .cloned()
-            .collect();
+        let words = tiny_clip::plain_words(&vocab);
         let dir = tempfile::tempdir().unwrap();
         tiny_clip::write(dir.path(), &words);
         let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();

@@ -3,7 +3,7 @@
 //! A missing reader fails the test in CI and skips it elsewhere (`support/ci.rs`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use caprl_common::telemetry::{
@@ -119,6 +119,15 @@ fn scalar(read: &Value, tag: &str) -> Vec<(u64, f64)> {
         .collect()
 }
 
+/// A new run log in `dir` mirrored to `dir/tb`; returns that folder and the log.
+fn mirrored_run_log(dir: &Path) -> (PathBuf, RunLog) {
+    let tb = dir.join("tb");
+    let mut log = RunLog::create(dir, CONFIG, json!({})).expect("create");
+    log.mirror_to_tensorboard(&tb, CONFIG, 0)
+        .expect("tensorboard");
+    (tb, log)
+}
+
 fn close(got: &[(u64, f64)], want: &[(u64, f64)]) {
     assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
     for ((gs, gv), (ws, wv)) in got.iter().zip(want) {
@@ -134,10 +143,7 @@ fn close(got: &[(u64, f64)], want: &[(u64, f64)]) {
 #[test]
 fn tensorboard_reads_back_every_scalar_and_text_of_the_run_log() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tb = dir.path().join("tb");
-    let mut log = RunLog::create(dir.path(), CONFIG, json!({})).expect("create");
-    log.mirror_to_tensorboard(&tb, CONFIG, 0)
-        .expect("tensorboard");
+    let (tb, mut log) = mirrored_run_log(dir.path());
     for n in 1..=4 {
         log.log_step(&step(n, "xe")).expect("step");
     }
@@ -252,10 +258,7 @@ fn tensorboard_reads_back_every_scalar_and_text_of_the_run_log() {
 #[test]
 fn a_resumed_run_adds_a_second_event_file_that_tensorboard_reads_with_the_first() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tb = dir.path().join("tb");
-    let mut log = RunLog::create(dir.path(), CONFIG, json!({})).expect("create");
-    log.mirror_to_tensorboard(&tb, CONFIG, 0)
-        .expect("tensorboard");
+    let (tb, mut log) = mirrored_run_log(dir.path());
     for n in 1..=3 {
         log.log_step(&step(n, "scst")).expect("step");
     }
@@ -280,10 +283,7 @@ fn a_resumed_run_adds_a_second_event_file_that_tensorboard_reads_with_the_first(
 #[test]
 fn a_damaged_record_is_not_read_as_data() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let tb = dir.path().join("tb");
-    let mut log = RunLog::create(dir.path(), CONFIG, json!({})).expect("create");
-    log.mirror_to_tensorboard(&tb, CONFIG, 0)
-        .expect("tensorboard");
+    let (tb, mut log) = mirrored_run_log(dir.path());
     for n in 1..=3 {
         log.log_step(&step(n, "scst")).expect("step");
     }

@@ -9,6 +9,7 @@ use candle_nn::{Init, VarBuilder, VarMap};
 use candle_transformers::models::clip::text_model::{Activation, ClipTextConfig};
 use candle_transformers::models::clip::vision_model::ClipVisionConfig;
 use candle_transformers::models::clip::{ClipConfig, ClipModel};
+use caprl_common::data::{Vocab, SPECIALS};
 use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 use tokenizers::processors::template::TemplateProcessing;
@@ -24,6 +25,16 @@ pub const MAX_POSITIONS: usize = 16;
 /// Start- and end-of-text, the last two ids as in OpenAI's vocabulary.
 pub const SOT: &str = "<|startoftext|>";
 pub const EOT: &str = "<|endoftext|>";
+
+/// The vocabulary's words without its special tokens: what the tiny tokenizer is built from.
+pub fn plain_words(vocab: &Vocab) -> Vec<String> {
+    vocab
+        .words()
+        .iter()
+        .filter(|w| !SPECIALS.contains(&w.as_str()))
+        .cloned()
+        .collect()
+}
 
 /// candle-transformers' config of the tiny model for `vocab_size` tokens.
 pub fn config(vocab_size: usize) -> ClipConfig {
