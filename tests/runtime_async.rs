@@ -13,7 +13,7 @@ use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
 use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
-use support::{finish, kill_and_read, sets, spawn, steps, stop, synth};
+use support::{finish, kill_all_and_read, sets, spawn, steps, stop, synth};
 
 /// Rollouts the rogue actor sends two policy versions too old.
 const STALE: u64 = 3;
@@ -105,14 +105,13 @@ fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
     let started = Instant::now();
     while steps(&run, "rl").is_empty() {
         if started.elapsed() > Duration::from_secs(90) {
-            let outs = [
+            let outs = kill_all_and_read([
                 ("fast", fast),
                 ("slow", slow),
                 ("worker", worker),
                 ("learner", learner),
-            ]
-            .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
-            panic!("RL never started:\n{}", outs.join("\n"));
+            ]);
+            panic!("RL never started:\n{}", outs);
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{
-    final_weights, finish, kill_and_read, reference_run, sets, spawn, steps, stop, synth, Reaper,
+    final_weights, finish, kill_all_and_read, reference_run, sets, spawn, steps, stop, synth,
+    Reaper,
 };
 
 #[test]
@@ -41,13 +42,13 @@ fn roles_ride_out_a_broker_restart_and_the_run_matches_an_uninterrupted_one() {
             .into_iter()
             .any(|c| matches!(c.try_wait(), Ok(Some(_))));
         if exited || started.elapsed() > Duration::from_secs(60) {
-            let outs = [("actor", actor), ("worker", worker), ("learner", learner)]
-                .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
+            let outs =
+                kill_all_and_read([("actor", actor), ("worker", worker), ("learner", learner)]);
             panic!(
                 "RL never got going ({:?}, a role exited: {exited}; broker log:\n{}):\n{}",
                 started.elapsed(),
                 server.log_tail(),
-                outs.join("\n")
+                outs
             );
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -15,7 +15,7 @@ use caprl_common::bus::{
 };
 use serde_json::Value;
 use support::{
-    caprl, final_weights, finish, kill9, kill_and_read, output_of, reference_run, sets, spawn,
+    caprl, final_weights, finish, kill9, kill_all_and_read, output_of, reference_run, sets, spawn,
     steps, stop, synth, text, Reaper,
 };
 
@@ -78,17 +78,16 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
             break;
         }
         if started.elapsed() > Duration::from_secs(90) {
-            let outs = [
+            let outs = kill_all_and_read([
                 ("actor", actor),
                 ("slow", slow),
                 ("worker", worker),
                 ("learner", learner),
-            ]
-            .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)));
+            ]);
             panic!(
                 "RL never got going, or the slow actor never held a task during it:\n{}\n\
                  --- broker log\n{}",
-                outs.join("\n"),
+                outs,
                 server.log_tail()
             );
         }

@@ -202,6 +202,14 @@ pub fn kill_and_read(mut child: std::process::Child) -> String {
     format!("[{status}]\n{out}")
 }
 
+/// SIGKILL every named role, reap it, and return what each wrote, one `--- name` block each
+/// (for a failure message).
+pub fn kill_all_and_read<const N: usize>(roles: [(&str, std::process::Child); N]) -> String {
+    roles
+        .map(|(name, c)| format!("--- {name} {}", kill_and_read(c)))
+        .join("\n")
+}
+
 /// SIGKILL, then reap.
 pub fn kill9(mut child: std::process::Child) {
     child.kill().unwrap();
