@@ -18,12 +18,24 @@ pub enum ModelError {
         value: String,
         expected: String,
     },
-    /// Inputs handed to the model do not match its configuration.
+    /// Inputs handed to the model do not match its configuration: a task carrying them can never
+    /// succeed.
     #[error("model input: {0}")]
     Input(String),
+    /// A fault inside the model code (a poisoned lock, a missing layer): not the input's fault, so
+    /// whatever hit it is retried, never dropped.
+    #[error("internal model fault: {0}; this is a bug in caprl")]
+    Internal(String),
     /// A weights file could not be read or written.
     #[error("weights file {path}: {reason}")]
     Weights { path: PathBuf, reason: String },
+}
+
+impl ModelError {
+    /// Whether the inputs themselves are wrong, so retrying the same work cannot succeed.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, ModelError::Input(_))
+    }
 }
 
 /// Result alias for the model module.
