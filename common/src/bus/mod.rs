@@ -20,6 +20,7 @@ mod connect;
 mod error;
 mod inproc;
 mod nats;
+mod nats_setup;
 mod server;
 
 use std::fmt;
