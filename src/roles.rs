@@ -12,10 +12,12 @@ use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue}
 use caprl_common::config::{self, Baseline, Objective, RunConfig};
 use caprl_common::data::Dataset;
 use caprl_common::model::{DType, Device};
+use caprl_common::role::Role;
 use caprl_common::score::Distance;
+use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
+use caprl_common::telemetry::{Readiness, ServerHandle};
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
-use tokio::sync::watch;
 
 use crate::setup;
 
@@ -197,8 +199,7 @@ pub fn with_inproc_roles<T>(
 ) -> Result<T> {
     let rt = runtime()?;
     let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&bus_options(cfg))?);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
+    let (stop, shutdown) = ShutdownTrigger::new();
     // The in-process actor shares the learner's device, and follows the run's dtype there.
     let told = Some(setup::compute_dtype(cfg.dtype));
     let actor_cfg = actor_config(
@@ -210,21 +211,21 @@ pub fn with_inproc_roles<T>(
     )?;
     let worker_cfg = worker_config(cfg, data, "local-reward-worker".into())?;
     let actor = {
-        let (bus, stop, tx) = (Arc::clone(&bus), stop_rx.clone(), Arc::clone(&stop_tx));
+        let (bus, shutdown, stop) = (Arc::clone(&bus), shutdown.clone(), stop.clone());
         rt.spawn(async move {
-            let r = caprl_actor::run(actor_cfg, bus, stop).await;
+            let r = caprl_actor::run(actor_cfg, bus, shutdown).await;
             if r.is_err() {
-                let _ = tx.send(true);
+                stop.trigger();
             }
             r
         })
     };
     let worker = {
-        let (bus, stop, tx) = (Arc::clone(&bus), stop_rx.clone(), Arc::clone(&stop_tx));
+        let (bus, shutdown, stop) = (Arc::clone(&bus), shutdown.clone(), stop.clone());
         rt.spawn(async move {
-            let r = caprl_reward_worker::run(worker_cfg, bus, stop).await;
+            let r = caprl_reward_worker::run(worker_cfg, bus, shutdown).await;
             if r.is_err() {
-                let _ = tx.send(true);
+                stop.trigger();
             }
             r
         })
@@ -232,11 +233,11 @@ pub fn with_inproc_roles<T>(
     let mut driver = Driver::new(
         Arc::clone(&bus),
         rt.handle().clone(),
-        stop_rx,
+        shutdown,
         driver_options(cfg),
     );
     let learned = learn(&mut driver);
-    let _ = stop_tx.send(true);
+    stop.trigger();
     let actor = rt.block_on(actor).context("the actor task panicked")?;
     let worker = rt
         .block_on(worker)
@@ -247,8 +248,8 @@ pub fn with_inproc_roles<T>(
     learned
 }
 
-/// Turns `stop` true on Ctrl-C or SIGTERM (how `caprl local` and Kubernetes stop a role).
-pub fn stop_on_signals(rt: &tokio::runtime::Runtime, stop: Arc<watch::Sender<bool>>) {
+/// Triggers `stop` on Ctrl-C or SIGTERM (how `caprl local` and Kubernetes stop a role).
+fn stop_on_signals(rt: &tokio::runtime::Runtime, stop: ShutdownTrigger) {
     rt.spawn(async move {
         #[cfg(unix)]
         {
@@ -270,22 +271,82 @@ pub fn stop_on_signals(rt: &tokio::runtime::Runtime, stop: Arc<watch::Sender<boo
             let _ = tokio::signal::ctrl_c().await;
         }
         tracing::info!("stopping (signal)");
-        let _ = stop.send(true);
+        stop.trigger();
     });
+}
+
+/// The flags every role command (`caprl actor`, `reward-worker`, `learner`) takes.
+#[derive(Debug, clap::Args)]
+pub struct RoleArgs {
+    /// NATS server URL (overrides nats.url).
+    #[arg(long)]
+    pub nats_url: Option<String>,
+    /// Serve /metrics, /healthz, /readyz on HOST:PORT.
+    #[arg(long)]
+    pub metrics_addr: Option<String>,
+}
+
+/// A role process, started by [`start_role`].
+pub struct Started {
+    pub rt: tokio::runtime::Runtime,
+    pub bus: Arc<dyn Bus>,
+    /// Requested on Ctrl-C or SIGTERM.
+    pub shutdown: Shutdown,
+    /// What `/readyz` reports.
+    pub readiness: Readiness,
+    /// The metrics server, stopped when this is dropped.
+    _metrics: Option<ServerHandle>,
+}
+
+/// The one start-up path of `caprl actor`, `caprl reward-worker` and `caprl learner`: the async
+/// runtime, the NATS connection (with the consumers of the queues `role` pulls from; the learner
+/// opens all of them, which creates every stream of the run), the metrics server, and Ctrl-C or
+/// SIGTERM turned into [`Started::shutdown`]. An actor or reward worker is ready once connected;
+/// the learner once its first snapshot is published (its driver sets that).
+pub fn start_role(cfg: &RunConfig, role: Role, id: &str, args: &RoleArgs) -> Result<Started> {
+    let pulls: &[Queue] = match role {
+        Role::Actor => &[Queue::Tasks],
+        Role::RewardWorker => &[Queue::Rollouts],
+        Role::Learner => &Queue::ALL,
+    };
+    let rt = runtime()?;
+    let bus = rt.block_on(connect(cfg, args.nats_url.as_deref(), pulls))?;
+    let (metrics, readiness) = serve_metrics(args.metrics_addr.as_deref(), role, cfg, id)?;
+    let (stop, shutdown) = ShutdownTrigger::new();
+    stop_on_signals(&rt, stop);
+    if role != Role::Learner {
+        readiness.set_ready(true);
+        tracing::info!("{} {id} running (run {})", role.label(), cfg.runtime.run_id);
+    }
+    Ok(Started {
+        rt,
+        bus,
+        shutdown,
+        readiness,
+        _metrics: metrics,
+    })
+}
+
+impl Started {
+    /// Runs a role's loop on this process's runtime, bus and shutdown.
+    pub fn run<T, F>(&self, role: impl FnOnce(Arc<dyn Bus>, Shutdown) -> F) -> T
+    where
+        F: std::future::Future<Output = T>,
+    {
+        self.rt
+            .block_on(role(Arc::clone(&self.bus), self.shutdown.clone()))
+    }
 }
 
 /// Serves `/metrics`, `/healthz`, `/readyz` on `addr` when given, labelled
 /// with the role, the run id and this process's id.
-pub fn serve_metrics(
+fn serve_metrics(
     addr: Option<&str>,
-    role: &str,
+    role: Role,
     cfg: &RunConfig,
     id: &str,
-) -> Result<(
-    Option<caprl_common::telemetry::ServerHandle>,
-    caprl_common::telemetry::Readiness,
-)> {
-    use caprl_common::telemetry::{serve_labeled, ProcessLabels, Readiness};
+) -> Result<(Option<ServerHandle>, Readiness)> {
+    use caprl_common::telemetry::{serve_labeled, ProcessLabels};
     let readiness = Readiness::new();
     let Some(addr) = addr else {
         return Ok((None, readiness));
@@ -294,7 +355,7 @@ pub fn serve_metrics(
         .parse()
         .with_context(|| format!("--metrics-addr {addr:?} is not HOST:PORT (e.g. 0.0.0.0:9090)"))?;
     let labels = ProcessLabels {
-        role: role.to_string(),
+        role: role.name().to_string(),
         run: cfg.runtime.run_id.clone(),
         worker: id.to_string(),
     };

@@ -18,10 +18,10 @@ use caprl_common::bus::{
 use caprl_common::config::RewardName;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
-use tokio::sync::watch;
 
 const LIMIT: usize = 8 << 20;
 
@@ -175,7 +175,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
         }
     });
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = ShutdownTrigger::new();
     let actor = s.rt.spawn(caprl_actor::run(
         actor_cfg(&s),
         Arc::clone(&s.bus),
@@ -239,7 +239,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
         let depth = s.rt.block_on(s.bus.depth(q)).unwrap();
         assert_eq!(depth, 0, "queue {q} still holds {depth} messages");
     }
-    stop_tx.send(true).unwrap();
+    stop_tx.trigger();
     let a: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
     let w: WorkerStats = s.rt.block_on(worker).unwrap().unwrap();
     assert_eq!(a.rejected, 2, "{a:?}");
@@ -256,7 +256,7 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     s.rt.block_on(s.bus.put_snapshot(0, Bytes::from(good.clone())))
         .unwrap();
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = ShutdownTrigger::new();
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let rows = two_rows(&s);
@@ -304,7 +304,7 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     std::thread::sleep(Duration::from_millis(500));
     // The actor still decodes with v0.
     assert_eq!(rollout_of(2, 0).policy_version, PolicyVersion(0));
-    stop_tx.send(true).unwrap();
+    stop_tx.trigger();
     let stats = s.rt.block_on(actor).unwrap().unwrap();
     assert_eq!(stats.refused_snapshots, 1, "{stats:?}");
     assert_eq!(stats.rollouts, 2);
@@ -331,7 +331,7 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
         s.bus.publish(Queue::Tasks, Bytes::from(now)).await.unwrap();
     });
 
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = ShutdownTrigger::new();
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let got = s.rt.block_on(async {
@@ -349,7 +349,7 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
         }
         rollouts
     });
-    stop_tx.send(true).unwrap();
+    stop_tx.trigger();
     let stats = s.rt.block_on(actor).unwrap().unwrap();
     assert_eq!(got.len(), 1, "the current task was not decoded: {stats:?}");
     assert_eq!(got[0].task_id, TaskId(1));

@@ -3,8 +3,9 @@
 
 mod rollout;
 mod service;
+mod snapshot;
 
 pub use rollout::rollout;
 pub use service::{
-    heartbeat_key, reject_reason, run, spawn_heartbeat, ActorConfig, ActorError, ActorStats,
+    run, run_with_rollout, ActorConfig, ActorError, ActorStats, RolloutFn, INTERNAL_FAULT_RETRY,
 };

@@ -9,21 +9,25 @@
 //!   a task for a version older than `latest` is stale and acked without work.
 //! - `async` mode: actors never wait for the learner; a task is decoded with
 //!   the newest snapshot held, as long as it is at least `task.min_version`.
-//! - Undecodable tasks are rejected with `term` (never redelivered), logged
-//!   and counted.
+//! - Undecodable tasks, and tasks the model says can never succeed (bad input),
+//!   are rejected with `term` (never redelivered), logged and counted.
+//! - A decode that fails inside the model (an internal fault) is logged as an
+//!   error and the task handed back with a delay: a bug must not drop work.
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use caprl_common::bus::{Backoff, Bus, BusError, Delivery, Queue, SnapshotMeta};
+use caprl_common::bus::{Bus, BusError, Delivery, Queue, SnapshotMeta};
 use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, Decoder, Device, ModelError};
+use caprl_common::model::{CaptionerConfig, Decoder, Device, ModelError};
+use caprl_common::role::{self, Role, ServeSpec, Work};
+use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
-use caprl_common::wire::{self, Heartbeat, PolicyVersion, RolloutTask};
-use futures::StreamExt;
+use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
 use tokio::sync::watch;
+
+use crate::snapshot::{self, SnapshotState};
 
 /// Everything an actor needs besides the bus.
 #[derive(Clone)]
@@ -60,292 +64,142 @@ pub struct ActorStats {
     pub redeliveries: u64,
     pub stale_tasks: u64,
     pub refused_snapshots: u64,
+    /// Decodes that failed inside the model; their tasks were handed back, not dropped.
+    pub internal_faults: u64,
 }
 
-/// The snapshot an actor decodes with.
-struct Held {
-    meta: SnapshotMeta,
-    /// The snapshot's weights, prepared for decoding once: every task of this version uses them.
-    policy: Arc<Decoder>,
+/// How one task becomes a rollout: [`crate::rollout`], or a stand-in for it (see
+/// [`run_with_rollout`]).
+pub trait RolloutFn:
+    Fn(&Decoder, PolicyVersion, &Dataset, &RolloutTask, &str) -> Result<Rollout, ModelError>
+    + Send
+    + Sync
+    + 'static
+{
 }
 
-/// KV key of a heartbeat: `hb.<role>.<id>`.
-pub fn heartbeat_key(role: &str, id: &str) -> String {
-    let id: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("hb.{role}.{id}")
-}
-
-/// Writes a heartbeat for `role`/`id` every `every` until `shutdown`.
-pub fn spawn_heartbeat(
-    bus: Arc<dyn Bus>,
-    role: &'static str,
-    id: String,
-    version: watch::Receiver<u64>,
-    mut shutdown: watch::Receiver<bool>,
-    every: Duration,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let key = heartbeat_key(role, &id);
-        loop {
-            let hb = Heartbeat {
-                role: role.to_string(),
-                id: id.clone(),
-                policy_version: PolicyVersion(*version.borrow()),
-                unix_ms: telemetry::runlog::unix_ms_now(),
-            };
-            if let Ok(bytes) = wire::encode(&hb, wire::DEFAULT_MAX_MESSAGE_BYTES) {
-                if let Err(e) = bus.kv_put(&key, Bytes::from(bytes)).await {
-                    tracing::debug!("heartbeat {key}: {e}");
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = shutdown.changed() => break,
-            }
-            if *shutdown.borrow() {
-                break;
-            }
-        }
-        let _ = bus.kv_delete(&key).await;
-    })
+impl<F> RolloutFn for F where
+    F: Fn(&Decoder, PolicyVersion, &Dataset, &RolloutTask, &str) -> Result<Rollout, ModelError>
+        + Send
+        + Sync
+        + 'static
+{
 }
 
 /// How long a task whose policy is not published waits before it is handed out again.
 const NOT_PUBLISHED_RETRY: Duration = Duration::from_secs(1);
 
-/// Runs the actor until `shutdown` turns true.
+/// How long a task whose decode hit an internal fault waits before it is handed out again.
+pub const INTERNAL_FAULT_RETRY: Duration = Duration::from_secs(2);
+
+/// Runs the actor until `shutdown`.
 pub async fn run(
     cfg: ActorConfig,
     bus: Arc<dyn Bus>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> Result<ActorStats, ActorError> {
-    let (newest_tx, mut newest) = watch::channel::<Option<SnapshotMeta>>(None);
-    let watcher = {
-        let bus = Arc::clone(&bus);
-        let mut stop = shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                match bus.watch_latest().await {
-                    Ok(mut stream) => loop {
-                        tokio::select! {
-                            item = stream.next() => match item {
-                                Some(Ok(meta)) => { let _ = newest_tx.send(Some(meta)); }
-                                Some(Err(e)) => { tracing::warn!("watching `latest`: {e}"); break; }
-                                None => break,
-                            },
-                            _ = stop.changed() => return,
-                        }
-                    },
-                    Err(e) => tracing::warn!("cannot watch `latest`: {e}"),
-                }
-                if *stop.borrow() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    run_with_rollout(cfg, bus, shutdown, crate::rollout).await
+}
+
+/// [`run`], turning each task into a rollout with `rollout` instead of [`crate::rollout`]:
+/// the seam where a test puts a decode that fails the way a model bug would.
+pub async fn run_with_rollout(
+    cfg: ActorConfig,
+    bus: Arc<dyn Bus>,
+    shutdown: Shutdown,
+    rollout: impl RolloutFn,
+) -> Result<ActorStats, ActorError> {
+    let (watcher, newest) = snapshot::watch_latest(Arc::clone(&bus), shutdown.clone());
     let (version_tx, version_rx) = watch::channel(0u64);
-    let heartbeat = spawn_heartbeat(
-        Arc::clone(&bus),
-        "actor",
-        cfg.id.clone(),
-        version_rx,
-        shutdown.clone(),
-        Duration::from_secs(2),
-    );
-    let mut state = SnapshotState {
-        held: None,
-        refused: HashSet::new(),
-        version_tx,
+    let spec = ServeSpec {
+        role: Role::Actor,
+        id: cfg.id.clone(),
+        queue: Queue::Tasks,
+        batch: 1,
+        max_message_bytes: cfg.max_message_bytes,
     };
-    let mut stats = ActorStats::default();
-    let mut backoff = Backoff::default();
-    let result = loop {
-        if *shutdown.borrow() {
-            break Ok(());
-        }
-        state
-            .refresh(&cfg, bus.as_ref(), &mut newest, &mut stats)
-            .await;
-        if state.held.is_none() {
-            tokio::select! {
-                _ = newest.changed() => {}
-                _ = shutdown.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-            continue;
-        }
-        let deliveries = tokio::select! {
-            d = bus.pull(Queue::Tasks, 1, Duration::from_millis(300)) => d,
-            _ = shutdown.changed() => continue,
-        };
-        let deliveries = match deliveries {
-            Ok(d) => d,
-            Err(e) if e.is_transient() => {
-                backoff
-                    .ride_out(&format!("actor {}", cfg.id), &e, &mut shutdown)
-                    .await;
-                continue;
-            }
-            Err(e) => break Err(e.into()),
-        };
-        let mut failed = None;
-        for delivery in deliveries {
-            let r = handle_task(&cfg, bus.as_ref(), &mut state, delivery, &mut stats).await;
-            match r {
-                Ok(()) => backoff.reset(),
-                // The task comes back after ack_wait; a duplicate rollout is de-duplicated.
-                Err(ActorError::Bus(e)) if e.is_transient() => {
-                    backoff
-                        .ride_out(&format!("actor {}", cfg.id), &e, &mut shutdown)
-                        .await;
-                    break;
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failed {
-            break Err(e);
-        }
+    let mut work = ActorWork {
+        cfg,
+        state: SnapshotState::new(version_tx),
+        newest,
+        stats: ActorStats::default(),
+        rollout: Arc::new(rollout),
     };
+    let served = role::serve(&spec, &mut work, bus, version_rx, shutdown).await;
     watcher.abort();
-    let _ = heartbeat.await;
-    result.map(|()| stats)
+    let served = served?;
+    let mut stats = work.stats;
+    stats.rejected += served.rejected;
+    stats.redeliveries += served.redeliveries;
+    Ok(stats)
 }
 
-/// The snapshot held and the ones refused.
-struct SnapshotState {
-    held: Option<Held>,
-    /// sha256 of snapshots that failed verification or loading: never retried.
-    refused: HashSet<String>,
-    version_tx: watch::Sender<u64>,
+/// The actor's part of the serve loop: the snapshot it holds and what it did.
+struct ActorWork<R> {
+    cfg: ActorConfig,
+    state: SnapshotState,
+    newest: watch::Receiver<Option<SnapshotMeta>>,
+    stats: ActorStats,
+    rollout: Arc<R>,
 }
 
-impl SnapshotState {
-    fn version(&self) -> Option<u64> {
-        self.held.as_ref().map(|h| h.meta.version)
-    }
+impl<R: RolloutFn> Work for ActorWork<R> {
+    type Message = RolloutTask;
+    type Error = ActorError;
 
-    /// Loads `latest` if it differs from the held snapshot; a snapshot that
-    /// fails is refused (logged, counted) and the held one kept.
-    async fn refresh(
-        &mut self,
-        cfg: &ActorConfig,
-        bus: &dyn Bus,
-        newest: &mut watch::Receiver<Option<SnapshotMeta>>,
-        stats: &mut ActorStats,
-    ) {
-        let Some(meta) = newest.borrow_and_update().clone() else {
-            return;
-        };
-        self.load(cfg, bus, meta, stats).await;
-    }
-
-    /// Loads snapshot `meta` unless it is the one held or was refused before.
-    async fn load(
-        &mut self,
-        cfg: &ActorConfig,
-        bus: &dyn Bus,
-        meta: SnapshotMeta,
-        stats: &mut ActorStats,
-    ) {
-        if self.held.as_ref().is_some_and(|h| h.meta == meta) || self.refused.contains(&meta.sha256)
-        {
-            return;
+    /// Takes a new `latest`; without any snapshot yet, waits a little and skips the pull.
+    async fn prepare(&mut self, bus: &dyn Bus, shutdown: &mut Shutdown) -> bool {
+        self.state
+            .refresh(&self.cfg, bus, &mut self.newest, &mut self.stats)
+            .await;
+        if self.state.held.is_some() {
+            return true;
         }
-        match load_snapshot(cfg, bus, &meta).await {
-            Ok(policy) => {
-                tracing::debug!("actor {} now holds policy v{}", cfg.id, meta.version);
-                let _ = self.version_tx.send(meta.version);
-                self.held = Some(Held { meta, policy });
-            }
-            Err(ActorError::Bus(e))
-                if e.is_transient() || matches!(e, BusError::SnapshotMissing { .. }) =>
-            {
-                // The broker, or a snapshot deleted since `latest` named it (the learner moved
-                // on, or restarted and publishes it again): not the snapshot's bytes, so not
-                // refused; try again on the next refresh.
-                tracing::warn!(
-                    "actor {}: cannot fetch snapshot v{} yet ({e})",
-                    cfg.id,
-                    meta.version
-                );
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "actor {}: refusing snapshot v{} ({e}); keeping {}",
-                    cfg.id,
-                    meta.version,
-                    self.version()
-                        .map_or("none".to_string(), |v| format!("v{v}"))
-                );
-                telemetry::metrics::count_rejected("snapshot");
-                stats.refused_snapshots += 1;
-                self.refused.insert(meta.sha256.clone());
-            }
+        tokio::select! {
+            _ = self.newest.changed() => {}
+            _ = shutdown.recv() => {}
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        false
+    }
+
+    async fn handle(
+        &mut self,
+        bus: &dyn Bus,
+        delivery: Delivery,
+        task: RolloutTask,
+    ) -> Result<(), ActorError> {
+        handle_task(self, bus, delivery, task).await
+    }
+
+    fn bus_error(e: &ActorError) -> Option<&BusError> {
+        match e {
+            ActorError::Bus(e) => Some(e),
+            _ => None,
         }
     }
+
+    fn task_id(task: &RolloutTask) -> TaskId {
+        task.task_id
+    }
 }
 
-async fn load_snapshot(
-    cfg: &ActorConfig,
+/// Decodes one task with the policy it asks for (or acks it as stale, or hands it back until
+/// that policy is published) and publishes the rollout.
+async fn handle_task<R: RolloutFn>(
+    work: &mut ActorWork<R>,
     bus: &dyn Bus,
-    meta: &SnapshotMeta,
-) -> Result<Arc<Decoder>, ActorError> {
-    let started = Instant::now();
-    // The bus checks length and sha256 against `meta` before returning the bytes.
-    let bytes = bus.get_snapshot(meta).await?;
-    let (model, device) = (cfg.model.clone(), cfg.device.clone());
-    let policy = tokio::task::spawn_blocking(move || {
-        Captioner::from_safetensors(&bytes, &model, &device)?.decoder()
-    })
-    .await
-    .map_err(|e| ActorError::Join(e.to_string()))??;
-    telemetry::metrics::record_snapshot(meta.bytes, started.elapsed());
-    Ok(Arc::new(policy))
-}
-
-async fn handle_task(
-    cfg: &ActorConfig,
-    bus: &dyn Bus,
-    state: &mut SnapshotState,
     delivery: Delivery,
-    stats: &mut ActorStats,
+    task: RolloutTask,
 ) -> Result<(), ActorError> {
-    let task: RolloutTask = match wire::decode(delivery.payload(), cfg.max_message_bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!("actor {}: rejecting a task message: {e}", cfg.id);
-            telemetry::metrics::count_rejected(reject_reason(&e));
-            stats.rejected += 1;
-            delivery.term().await?;
-            return Ok(());
-        }
-    };
-    if delivery.is_redelivery() {
-        // Named, so that a redelivery can be traced to the actor that died holding the task.
-        tracing::info!(
-            "actor {}: {} redelivered (delivery {})",
-            cfg.id,
-            task.task_id,
-            delivery.delivery_count()
-        );
-        telemetry::metrics::count_redelivery("tasks");
-        stats.redeliveries += 1;
-    }
+    let ActorWork {
+        cfg,
+        state,
+        stats,
+        rollout: rollout_fn,
+        ..
+    } = work;
+    let cfg = &*cfg;
     let want = task.policy_version.0;
     let need = if cfg.sync { want } else { task.min_version.0 };
     if cfg.sync && state.version().is_some_and(|v| v > want) {
@@ -406,22 +260,35 @@ async fn handle_task(
     );
     let version = PolicyVersion(have);
     let task_for_decode = task.clone();
+    let rollout_fn = Arc::clone(rollout_fn);
     let rollout = tokio::task::spawn_blocking(move || {
-        crate::rollout(&policy, version, &data, &task_for_decode, &id)
+        rollout_fn(&policy, version, &data, &task_for_decode, &id)
     })
     .await
     .map_err(|e| ActorError::Join(e.to_string()))?;
     let rollout = match rollout {
         Ok(r) => r,
-        Err(ModelError::Input(reason)) => {
-            // A task naming rows this data set does not have: bad input, not a crash.
-            tracing::warn!("actor {}: rejecting {}: {reason}", cfg.id, task.task_id);
+        Err(e) if e.is_bad_input() => {
+            // A task naming rows this data set does not have: it can never succeed.
+            tracing::warn!("actor {}: rejecting {}: {e}", cfg.id, task.task_id);
             telemetry::metrics::count_rejected("task_input");
             stats.rejected += 1;
             delivery.term().await?;
             return Ok(());
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            // Not the task's fault: hand it back (to this or another actor) and say so loudly.
+            tracing::error!(
+                "actor {}: decoding {} failed inside the model ({e}); handing it back for a \
+                 retry in {} s",
+                cfg.id,
+                task.task_id,
+                INTERNAL_FAULT_RETRY.as_secs()
+            );
+            stats.internal_faults += 1;
+            delivery.nak(Some(INTERNAL_FAULT_RETRY)).await?;
+            return Ok(());
+        }
     };
     let tokens: usize = rollout.sequences.iter().map(|s| s.tokens.len()).sum();
     let bytes = match wire::encode(&rollout, cfg.max_message_bytes) {
@@ -442,16 +309,4 @@ async fn handle_task(
     telemetry::metrics::count_rollout(tokens as u64);
     stats.rollouts += 1;
     Ok(())
-}
-
-/// Counter label of a decoding failure.
-pub fn reject_reason(e: &wire::WireError) -> &'static str {
-    match e {
-        wire::WireError::BadMagic => "bad_magic",
-        wire::WireError::UnknownVersion { .. } => "unknown_version",
-        wire::WireError::UnknownKind(_) | wire::WireError::WrongKind { .. } => "wrong_kind",
-        wire::WireError::Truncated { .. } => "truncated",
-        wire::WireError::Oversize { .. } => "oversize",
-        wire::WireError::Payload(_) | wire::WireError::TrailingBytes => "bad_payload",
-    }
 }

@@ -7,6 +7,8 @@
 //! - [`score`]: CIDEr-D, BLEU, ROUGE-L and diversity metrics.
 //! - [`wire`]: message types and the versioned codec.
 //! - [`bus`]: the message bus (NATS JetStream and in-process).
+//! - [`role`]: what the roles share: heartbeats and the serve loop of actor and reward worker.
+//! - [`shutdown`]: the stop signal every role loop watches.
 //! - [`model`]: the captioner in Candle and its decoders.
 //! - [`optim`]: AdamW with checkpointable state, clipping, schedules.
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
@@ -20,7 +22,9 @@ pub mod fastmath;
 pub mod model;
 pub mod optim;
 pub mod progress;
+pub mod role;
 pub mod score;
 pub mod selftest;
+pub mod shutdown;
 pub mod telemetry;
 pub mod wire;

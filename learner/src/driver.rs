@@ -27,11 +27,12 @@ use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::clip::Discriminator;
 use caprl_common::model::Captioner;
+use caprl_common::role::reject_reason;
+use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::Readiness;
 use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 
 use crate::LearnerError;
 
@@ -109,7 +110,7 @@ pub struct DriverTotals {
 pub struct Driver {
     bus: Arc<dyn Bus>,
     rt: Handle,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
     opts: DriverOptions,
     published: Option<SnapshotMeta>,
     /// Scored rollouts that arrived before their step (sync) or are waiting to be used.
@@ -164,18 +165,9 @@ fn snapshot_bytes(
         .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
 }
 
-fn bus_err(e: BusError) -> LearnerError {
-    LearnerError::Invalid(format!("bus: {e}"))
-}
-
 impl Driver {
-    /// A driver on `bus`, calling it through `rt`; stops waiting when `shutdown` turns true.
-    pub fn new(
-        bus: Arc<dyn Bus>,
-        rt: Handle,
-        shutdown: watch::Receiver<bool>,
-        opts: DriverOptions,
-    ) -> Driver {
+    /// A driver on `bus`, calling it through `rt`; stops waiting on `shutdown`.
+    pub fn new(bus: Arc<dyn Bus>, rt: Handle, shutdown: Shutdown, opts: DriverOptions) -> Driver {
         Driver {
             bus,
             rt,
@@ -477,11 +469,8 @@ impl Driver {
     /// One pull of scored rollouts: decoded ones are acked and returned,
     /// undecodable ones termed and counted.
     fn pull(&mut self, out: &mut Collected) -> Result<Vec<ScoredRollout>, LearnerError> {
-        if *self.shutdown.borrow() {
-            return Err(LearnerError::Invalid(
-                "stopped while waiting for scored rollouts (shutdown requested or a role failed)"
-                    .into(),
-            ));
+        if self.shutdown.is_shutdown() {
+            return Err(LearnerError::Stopped("scored rollouts"));
         }
         let bus = Arc::clone(&self.bus);
         let limit = self.opts.max_message_bytes;
@@ -491,7 +480,7 @@ impl Driver {
             async move {
                 tokio::select! {
                     d = bus.pull(Queue::Scored, 64, Duration::from_millis(250)) => d,
-                    _ = stop.changed() => Ok(Vec::new()),
+                    _ = stop.recv() => Ok(Vec::new()),
                 }
             }
         })?;
@@ -523,7 +512,7 @@ impl Driver {
                     }
                     Err(e) => {
                         tracing::warn!("learner: rejecting a scored message: {e}");
-                        rejected.push(reject_label(&e));
+                        rejected.push(reject_reason(&e));
                         term(d).await;
                     }
                 }
@@ -539,13 +528,14 @@ impl Driver {
     }
 
     /// Runs the bus operation `op` until it succeeds; a broker outage
-    /// (transient error) is waited out with backoff until shutdown.
+    /// (transient error) is waited out with backoff until shutdown, which ends the wait.
     fn retry<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, LearnerError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, BusError>>,
     {
         let mut backoff = Backoff::default();
+        let mut stop = self.shutdown.clone();
         loop {
             match self.rt.block_on(op()) {
                 Ok(v) => {
@@ -554,13 +544,13 @@ impl Driver {
                     }
                     return Ok(v);
                 }
-                Err(e) if e.is_transient() && !*self.shutdown.borrow() => {
+                Err(e) if e.is_transient() && !stop.is_shutdown() => {
                     if backoff.failures() == 0 {
                         tracing::warn!("learner: {what} failed ({e}); retrying with backoff");
                     }
-                    std::thread::sleep(backoff.next_delay());
+                    self.rt.block_on(backoff.wait(&mut stop));
                 }
-                Err(e) => return Err(bus_err(e)),
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -579,16 +569,5 @@ impl Driver {
 async fn term(d: caprl_common::bus::Delivery) {
     if let Err(e) = d.term().await {
         tracing::warn!("learner: term of a bad message failed ({e})");
-    }
-}
-
-fn reject_label(e: &wire::WireError) -> &'static str {
-    match e {
-        wire::WireError::BadMagic => "bad_magic",
-        wire::WireError::UnknownVersion { .. } => "unknown_version",
-        wire::WireError::UnknownKind(_) | wire::WireError::WrongKind { .. } => "wrong_kind",
-        wire::WireError::Truncated { .. } => "truncated",
-        wire::WireError::Oversize { .. } => "oversize",
-        wire::WireError::Payload(_) | wire::WireError::TrailingBytes => "bad_payload",
     }
 }

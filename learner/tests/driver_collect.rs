@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
+use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{
     self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
     TaskId,
 };
 use caprl_learner::driver::{Driver, DriverOptions};
-use tokio::sync::watch;
 
 const LIMIT: usize = 1 << 20;
 
@@ -62,7 +62,7 @@ fn scored(id: u64, version: u64) -> Bytes {
 struct Fixture {
     rt: tokio::runtime::Runtime,
     bus: Arc<dyn Bus>,
-    _stop: watch::Sender<bool>,
+    _stop: ShutdownTrigger,
     driver: Driver,
 }
 
@@ -73,7 +73,7 @@ fn fixture(sync: bool) -> Fixture {
         .build()
         .unwrap();
     let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::for_run("driver")).unwrap());
-    let (stop, stop_rx) = watch::channel(false);
+    let (stop, stop_rx) = ShutdownTrigger::new();
     let driver = Driver::new(
         Arc::clone(&bus),
         rt.handle().clone(),

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Backoff, Bus, BusError, Delivery, Queue};
+use caprl_common::bus::{Bus, BusError, Delivery, Queue};
+use caprl_common::role::{self, Role, ServeSpec, Work};
+use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
-use caprl_common::wire::{self, Heartbeat, PolicyVersion, Rollout};
+use caprl_common::wire::{self, Rollout, TaskId};
 use tokio::sync::watch;
 
 use crate::Rewarder;
@@ -42,117 +44,71 @@ pub struct WorkerStats {
     pub redeliveries: u64,
 }
 
-/// Runs the reward worker until `shutdown` turns true.
+/// Runs the reward worker until `shutdown`.
 pub async fn run(
     cfg: WorkerConfig,
     bus: Arc<dyn Bus>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) -> Result<WorkerStats, WorkerError> {
-    let heartbeat = spawn_heartbeat(Arc::clone(&bus), cfg.id.clone(), shutdown.clone());
-    let mut stats = WorkerStats::default();
-    let mut backoff = Backoff::default();
-    let result = loop {
-        if *shutdown.borrow() {
-            break Ok(());
-        }
-        let deliveries = tokio::select! {
-            d = bus.pull(Queue::Rollouts, 4, Duration::from_millis(300)) => d,
-            _ = shutdown.changed() => continue,
-        };
-        let deliveries = match deliveries {
-            Ok(d) => d,
-            Err(e) if e.is_transient() => {
-                backoff
-                    .ride_out(&format!("reward worker {}", cfg.id), &e, &mut shutdown)
-                    .await;
-                continue;
-            }
-            Err(e) => break Err(e.into()),
-        };
-        let mut failed = None;
-        for d in deliveries {
-            match handle(&cfg, bus.as_ref(), d, &mut stats).await {
-                Ok(()) => backoff.reset(),
-                // The rollout comes back after ack_wait; the learner drops a duplicate score.
-                Err(WorkerError::Bus(e)) if e.is_transient() => {
-                    backoff
-                        .ride_out(&format!("reward worker {}", cfg.id), &e, &mut shutdown)
-                        .await;
-                    break;
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
-        if let Some(e) = failed {
-            break Err(e);
-        }
+    let spec = ServeSpec {
+        role: Role::RewardWorker,
+        id: cfg.id.clone(),
+        queue: Queue::Rollouts,
+        batch: 4,
+        max_message_bytes: cfg.max_message_bytes,
     };
-    let _ = heartbeat.await;
-    result.map(|()| stats)
+    // A reward worker holds no policy: its heartbeat says v0.
+    let (_version_tx, version_rx) = watch::channel(0u64);
+    let mut work = WorkerWork {
+        cfg,
+        stats: WorkerStats::default(),
+    };
+    let served = role::serve(&spec, &mut work, bus, version_rx, shutdown).await?;
+    let mut stats = work.stats;
+    stats.rejected += served.rejected;
+    stats.redeliveries += served.redeliveries;
+    Ok(stats)
 }
 
-fn spawn_heartbeat(
-    bus: Arc<dyn Bus>,
-    id: String,
-    mut shutdown: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let safe: String = id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let key = format!("hb.reward-worker.{safe}");
-        loop {
-            let hb = Heartbeat {
-                role: "reward-worker".into(),
-                id: id.clone(),
-                policy_version: PolicyVersion(0),
-                unix_ms: telemetry::runlog::unix_ms_now(),
-            };
-            if let Ok(bytes) = wire::encode(&hb, wire::DEFAULT_MAX_MESSAGE_BYTES) {
-                let _ = bus.kv_put(&key, Bytes::from(bytes)).await;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                _ = shutdown.changed() => break,
-            }
-            if *shutdown.borrow() {
-                break;
-            }
+/// The reward worker's part of the serve loop.
+struct WorkerWork {
+    cfg: WorkerConfig,
+    stats: WorkerStats,
+}
+
+impl Work for WorkerWork {
+    type Message = Rollout;
+    type Error = WorkerError;
+
+    async fn handle(
+        &mut self,
+        bus: &dyn Bus,
+        delivery: Delivery,
+        rollout: Rollout,
+    ) -> Result<(), WorkerError> {
+        handle(&self.cfg, bus, delivery, rollout, &mut self.stats).await
+    }
+
+    fn bus_error(e: &WorkerError) -> Option<&BusError> {
+        match e {
+            WorkerError::Bus(e) => Some(e),
+            WorkerError::Join(_) => None,
         }
-        let _ = bus.kv_delete(&key).await;
-    })
+    }
+
+    fn task_id(rollout: &Rollout) -> TaskId {
+        rollout.task_id
+    }
 }
 
+/// Scores one rollout (with the newest discriminator when the spec needs one) and publishes it.
 async fn handle(
     cfg: &WorkerConfig,
     bus: &dyn Bus,
     delivery: Delivery,
+    rollout: Rollout,
     stats: &mut WorkerStats,
 ) -> Result<(), WorkerError> {
-    let rollout: Rollout = match wire::decode(delivery.payload(), cfg.max_message_bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("reward worker {}: rejecting a rollout message: {e}", cfg.id);
-            telemetry::metrics::count_rejected(reason(&e));
-            stats.rejected += 1;
-            delivery.term().await?;
-            return Ok(());
-        }
-    };
-    if delivery.is_redelivery() {
-        telemetry::metrics::count_redelivery("rollouts");
-        stats.redeliveries += 1;
-    }
     let started = Instant::now();
     let task_id = rollout.task_id;
     if let Some(clip) = cfg.rewarder.clip() {
@@ -235,15 +191,4 @@ async fn refresh_discriminator(
         }
     }
     Ok(())
-}
-
-fn reason(e: &wire::WireError) -> &'static str {
-    match e {
-        wire::WireError::BadMagic => "bad_magic",
-        wire::WireError::UnknownVersion { .. } => "unknown_version",
-        wire::WireError::UnknownKind(_) | wire::WireError::WrongKind { .. } => "wrong_kind",
-        wire::WireError::Truncated { .. } => "truncated",
-        wire::WireError::Oversize { .. } => "oversize",
-        wire::WireError::Payload(_) | wire::WireError::TrailingBytes => "bad_payload",
-    }
 }

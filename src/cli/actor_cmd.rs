@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use caprl_common::bus::Queue;
-use tokio::sync::watch;
+use caprl_common::role::Role;
 
 use super::compute_args::ComputeArgs;
 use super::Global;
@@ -15,12 +14,8 @@ use crate::{roles, setup};
 pub struct Args {
     #[command(flatten)]
     pub compute: ComputeArgs,
-    /// NATS server URL (overrides nats.url).
-    #[arg(long)]
-    pub nats_url: Option<String>,
-    /// Serve /metrics, /healthz, /readyz on HOST:PORT.
-    #[arg(long)]
-    pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub role: roles::RoleArgs,
     /// This actor's name (default: hostname-pid).
     #[arg(long)]
     pub id: Option<String>,
@@ -38,20 +33,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let mut actor =
         roles::actor_config(&cfg, data, device, id.clone(), args.compute.compute_dtype())?;
     actor.delay = Duration::from_millis(args.delay_ms);
-    let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(
-        &cfg,
-        args.nats_url.as_deref(),
-        &[Queue::Tasks],
-    ))?;
-    let (_metrics, readiness) =
-        roles::serve_metrics(args.metrics_addr.as_deref(), "actor", &cfg, &id)?;
-    readiness.set_ready(true);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    roles::stop_on_signals(&rt, Arc::new(stop_tx));
-    tracing::info!("actor {id} running (run {})", cfg.runtime.run_id);
-    let stats = rt
-        .block_on(caprl_actor::run(actor, bus, stop_rx))
+    let started = roles::start_role(&cfg, Role::Actor, &id, &args.role)?;
+    let stats = started
+        .run(|bus, shutdown| caprl_actor::run(actor, bus, shutdown))
         .with_context(|| format!("actor {id}"))?;
     tracing::info!(
         "actor {id} stopped: {} rollouts, {} rejected, {} redeliveries, {} refused snapshots",

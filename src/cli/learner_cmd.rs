@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use caprl_common::bus::Queue;
+use caprl_common::role::{self, Role};
 use caprl_learner::driver::Driver;
 use tokio::sync::watch;
 
@@ -16,12 +16,8 @@ use crate::{roles, setup, train};
 pub struct Args {
     #[command(flatten)]
     pub compute: ComputeArgs,
-    /// NATS server URL (overrides nats.url).
-    #[arg(long)]
-    pub nats_url: Option<String>,
-    /// Serve /metrics, /healthz, /readyz on HOST:PORT.
-    #[arg(long)]
-    pub metrics_addr: Option<String>,
+    #[command(flatten)]
+    pub role: roles::RoleArgs,
     /// Continue from the newest valid checkpoint; rollouts and scored results
     /// already in JetStream are used, not dropped.
     #[arg(long)]
@@ -36,31 +32,25 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
     let data = Arc::new(setup::open_data(&cfg, true)?);
-    let rt = roles::runtime()?;
-    let bus = rt.block_on(roles::connect(&cfg, args.nats_url.as_deref(), &Queue::ALL))?;
-    let (_metrics, readiness) =
-        roles::serve_metrics(args.metrics_addr.as_deref(), "learner", &cfg, "learner")?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    roles::stop_on_signals(&rt, Arc::new(stop_tx));
+    let started = roles::start_role(&cfg, Role::Learner, "learner", &args.role)?;
     let heartbeat = {
-        let _guard = rt.enter();
+        let _guard = started.rt.enter();
         let (_v_tx, v_rx) = watch::channel(0u64);
-        caprl_actor::spawn_heartbeat(
-            Arc::clone(&bus),
-            "learner",
+        role::spawn_heartbeat(
+            Arc::clone(&started.bus),
+            Role::Learner,
             "learner".into(),
             v_rx,
-            stop_rx.clone(),
-            std::time::Duration::from_secs(2),
+            started.shutdown.clone(),
         )
     };
     let mut driver = Driver::new(
-        bus,
-        rt.handle().clone(),
-        stop_rx,
+        Arc::clone(&started.bus),
+        started.rt.handle().clone(),
+        started.shutdown.clone(),
         roles::driver_options(&cfg),
     );
-    driver.set_readiness(readiness);
+    driver.set_readiness(started.readiness.clone());
     let outcome = train::train(
         &cfg,
         &data,

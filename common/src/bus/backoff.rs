@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use super::BusError;
+use crate::shutdown::Shutdown;
 
 const FIRST: Duration = Duration::from_millis(100);
 const CAP: Duration = Duration::from_secs(5);
@@ -64,20 +65,20 @@ impl Backoff {
     }
 
     /// Waits out a broker outage for role `who` (e.g. "actor a1"): logs the
-    /// outage once, then sleeps the next delay or until `shutdown` changes.
-    pub async fn ride_out(
-        &mut self,
-        who: &str,
-        e: &BusError,
-        shutdown: &mut tokio::sync::watch::Receiver<bool>,
-    ) {
+    /// outage once, then [`Backoff::wait`]s.
+    pub async fn ride_out(&mut self, who: &str, e: &BusError, shutdown: &mut Shutdown) {
         if self.failures == 0 {
             tracing::warn!("{who}: broker unavailable ({e}); retrying with backoff");
         }
+        self.wait(shutdown).await;
+    }
+
+    /// Sleeps the next delay, or until `shutdown` is requested.
+    pub async fn wait(&mut self, shutdown: &mut Shutdown) {
         let delay = self.next_delay();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = shutdown.changed() => {}
+            _ = shutdown.recv() => {}
         }
     }
 
