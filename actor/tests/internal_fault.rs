@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_actor::{ActorConfig, ActorStats};
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelError, ModelKind};
+use caprl_common::model::{Captioner, Device, ModelError};
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
+use caprl_common::wire::{self, Rollout, RolloutTask, TaskId};
+
+mod support;
 
 const LIMIT: usize = 8 << 20;
 
@@ -25,23 +26,8 @@ struct Setup {
 
 fn setup(run: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().join("synth");
-    synth(
-        &data_dir,
-        &SynthConfig {
-            seed: 2,
-            train: 8,
-            val: 2,
-            test: 2,
-            progress: false,
-        },
-    )
-    .unwrap();
-    let data = Arc::new(Dataset::open(&data_dir).unwrap());
-    let mut model = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    model.embed = 8;
-    model.hidden = 16;
-    model.max_len = 6;
+    let (data, model) = support::tiny(dir.path());
+    let data = Arc::new(data);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -68,23 +54,6 @@ fn setup(run: &str) -> Setup {
         rt,
         bus,
         cfg,
-    }
-}
-
-fn task(id: u64, rows: Vec<u32>) -> RolloutTask {
-    RolloutTask {
-        task_id: TaskId(id),
-        policy_version: PolicyVersion(0),
-        min_version: PolicyVersion(0),
-        image_rows: rows,
-        samples: 2,
-        temperature: 1.0,
-        top_k: 0,
-        greedy: true,
-        beam: 0,
-        seed: 99,
-        with_gt: false,
-        mc_rollouts: 0,
     }
 }
 
@@ -117,7 +86,7 @@ fn internal_fault_during_a_rollout_loses_no_task() {
         .iter()
         .map(|it| it.row as u32)
         .collect();
-    let t = task(5, rows);
+    let t = support::task(5, rows);
     publish(&s, &t);
 
     let calls = Arc::new(AtomicU32::new(0));
@@ -155,7 +124,7 @@ fn internal_fault_during_a_rollout_loses_no_task() {
 #[test]
 fn task_the_model_cannot_decode_is_termed_not_retried() {
     let s = setup("bad-input");
-    publish(&s, &task(9, vec![u32::MAX]));
+    publish(&s, &support::task(9, vec![u32::MAX]));
 
     let (stop, shutdown) = ShutdownTrigger::new();
     let actor = s.rt.spawn(caprl_actor::run(

@@ -1,48 +1,23 @@
 //! mc-pg's Monte-Carlo completions: every proper prefix of every sample is continued K times,
 //! each completion keeps its prefix, and the samples themselves do not depend on K.
 
+mod support;
+
 use caprl_actor::rollout;
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind, EOS};
-use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask, TaskId};
+use caprl_common::model::{Captioner, Device, EOS};
+use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask};
 
 fn task(rows: Vec<u32>, k: u32) -> RolloutTask {
     RolloutTask {
-        task_id: TaskId(3),
-        policy_version: PolicyVersion(0),
-        min_version: PolicyVersion(0),
-        image_rows: rows,
-        samples: 2,
-        temperature: 1.0,
-        top_k: 0,
-        greedy: false,
-        beam: 0,
-        seed: 99,
-        with_gt: false,
         mc_rollouts: k,
+        ..support::task(3, rows)
     }
 }
 
 #[test]
 fn every_prefix_of_every_sample_gets_k_completions() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("synth");
-    synth(
-        &dir,
-        &SynthConfig {
-            seed: 2,
-            train: 8,
-            val: 2,
-            test: 2,
-            progress: false,
-        },
-    )
-    .unwrap();
-    let data = Dataset::open(&dir).unwrap();
-    let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    cfg.embed = 8;
-    cfg.hidden = 16;
-    cfg.max_len = 6;
+    let (data, cfg) = support::tiny(tmp.path());
     let model = Captioner::new(&cfg, &Device::Cpu, 1)
         .unwrap()
         .decoder()
