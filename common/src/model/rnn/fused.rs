@@ -4,7 +4,7 @@
 //! initial state `s0` `[B, S]` (GRU: `h`, `S = H`; LSTM: `[h, c]`, `S = 2H`) with the
 //! recurrent bias `b_hh` `[G]`, both in one small vector `[s0 | b_hh]` (a custom op takes three
 //! tensors), and the recurrent weights `W_hh` `[G, H]`. Output: the state after every step
-//! `[T, B, S]`. Gate layout and formulas are those of [`super::rnn`]:
+//! `[T, B, S]`. Gate layout and formulas are those of [`super::cell`]:
 //!
 //! GRU: `gh = h W_hhᵀ + b_hh`, `r = σ(gx_r + gh_r)`, `z = σ(gx_z + gh_z)`,
 //! `n = tanh(gx_n + r ⊙ gh_n)`, `h' = n + z ⊙ (h - n)`.
@@ -16,117 +16,14 @@
 //! `dh_{t-1} = dgh_t W_hh` (one gemm), then the weight gradient of all steps as ONE gemm,
 //! `dW_hh = dghᵀ [T·B, G] × h_prev [T·B, H]`, and `d gx` as one tensor. No per-step graph nodes.
 
-use crate::fastmath::exp_f32;
 use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
 
-use super::config::RnnKind;
-
-/// Element types the fused layer runs on.
-pub(crate) trait Real:
-    Copy
-    + Send
-    + Sync
-    + 'static
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::AddAssign
-    + std::ops::MulAssign
-    + candle_core::WithDType
-{
-    const ZERO: Self;
-    const ONE: Self;
-    const NEG_INFINITY: Self;
-    fn sigmoid(self) -> Self;
-    /// `eˣ` and `ln x` (the library functions: log-softmax needs them exact).
-    fn exp_(self) -> Self;
-    fn ln_(self) -> Self;
-    fn max_(self, other: Self) -> Self;
-    fn tanh_(self) -> Self;
-    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]>;
-    fn wrap(v: Vec<Self>) -> Saved;
-    fn unwrap(s: &Saved) -> Option<&[Self]>;
-}
-
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f32::NEG_INFINITY;
-    fn exp_(self) -> Self {
-        self.exp()
-    }
-    fn ln_(self) -> Self {
-        self.ln()
-    }
-    fn max_(self, other: Self) -> Self {
-        self.max(other)
-    }
-    /// `σ(x) = 1 / (1 + e⁻ˣ)`.
-    #[inline(always)]
-    fn sigmoid(self) -> Self {
-        1.0 / (1.0 + exp_f32(-self))
-    }
-    /// `tanh x = 1 - 2 / (e²ˣ + 1)` (absolute error below 1e-7).
-    #[inline(always)]
-    fn tanh_(self) -> Self {
-        1.0 - 2.0 / (exp_f32(2.0 * self) + 1.0)
-    }
-    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
-        match s {
-            CpuStorage::F32(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn wrap(v: Vec<Self>) -> Saved {
-        Saved::F32(v)
-    }
-    fn unwrap(s: &Saved) -> Option<&[Self]> {
-        match s {
-            Saved::F32(v) => Some(v),
-            Saved::F64(_) => None,
-        }
-    }
-}
-
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f64::NEG_INFINITY;
-    fn exp_(self) -> Self {
-        self.exp()
-    }
-    fn ln_(self) -> Self {
-        self.ln()
-    }
-    fn max_(self, other: Self) -> Self {
-        self.max(other)
-    }
-    #[inline(always)]
-    fn sigmoid(self) -> Self {
-        1.0 / (1.0 + (-self).exp())
-    }
-    #[inline(always)]
-    fn tanh_(self) -> Self {
-        self.tanh()
-    }
-    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
-        match s {
-            CpuStorage::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn wrap(v: Vec<Self>) -> Saved {
-        Saved::F64(v)
-    }
-    fn unwrap(s: &Saved) -> Option<&[Self]> {
-        match s {
-            Saved::F64(v) => Some(v),
-            Saved::F32(_) => None,
-        }
-    }
-}
+use super::gates::{gates, grads};
+use crate::model::config::RnnKind;
+use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use crate::model::kernels::real::{contiguous, err, Real, Saved};
 
 /// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_hh` `[G, H]`, `b_hh` `[G]` → states
 /// `[T, B, S]`. `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the
@@ -159,13 +56,8 @@ pub(crate) fn run(
     }
 }
 
-/// The values the backward pass needs, per step and row: GRU `[r, z, n, gh_n]`,
+/// The op; its [`Saved`] values are, per step and row, GRU `[r, z, n, gh_n]` or
 /// LSTM `[i, f, g, o, tanh c]` (each `H` wide).
-pub(crate) enum Saved {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-}
-
 struct FusedRnn {
     kind: RnnKind,
     save: bool,
@@ -194,23 +86,6 @@ impl Dims {
     }
 }
 
-pub(crate) fn err(msg: String) -> candle_core::Error {
-    candle_core::Error::Msg(msg)
-}
-
-pub(crate) fn contiguous<'a, T: Real>(
-    s: &'a CpuStorage,
-    l: &Layout,
-    what: &str,
-) -> candle_core::Result<&'a [T]> {
-    let all =
-        T::cpu_slice(s).ok_or_else(|| err(format!("fused rnn: {what} has the wrong dtype")))?;
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&all[a..b]),
-        None => Err(err(format!("fused rnn: {what} is not contiguous"))),
-    }
-}
-
 fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<Dims> {
     let (t, b, g) = l1.shape().dims3()?;
     let aux = l2.shape().elem_count();
@@ -230,154 +105,6 @@ fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Re
         )));
     }
     Ok(Dims { t, b, h, g, s })
-}
-
-/// Below this many gate values per step the rows run on the calling thread: handing them to
-/// rayon costs more than it saves.
-const PARALLEL_MIN_VALUES: usize = 16 * 1024;
-
-/// Runs `f(i)` once for every row `i < rows`. With several `threads` and enough work
-/// (`rows × values_per_row`), contiguous blocks of rows run on rayon's threads; each row is
-/// computed by the same code either way, so results do not depend on the thread count.
-fn for_each_row(threads: usize, rows: usize, values_per_row: usize, f: impl Fn(usize) + Sync) {
-    if threads <= 1 || rows < 2 || rows * values_per_row < PARALLEL_MIN_VALUES {
-        (0..rows).for_each(f);
-        return;
-    }
-    use rayon::prelude::*;
-    let blocks = threads.min(rows);
-    let per = rows.div_ceil(blocks);
-    (0..blocks)
-        .into_par_iter()
-        .for_each(|k| (k * per..((k + 1) * per).min(rows)).for_each(&f));
-}
-
-/// An output buffer that several threads write disjoint parts of while their caller waits for
-/// them ([`for_each_row`]'s rows, `linear`'s two column halves, the host step's blocks).
-#[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub *mut T);
-
-// SAFETY: the pointer is only dereferenced through `row` and `slice`, whose callers guarantee
-// that each part is borrowed by one thread at a time.
-unsafe impl<T: Send> Send for SendPtr<T> {}
-unsafe impl<T: Send> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    /// The address of value `offset`.
-    pub(crate) fn at(&self, offset: usize) -> *mut T {
-        self.0.wrapping_add(offset)
-    }
-
-    /// The `len` values from `offset` on.
-    ///
-    /// # Safety
-    /// They must lie inside the buffer, and no other reference to them may be live.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice(&self, offset: usize, len: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(offset), len)
-    }
-
-    /// Row `i` of width `w`.
-    ///
-    /// # Safety
-    /// As for [`SendPtr::slice`] of values `i * w..(i + 1) * w`.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn row(&self, i: usize, w: usize) -> &mut [T] {
-        self.slice(i * w, w)
-    }
-}
-
-/// Below this many multiply-adds a product runs on one thread: splitting it costs more than it
-/// saves (a `[32, 512] × [512, 200]` product is twice as slow on two threads).
-pub(crate) const PARALLEL_MIN_MACS: usize = 8 << 20;
-
-fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
-    let threads = candle_core::utils::get_num_threads();
-    if threads > 1 && m * n * k >= PARALLEL_MIN_MACS {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    }
-}
-
-/// A row-major matrix view: element `(i, j)` at `ptr + i * rs + j * cs`.
-#[derive(Clone, Copy)]
-pub(crate) struct Mat<T> {
-    pub ptr: *const T,
-    pub rs: isize,
-    pub cs: isize,
-}
-
-impl<T> Mat<T> {
-    /// The matrix stored row by row in `data`, rows `stride` apart.
-    pub fn rows(data: &[T], stride: usize) -> Self {
-        Mat {
-            ptr: data.as_ptr(),
-            rs: stride as isize,
-            cs: 1,
-        }
-    }
-
-    /// The transpose of the matrix stored row by row in `data` (rows `stride` apart).
-    pub fn cols(data: &[T], stride: usize) -> Self {
-        Mat {
-            ptr: data.as_ptr(),
-            rs: 1,
-            cs: stride as isize,
-        }
-    }
-}
-
-/// `dst[m, n] (+)= lhs[m, k] × rhs[k, n]`, `dst` row-major with row stride `dst_rs`.
-///
-/// # Safety
-/// Every view must address valid memory for its `m × k`, `k × n` and `m × n` extents, and `dst`
-/// must not overlap the inputs.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_into<T: Real>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut T,
-    dst_rs: usize,
-    accumulate: bool,
-    lhs: Mat<T>,
-    rhs: Mat<T>,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                for j in 0..n {
-                    *dst.add(i * dst_rs + j) = T::ZERO;
-                }
-            }
-        }
-        return;
-    }
-    gemm::gemm(
-        m,
-        n,
-        k,
-        dst,
-        1,
-        dst_rs as isize,
-        accumulate,
-        lhs.ptr,
-        lhs.cs,
-        lhs.rs,
-        rhs.ptr,
-        rhs.cs,
-        rhs.rs,
-        T::ONE,
-        T::ONE,
-        false,
-        false,
-        false,
-        parallelism(m, n, k),
-    );
 }
 
 /// Forward pass; returns the states `[T, B, S]` and (when `save`) the saved gate values.
@@ -444,212 +171,6 @@ fn forward<T: Real>(
         });
     }
     (out, saved)
-}
-
-/// Whether the row kernels may run compiled for AVX2 and FMA (checked once by std, then cached).
-/// The build targets baseline x86-64 (SSE2), so without this the gate loops run 4 lanes wide.
-/// Rust never fuses `a * b + c` on its own, so both builds give the same bits.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-}
-
-/// Defines a row kernel three times over one body: `$plain` (baseline build), `$vector` (the
-/// same code compiled for AVX2/FMA, x86-64 only) and `$name`, which calls the second when the
-/// CPU has those features and the first otherwise.
-macro_rules! row_kernel {
-    ($(#[$doc:meta])* $vis:vis fn $name:ident, $vector:ident, $plain:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
-        $(#[$doc])*
-        #[allow(clippy::too_many_arguments)]
-        #[inline(always)]
-        $vis fn $name<T: Real>($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            if avx2() {
-                // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                return unsafe { $vector($($arg),*) };
-            }
-            $plain($($arg),*)
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $vector<T: Real>($($arg: $ty),*) {
-            $plain($($arg),*)
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        #[inline(always)]
-        fn $plain<T: Real>($($arg: $ty),*) $body
-    };
-}
-
-row_kernel! {
-    /// One row of gate values ([`gru_gates`] or [`lstm_gates`]).
-    pub(crate) fn gates, gates_avx2, gates_plain(
-        kind: RnnKind,
-        h: usize,
-        gx: &[T],
-        gh: &[T],
-        hp: &[T],
-        o: &mut [T],
-        sv: &mut [T],
-    ) {
-        match kind {
-            RnnKind::Gru => gru_gates(h, gx, gh, hp, o, sv),
-            RnnKind::Lstm => lstm_gates(h, gx, gh, hp, o, sv),
-        }
-    }
-}
-
-row_kernel! {
-    /// One row of gate gradients ([`gru_grads`], which also writes `dgh`, or [`lstm_grads`],
-    /// which takes an empty `dgh`).
-    fn grads, grads_avx2, grads_plain(
-        kind: RnnKind,
-        h: usize,
-        sv: &[T],
-        ds: &[T],
-        hp: &[T],
-        dp: &mut [T],
-        dx: &mut [T],
-        dgh: &mut [T],
-    ) {
-        match kind {
-            RnnKind::Gru => gru_grads(h, sv, ds, hp, dp, dx, dgh),
-            RnnKind::Lstm => lstm_grads(h, sv, ds, hp, dp, dx),
-        }
-    }
-}
-
-/// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
-#[inline(always)]
-fn gru_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
-    let (gxr, gxz, gxn) = (&gx[..h], &gx[h..2 * h], &gx[2 * h..3 * h]);
-    let (ghr, ghz, ghn) = (&gh[..h], &gh[h..2 * h], &gh[2 * h..3 * h]);
-    let hp = &hp[..h];
-    let o = &mut o[..h];
-    let (sr, rest) = sv.split_at_mut(h);
-    let (sz, rest) = rest.split_at_mut(h);
-    let (sn, rest) = rest.split_at_mut(h);
-    let sg = &mut rest[..h];
-    for j in 0..h {
-        let r = (gxr[j] + ghr[j]).sigmoid();
-        let z = (gxz[j] + ghz[j]).sigmoid();
-        let n = (gxn[j] + r * ghn[j]).tanh_();
-        o[j] = n + z * (hp[j] - n);
-        sr[j] = r;
-        sz[j] = z;
-        sn[j] = n;
-        sg[j] = ghn[j];
-    }
-}
-
-/// One row of LSTM gates: `o = [h', c']` `[2H]`, `sv = [i, f, g, o, tanh c']`.
-#[inline(always)]
-fn lstm_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
-    let (gxi, gxf, gxg, gxo) = (
-        &gx[..h],
-        &gx[h..2 * h],
-        &gx[2 * h..3 * h],
-        &gx[3 * h..4 * h],
-    );
-    let (ghi, ghf, ghg, gho) = (
-        &gh[..h],
-        &gh[h..2 * h],
-        &gh[2 * h..3 * h],
-        &gh[3 * h..4 * h],
-    );
-    let cp = &hp[h..2 * h];
-    let (oh, oc) = o.split_at_mut(h);
-    let oc = &mut oc[..h];
-    let (si, rest) = sv.split_at_mut(h);
-    let (sf, rest) = rest.split_at_mut(h);
-    let (sg, rest) = rest.split_at_mut(h);
-    let (so, rest) = rest.split_at_mut(h);
-    let st = &mut rest[..h];
-    for j in 0..h {
-        let ig = (gxi[j] + ghi[j]).sigmoid();
-        let fg = (gxf[j] + ghf[j]).sigmoid();
-        let gg = (gxg[j] + ghg[j]).tanh_();
-        let og = (gxo[j] + gho[j]).sigmoid();
-        let c = fg * cp[j] + ig * gg;
-        let tc = c.tanh_();
-        oh[j] = og * tc;
-        oc[j] = c;
-        si[j] = ig;
-        sf[j] = fg;
-        sg[j] = gg;
-        so[j] = og;
-        st[j] = tc;
-    }
-}
-
-/// One row of GRU gate gradients from `dh` (first `H` of `ds`): `dx = d gx`, `dgh = d gh`,
-/// `dp = ∂h'/∂h ⊙ dh` (the direct part of `d h_prev`).
-#[inline(always)]
-fn gru_grads<T: Real>(
-    h: usize,
-    sv: &[T],
-    ds: &[T],
-    hp: &[T],
-    dp: &mut [T],
-    dx: &mut [T],
-    dgh: &mut [T],
-) {
-    let (r, z, n, ghn) = (
-        &sv[..h],
-        &sv[h..2 * h],
-        &sv[2 * h..3 * h],
-        &sv[3 * h..4 * h],
-    );
-    let (dh, hp, dp) = (&ds[..h], &hp[..h], &mut dp[..h]);
-    let (dxr, rest) = dx.split_at_mut(h);
-    let (dxz, rest) = rest.split_at_mut(h);
-    let dxn = &mut rest[..h];
-    let (dhr, rest) = dgh.split_at_mut(h);
-    let (dhz, rest) = rest.split_at_mut(h);
-    let dhn = &mut rest[..h];
-    for j in 0..h {
-        let (r, z, n) = (r[j], z[j], n[j]);
-        let dan = dh[j] * (T::ONE - z) * (T::ONE - n * n);
-        let daz = dh[j] * (hp[j] - n) * z * (T::ONE - z);
-        let dar = dan * ghn[j] * r * (T::ONE - r);
-        dxr[j] = dar;
-        dxz[j] = daz;
-        dxn[j] = dan;
-        dhr[j] = dar;
-        dhz[j] = daz;
-        dhn[j] = dan * r;
-        dp[j] = dh[j] * z;
-    }
-}
-
-/// One row of LSTM gate gradients from `ds = [dh, dc]`: `dx = d gx = d gh`,
-/// `dp = [0, f ⊙ dc_total]` (the direct part of `d [h_prev, c_prev]`).
-#[inline(always)]
-fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx: &mut [T]) {
-    let (ig, fg, gg) = (&sv[..h], &sv[h..2 * h], &sv[2 * h..3 * h]);
-    let (og, tc) = (&sv[3 * h..4 * h], &sv[4 * h..5 * h]);
-    let (dh, dcn) = (&ds[..h], &ds[h..2 * h]);
-    let cp = &hp[h..2 * h];
-    let (dph, dpc) = dp.split_at_mut(h);
-    let dpc = &mut dpc[..h];
-    let (dxi, rest) = dx.split_at_mut(h);
-    let (dxf, rest) = rest.split_at_mut(h);
-    let (dxg, rest) = rest.split_at_mut(h);
-    let dxo = &mut rest[..h];
-    for j in 0..h {
-        let (i, f, g, o, t) = (ig[j], fg[j], gg[j], og[j], tc[j]);
-        let dc = dcn[j] + dh[j] * o * (T::ONE - t * t);
-        dxi[j] = dc * g * i * (T::ONE - i);
-        dxf[j] = dc * cp[j] * f * (T::ONE - f);
-        dxg[j] = dc * i * (T::ONE - g * g);
-        dxo[j] = dh[j] * t * o * (T::ONE - o);
-        dph[j] = T::ZERO;
-        dpc[j] = dc * f;
-    }
 }
 
 /// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and
@@ -912,6 +433,7 @@ impl CustomOp3 for FusedRnn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::kernels::host_gemm::PARALLEL_MIN_VALUES;
 
     /// Rows split across threads give bit-identical states and gradients (for a batch large
     /// enough to take the parallel path).
@@ -949,65 +471,6 @@ mod tests {
             let (out2, g2) = run(2);
             assert_eq!(out1, out2, "{kind:?} states");
             assert_eq!(g1, g2, "{kind:?} gradients");
-        }
-    }
-
-    /// The row kernels built for AVX2/FMA give the same bits as the baseline build (Rust does
-    /// not fuse multiply-adds on its own), so a run does not depend on the CPU it lands on.
-    #[test]
-    fn vector_and_baseline_row_kernels_agree_bit_for_bit() {
-        let h = 37;
-        let val = |n: usize, salt: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 12.0)
-                .collect()
-        };
-        for kind in [RnnKind::Gru, RnnKind::Lstm] {
-            let (g, s, sw) = match kind {
-                RnnKind::Gru => (3 * h, h, 4 * h),
-                RnnKind::Lstm => (4 * h, 2 * h, 5 * h),
-            };
-            let (gx, gh, hp) = (val(g, 1), val(g, 2), val(s, 3));
-            let gates_of = |vector: bool| {
-                let (mut o, mut sv) = (vec![0f32; s], vec![0f32; sw]);
-                if vector {
-                    gates(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
-                } else {
-                    gates_plain(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
-                }
-                (o, sv)
-            };
-            let (o, sv) = gates_of(true);
-            assert_eq!((o.clone(), sv.clone()), gates_of(false), "{kind:?} gates");
-            let ds = val(s, 4);
-            let grads_of = |vector: bool| {
-                let (mut dp, mut dx) = (vec![0f32; s], vec![0f32; g]);
-                let mut dgh = vec![0f32; if kind == RnnKind::Gru { g } else { 0 }];
-                if vector {
-                    grads(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
-                } else {
-                    grads_plain(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
-                }
-                (dp, dx, dgh)
-            };
-            assert_eq!(grads_of(true), grads_of(false), "{kind:?} gradients");
-        }
-    }
-
-    #[test]
-    fn fast_exp_sigmoid_and_tanh_match_the_library_functions() {
-        let mut x = -90.0f32;
-        while x < 90.0 {
-            let e = exp_f32(x);
-            let want = x.clamp(-87.0, 88.0).exp();
-            assert!(
-                (e - want).abs() <= 4e-7 * want,
-                "exp({x}) = {e}, want {want}"
-            );
-            let s = x.sigmoid();
-            assert!((s - 1.0 / (1.0 + (-x).exp())).abs() < 2e-7, "sigmoid({x})");
-            assert!((x.tanh_() - x.tanh()).abs() < 2e-7, "tanh({x})");
-            x += 0.0137;
         }
     }
 }

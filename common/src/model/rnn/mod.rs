@@ -1,4 +1,4 @@
-//! The captioner: parameters, the encoder of image features and one decoder step.
+//! The recurrent captioner (`fc`, `att`, `crnn`): parameters and their initialisation.
 //!
 //! `fc` model (self-critical.pytorch's FC model): `img = relu(W_img f + b)`; every layer's state
 //! starts at `h_0 = tanh(W_init img + b)` (LSTM `c_0 = 0`) and `img` is also fed to the first
@@ -6,155 +6,40 @@
 //! `att` model (Show, Attend and Tell): as `fc`, and the first layer also gets
 //! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
 //! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
+//!
+//! The first implementation of the [`CaptionModel`](super::seam::CaptionModel) seam: this
+//! file holds the parameters and their initialisation, [`forward`] one pass, [`teacher`]
+//! teacher forcing, [`decode`] the step decoder, [`host_step`] its host-array fast path,
+//! [`cell`] the GRU/LSTM cells, [`fused`] and [`gates`] the fused recurrent layer on the
+//! CPU, [`attention`] the `att` model's attention and [`crnn`] the audio encoder.
+
+mod attention;
+mod cell;
+pub(crate) mod crnn;
+mod decode;
+mod forward;
+mod fused;
+mod gates;
+mod host_step;
+mod teacher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 
-use super::attention::{attend, AttKeys, AttWeights};
-use super::config::{CaptionerConfig, ModelKind, RnnKind};
-use super::crnn::{self, Crnn};
-use super::dropout::dropout;
-use super::error::{ModelError, Result};
-use super::linear::linear;
-use super::rng::CaprlRng;
-use super::rnn::{cell_step, CellWeights, LayerState};
-use super::transpose::transposed_copy;
-use super::{BOS, PAD};
-use crate::fastmath::exp_f32;
+use self::attention::{AttKeys, AttWeights};
+use self::cell::CellWeights;
+use self::crnn::Crnn;
+use crate::model::config::{CaptionerConfig, ModelKind};
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::Inputs;
+use crate::model::rng::CaprlRng;
+use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
 
-/// A batch of image features on the model's device.
-#[derive(Debug, Clone)]
-pub struct Inputs {
-    /// Global features `[B, Dfc]`.
-    pub fc: Tensor,
-    /// Region features `[B, R, Da]` (att models; log-mel frames for crnn).
-    pub att: Option<Tensor>,
-    /// crnn only: `att` holds each distinct clip once, `[U, T, M]`, and row `i` of the batch
-    /// is clip `expand[i]` (u32 `[B]`), so a clip repeated for its references or samples is
-    /// encoded once.
-    pub(crate) expand: Option<Tensor>,
-}
-
-impl Inputs {
-    /// Builds a batch of `b` images from row-major host features (as `Dataset::fc_rows` and
-    /// `Dataset::att_rows` return them), checking their sizes against `cfg`.
-    pub fn from_host(
-        fc: &[f32],
-        att: Option<&[f32]>,
-        b: usize,
-        cfg: &CaptionerConfig,
-        device: &Device,
-    ) -> Result<Self> {
-        if fc.len() != b * cfg.fc_dim {
-            return Err(ModelError::Input(format!(
-                "fc features have {} values, expected batch {b} x fc_dim {} = {}",
-                fc.len(),
-                cfg.fc_dim,
-                b * cfg.fc_dim
-            )));
-        }
-        let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.compute_dtype)?;
-        let needs_att = matches!(cfg.kind, ModelKind::Att | ModelKind::Crnn);
-        let att =
-            match (needs_att, cfg.att, att) {
-                (true, Some((r, d)), Some(a)) => {
-                    if a.len() != b * r * d {
-                        return Err(ModelError::Input(format!(
-                            "region features have {} values, expected {b} x {r} x {d}",
-                            a.len()
-                        )));
-                    }
-                    Some(Tensor::from_slice(a, (b, r, d), device)?.to_dtype(cfg.compute_dtype)?)
-                }
-                (true, _, None) => return Err(ModelError::Input(
-                    "the att and crnn models need region (log-mel frame) features; none were given"
-                        .into(),
-                )),
-                _ => None,
-            };
-        Ok(Self {
-            fc,
-            att,
-            expand: None,
-        })
-    }
-
-    /// Makes row `i` of the batch clip `expand[i]` of these inputs (crnn: `att` stays one
-    /// row per distinct clip).
-    pub(crate) fn expand_rows(self, expand: &[u32]) -> Result<Self> {
-        let idx = Tensor::from_slice(expand, expand.len(), self.fc.device())?;
-        Ok(Self {
-            fc: self.fc.index_select(&idx, 0)?,
-            att: self.att,
-            expand: Some(idx),
-        })
-    }
-
-    /// Number of images in the batch.
-    pub fn batch_size(&self) -> Result<usize> {
-        Ok(self.fc.dim(0)?)
-    }
-
-    /// Each image repeated `n` times in place: rows `i*n .. i*n+n` are image `i`.
-    pub fn repeat_each(&self, n: usize) -> Result<Self> {
-        let b = self.batch_size()?;
-        let idx: Vec<u32> = (0..b as u32)
-            .flat_map(|i| std::iter::repeat_n(i, n))
-            .collect();
-        let idx = Tensor::from_vec(idx, b * n, self.fc.device())?;
-        self.select(&idx)
-    }
-
-    /// The images at `rows` (repeats allowed), in that order.
-    pub fn select_rows(&self, rows: &[usize]) -> Result<Self> {
-        let b = self.batch_size()?;
-        if let Some(bad) = rows.iter().find(|&&r| r >= b) {
-            return Err(ModelError::Input(format!(
-                "row {bad} is outside a batch of {b}"
-            )));
-        }
-        let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
-        self.select(&Tensor::from_vec(idx, rows.len(), self.fc.device())?)
-    }
-
-    pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
-        Ok(Self {
-            fc: self.fc.index_select(idx, 0)?,
-            att: match (&self.att, &self.expand) {
-                (Some(a), None) => Some(a.index_select(idx, 0)?),
-                (Some(a), Some(_)) => Some(a.clone()),
-                (None, _) => None,
-            },
-            expand: match &self.expand {
-                Some(e) => Some(e.index_select(idx, 0)?),
-                None => None,
-            },
-        })
-    }
-
-    fn detach(&self) -> Self {
-        Self {
-            fc: self.fc.detach(),
-            att: self.att.as_ref().map(|a| a.detach()),
-            expand: self.expand.clone(),
-        }
-    }
-}
-
-/// Pads token sequences (no BOS, ending at EOS) with PAD to `[B, T]`, `T` the longest length.
-pub fn batch_tokens(seqs: &[Vec<u32>], device: &Device) -> Result<Tensor> {
-    let t = seqs.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let mut flat = vec![PAD; seqs.len() * t];
-    for (row, s) in flat.chunks_mut(t).zip(seqs) {
-        row[..s.len()].copy_from_slice(s);
-    }
-    Ok(Tensor::from_vec(flat, (seqs.len(), t), device)?)
-}
-
-/// The captioning policy. Owns its weights in a [`VarMap`] under stable names (see [`Captioner::new`]).
-pub struct Captioner {
+/// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
+/// stable names (see [`RnnCaptioner::new`]).
+pub(crate) struct RnnCaptioner {
     pub(crate) cfg: CaptionerConfig,
     pub(crate) device: Device,
     pub(crate) varmap: VarMap,
@@ -195,10 +80,10 @@ struct AttParams {
 /// Weights for one pass, transposed once outside the time loop (detached for decoding).
 pub(crate) struct Prepared {
     pub embed: Tensor,
-    /// `W_ih` of layer 0 `[G, E]` as stored (read by [`super::linear`]).
+    /// `W_ih` of layer 0 `[G, E]` as stored (read by `kernels::linear`).
     pub w_ih0: Tensor,
     pub b_ih0: Tensor,
-    /// Layer 0's image weights `[G, D]`, as stored (the encoder's products are [`super::linear`]
+    /// Layer 0's image weights `[G, D]`, as stored (the encoder's products are `kernels::linear`
     /// nodes, which read weights so).
     pub w_fc0: Tensor,
     /// Zeros `[G]`: the image term has no bias of its own (`b_ih` is in the word term).
@@ -210,7 +95,7 @@ pub(crate) struct Prepared {
     /// Initial-state layers `(W [H, D], b)`, as stored.
     pub init: Vec<(Tensor, Tensor)>,
     pub att: Option<(Tensor, Tensor, Tensor, AttWeights)>,
-    /// The output layer `[V, H]` as stored (read by [`super::linear`]), and transposed for the
+    /// The output layer `[V, H]` as stored (read by `kernels::linear`), and transposed for the
     /// decoding steps.
     pub logit_w: Tensor,
     pub logit_w_t: Tensor,
@@ -237,7 +122,7 @@ impl Encoded {
     }
 }
 
-impl Captioner {
+impl RnnCaptioner {
     /// A freshly initialised captioner on `device`, its weights drawn from `seed` (PyTorch-style
     /// uniform `±1/√fan_in`) so that two runs with the same seed start identically.
     ///
@@ -245,7 +130,7 @@ impl Captioner {
     /// `init.{l}.bias`, `rnn.{l}.w_ih`, `rnn.{l}.b_ih`, `rnn.{l}.w_hh`, `rnn.{l}.b_hh`,
     /// `rnn.0.w_fc`, `att.feat.weight`, `att.feat.bias`, `att.hid.weight`, `att.score.weight`,
     /// `att.ctx.weight`, `logit.weight`, `logit.bias` (PyTorch `[out, in]` layout).
-    pub fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
+    pub(crate) fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
         cfg.validate()?;
         let varmap = VarMap::new();
         let mut rng = CaprlRng::new(seed);
@@ -293,7 +178,7 @@ impl Captioner {
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         {
             let mut data = varmap.data().lock().map_err(|_| {
-                ModelError::Input("the model's VarMap lock was poisoned by a panic".into())
+                ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
             })?;
             for (name, shape) in constants {
                 let value = crnn::init_value(&name);
@@ -319,29 +204,6 @@ impl Captioner {
         })
     }
 
-    /// crnn only (other models have no batch norm): `true` makes passes with gradients use
-    /// the running batch-norm statistics, as decoding does, instead of the batch's (and leave
-    /// them unchanged). Policy-gradient updates set it, since their samples were drawn with the
-    /// running statistics; cross-entropy updates clear it.
-    pub fn set_running_norm(&self, on: bool) {
-        self.running_norm.store(on, Ordering::Relaxed);
-    }
-
-    /// The CRNN encoder's convolution output `[B, T/4, n_mels/64, W]` and embedding `[B, 2W]`
-    /// for log-mel frames `mel` `[B, T, n_mels]`, with running batch-norm statistics and no
-    /// gradients (as decoding sees it). Fails for models that are not `crnn`.
-    pub fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
-        let c =
-            self.p.crnn.as_ref().ok_or_else(|| {
-                ModelError::Input("audio_encoding needs a model of kind crnn".into())
-            })?;
-        let mel = mel.to_dtype(self.cfg.dtype)?;
-        Ok((
-            c.conv_stack(&mel, false, false)?,
-            c.forward(&mel, false, false)?,
-        ))
-    }
-
     /// Another handle on the same weights (their storage is shared).
     pub(crate) fn share(&self) -> Result<Self> {
         Ok(Self {
@@ -352,24 +214,26 @@ impl Captioner {
             running_norm: AtomicBool::new(self.running_norm.load(Ordering::Relaxed)),
         })
     }
+}
 
-    /// The model's configuration.
-    pub fn config(&self) -> &CaptionerConfig {
+impl CaptionModel for RnnCaptioner {
+    fn config(&self) -> &CaptionerConfig {
         &self.cfg
     }
 
-    /// The device the weights live on.
-    pub fn device(&self) -> &Device {
+    fn device(&self) -> &Device {
         &self.device
     }
 
-    /// The trainable variables, by stable name.
-    pub fn varmap(&self) -> &VarMap {
+    fn varmap(&self) -> &VarMap {
         &self.varmap
     }
 
-    /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
-    pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+    fn share(&self) -> Result<Box<dyn CaptionModel>> {
+        Ok(Box::new(RnnCaptioner::share(self)?))
+    }
+
+    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
         let mut cfg = self.cfg.clone();
         cfg.compute_dtype = dtype;
         cfg.validate()?;
@@ -377,193 +241,42 @@ impl Captioner {
         Ok(())
     }
 
-    /// Another handle on the same weights whose forward passes compute in `dtype`.
-    pub fn with_compute_dtype(&self, dtype: DType) -> Result<Self> {
-        let mut view = self.share()?;
-        view.set_compute_dtype(dtype)?;
-        Ok(view)
-    }
-
-    /// Casts (to the compute dtype), transposes and, for decoding, detaches every weight once
-    /// for a pass. The cast is a graph node when not detached, so the gradient of a bf16/f16
-    /// pass reaches the f32 parameters (`∂L/∂w = cast(∂L/∂w_bf16)`); with the parameters'
-    /// own dtype it is the identity.
-    pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
-        let compute = self.cfg.compute_dtype;
-        let d = |t: &Tensor| -> Result<Tensor> {
-            let t = if detach { t.detach() } else { t.clone() };
-            Ok(t.to_dtype(compute)?)
-        };
-        // Decoding (and the att model's step loop) reads the transposed weights at every step:
-        // copy them once, contiguous. The fc model's teacher-forced pass reads each once: the
-        // transposed view is enough (the gemm packs it anyway).
-        let per_step = detach || self.cfg.kind == ModelKind::Att;
-        let tt = |t: &Tensor| -> Result<Tensor> {
-            let t = d(t)?;
-            if detach {
-                transposed_copy(&t)
-            } else if per_step {
-                Ok(t.t()?.contiguous()?)
-            } else {
-                Ok(t.t()?)
-            }
-        };
-        // Weights read once per pass (encoder): a view is enough.
-        let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t)?.t()?) };
-        let p = &self.p;
-        // PAD and BOS are never emitted: a large negative constant on their logits (finite in
-        // f16, whose largest value is 65504: an infinite logit would make `0 · log p` NaN).
-        let never = if compute == DType::F16 { -1e4 } else { -1e9 };
-        let mut ban = vec![0f32; self.cfg.vocab_size];
-        ban[PAD as usize] = never;
-        ban[BOS as usize] = never;
-        let ban = Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(compute)?;
-        let mut att = None;
-        if let Some(a) = &p.att {
-            att = Some((
-                once(&a.feat_w)?,
-                d(&a.feat_b)?,
-                tt(&a.ctx_w)?,
-                AttWeights {
-                    w_hid_t: tt(&a.hid_w)?,
-                    w_score_t: tt(&a.score_w)?,
-                },
-            ));
-        }
-        Ok(Prepared {
-            embed: d(&p.embed)?,
-            w_ih0: d(&p.rnn[0].w_ih)?,
-            b_ih0: d(&p.rnn[0].b_ih)?,
-            w_fc0: d(&p.fc_w)?,
-            fc0_zero_bias: d(&p.rnn[0].b_ih)?.zeros_like()?,
-            upper: p.rnn[1..]
-                .iter()
-                .map(|r| Ok((tt(&r.w_ih)?, d(&r.b_ih)?)))
-                .collect::<Result<_>>()?,
-            // The fused layer takes only CPU f32/f64: other dtypes and devices get the step loop.
-            cells: p
-                .rnn
-                .iter()
-                .map(|r| CellWeights::new(&d(&r.w_hh)?, &d(&r.b_hh)?))
-                .collect::<Result<_>>()?,
-            img_w: d(&p.img_w)?,
-            img_b: d(&p.img_b)?,
-            init: p
-                .init
-                .iter()
-                .map(|(w, b)| Ok((d(w)?, d(b)?)))
-                .collect::<Result<_>>()?,
-            att,
-            logit_w: d(&p.logit_w)?,
-            // Read only by the decoding steps: a view (no copy) for the teacher-forced pass.
-            logit_w_t: if detach {
-                tt(&p.logit_w)?
-            } else {
-                d(&p.logit_w)?.t()?
-            },
-            logit_b: d(&p.logit_b)?.add(&ban)?,
-        })
-    }
-
-    /// Encodes the images: layer-0 image term `fx = W_fc img`, initial states, attention keys.
-    pub(crate) fn encode(
+    fn token_logprobs(
         &self,
-        w: &Prepared,
         x: &Inputs,
-        detach: bool,
-    ) -> Result<(Encoded, Vec<LayerState>)> {
-        let x = if detach { x.detach() } else { x.clone() };
-        let compute = self.cfg.compute_dtype;
-        let x = Inputs {
-            fc: x.fc.to_dtype(compute)?,
-            att: x.att.map(|a| a.to_dtype(compute)).transpose()?,
-            expand: x.expand,
-        };
-        if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
-            return Err(ModelError::Input(format!(
-                "fc features have dim {}, the model expects {}",
-                x.fc.dim(D::Minus1)?,
-                self.cfg.fc_dim
-            )));
-        }
-        let feature = match (&self.p.crnn, &x.att) {
-            (Some(c), Some(mel)) => {
-                crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
-                let batch_stats = !self.running_norm.load(Ordering::Relaxed);
-                // The encoder runs on its master weights (f32/f64, as batch norm's running
-                // statistics must be); the decoder gets its embedding in the compute dtype.
-                let mel = mel.to_dtype(self.cfg.dtype)?;
-                let v = c.forward(&mel, !detach, batch_stats)?.to_dtype(compute)?;
-                match &x.expand {
-                    Some(e) => v.index_select(e, 0)?,
-                    None => v,
-                }
-            }
-            (Some(_), None) => {
-                return Err(ModelError::Input(
-                    "the crnn model needs log-mel frames; none were given".into(),
-                ))
-            }
-            _ => x.fc.clone(),
-        };
-        let img = linear(&feature, &w.img_w, &w.img_b)?.relu()?;
-        let fx = linear(&img, &w.w_fc0, &w.fc0_zero_bias)?;
-        let mut states = Vec::with_capacity(self.cfg.layers);
-        for (wi, bi) in &w.init {
-            let h = linear(&img, wi, bi)?.tanh()?;
-            let c = match self.cfg.rnn {
-                RnnKind::Lstm => Some(h.zeros_like()?),
-                RnnKind::Gru => None,
-            };
-            states.push(LayerState { h, c });
-        }
-        let keys = match (&w.att, &x.att) {
-            (Some((feat_w_t, feat_b, _, _)), Some(a)) => {
-                let (b, r, da) = a.dims3()?;
-                let proj = a
-                    .reshape((b * r, da))?
-                    .matmul(feat_w_t)?
-                    .broadcast_add(feat_b)?
-                    .reshape((b, r, ()))?;
-                Some(AttKeys {
-                    feats: a.clone(),
-                    proj,
-                })
-            }
-            (Some(_), None) => {
-                return Err(ModelError::Input(
-                    "the att model needs region features; none were given".into(),
-                ))
-            }
-            _ => None,
-        };
-        Ok((Encoded { fx, keys }, states))
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<(Tensor, Tensor)> {
+        RnnCaptioner::token_logprobs(self, x, seqs, dropout_rng)
     }
 
-    /// One decoder step from the word term `gx_word = W_ih e(w) + b_ih` `[B, G]`.
-    pub(crate) fn step(
+    fn teacher_forced(
         &self,
-        w: &Prepared,
-        enc: &Encoded,
-        states: &[LayerState],
-        gx_word: &Tensor,
-        mut drop: Option<&mut CaprlRng>,
-    ) -> Result<Vec<LayerState>> {
-        let mut gx = (gx_word + &enc.fx)?;
-        if let (Some(keys), Some((_, _, ctx_w_t, aw))) = (&enc.keys, &w.att) {
-            let top = &states[states.len() - 1].h;
-            let ctx = attend(keys, aw, top)?;
-            gx = (gx + ctx.matmul(ctx_w_t)?)?;
-        }
-        let mut out = Vec::with_capacity(states.len());
-        out.push(cell_step(self.cfg.rnn, &gx, &states[0], &w.cells[0])?);
-        for l in 1..states.len() {
-            let below = dropout(&out[l - 1].h, self.cfg.dropout, drop.as_deref_mut())?;
-            let (wt, b) = &w.upper[l - 1];
-            let gx = below.matmul(wt)?.broadcast_add(b)?;
-            out.push(cell_step(self.cfg.rnn, &gx, &states[l], &w.cells[l])?);
-        }
-        Ok(out)
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherForced> {
+        RnnCaptioner::teacher_forced(self, x, seqs, dropout_rng)
+    }
+
+    fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {
+        Ok(Box::new(decode::RnnSteps::new(self)?))
+    }
+
+    fn set_running_norm(&self, on: bool) {
+        self.running_norm.store(on, Ordering::Relaxed);
+    }
+
+    fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
+        let c =
+            self.p.crnn.as_ref().ok_or_else(|| {
+                ModelError::Input("audio_encoding needs a model of kind crnn".into())
+            })?;
+        let mel = mel.to_dtype(self.cfg.dtype)?;
+        Ok((
+            c.conv_stack(&mel, false, false)?,
+            c.forward(&mel, false, false)?,
+        ))
     }
 }
 
@@ -572,11 +285,11 @@ impl Params {
         let data = varmap
             .data()
             .lock()
-            .map_err(|_| ModelError::Input("the model's VarMap lock was poisoned".into()))?;
+            .map_err(|_| ModelError::Internal("the model's VarMap lock was poisoned".into()))?;
         let get = |name: &str| -> Result<Tensor> {
             data.get(name)
                 .map(|v| v.as_tensor().clone())
-                .ok_or_else(|| ModelError::Input(format!("missing parameter `{name}`")))
+                .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
         };
         let layers = cfg.layers;
         let init = (0..layers)
@@ -601,7 +314,7 @@ impl Params {
             let get_var = |name: &str| -> Result<Var> {
                 data.get(name)
                     .cloned()
-                    .ok_or_else(|| ModelError::Input(format!("missing parameter `{name}`")))
+                    .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
             };
             Some(Crnn::from_vars(cfg.crnn_width, &get_var)?)
         } else {
@@ -635,30 +348,4 @@ impl Params {
 
 fn fan(n: usize) -> f64 {
     1.0 / (n.max(1) as f64).sqrt()
-}
-
-/// Host-side `log_softmax` of one row, in f64 for stable sums.
-pub(crate) fn host_log_softmax(logits: &[f32], inv_temp: f64) -> Vec<f64> {
-    let lse = host_log_sum_exp(logits, inv_temp);
-    logits.iter().map(|&v| v as f64 * inv_temp - lse).collect()
-}
-
-/// Entry `w` of [`host_log_softmax`], without building the whole vector.
-pub(crate) fn host_logprob(logits: &[f32], inv_temp: f64, w: usize) -> f32 {
-    (logits[w] as f64 * inv_temp - host_log_sum_exp(logits, inv_temp)) as f32
-}
-
-fn host_log_sum_exp(logits: &[f32], inv_temp: f64) -> f64 {
-    let max = logits
-        .iter()
-        .fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64 * inv_temp));
-    // The differences in f64 (exact enough for any temperature), their exponentials with the
-    // f32 polynomial (all ≤ 0, so e^d ∈ (0, 1], relative error ~2e-7): every decoding step
-    // calls this for every row, and a libm `exp` per logit was a visible share of a step.
-    logits
-        .iter()
-        .map(|&v| exp_f32((v as f64 * inv_temp - max) as f32) as f64)
-        .sum::<f64>()
-        .ln()
-        + max
 }
