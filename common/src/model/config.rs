@@ -46,6 +46,17 @@ impl From<Dtype> for DType {
     }
 }
 
+impl ModelKind {
+    /// Whether the model reads the `att` features: region features (`att`) or log-mel frames
+    /// (`crnn`).
+    pub(crate) fn reads_att(self) -> bool {
+        match self {
+            ModelKind::Fc => false,
+            ModelKind::Att | ModelKind::Crnn => true,
+        }
+    }
+}
+
 impl RnnKind {
     /// Number of gates stacked in one projection: GRU `r, z, n`; LSTM `i, f, g, o`.
     pub(crate) fn gates(self) -> usize {

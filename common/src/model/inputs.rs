@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::config::{CaptionerConfig, ModelKind};
+use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
 use super::{EOS, PAD};
 
@@ -39,7 +39,7 @@ impl Inputs {
             )));
         }
         let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.compute_dtype)?;
-        let needs_att = matches!(cfg.kind, ModelKind::Att | ModelKind::Crnn);
+        let needs_att = cfg.kind.reads_att();
         let att =
             match (needs_att, cfg.att, att) {
                 (true, Some((r, d)), Some(a)) => {

@@ -25,9 +25,10 @@
 //! implements [`CaptionModel`](seam::CaptionModel) (teacher forcing, a step decoder for a
 //! snapshot, share, compute dtype) and a [`StepDecoder`](seam::StepDecoder) whose
 //! [`DecodeState`](seam::DecodeState) selects rows, advances one token, returns the logits and
-//! the state a value head reads. Then one registration: its [`ModelKind`] variant mapped to its
-//! constructor in `captioner.rs`'s `architecture`. Greedy, sampling, prefix completion, beam
-//! search, save/load and every caller work unchanged.
+//! the state a value head reads. Then one registration: its [`ModelKind`] variant (in
+//! `config.rs`, where `reads_att` and `CaptionerConfig::validate` say which features it needs)
+//! mapped to its constructor in `captioner.rs`'s `architecture`. Greedy, sampling, prefix
+//! completion, beam search, save/load and every caller work unchanged.
 
 mod captioner;
 mod config;
