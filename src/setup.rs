@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use caprl_common::config::{self, DataConfig, RunConfig};
 use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{parse_device, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::model::{parse_device, CaptionerConfig, DType, Device, ModelKind};
 use caprl_common::optim::Schedule;
 
 /// Opens `data.dir`. A missing directory is generated (the synthetic task, cached afterwards)
@@ -59,20 +59,12 @@ pub fn device(cfg: &RunConfig) -> Result<Device> {
 /// The dtype of the forward passes named by the config's `dtype` key. Master weights, optimizer
 /// moments and checkpoints stay f32 whatever it is.
 pub fn compute_dtype(d: config::Dtype) -> DType {
-    match d {
-        config::Dtype::F32 => DType::F32,
-        config::Dtype::Bf16 => DType::BF16,
-        config::Dtype::F16 => DType::F16,
-    }
+    d.into()
 }
 
 /// The captioner's shape: the `[model]` section plus what the data set fixes.
 pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConfig> {
-    let kind = match cfg.model.kind {
-        config::ModelKind::Fc => ModelKind::Fc,
-        config::ModelKind::Att => ModelKind::Att,
-        config::ModelKind::Crnn => ModelKind::Crnn,
-    };
+    let kind = cfg.model.kind;
     if kind == ModelKind::Crnn && data.att_shape().is_none() {
         anyhow::bail!(
             "model.kind = \"crnn\" needs log-mel frames, but {} has only global (fc) features; prepare audio with `caprl data audio` or `caprl data synth-audio`",
@@ -87,10 +79,7 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
     }
     let c = CaptionerConfig {
         kind,
-        rnn: match cfg.model.rnn {
-            config::RnnKind::Gru => RnnKind::Gru,
-            config::RnnKind::Lstm => RnnKind::Lstm,
-        },
+        rnn: cfg.model.rnn,
         layers: cfg.model.layers as usize,
         embed: cfg.model.embed as usize,
         hidden: cfg.model.hidden as usize,
@@ -102,7 +91,7 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
         att: data.att_shape(),
         max_len: cfg.data.max_len as usize,
         dtype: DType::F32,
-        compute_dtype: compute_dtype(cfg.dtype),
+        compute_dtype: cfg.dtype.into(),
     };
     c.validate()?;
     Ok(c)

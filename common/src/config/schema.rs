@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::device::DeviceSpec;
 use super::reward_spec::RewardSpec;
+/// `dtype`, `model.kind` and `model.rnn` deserialise straight into the model's own types.
+pub use crate::model::{Dtype, ModelKind, RnnKind};
 
 /// The whole run configuration: top-level keys plus one struct per section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,15 +57,6 @@ impl Default for RunConfig {
             clip: ClipConfig::default(),
         }
     }
-}
-
-/// Compute dtype: `f32`, `bf16` or `f16`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Dtype {
-    F32,
-    Bf16,
-    F16,
 }
 
 /// `[data]`: where the data set is and how captions are tokenized.
@@ -133,24 +126,6 @@ impl Default for ModelConfig {
             dropout: 0.2,
         }
     }
-}
-
-/// `fc`: global feature vector; `att`: additive attention over regions; `crnn`: the CRNN
-/// audio encoder over log-mel frames (seed 000).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ModelKind {
-    Fc,
-    Att,
-    Crnn,
-}
-
-/// Recurrent cell of the decoder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RnnKind {
-    Gru,
-    Lstm,
 }
 
 /// `[decode]`: sampling and beam search.

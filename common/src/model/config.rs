@@ -1,13 +1,18 @@
 //! The captioner's shape, as read from the `[model]` section plus what the data set fixes.
+//!
+//! [`ModelKind`], [`RnnKind`] and [`Dtype`] are also the config's types: the run config
+//! deserialises straight into them (`model.kind`, `model.rnn`, `dtype`).
 
 use candle_core::DType;
+use serde::{Deserialize, Serialize};
 
 use super::error::{ModelError, Result};
 
 /// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
 /// CRNN audio encoder (seed 000) over log-mel frames (the `att` features), its embedding used
 /// like the `fc` model's feature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     Fc,
     Att,
@@ -15,10 +20,41 @@ pub enum ModelKind {
 }
 
 /// The recurrent cell of the decoder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum RnnKind {
     Gru,
     Lstm,
+}
+
+/// Compute dtype of the forward passes (the config's `dtype`): `f32`, `bf16` or `f16`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dtype {
+    F32,
+    Bf16,
+    F16,
+}
+
+impl From<Dtype> for DType {
+    fn from(d: Dtype) -> DType {
+        match d {
+            Dtype::F32 => DType::F32,
+            Dtype::Bf16 => DType::BF16,
+            Dtype::F16 => DType::F16,
+        }
+    }
+}
+
+impl ModelKind {
+    /// Whether the model reads the `att` features: region features (`att`) or log-mel frames
+    /// (`crnn`).
+    pub(crate) fn reads_att(self) -> bool {
+        match self {
+            ModelKind::Fc => false,
+            ModelKind::Att | ModelKind::Crnn => true,
+        }
+    }
 }
 
 impl RnnKind {
@@ -178,7 +214,7 @@ impl CaptionerConfig {
         }
         if self.kind == ModelKind::Crnn {
             match self.att {
-                Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::crnn::FREQ_DIVISOR == 0 => {}
+                Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
                 _ => {
                     return bad(
                         "model.kind",

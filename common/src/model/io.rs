@@ -5,7 +5,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
-use super::captioner::{Captioner, Params};
+use super::captioner::Captioner;
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
 
@@ -38,13 +38,15 @@ impl Captioner {
     /// The weights serialised as safetensors bytes (policy snapshots and checkpoints).
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
         // A hand-off point: the bytes leave the device only after every queued update.
-        self.device.synchronize()?;
-        varmap_to_safetensors(&self.varmap)
+        self.device().synchronize()?;
+        varmap_to_safetensors(self.varmap())
     }
 
     /// A captioner from safetensors bytes made by [`Captioner::to_safetensors`].
     pub fn from_safetensors(bytes: &[u8], cfg: &CaptionerConfig, device: &Device) -> Result<Self> {
-        let mut model = Captioner::new(cfg, device, 0)?;
+        // `Var::set` writes in place: the architecture's handles on its parameters see the
+        // loaded values.
+        let model = Captioner::new(cfg, device, 0)?;
         let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(bytes, device)
             .map_err(|e| ModelError::Weights {
                 path: "<memory>".into(),
@@ -52,8 +54,8 @@ impl Captioner {
             })?;
         {
             let data =
-                model.varmap.data().lock().map_err(|_| {
-                    ModelError::Input("the model's VarMap lock was poisoned".into())
+                model.varmap().data().lock().map_err(|_| {
+                    ModelError::Internal("the model's VarMap lock was poisoned".into())
                 })?;
             for (name, var) in data.iter() {
                 let t = loaded.get(name).ok_or_else(|| ModelError::Weights {
@@ -86,7 +88,6 @@ impl Captioner {
                 var.set(&t.to_dtype(cfg.dtype)?)?;
             }
         }
-        model.p = Params::from_varmap(&model.varmap, cfg)?;
         Ok(model)
     }
 }
@@ -96,7 +97,7 @@ pub(crate) fn varmap_to_safetensors(varmap: &candle_nn::VarMap) -> Result<Vec<u8
     let data = varmap
         .data()
         .lock()
-        .map_err(|_| ModelError::Input("a VarMap lock was poisoned by a panic".into()))?;
+        .map_err(|_| ModelError::Internal("a VarMap lock was poisoned by a panic".into()))?;
     let mut named: Vec<(String, Tensor)> = data
         .iter()
         .map(|(k, v)| (k.clone(), v.as_tensor().clone()))

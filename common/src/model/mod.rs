@@ -1,60 +1,65 @@
-//! The captioner in Candle and its decoders.
+//! Captioning models in Candle and their decoders.
 //!
-//! - [`Captioner`]: `fc` (global feature) or `att` (additive attention over regions) model with a
-//!   hand-written GRU/LSTM decoder of one or two layers; weights live in a candle `VarMap`.
+//! - [`Captioner`]: the one model type callers hold. It wraps one architecture behind the
+//!   seam in `seam` ([`CaptionModel`](seam::CaptionModel) and its prepared
+//!   [`StepDecoder`](seam::StepDecoder)); today the recurrent captioner of `rnn/`: `fc`
+//!   (global feature) or `att` (additive attention over regions) with a hand-written GRU/LSTM
+//!   decoder of one or two layers, or `crnn` (the audio encoder of seed 000); weights live in a
+//!   candle `VarMap`.
 //! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
-//!   [`Captioner::teacher_forced`] (full log-softmax and per-step hidden states for value heads).
-//! - Decoding on detached weights, prepared once in a [`Decoder`] ([`Captioner::decoder`]; the
-//!   same methods on [`Captioner`] prepare them per call): greedy, sample (Gumbel-max on the
-//!   seeded [`CaprlRng`]), complete_from_prefix, beam and beam_lookahead (value-guided, seed 001).
+//!   [`Captioner::teacher_forced`] (full log-softmax and per-step decoder states for value heads).
+//! - `decoding/`: strategies that do not depend on the architecture, on weights prepared once in a
+//!   [`Decoder`] ([`Captioner::decoder`]; the same methods on [`Captioner`] prepare them per call):
+//!   greedy, sample (Gumbel-max on the seeded [`CaprlRng`]), complete_from_prefix, beam (trigram
+//!   blocking, length normalisation) and beam_lookahead (value-guided, seed 001).
+//! - `kernels/`: the hand-written CPU kernels (linear, bias, transpose, dropout, token
+//!   log-softmax, host matrix products) and the switch to Candle's generic ops.
+//! - [`Inputs`], [`batch_tokens`], [`inputs_for_rows`]: what the models read.
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
 //! - [`parse_device`]: `cpu` or `cuda:N`.
+//!
+//! # Adding an architecture
+//!
+//! A new model kind lives in its own folder next to `rnn/` (say `transformer/`): a type that
+//! implements [`CaptionModel`](seam::CaptionModel) (teacher forcing, a step decoder for a
+//! snapshot, share, compute dtype) and a [`StepDecoder`](seam::StepDecoder) whose
+//! [`DecodeState`](seam::DecodeState) selects rows, advances one token, returns the logits and
+//! the state a value head reads. Then one registration: its [`ModelKind`] variant (in
+//! `config.rs`, where `reads_att` and `CaptionerConfig::validate` say which features it needs)
+//! mapped to its constructor in `captioner.rs`'s `architecture`. Greedy, sampling, prefix
+//! completion, beam search, save/load and every caller work unchanged.
 
-mod attention;
-mod beam;
-mod bias;
 mod captioner;
 mod config;
-mod crnn;
-mod decode;
-mod decoder;
+mod decoding;
 mod device;
-mod dropout;
 mod error;
-mod fused_rnn;
-mod greedy;
-mod host_step;
+mod inputs;
 mod io;
 mod kernels;
-mod linear;
 #[cfg(test)]
 mod op_check;
 mod rng;
 mod rnn;
 mod rows;
-mod sample;
-mod teacher;
-mod token_logp;
-mod transpose;
+mod seam;
 mod value_head;
 
-pub use beam::{BeamOptions, Hypothesis, Lookahead};
 pub use candle_core::{DType, Device, Tensor};
-pub use captioner::{batch_tokens, Captioner, Inputs};
-pub use config::{CaptionerConfig, ModelKind, RnnKind};
-pub use crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
-pub use decode::{on_rayon, Decoded};
-pub use decoder::Decoder;
+pub use captioner::Captioner;
+pub use config::{CaptionerConfig, Dtype, ModelKind, RnnKind};
+pub use decoding::{on_rayon, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions};
 pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;
+pub use inputs::{batch_tokens, Inputs};
 pub use kernels::{
     generic_ops, generic_ops_from_env, kernels_enabled, set_generic_ops, GENERIC_OPS_ENV,
 };
 pub use rng::{CaprlRng, RngState};
+pub use rnn::crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
 pub use rows::inputs_for_rows;
-pub use sample::SampleOptions;
-pub use teacher::TeacherForced;
+pub use seam::TeacherForced;
 pub use value_head::{ValueHead, VALUE_WIDTH};
 
 /// Vocabulary ids the decoder relies on (see `data::Vocab`).

@@ -1,9 +1,9 @@
 //! Model inputs for data set rows: the one place features leave the data set
 //! and become tensors, shared by the learner and the actors.
 
-use super::captioner::Inputs;
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::{ModelError, Result};
+use super::inputs::Inputs;
 use crate::data::Dataset;
 use candle_core::Device;
 

@@ -144,5 +144,5 @@ impl ValueHead {
 }
 
 fn poisoned() -> ModelError {
-    ModelError::Input("the value head's VarMap lock was poisoned by a panic".into())
+    ModelError::Internal("the value head's VarMap lock was poisoned by a panic".into())
 }

@@ -5,11 +5,12 @@
 //! Every row has its own ChaCha8 stream (seeded from one draw of the caller's RNG, stream = row),
 //! so the same seed and inputs give the same samples on any machine and in any batch layout.
 
-use super::captioner::{host_log_softmax, host_logprob, Inputs};
-use super::decode::{Decoded, Policy, PARALLEL_MIN_LOGITS};
 use super::decoder::Decoder;
-use super::error::{ModelError, Result};
-use super::rng::CaprlRng;
+use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
+use super::softmax::{host_log_softmax, host_logprob};
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::Inputs;
+use crate::model::rng::CaprlRng;
 
 /// How to sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,7 +167,7 @@ impl Decoder {
                 x.batch_size()?
             )));
         }
-        let v = self.model.cfg.vocab_size as u32;
+        let v = self.model.config().vocab_size as u32;
         if let Some(bad) = prefixes.iter().flatten().find(|&&w| w >= v) {
             return Err(ModelError::Input(format!(
                 "prefix token id {bad} is outside the vocabulary of {v}"

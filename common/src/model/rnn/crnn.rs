@@ -20,7 +20,7 @@
 //! whose log-probabilities are differentiated is the one the actors sampled from. The running
 //! statistics are stored with the weights, so snapshots carry them to the actors.
 //!
-//! [`Captioner::set_running_norm`]: super::Captioner::set_running_norm
+//! [`Captioner::set_running_norm`]: crate::model::Captioner::set_running_norm
 //!
 //! Parameter names (in the captioner's `VarMap`): `crnn.conv{i}.weight` `[out, in, 3, 3]`,
 //! `crnn.conv{i}.bias`, `crnn.bn{i}.weight`, `crnn.bn{i}.bias`, `crnn.bn{i}.running_mean`,
@@ -28,9 +28,9 @@
 
 use candle_core::{Tensor, Var, D};
 
-use super::config::RnnKind;
-use super::error::{ModelError, Result};
-use super::rnn::{cell_step, run_sequence, CellWeights, LayerState};
+use super::cell::{cell_step, run_sequence, CellWeights, LayerState};
+use crate::model::config::RnnKind;
+use crate::model::error::{ModelError, Result};
 
 /// Leaky ReLU slope (the paper's "slope 0.1").
 const LEAKY: f64 = 0.1;

@@ -6,6 +6,21 @@
 //! Candle ops. That op path is what a GPU executes, so it must be tested where the tests run:
 //! `CAPRL_GENERIC_OPS=1` makes the CPU take it at f32/f64 too, and CI runs the gradient checks,
 //! the optimizer, decoding and the trainers a second time so.
+//!
+//! The kernels themselves know nothing of captioning or of any one architecture:
+//! - `linear`: `y = x Wᵀ + b` as one node; `bias`: adding a row bias; `transpose`: blocked
+//!   transposed copies; `dropout`: inverted dropout from the seeded RNG;
+//!   `token_logp`: the log-softmax of the taken tokens only.
+//! - `real`: the element types (f32, f64) and the helpers they share; `host_gemm`: host
+//!   matrix products and row-parallel loops.
+
+pub(crate) mod bias;
+pub(crate) mod dropout;
+pub(crate) mod host_gemm;
+pub(crate) mod linear;
+pub(crate) mod real;
+pub(crate) mod token_logp;
+pub(crate) mod transpose;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;

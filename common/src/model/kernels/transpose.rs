@@ -3,8 +3,8 @@
 
 use candle_core::{CpuStorage, Storage, Tensor};
 
-use super::error::Result;
-use super::kernels::kernels_enabled;
+use super::kernels_enabled;
+use crate::model::error::Result;
 
 /// `wᵀ` as a contiguous detached tensor; falls back to candle's copy off the CPU, for other
 /// dtypes and for non-contiguous inputs.

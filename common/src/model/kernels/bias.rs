@@ -6,8 +6,8 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use super::error::Result;
-use super::kernels::kernels_enabled;
+use super::kernels_enabled;
+use crate::model::error::Result;
 
 /// `x + b` with `b` `[K]` broadcast over the leading dims of `x` `[.., K]` (`x` may also be
 /// `[N, M·K]`-shaped data given as `[N, M, K]` with `b` `[M, K]`: `b` covers the trailing dims).

@@ -8,11 +8,11 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::sigmoid;
 
-use super::config::RnnKind;
-use super::error::Result;
-use super::fused_rnn;
-use super::kernels::kernels_enabled;
-use super::transpose::transposed_copy;
+use super::fused;
+use crate::model::config::RnnKind;
+use crate::model::error::Result;
+use crate::model::kernels::kernels_enabled;
+use crate::model::kernels::transpose::transposed_copy;
 
 /// One layer's recurrent state: `h` `[B, H]` and, for LSTM, the cell `c` `[B, H]`.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ impl LayerState {
 /// Recurrent weights of one layer, prepared once per pass (outside the time loop).
 #[derive(Debug, Clone)]
 pub(crate) enum CellWeights {
-    /// For the fused layer ([`fused_rnn`], CPU f32/f64): `W_hh` `[G, H]`, `b_hh` `[G]` and a
+    /// For the fused layer ([`fused`], CPU f32/f64): `W_hh` `[G, H]`, `b_hh` `[G]` and a
     /// detached `W_hhᵀ` `[H, G]` for its forward gemm.
     Fused {
         w_hh: Tensor,
@@ -100,7 +100,7 @@ pub(crate) fn unpack_states(
 }
 
 /// Runs one layer over a whole sequence: `gx` `[T, B, G]` from `state`; returns the states
-/// `[T, B, S]` (see [`fused_rnn`]). Needs [`CellWeights::Fused`].
+/// `[T, B, S]` (see [`fused`]). Needs [`CellWeights::Fused`].
 pub(crate) fn run_sequence(
     kind: RnnKind,
     gx: &Tensor,
@@ -108,7 +108,7 @@ pub(crate) fn run_sequence(
     w: &CellWeights,
 ) -> Result<Option<Tensor>> {
     match w {
-        CellWeights::Fused { w_hh, b_hh, w_hh_t } => Ok(Some(fused_rnn::run(
+        CellWeights::Fused { w_hh, b_hh, w_hh_t } => Ok(Some(fused::run(
             kind,
             gx,
             &packed_state(kind, state)?,
@@ -136,7 +136,7 @@ pub(crate) fn cell_step(
     let hidden = state.h.dim(D::Minus1)?;
     let (w_hh_t, b_hh) = match w {
         CellWeights::Fused { w_hh, b_hh, w_hh_t } => {
-            let out = fused_rnn::run(
+            let out = fused::run(
                 kind,
                 &gx.unsqueeze(0)?,
                 &packed_state(kind, state)?,

@@ -2,10 +2,10 @@
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
-use super::error::Result;
-use super::fused_rnn::{contiguous, err, Real};
-use super::kernels::kernels_enabled;
-use super::rng::CaprlRng;
+use super::kernels_enabled;
+use super::real::{contiguous, err, Real};
+use crate::model::error::Result;
+use crate::model::rng::CaprlRng;
 
 /// `x ⊙ m / (1 - p)` with `m ~ Bernoulli(1 - p)` drawn from `rng`; identity when `rng` is `None`
 /// (evaluation) or `p == 0`.

@@ -1,18 +1,21 @@
 //! [`Decoder`]: a captioner's weights prepared once for decoding; the decoders of
 //! [`Captioner`] prepare them anew at every call.
 //!
-//! Preparing detaches the weights, copies the transposed ones the steps read, computes the
-//! word table `W_ih E + b_ih` `[V, G]` and lays the weights out for the host step: about as
-//! long as greedy decoding of 8 images at hidden 512. A holder of weights that do not change
+//! Preparing is the architecture's (its [`StepDecoder`]); for the recurrent captioner it
+//! detaches the weights, copies the transposed ones the steps read, computes the word table
+//! `W_ih E + b_ih` `[V, G]` and lays the weights out for the host step: about as long as
+//! greedy decoding of 8 images at hidden 512. A holder of weights that do not change
 //! (an actor's policy snapshot, a model under evaluation) prepares them once and decodes every
 //! batch with the same [`Decoder`].
 
 use super::beam::{BeamOptions, Hypothesis, Lookahead};
-use super::captioner::{Captioner, Inputs};
-use super::decode::{on_rayon, DecodeWeights, Decoded};
-use super::error::Result;
-use super::rng::CaprlRng;
+use super::rollout::{on_rayon, Decoded};
 use super::sample::SampleOptions;
+use crate::model::captioner::Captioner;
+use crate::model::error::Result;
+use crate::model::inputs::Inputs;
+use crate::model::rng::CaprlRng;
+use crate::model::seam::StepDecoder;
 
 /// Decoders over a snapshot of a captioner's weights: [`Decoder::greedy`], [`Decoder::sample`],
 /// [`Decoder::complete_from_prefix`], [`Decoder::beam`], [`Decoder::beam_lookahead`].
@@ -20,9 +23,10 @@ use super::sample::SampleOptions;
 /// It decodes with the weights as they were when [`Captioner::decoder`] made it; after they
 /// change (an optimizer step, a load) make a new one.
 pub struct Decoder {
-    /// A handle on the captioner (its weights' storage is shared): the encoder and the config.
+    /// A handle on the captioner (its weights' storage is shared).
     pub(crate) model: Captioner,
-    pub(crate) w: DecodeWeights,
+    /// The architecture's prepared weights.
+    pub(crate) steps: Box<dyn StepDecoder>,
 }
 
 impl Decoder {
@@ -36,10 +40,10 @@ impl Captioner {
     /// The weights as they are now, prepared for decoding (see [`Decoder`]).
     pub fn decoder(&self) -> Result<Decoder> {
         // The block layout of the host step follows the thread count of the pool it runs in.
-        on_rayon(&self.device, || {
+        on_rayon(self.device(), || {
             Ok(Decoder {
                 model: self.share()?,
-                w: self.decode_weights()?,
+                steps: self.model.step_decoder()?,
             })
         })
     }

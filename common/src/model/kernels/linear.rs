@@ -11,9 +11,10 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 
 use super::bias::add_row_bias;
-use super::error::Result;
-use super::fused_rnn::{contiguous, err, gemm_into, Mat, Real, SendPtr, PARALLEL_MIN_MACS};
-use super::kernels::kernels_enabled;
+use super::host_gemm::{gemm_into, Mat, SendPtr, PARALLEL_MIN_MACS};
+use super::kernels_enabled;
+use super::real::{contiguous, err, Real};
+use crate::model::error::Result;
 
 /// How the weight is stored.
 #[derive(Clone, Copy, PartialEq, Debug)]

@@ -1,9 +1,10 @@
 //! Greedy decoding: `w_t = argmax_w log π(w | w_<t, I)`.
 
-use super::captioner::{host_logprob, Inputs};
-use super::decode::{Decoded, Policy};
 use super::decoder::Decoder;
-use super::error::Result;
+use super::rollout::{Decoded, Policy};
+use super::softmax::host_logprob;
+use crate::model::error::Result;
+use crate::model::inputs::Inputs;
 
 pub(crate) struct Greedy;
 

@@ -11,13 +11,15 @@
 
 use std::collections::HashSet;
 
-use super::captioner::{host_log_softmax, Inputs};
-use super::decode::{on_rayon, Live, PARALLEL_MIN_LOGITS};
 use super::decoder::Decoder;
-use super::error::{ModelError, Result};
 use super::greedy::argmax;
-use super::value_head::ValueHead;
-use super::{BOS, EOS};
+use super::rollout::{on_rayon, PARALLEL_MIN_LOGITS};
+use super::softmax::host_log_softmax;
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::Inputs;
+use crate::model::seam::DecodeState;
+use crate::model::value_head::ValueHead;
+use crate::model::{BOS, EOS};
 
 /// [`host_log_softmax`] of every row of `logits` `[rows, v]`, on rayon's threads when there are
 /// several and enough rows (each row is computed the same way either way).
@@ -156,7 +158,7 @@ impl Decoder {
         opts: &BeamOptions,
         lookahead: Option<&Lookahead>,
     ) -> Result<Vec<Vec<Hypothesis>>> {
-        on_rayon(&self.model.device, || {
+        on_rayon(self.model.device(), || {
             self.beam_search_here(x, opts, lookahead)
         })
     }
@@ -174,8 +176,8 @@ impl Decoder {
             ));
         }
         let n = x.batch_size()?;
-        let v = self.model.cfg.vocab_size;
-        let mut live_state = self.start(x)?;
+        let v = self.model.config().vocab_size;
+        let mut live_state = self.steps.start(x)?;
         // Live beams of each input, in the order of their rows.
         let mut beams: Vec<Vec<Beam>> = vec![
             vec![Beam {
@@ -192,7 +194,7 @@ impl Decoder {
                 .iter()
                 .flat_map(|&i| beams[i].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
-            let logits = self.step_logits(&mut live_state, &inputs)?;
+            let logits = self.step_logits(&mut *live_state, &inputs)?;
             let mut row_lps = rows_log_softmax(&logits, v).into_iter();
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
@@ -203,7 +205,7 @@ impl Decoder {
                     // The state after the last word values a caption cut at the limit.
                     let values = match lookahead {
                         Some(la) => {
-                            let h = live_state.top_hidden()?.narrow(0, row, cur.len())?;
+                            let h = live_state.decoder_state()?.narrow(0, row, cur.len())?;
                             la.value.forward(&h)?.to_vec1::<f32>()?
                         }
                         None => vec![0.0; cur.len()],
@@ -248,7 +250,7 @@ impl Decoder {
                 row += all[all.len() - 1].cur.len();
             }
             let values = match lookahead {
-                Some(la) => Some(self.proposal_values(&live_state, &all, la)?),
+                Some(la) => Some(self.proposal_values(&*live_state, &all, la)?),
                 None => None,
             };
             let mut parents: Vec<u32> = Vec::new();
@@ -318,7 +320,12 @@ impl Decoder {
     }
 
     /// `v` of the state after each proposal's word, in proposal order, one batched step.
-    fn proposal_values(&self, live: &Live, all: &[Proposals], la: &Lookahead) -> Result<Vec<f32>> {
+    fn proposal_values<'a>(
+        &self,
+        live: &(dyn DecodeState<'a> + 'a),
+        all: &[Proposals],
+        la: &Lookahead,
+    ) -> Result<Vec<f32>> {
         let mut parents = Vec::new();
         let mut words = Vec::new();
         for p in all {

@@ -12,19 +12,20 @@
 //!
 //! Each value is computed as the graph step computes it: the same gemm per output column (a
 //! column's dot product does not depend on which other columns share the call), the bias
-//! first and the product accumulated onto it, and [`super::fused_rnn`]'s gate kernel. So both
+//! first and the product accumulated onto it, and [`super::gates`]'s gate kernel. So both
 //! paths give the same bits, on any number of threads.
 
 use std::ops::Range;
 
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 
-use super::captioner::{Encoded, Prepared};
-use super::config::{ModelKind, RnnKind};
-use super::error::Result;
-use super::fused_rnn::{self, gemm_into, Mat, SendPtr};
-use super::kernels::kernels_enabled;
-use super::rnn::{CellWeights, LayerState};
+use super::cell::{CellWeights, LayerState};
+use super::gates;
+use super::{Encoded, Prepared};
+use crate::model::config::{ModelKind, RnnKind};
+use crate::model::error::Result;
+use crate::model::kernels::host_gemm::{gemm_into, Mat, SendPtr};
+use crate::model::kernels::kernels_enabled;
 
 /// Below this many multiply-adds a region's blocks run one after the other on the calling
 /// thread: waking another thread costs more than it saves.
@@ -323,7 +324,7 @@ impl HostWeights {
                     if lstm {
                         s.state[nb..].copy_from_slice(&now.c[l][units.clone()]);
                     }
-                    fused_rnn::gates(
+                    gates::gates(
                         self.kind,
                         nb,
                         &s.gx[i * w..(i + 1) * w],
@@ -410,19 +411,21 @@ impl HostLive {
 
 #[cfg(test)]
 mod tests {
+    use super::super::decode::RnnSteps;
+    use super::super::RnnCaptioner;
     use crate::model::{
         BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoder, Device, Inputs, ModelKind,
         RnnKind, SampleOptions,
     };
 
-    fn model(rnn: RnnKind, layers: usize) -> (Captioner, Inputs) {
+    fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
         let mut cfg = CaptionerConfig::new(ModelKind::Fc, 30, 12, None);
         cfg.rnn = rnn;
         cfg.layers = layers;
         cfg.embed = 16;
         cfg.hidden = 64;
         cfg.max_len = 6;
-        let m = Captioner::new(&cfg, &Device::Cpu, 5).unwrap();
+        let m = RnnCaptioner::new(&cfg, &Device::Cpu, 5).unwrap();
         // 100 images: the gate products of a step are large enough to run on several threads.
         let b = 100;
         let fc: Vec<f32> = (0..b * 12)
@@ -430,6 +433,21 @@ mod tests {
             .collect();
         let x = Inputs::from_host(&fc, None, b, &cfg, &Device::Cpu).unwrap();
         (m, x)
+    }
+
+    /// A decoder of `m`'s weights, on host arrays or (`host` false) graph ops, and the number
+    /// of blocks its host step splits the batch into.
+    fn decoder(m: &RnnCaptioner, host: bool) -> (Decoder, Option<usize>) {
+        let mut steps = RnnSteps::new(m).unwrap();
+        if !host {
+            steps.host = None;
+        }
+        let blocks = steps.host.as_ref().map(|h| h.blocks());
+        let model = Captioner {
+            model: Box::new(m.share().unwrap()),
+        };
+        let steps = Box::new(steps);
+        (Decoder { model, steps }, blocks)
     }
 
     /// Everything a decoder gives for `x`.
@@ -474,16 +492,14 @@ mod tests {
             (RnnKind::Lstm, 2),
         ] {
             let (m, x) = model(rnn, layers);
-            let mut graph = m.decoder().unwrap();
-            graph.w.host = None;
+            let (graph, _) = decoder(&m, false);
             let expected = decode_all(&graph, &x);
             for threads in [1, 3] {
                 let pool = rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .build()
                     .unwrap();
-                let host = pool.install(|| m.decoder().unwrap());
-                let blocks = host.w.host.as_ref().map(|h| h.blocks());
+                let (host, blocks) = pool.install(|| decoder(&m, true));
                 assert_eq!(blocks, Some(threads), "{rnn:?} x {layers}");
                 let got = pool.install(|| decode_all(&host, &x));
                 assert!(got == expected, "{rnn:?} x {layers} on {threads} threads");

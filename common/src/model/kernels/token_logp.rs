@@ -13,10 +13,10 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
-use super::error::Result;
-use super::fused_rnn::{contiguous, err, Real, Saved};
-use super::kernels::kernels_enabled;
+use super::kernels_enabled;
 use super::linear::{self, WLayout};
+use super::real::{contiguous, err, Real, Saved};
+use crate::model::error::Result;
 
 /// `log p(targets[n])` `[N]` from the top hidden states `h` `[.., S]`, `N` rows in all (the
 /// first `H` values of each row are read, `S ≥ H`), the output weights `W` `[V, H]` and bias `b` `[V]`; `mask`

@@ -6,7 +6,7 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::softmax;
 
-use super::error::Result;
+use crate::model::error::Result;
 
 /// Attention weights, transposed once per pass.
 #[derive(Debug, Clone)]

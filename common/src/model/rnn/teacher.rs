@@ -2,31 +2,25 @@
 //!
 //! Inputs are `[BOS, w_1, …, w_{T-1}]`, targets `[w_1, …, w_T]`. The word term of the first
 //! layer, `W_ih e(w_t) + b_ih`, is one matmul over all `T·B` steps (time-major so that each
-//! step's slice is contiguous). [`Captioner::token_logprobs`] computes only the taken tokens'
+//! step's slice is contiguous). [`RnnCaptioner::token_logprobs`] computes only the taken tokens'
 //! log-probabilities (one fused node after the decoder on CPU f32/f64);
-//! [`Captioner::teacher_forced`] the full log-softmax.
+//! [`RnnCaptioner::teacher_forced`] the full log-softmax.
 
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
 
-use super::bias::add_row_bias;
-use super::captioner::{Captioner, Encoded, Inputs, Prepared};
-use super::dropout::dropout;
-use super::error::{ModelError, Result};
-use super::kernels::kernels_enabled;
-use super::linear::linear;
-use super::rng::CaprlRng;
-use super::rnn::{run_sequence, unpack_states, CellWeights, LayerState};
-use super::token_logp::token_log_softmax;
-use super::{BOS, EOS, PAD};
-
-/// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
-pub struct TeacherForced {
-    /// `log π(· | w_<t, I)` over the vocabulary, `[B, T, V]`.
-    pub logprobs_full: Tensor,
-    /// The top layer's hidden state after reading `w_<t`, `[B, T, H]` (input of value heads).
-    pub hidden: Tensor,
-}
+use super::cell::{run_sequence, unpack_states, CellWeights, LayerState};
+use super::{Encoded, Prepared, RnnCaptioner};
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::{token_mask, Inputs};
+use crate::model::kernels::bias::add_row_bias;
+use crate::model::kernels::dropout::dropout;
+use crate::model::kernels::kernels_enabled;
+use crate::model::kernels::linear::linear;
+use crate::model::kernels::token_logp::token_log_softmax;
+use crate::model::rng::CaprlRng;
+use crate::model::seam::TeacherForced;
+use crate::model::BOS;
 
 /// The decoder run over given sequences: the prepared weights, the tokens on the host and the
 /// top layer's states `[T, B, S]` (time-major; `S = H`, or `2H` for the fused LSTM's packed
@@ -47,18 +41,18 @@ impl TeacherRun {
     }
 }
 
-impl Captioner {
+impl RnnCaptioner {
     /// `log p(w_t | w_<t, I)` of the given tokens `[B, T]` and the mask `[B, T]` (1 up to and
     /// including the first EOS; all non-PAD tokens when there is no EOS). `seqs` is `u32` `[B, T]`:
     /// tokens without BOS, ending at EOS, padded with PAD. Masked positions of `logp` are 0.
     /// Dropout is applied when `dropout_rng` is given (training).
-    pub fn token_logprobs(
+    pub(crate) fn token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         mut dropout_rng: Option<&mut CaprlRng>,
     ) -> Result<(Tensor, Tensor)> {
-        let mask = self.token_mask(seqs)?;
+        let mask = token_mask(seqs, self.cfg.dtype, &self.device)?;
         let compute = self.cfg.compute_dtype;
         if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
             let tf = self.teacher_forced(x, seqs, dropout_rng)?;
@@ -92,14 +86,14 @@ impl Captioner {
             .flat_map(|s| run.host.iter().map(move |row| row[s]))
             .collect();
         let logp = token_log_softmax(&run.top, &run.w.logit_w, &run.w.logit_b, targets, drop)?
-            .ok_or_else(|| ModelError::Input("token log-softmax: unsupported tensors".into()))?
+            .ok_or_else(|| ModelError::Internal("token log-softmax: unsupported tensors".into()))?
             .reshape((t, b))?
             .t()?;
         Ok((logp.mul(&mask)?, mask))
     }
 
     /// The teacher-forced pass: full log-softmax `[B, T, V]` and hidden states `[B, T, H]`.
-    pub fn teacher_forced(
+    pub(crate) fn teacher_forced(
         &self,
         x: &Inputs,
         seqs: &Tensor,
@@ -221,7 +215,7 @@ impl Captioner {
         for (l, state) in states.iter().enumerate() {
             if l > 0 {
                 let below: Tensor = top.take().ok_or_else(|| {
-                    ModelError::Input("fused decoder: missing the layer below".into())
+                    ModelError::Internal("fused decoder: missing the layer below".into())
                 })?;
                 let below = unpack_states(kind, &below, hidden)?.0;
                 let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
@@ -235,25 +229,5 @@ impl Captioner {
             top = Some(out);
         }
         Ok(top)
-    }
-
-    /// 1 for tokens up to and including the first EOS (or up to the first PAD when there is no
-    /// EOS), else 0; in the model's dtype.
-    pub fn token_mask(&self, seqs: &Tensor) -> Result<Tensor> {
-        let (b, t) = seqs.dims2()?;
-        let host = seqs.to_vec2::<u32>()?;
-        let mut mask = vec![0f32; b * t];
-        for (r, row) in host.iter().enumerate() {
-            for (s, &w) in row.iter().enumerate() {
-                if w == PAD {
-                    break;
-                }
-                mask[r * t + s] = 1.0;
-                if w == EOS {
-                    break;
-                }
-            }
-        }
-        Ok(Tensor::from_vec(mask, (b, t), &self.device)?.to_dtype(self.cfg.dtype)?)
     }
 }

@@ -1,0 +1,21 @@
+//! Decoding strategies that do not depend on the architecture. Each drives a model's
+//! [`DecodeState`](super::seam::DecodeState) one token per row at a time and decides on the
+//! host, from the logits:
+//! - `decoder`: [`Decoder`], a snapshot of the weights prepared once, and the per-call
+//!   shortcuts on [`Captioner`](super::Captioner);
+//! - `rollout`: the step loop (row compaction at EOS, forced prefixes) under a token `Policy`;
+//! - `greedy`: argmax; `sample`: Gumbel-max sampling with temperature and top-k, and prefix
+//!   completion; `beam`: beam search with trigram blocking, length normalisation and lookahead;
+//! - `softmax`: the host log-softmax they all read.
+
+mod beam;
+mod decoder;
+mod greedy;
+mod rollout;
+mod sample;
+mod softmax;
+
+pub use beam::{BeamOptions, Hypothesis, Lookahead};
+pub use decoder::Decoder;
+pub use rollout::{on_rayon, Decoded};
+pub use sample::SampleOptions;

@@ -1,0 +1,158 @@
+//! The element types the CPU kernels run on (f32, f64) and the small helpers every kernel
+//! shares: reading a contiguous host slice out of a storage, and the kernels' error value.
+
+use candle_core::{CpuStorage, Layout};
+
+use crate::fastmath::exp_f32;
+
+/// Element types the CPU kernels run on.
+pub(crate) trait Real:
+    Copy
+    + Send
+    + Sync
+    + 'static
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::AddAssign
+    + std::ops::MulAssign
+    + candle_core::WithDType
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INFINITY: Self;
+    fn sigmoid(self) -> Self;
+    /// `eˣ` and `ln x` (the library functions: log-softmax needs them exact).
+    fn exp_(self) -> Self;
+    fn ln_(self) -> Self;
+    fn max_(self, other: Self) -> Self;
+    fn tanh_(self) -> Self;
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]>;
+    fn wrap(v: Vec<Self>) -> Saved;
+    fn unwrap(s: &Saved) -> Option<&[Self]>;
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f32::NEG_INFINITY;
+    fn exp_(self) -> Self {
+        self.exp()
+    }
+    fn ln_(self) -> Self {
+        self.ln()
+    }
+    fn max_(self, other: Self) -> Self {
+        self.max(other)
+    }
+    /// `σ(x) = 1 / (1 + e⁻ˣ)`.
+    #[inline(always)]
+    fn sigmoid(self) -> Self {
+        1.0 / (1.0 + exp_f32(-self))
+    }
+    /// `tanh x = 1 - 2 / (e²ˣ + 1)` (absolute error below 1e-7).
+    #[inline(always)]
+    fn tanh_(self) -> Self {
+        1.0 - 2.0 / (exp_f32(2.0 * self) + 1.0)
+    }
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
+        match s {
+            CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn wrap(v: Vec<Self>) -> Saved {
+        Saved::F32(v)
+    }
+    fn unwrap(s: &Saved) -> Option<&[Self]> {
+        match s {
+            Saved::F32(v) => Some(v),
+            Saved::F64(_) => None,
+        }
+    }
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f64::NEG_INFINITY;
+    fn exp_(self) -> Self {
+        self.exp()
+    }
+    fn ln_(self) -> Self {
+        self.ln()
+    }
+    fn max_(self, other: Self) -> Self {
+        self.max(other)
+    }
+    #[inline(always)]
+    fn sigmoid(self) -> Self {
+        1.0 / (1.0 + (-self).exp())
+    }
+    #[inline(always)]
+    fn tanh_(self) -> Self {
+        self.tanh()
+    }
+    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
+        match s {
+            CpuStorage::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn wrap(v: Vec<Self>) -> Saved {
+        Saved::F64(v)
+    }
+    fn unwrap(s: &Saved) -> Option<&[Self]> {
+        match s {
+            Saved::F64(v) => Some(v),
+            Saved::F32(_) => None,
+        }
+    }
+}
+
+/// Values a kernel keeps from its forward pass for its backward pass (the fused recurrent
+/// layer's gate values, the token log-softmax's probabilities).
+pub(crate) enum Saved {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+/// The error a kernel returns; its message names the kernel and what was wrong.
+pub(crate) fn err(msg: String) -> candle_core::Error {
+    candle_core::Error::Msg(msg)
+}
+
+pub(crate) fn contiguous<'a, T: Real>(
+    s: &'a CpuStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<&'a [T]> {
+    let all =
+        T::cpu_slice(s).ok_or_else(|| err(format!("cpu kernel: {what} has the wrong dtype")))?;
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&all[a..b]),
+        None => Err(err(format!("cpu kernel: {what} is not contiguous"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_sigmoid_and_tanh_match_the_library_functions() {
+        let mut x = -90.0f32;
+        while x < 90.0 {
+            let e = exp_f32(x);
+            let want = x.clamp(-87.0, 88.0).exp();
+            assert!(
+                (e - want).abs() <= 4e-7 * want,
+                "exp({x}) = {e}, want {want}"
+            );
+            let s = x.sigmoid();
+            assert!((s - 1.0 / (1.0 + (-x).exp())).abs() < 2e-7, "sigmoid({x})");
+            assert!((x.tanh_() - x.tanh()).abs() < 2e-7, "tanh({x})");
+            x += 0.0137;
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The recurrent captioner's step decoder.
+//!
+//! Runs on detached weights (no graph). The first layer's word term comes from the table
+//! `W_ih E + b_ih` `[V, G]` computed with them, so a step is one row lookup. On the CPU in f32
+//! (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as graph ops.
+
+use candle_core::{Device, Tensor};
+
+use super::cell::LayerState;
+use super::host_step::{HostLive, HostWeights};
+use super::{Encoded, Prepared, RnnCaptioner};
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::Inputs;
+use crate::model::kernels::linear::{linear, linear_t};
+use crate::model::seam::{DecodeState, StepDecoder};
+
+/// Decoder state of the live rows: graph tensors, or host arrays for [`HostWeights`].
+enum Live {
+    Graph {
+        enc: Encoded,
+        states: Vec<LayerState>,
+    },
+    Host(HostLive),
+}
+
+impl Live {
+    /// Keeps the rows `rows` (repeats allowed), in that order: compacts finished rows away and
+    /// reorders beams.
+    fn select(&self, rows: &[u32]) -> Result<Self> {
+        Ok(match self {
+            Live::Graph { enc, states } => {
+                let idx = Tensor::from_slice(rows, rows.len(), enc.fx.device())?;
+                Live::Graph {
+                    enc: enc.select(&idx)?,
+                    states: states
+                        .iter()
+                        .map(|s| s.select(&idx))
+                        .collect::<Result<_>>()?,
+                }
+            }
+            Live::Host(h) => Live::Host(h.select(rows)),
+        })
+    }
+
+    /// The top layer's hidden state `[rows, H]`.
+    fn top_hidden(&self) -> Result<Tensor> {
+        match self {
+            Live::Graph { states, .. } => Ok(states[states.len() - 1].h.clone()),
+            Live::Host(h) => h.top_hidden(&Device::Cpu),
+        }
+    }
+}
+
+/// Detached weights, the fused word table and (CPU f32, no attention) their host layout, built
+/// once per snapshot.
+pub(crate) struct RnnSteps {
+    /// A handle on the captioner (its weights' storage is shared): the encoder and the config.
+    model: RnnCaptioner,
+    w: Prepared,
+    word_table: Tensor,
+    pub(super) host: Option<HostWeights>,
+}
+
+impl RnnSteps {
+    pub(crate) fn new(model: &RnnCaptioner) -> Result<Self> {
+        let w = model.prepare(true)?;
+        let word_table = linear(&w.embed, &w.w_ih0, &w.b_ih0)?;
+        let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, &word_table)?;
+        Ok(Self {
+            model: model.share()?,
+            w,
+            word_table,
+            host,
+        })
+    }
+}
+
+impl StepDecoder for RnnSteps {
+    fn start<'a>(&'a self, x: &Inputs) -> Result<Box<dyn DecodeState<'a> + 'a>> {
+        let (enc, states) = self.model.encode(&self.w, x, true)?;
+        let live = match &self.host {
+            Some(h) => Live::Host(h.start(&enc, &states)?),
+            None => Live::Graph { enc, states },
+        };
+        Ok(Box::new(RnnLive { steps: self, live }))
+    }
+}
+
+/// The live rows of one decode with the weights they step with.
+struct RnnLive<'a> {
+    steps: &'a RnnSteps,
+    live: Live,
+}
+
+impl<'a> DecodeState<'a> for RnnLive<'a> {
+    fn select(&self, rows: &[u32]) -> Result<Box<dyn DecodeState<'a> + 'a>> {
+        Ok(Box::new(RnnLive {
+            steps: self.steps,
+            live: self.live.select(rows)?,
+        }))
+    }
+
+    /// Feeds `tokens` (one per live row) through every layer.
+    fn advance(&mut self, tokens: &[u32]) -> Result<()> {
+        let s = self.steps;
+        match (&mut self.live, &s.host) {
+            (Live::Host(l), Some(h)) => h.advance(l, tokens),
+            (Live::Graph { enc, states }, _) => {
+                let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
+                let gx = s.word_table.index_select(&ids, 0)?;
+                *states = s.model.step(&s.w, enc, states, &gx, None)?;
+            }
+            (Live::Host(_), None) => {
+                return Err(ModelError::Internal(
+                    "host decoder state without host weights".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The next-token logits `[rows, V]` on the host.
+    ///
+    /// This is the one device-to-host copy per decoding step, and the algorithm needs it: the
+    /// token choice draws from the seeded host RNG (Gumbel-max, so a seed gives the same samples
+    /// on every device), and EOS, row compaction, trigram blocking and the beam's bookkeeping
+    /// are decided per row on the host.
+    fn logits(&self) -> Result<Vec<f32>> {
+        let s = self.steps;
+        match (&self.live, &s.host) {
+            (Live::Host(l), Some(h)) => Ok(h.logits(l)),
+            _ => {
+                let top = self.live.top_hidden()?;
+                let logits = linear_t(&top, &s.w.logit_w_t, &s.w.logit_b)?;
+                let logits = logits.to_dtype(candle_core::DType::F32)?;
+                Ok(logits.flatten_all()?.to_vec1::<f32>()?)
+            }
+        }
+    }
+
+    fn decoder_state(&self) -> Result<Tensor> {
+        self.live.top_hidden()
+    }
+}

@@ -1,0 +1,476 @@
+//! A whole recurrent layer over a sequence as one graph node (CPU, f32/f64).
+//!
+//! Inputs: the precomputed input term `gx = W_ih x_t + b_ih` for every step `[T, B, G]`, the
+//! initial state `s0` `[B, S]` (GRU: `h`, `S = H`; LSTM: `[h, c]`, `S = 2H`) with the
+//! recurrent bias `b_hh` `[G]`, both in one small vector `[s0 | b_hh]` (a custom op takes three
+//! tensors), and the recurrent weights `W_hh` `[G, H]`. Output: the state after every step
+//! `[T, B, S]`. Gate layout and formulas are those of [`super::cell`]:
+//!
+//! GRU: `gh = h W_hhᵀ + b_hh`, `r = σ(gx_r + gh_r)`, `z = σ(gx_z + gh_z)`,
+//! `n = tanh(gx_n + r ⊙ gh_n)`, `h' = n + z ⊙ (h - n)`.
+//! LSTM: `a = gx + h W_hhᵀ + b_hh`, `[i, f, g, o] = [σ, σ, tanh, σ](a)`, `c' = f ⊙ c + i ⊙ g`,
+//! `h' = o ⊙ tanh(c')`.
+//!
+//! The forward pass is one gemm per step plus the gate arithmetic, and keeps the gate values.
+//! The backward pass is back-propagation through time by hand: per step the gate gradients and
+//! `dh_{t-1} = dgh_t W_hh` (one gemm), then the weight gradient of all steps as ONE gemm,
+//! `dW_hh = dghᵀ [T·B, G] × h_prev [T·B, H]`, and `d gx` as one tensor. No per-step graph nodes.
+
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
+
+use super::gates::{gates, grads};
+use crate::model::config::RnnKind;
+use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use crate::model::kernels::real::{contiguous, err, Real, Saved};
+
+/// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_hh` `[G, H]`, `b_hh` `[G]` → states
+/// `[T, B, S]`. `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the
+/// forward gemm reads without repacking); the gradient of the weights flows through `w_hh`.
+/// Records a backward node when any input tracks gradients.
+pub(crate) fn run(
+    kind: RnnKind,
+    gx: &Tensor,
+    s0: &Tensor,
+    w_hh: &Tensor,
+    b_hh: &Tensor,
+    w_hh_t: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let gx = gx.contiguous()?;
+    // `[s0 | b_hh]`: a few thousand values, where `[W_hh | b_hh]` would copy the weights (and
+    // their gradient back) once per pass.
+    let aux = Tensor::cat(&[&s0.flatten_all()?, &b_hh.flatten_all()?], 0)?;
+    let w_hh = w_hh.contiguous()?;
+    let save = gx.track_op() || aux.track_op() || w_hh.track_op();
+    let op = FusedRnn {
+        kind,
+        save,
+        saved: Mutex::new(None),
+        w_hh_t: w_hh_t.detach().contiguous()?,
+    };
+    if save {
+        gx.apply_op3(&aux, &w_hh, op)
+    } else {
+        gx.apply_op3_no_bwd(&aux, &w_hh, &op)
+    }
+}
+
+/// The op; its [`Saved`] values are, per step and row, GRU `[r, z, n, gh_n]` or
+/// LSTM `[i, f, g, o, tanh c]` (each `H` wide).
+struct FusedRnn {
+    kind: RnnKind,
+    save: bool,
+    saved: Mutex<Option<Saved>>,
+    /// `W_hhᵀ` `[H, G]`, read by the forward gemm.
+    w_hh_t: Tensor,
+}
+
+/// Sizes of one call.
+#[derive(Clone, Copy)]
+struct Dims {
+    t: usize,
+    b: usize,
+    h: usize,
+    g: usize,
+    /// State width: `H` (GRU) or `2H` (LSTM).
+    s: usize,
+}
+
+impl Dims {
+    fn saved_width(&self, kind: RnnKind) -> usize {
+        match kind {
+            RnnKind::Gru => 4 * self.h,
+            RnnKind::Lstm => 5 * self.h,
+        }
+    }
+}
+
+fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<Dims> {
+    let (t, b, g) = l1.shape().dims3()?;
+    let aux = l2.shape().elem_count();
+    let (g3, h3) = l3.shape().dims2()?;
+    let (gates, width) = match kind {
+        RnnKind::Gru => (3, 1),
+        RnnKind::Lstm => (4, 2),
+    };
+    let h = g / gates;
+    let s = width * h;
+    if g3 != g || h3 != h || g != gates * h || h == 0 || aux != b * s + g {
+        return Err(err(format!(
+            "fused rnn: shapes gx {:?}, [s0 | b_hh] {:?}, w_hh {:?} do not fit a {kind:?} layer",
+            l1.shape(),
+            l2.shape(),
+            l3.shape()
+        )));
+    }
+    Ok(Dims { t, b, h, g, s })
+}
+
+/// Forward pass; returns the states `[T, B, S]` and (when `save`) the saved gate values.
+#[allow(clippy::too_many_arguments)]
+fn forward<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    gx: &[T],
+    s0: &[T],
+    bias: &[T],
+    w_t: &[T],
+    save: bool,
+    threads: usize,
+) -> (Vec<T>, Vec<T>) {
+    let Dims { t, b, h, g, s } = d;
+    let sw = d.saved_width(kind);
+    let mut out = vec![T::ZERO; t * b * s];
+    let mut saved = if save {
+        vec![T::ZERO; t * b * sw]
+    } else {
+        Vec::new()
+    };
+    let mut gh = vec![T::ZERO; b * g];
+    // Gate values of the current step when they are not kept.
+    let mut scratch = if save {
+        Vec::new()
+    } else {
+        vec![T::ZERO; b * sw]
+    };
+    let w_t = Mat::rows(w_t, g);
+    for step in 0..t {
+        let (prev, cur) = out.split_at_mut(step * b * s);
+        let prev: &[T] = if step == 0 {
+            s0
+        } else {
+            &prev[(step - 1) * b * s..]
+        };
+        let cur = &mut cur[..b * s];
+        // gh = b_hh + h_prev W_hhᵀ.
+        for row in gh.chunks_exact_mut(g) {
+            row.copy_from_slice(bias);
+        }
+        // SAFETY: h_prev rows have stride S and width H within `prev`; W_hhᵀ is [H, G]; gh is
+        // [B, G] and distinct from both.
+        unsafe {
+            gemm_into(b, g, h, gh.as_mut_ptr(), g, true, Mat::rows(prev, s), w_t);
+        }
+        let gx_t = &gx[step * b * g..(step + 1) * b * g];
+        let gh = &gh[..];
+        let sv_step: &mut [T] = if save {
+            &mut saved[step * b * sw..(step + 1) * b * sw]
+        } else {
+            &mut scratch
+        };
+        let (o_ptr, sv_ptr) = (SendPtr(cur.as_mut_ptr()), SendPtr(sv_step.as_mut_ptr()));
+        for_each_row(threads, b, g, |i| {
+            let gxr = &gx_t[i * g..(i + 1) * g];
+            let ghr = &gh[i * g..(i + 1) * g];
+            let hp = &prev[i * s..(i + 1) * s];
+            // SAFETY: row i of `cur` ([B, S]) and of the step's gate values ([B, SW]) belong to
+            // this call alone (for_each_row visits each row once).
+            let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
+            gates(kind, h, gxr, ghr, hp, o, sv);
+        });
+    }
+    (out, saved)
+}
+
+/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and
+/// `d out` `[T, B, S]`.
+#[allow(clippy::too_many_arguments)]
+fn backward<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    s0: &[T],
+    w: &[T],
+    out: &[T],
+    saved: &[T],
+    grad_out: &[T],
+    threads: usize,
+) -> (Vec<T>, Vec<T>, Vec<T>, Vec<T>) {
+    let Dims { t, b, h, g, s } = d;
+    let sw = d.saved_width(kind);
+    let mut dgx = vec![T::ZERO; t * b * g];
+    // GRU: the recurrent term's gradient differs from dgx in its n block; LSTM: they are equal.
+    let mut dgh_gru = match kind {
+        RnnKind::Gru => vec![T::ZERO; t * b * g],
+        RnnKind::Lstm => Vec::new(),
+    };
+    // Running gradient of the state s_t (h, and c for LSTM), and the next one.
+    let mut ds = vec![T::ZERO; b * s];
+    let mut ds_prev = vec![T::ZERO; b * s];
+    let w_mat = Mat::rows(w, h);
+    for step in (0..t).rev() {
+        let go = &grad_out[step * b * s..(step + 1) * b * s];
+        for (a, &x) in ds.iter_mut().zip(go) {
+            *a += x;
+        }
+        let prev: &[T] = if step == 0 {
+            s0
+        } else {
+            &out[(step - 1) * b * s..step * b * s]
+        };
+        let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
+        let dgh_t = match kind {
+            RnnKind::Gru => SendPtr(dgh_gru[step * b * g..].as_mut_ptr()),
+            RnnKind::Lstm => SendPtr(std::ptr::null_mut()),
+        };
+        let (dp_ptr, dx_ptr) = (SendPtr(ds_prev.as_mut_ptr()), SendPtr(dgx_t.as_mut_ptr()));
+        let ds_now = &ds[..];
+        for_each_row(threads, b, g, |i| {
+            let sv = &saved[(step * b + i) * sw..(step * b + i + 1) * sw];
+            let dsr = &ds_now[i * s..(i + 1) * s];
+            let hp = &prev[i * s..(i + 1) * s];
+            // SAFETY: row i of ds_prev ([B, S]), of this step's dgx ([B, G]) and of its GRU dgh
+            // ([B, G]) belong to this call alone (for_each_row visits each row once).
+            let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
+            let dgh: &mut [T] = match kind {
+                // SAFETY: as above; dgh_t is non-null for GRU.
+                RnnKind::Gru => unsafe { dgh_t.row(i, g) },
+                RnnKind::Lstm => &mut [],
+            };
+            grads(kind, h, sv, dsr, hp, dp, dx, dgh);
+        });
+        let dgh_t: &[T] = match kind {
+            RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
+            RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
+        };
+        // dh_prev += dgh_t W_hh  ([B, G] × [G, H]); rows of ds_prev have stride S.
+        // SAFETY: dgh_t is [B, G]; W is [G, H]; ds_prev is [B, S] with S >= H, distinct.
+        unsafe {
+            gemm_into(
+                b,
+                h,
+                g,
+                ds_prev.as_mut_ptr(),
+                s,
+                true,
+                Mat::rows(dgh_t, g),
+                w_mat,
+            );
+        }
+        std::mem::swap(&mut ds, &mut ds_prev);
+    }
+    let ds0 = ds;
+    // dW = Σ_t dgh_tᵀ h_{t-1}: the first step reads s0, the others the outputs 0..T-1.
+    let dgh_all: &[T] = match kind {
+        RnnKind::Gru => &dgh_gru,
+        RnnKind::Lstm => &dgx,
+    };
+    let mut dw = vec![T::ZERO; g * h];
+    if t > 0 {
+        // SAFETY: dghᵀ views [G, rows] of dgh_all; h_prev views [rows, H] with row stride S;
+        // dw is [G, H] and distinct from both.
+        unsafe {
+            gemm_into(
+                g,
+                h,
+                b,
+                dw.as_mut_ptr(),
+                h,
+                false,
+                Mat::cols(dgh_all, g),
+                Mat::rows(s0, s),
+            );
+            gemm_into(
+                g,
+                h,
+                (t - 1) * b,
+                dw.as_mut_ptr(),
+                h,
+                true,
+                Mat::cols(&dgh_all[b * g..], g),
+                Mat::rows(out, s),
+            );
+        }
+    }
+    // db_hh = column sums of dgh.
+    let mut db = vec![T::ZERO; g];
+    for row in dgh_all.chunks_exact(g) {
+        for (a, &x) in db.iter_mut().zip(row) {
+            *a += x;
+        }
+    }
+    (dgx, ds0, dw, db)
+}
+
+impl FusedRnn {
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_typed<T: Real>(
+        &self,
+        d: Dims,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<Vec<T>> {
+        let gx = contiguous::<T>(s1, l1, "gx")?;
+        let (s0, bias) = contiguous::<T>(s2, l2, "[s0 | b_hh]")?.split_at(d.b * d.s);
+        let (st, lt) = self.w_hh_t.storage_and_layout();
+        let Storage::Cpu(ct) = &*st else {
+            return Err(err("fused rnn: W_hhᵀ must be on the CPU".into()));
+        };
+        let w_t = contiguous::<T>(ct, lt, "W_hhᵀ")?;
+        if w_t.len() != d.h * d.g {
+            return Err(err(format!(
+                "fused rnn: W_hhᵀ has {} values, expected {} x {}",
+                w_t.len(),
+                d.h,
+                d.g
+            )));
+        }
+        let threads = candle_core::utils::get_num_threads();
+        let (out, saved) = forward(self.kind, d, gx, s0, bias, w_t, self.save, threads);
+        if self.save {
+            let mut slot = self
+                .saved
+                .lock()
+                .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
+            *slot = Some(T::wrap(saved));
+        }
+        Ok(out)
+    }
+
+    fn bwd_typed<T: Real>(
+        &self,
+        d: Dims,
+        aux: &Tensor,
+        w: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let grad = grad.contiguous()?;
+        let slot = self
+            .saved
+            .lock()
+            .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
+        let saved = slot
+            .as_ref()
+            .and_then(T::unwrap)
+            .ok_or_else(|| err("fused rnn: backward without a saved forward pass".into()))?;
+        let (st0, l0) = aux.storage_and_layout();
+        let (stw, lw) = w.storage_and_layout();
+        let (str_, lr) = res.storage_and_layout();
+        let (stg, lg) = grad.storage_and_layout();
+        let (Storage::Cpu(c0), Storage::Cpu(cw), Storage::Cpu(cr), Storage::Cpu(cg)) =
+            (&*st0, &*stw, &*str_, &*stg)
+        else {
+            return Err(err("fused rnn: backward expects CPU tensors".into()));
+        };
+        let s0 = &contiguous::<T>(c0, l0, "[s0 | b_hh]")?[..d.b * d.s];
+        let (dgx, mut ds0, dw, db) = backward(
+            self.kind,
+            d,
+            s0,
+            contiguous::<T>(cw, lw, "w_hh")?,
+            contiguous::<T>(cr, lr, "output")?,
+            saved,
+            contiguous::<T>(cg, lg, "output gradient")?,
+            candle_core::utils::get_num_threads(),
+        );
+        let dev = Device::Cpu;
+        ds0.extend(db);
+        Ok((
+            Tensor::from_vec(dgx, (d.t, d.b, d.g), &dev)?,
+            Tensor::from_vec(ds0, d.b * d.s + d.g, &dev)?,
+            Tensor::from_vec(dw, (d.g, d.h), &dev)?,
+        ))
+    }
+}
+
+impl CustomOp3 for FusedRnn {
+    fn name(&self) -> &'static str {
+        "fused-rnn"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        _s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = dims(self.kind, l1, l2, l3)?;
+        let shape = Shape::from((d.t, d.b, d.s));
+        match s1 {
+            CpuStorage::F32(_) => Ok((
+                CpuStorage::F32(self.fwd_typed::<f32>(d, s1, l1, s2, l2)?),
+                shape,
+            )),
+            CpuStorage::F64(_) => Ok((
+                CpuStorage::F64(self.fwd_typed::<f64>(d, s1, l1, s2, l2)?),
+                shape,
+            )),
+            other => Err(err(format!(
+                "fused rnn: dtype {:?} is not supported (f32 or f64)",
+                candle_core::backend::BackendStorage::dtype(other)
+            ))),
+        }
+    }
+
+    fn bwd(
+        &self,
+        arg1: &Tensor,
+        arg2: &Tensor,
+        arg3: &Tensor,
+        res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let d = dims(self.kind, arg1.layout(), arg2.layout(), arg3.layout())?;
+        let (a, b, c) = match arg1.dtype() {
+            DType::F32 => self.bwd_typed::<f32>(d, arg2, arg3, res, grad_res)?,
+            DType::F64 => self.bwd_typed::<f64>(d, arg2, arg3, res, grad_res)?,
+            other => {
+                return Err(err(format!(
+                    "fused rnn: dtype {other:?} is not supported (f32 or f64)"
+                )))
+            }
+        };
+        Ok((Some(a), Some(b), Some(c)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::host_gemm::PARALLEL_MIN_VALUES;
+
+    /// Rows split across threads give bit-identical states and gradients (for a batch large
+    /// enough to take the parallel path).
+    #[test]
+    fn rows_on_several_threads_match_one_thread_bit_for_bit() {
+        for kind in [RnnKind::Gru, RnnKind::Lstm] {
+            let (t, b, h) = (3usize, 64usize, 96usize);
+            let g = kind.gates() * h;
+            let s = match kind {
+                RnnKind::Gru => h,
+                RnnKind::Lstm => 2 * h,
+            };
+            assert!(
+                b * g >= PARALLEL_MIN_VALUES,
+                "the test must take the parallel path"
+            );
+            let d = Dims { t, b, h, g, s };
+            let val = |n: usize, salt: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| (((i * 7919 + salt) % 97) as f32 - 48.0) / 160.0)
+                    .collect()
+            };
+            let gx = val(t * b * g, 1);
+            let s0 = val(b * s, 2);
+            let w = val(g * h, 3);
+            let bias = val(g, 5);
+            let w_t: Vec<f32> = (0..h * g).map(|k| w[(k % g) * h + k / g]).collect();
+            let grad_out = val(t * b * s, 4);
+            let run = |threads: usize| {
+                let (out, saved) = forward(kind, d, &gx, &s0, &bias, &w_t, true, threads);
+                let grads = backward(kind, d, &s0, &w, &out, &saved, &grad_out, threads);
+                (out, grads)
+            };
+            let (out1, g1) = run(1);
+            let (out2, g2) = run(2);
+            assert_eq!(out1, out2, "{kind:?} states");
+            assert_eq!(g1, g2, "{kind:?} gradients");
+        }
+    }
+}

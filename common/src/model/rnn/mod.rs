@@ -1,0 +1,351 @@
+//! The recurrent captioner (`fc`, `att`, `crnn`): parameters and their initialisation.
+//!
+//! `fc` model (self-critical.pytorch's FC model): `img = relu(W_img f + b)`; every layer's state
+//! starts at `h_0 = tanh(W_init img + b)` (LSTM `c_0 = 0`) and `img` is also fed to the first
+//! layer at every step: its gates get `W_ih e(w_t) + W_fc img + b_ih`.
+//! `att` model (Show, Attend and Tell): as `fc`, and the first layer also gets
+//! `W_ctx ctx_t` where `ctx_t` attends over the regions with the previous top hidden state.
+//! Output: `logits_t = W_out dropout(h_t) + b_out`; PAD and BOS are never predicted.
+//!
+//! The first implementation of the [`CaptionModel`](super::seam::CaptionModel) seam: this
+//! file holds the parameters and their initialisation, [`forward`] one pass, [`teacher`]
+//! teacher forcing, [`decode`] the step decoder, [`host_step`] its host-array fast path,
+//! [`cell`] the GRU/LSTM cells, [`fused`] and [`gates`] the fused recurrent layer on the
+//! CPU, [`attention`] the `att` model's attention and [`crnn`] the audio encoder.
+
+mod attention;
+mod cell;
+pub(crate) mod crnn;
+mod decode;
+mod forward;
+mod fused;
+mod gates;
+mod host_step;
+mod teacher;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+
+use self::attention::{AttKeys, AttWeights};
+use self::cell::CellWeights;
+use self::crnn::Crnn;
+use crate::model::config::{CaptionerConfig, ModelKind};
+use crate::model::error::{ModelError, Result};
+use crate::model::inputs::Inputs;
+use crate::model::rng::CaprlRng;
+use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
+
+/// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
+/// stable names (see [`RnnCaptioner::new`]).
+pub(crate) struct RnnCaptioner {
+    pub(crate) cfg: CaptionerConfig,
+    pub(crate) device: Device,
+    pub(crate) varmap: VarMap,
+    pub(crate) p: Params,
+    /// crnn: batch norm uses running statistics in passes with gradients too.
+    pub(crate) running_norm: AtomicBool,
+}
+
+/// Handles on the parameters (they share storage with the `VarMap`'s vars).
+pub(crate) struct Params {
+    embed: Tensor,
+    img_w: Tensor,
+    img_b: Tensor,
+    fc_w: Tensor,
+    init: Vec<(Tensor, Tensor)>,
+    rnn: Vec<RnnParams>,
+    att: Option<AttParams>,
+    crnn: Option<Crnn>,
+    logit_w: Tensor,
+    logit_b: Tensor,
+}
+
+struct RnnParams {
+    w_ih: Tensor,
+    b_ih: Tensor,
+    w_hh: Tensor,
+    b_hh: Tensor,
+}
+
+struct AttParams {
+    feat_w: Tensor,
+    feat_b: Tensor,
+    hid_w: Tensor,
+    score_w: Tensor,
+    ctx_w: Tensor,
+}
+
+/// Weights for one pass, transposed once outside the time loop (detached for decoding).
+pub(crate) struct Prepared {
+    pub embed: Tensor,
+    /// `W_ih` of layer 0 `[G, E]` as stored (read by `kernels::linear`).
+    pub w_ih0: Tensor,
+    pub b_ih0: Tensor,
+    /// Layer 0's image weights `[G, D]`, as stored (the encoder's products are `kernels::linear`
+    /// nodes, which read weights so).
+    pub w_fc0: Tensor,
+    /// Zeros `[G]`: the image term has no bias of its own (`b_ih` is in the word term).
+    pub fc0_zero_bias: Tensor,
+    pub upper: Vec<(Tensor, Tensor)>,
+    pub cells: Vec<CellWeights>,
+    pub img_w: Tensor,
+    pub img_b: Tensor,
+    /// Initial-state layers `(W [H, D], b)`, as stored.
+    pub init: Vec<(Tensor, Tensor)>,
+    pub att: Option<(Tensor, Tensor, Tensor, AttWeights)>,
+    /// The output layer `[V, H]` as stored (read by `kernels::linear`), and transposed for the
+    /// decoding steps.
+    pub logit_w: Tensor,
+    pub logit_w_t: Tensor,
+    pub logit_b: Tensor,
+}
+
+/// What the encoder gives the decoder: the constant input term of layer 0, the initial states
+/// and the attention keys.
+#[derive(Clone)]
+pub(crate) struct Encoded {
+    pub fx: Tensor,
+    pub keys: Option<AttKeys>,
+}
+
+impl Encoded {
+    pub fn select(&self, idx: &Tensor) -> Result<Self> {
+        Ok(Self {
+            fx: self.fx.index_select(idx, 0)?,
+            keys: match &self.keys {
+                Some(k) => Some(k.select(idx)?),
+                None => None,
+            },
+        })
+    }
+}
+
+impl RnnCaptioner {
+    /// A freshly initialised captioner on `device`, its weights drawn from `seed` (PyTorch-style
+    /// uniform `±1/√fan_in`) so that two runs with the same seed start identically.
+    ///
+    /// Parameter names: `embed.weight`, `img.weight`, `img.bias`, `init.{l}.weight`,
+    /// `init.{l}.bias`, `rnn.{l}.w_ih`, `rnn.{l}.b_ih`, `rnn.{l}.w_hh`, `rnn.{l}.b_hh`,
+    /// `rnn.0.w_fc`, `att.feat.weight`, `att.feat.bias`, `att.hid.weight`, `att.score.weight`,
+    /// `att.ctx.weight`, `logit.weight`, `logit.bias` (PyTorch `[out, in]` layout).
+    pub(crate) fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        let varmap = VarMap::new();
+        let mut rng = CaprlRng::new(seed);
+        let (v, e, h) = (cfg.vocab_size, cfg.embed, cfg.hidden);
+        let g = cfg.rnn.gates() * h;
+        let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
+            ("embed.weight".into(), vec![v, e], 0.1),
+            (
+                "img.weight".into(),
+                vec![e, cfg.feature_dim()],
+                fan(cfg.feature_dim()),
+            ),
+            ("img.bias".into(), vec![e], fan(cfg.feature_dim())),
+            ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
+            ("logit.weight".into(), vec![v, h], fan(h)),
+            ("logit.bias".into(), vec![v], fan(h)),
+        ];
+        for l in 0..cfg.layers {
+            let input = if l == 0 { e } else { h };
+            shapes.push((format!("init.{l}.weight"), vec![h, e], fan(e)));
+            shapes.push((format!("init.{l}.bias"), vec![h], fan(e)));
+            shapes.push((format!("rnn.{l}.w_ih"), vec![g, input], fan(h)));
+            shapes.push((format!("rnn.{l}.b_ih"), vec![g], fan(h)));
+            shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], fan(h)));
+            shapes.push((format!("rnn.{l}.b_hh"), vec![g], fan(h)));
+        }
+        if let (ModelKind::Att, Some((_, da))) = (cfg.kind, cfg.att) {
+            let a = cfg.att_hidden;
+            shapes.push(("att.feat.weight".into(), vec![a, da], fan(da)));
+            shapes.push(("att.feat.bias".into(), vec![a], fan(da)));
+            shapes.push(("att.hid.weight".into(), vec![a, h], fan(h)));
+            shapes.push(("att.score.weight".into(), vec![1, a], fan(a)));
+            shapes.push(("att.ctx.weight".into(), vec![g, da], fan(h)));
+        }
+        let mut constants = Vec::new();
+        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.kind, cfg.att) {
+            for (name, shape, bound) in crnn::param_shapes(cfg.crnn_width, mels) {
+                match bound {
+                    Some(b) => shapes.push((name, shape, b)),
+                    None => constants.push((name, shape)),
+                }
+            }
+        }
+        // Sorted so that the draws do not depend on the order above.
+        shapes.sort_by(|a, b| a.0.cmp(&b.0));
+        {
+            let mut data = varmap.data().lock().map_err(|_| {
+                ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
+            })?;
+            for (name, shape) in constants {
+                let value = crnn::init_value(&name);
+                let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
+            for (name, shape, bound) in shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
+                    .collect();
+                let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
+                data.insert(name, Var::from_tensor(&t)?);
+            }
+        }
+        let p = Params::from_varmap(&varmap, cfg)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            device: device.clone(),
+            varmap,
+            p,
+            running_norm: AtomicBool::new(false),
+        })
+    }
+
+    /// Another handle on the same weights (their storage is shared).
+    pub(crate) fn share(&self) -> Result<Self> {
+        Ok(Self {
+            cfg: self.cfg.clone(),
+            device: self.device.clone(),
+            varmap: self.varmap.clone(),
+            p: Params::from_varmap(&self.varmap, &self.cfg)?,
+            running_norm: AtomicBool::new(self.running_norm.load(Ordering::Relaxed)),
+        })
+    }
+}
+
+impl CaptionModel for RnnCaptioner {
+    fn config(&self) -> &CaptionerConfig {
+        &self.cfg
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    fn share(&self) -> Result<Box<dyn CaptionModel>> {
+        Ok(Box::new(RnnCaptioner::share(self)?))
+    }
+
+    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        let mut cfg = self.cfg.clone();
+        cfg.compute_dtype = dtype;
+        cfg.validate()?;
+        self.cfg = cfg;
+        Ok(())
+    }
+
+    fn token_logprobs(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<(Tensor, Tensor)> {
+        RnnCaptioner::token_logprobs(self, x, seqs, dropout_rng)
+    }
+
+    fn teacher_forced(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherForced> {
+        RnnCaptioner::teacher_forced(self, x, seqs, dropout_rng)
+    }
+
+    fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {
+        Ok(Box::new(decode::RnnSteps::new(self)?))
+    }
+
+    fn set_running_norm(&self, on: bool) {
+        self.running_norm.store(on, Ordering::Relaxed);
+    }
+
+    fn audio_encoding(&self, mel: &Tensor) -> Result<(Tensor, Tensor)> {
+        let c =
+            self.p.crnn.as_ref().ok_or_else(|| {
+                ModelError::Input("audio_encoding needs a model of kind crnn".into())
+            })?;
+        let mel = mel.to_dtype(self.cfg.dtype)?;
+        Ok((
+            c.conv_stack(&mel, false, false)?,
+            c.forward(&mel, false, false)?,
+        ))
+    }
+}
+
+impl Params {
+    pub(crate) fn from_varmap(varmap: &VarMap, cfg: &CaptionerConfig) -> Result<Self> {
+        let data = varmap
+            .data()
+            .lock()
+            .map_err(|_| ModelError::Internal("the model's VarMap lock was poisoned".into()))?;
+        let get = |name: &str| -> Result<Tensor> {
+            data.get(name)
+                .map(|v| v.as_tensor().clone())
+                .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
+        };
+        let layers = cfg.layers;
+        let init = (0..layers)
+            .map(|l| {
+                Ok((
+                    get(&format!("init.{l}.weight"))?,
+                    get(&format!("init.{l}.bias"))?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let rnn = (0..layers)
+            .map(|l| {
+                Ok(RnnParams {
+                    w_ih: get(&format!("rnn.{l}.w_ih"))?,
+                    b_ih: get(&format!("rnn.{l}.b_ih"))?,
+                    w_hh: get(&format!("rnn.{l}.w_hh"))?,
+                    b_hh: get(&format!("rnn.{l}.b_hh"))?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let crnn = if cfg.kind == ModelKind::Crnn {
+            let get_var = |name: &str| -> Result<Var> {
+                data.get(name)
+                    .cloned()
+                    .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
+            };
+            Some(Crnn::from_vars(cfg.crnn_width, &get_var)?)
+        } else {
+            None
+        };
+        let att = if cfg.kind == ModelKind::Att {
+            Some(AttParams {
+                feat_w: get("att.feat.weight")?,
+                feat_b: get("att.feat.bias")?,
+                hid_w: get("att.hid.weight")?,
+                score_w: get("att.score.weight")?,
+                ctx_w: get("att.ctx.weight")?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            embed: get("embed.weight")?,
+            img_w: get("img.weight")?,
+            img_b: get("img.bias")?,
+            init,
+            rnn,
+            att,
+            crnn,
+            logit_w: get("logit.weight")?,
+            logit_b: get("logit.bias")?,
+            fc_w: get("rnn.0.w_fc")?,
+        })
+    }
+}
+
+fn fan(n: usize) -> f64 {
+    1.0 / (n.max(1) as f64).sqrt()
+}

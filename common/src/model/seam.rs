@@ -1,0 +1,98 @@
+//! The seam between the callers and the architectures: what every captioning model offers.
+//!
+//! [`Captioner`](super::Captioner) holds one [`CaptionModel`] and is the only type the learner,
+//! the actors, evaluation and captioning know. A model offers teacher forcing (per-token
+//! `log p` with gradients, or the full log-softmax with the decoder states a value head reads)
+//! and, per snapshot of its weights, a [`StepDecoder`]: the weights prepared once for decoding.
+//! The decoding strategies (`super::decoding`: greedy, sampling, prefix completion, beam
+//! search, lookahead) drive a [`DecodeState`] one token at a time and never see the
+//! architecture.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarMap;
+
+use super::config::CaptionerConfig;
+use super::error::{ModelError, Result};
+use super::inputs::Inputs;
+use super::rng::CaprlRng;
+
+/// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
+pub struct TeacherForced {
+    /// `log π(· | w_<t, I)` over the vocabulary, `[B, T, V]`.
+    pub logprobs_full: Tensor,
+    /// The decoder state after reading `w_<t`, `[B, T, H]` (input of value heads).
+    pub hidden: Tensor,
+}
+
+/// One captioning architecture. Its weights live in a candle `VarMap` under stable names,
+/// in the parameters' dtype (`config().dtype`); every pass computes in `config().compute_dtype`.
+pub(crate) trait CaptionModel: Send + Sync {
+    /// The model's configuration.
+    fn config(&self) -> &CaptionerConfig;
+
+    /// The device the weights live on.
+    fn device(&self) -> &Device;
+
+    /// The trainable variables, by stable name.
+    fn varmap(&self) -> &VarMap;
+
+    /// Another handle on the same weights (their storage is shared).
+    fn share(&self) -> Result<Box<dyn CaptionModel>>;
+
+    /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
+    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()>;
+
+    /// `log p(w_t | w_<t, I)` of the tokens `seqs` `[B, T]` and their mask `[B, T]`, with
+    /// gradients; dropout when `dropout_rng` is given.
+    fn token_logprobs(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<(Tensor, Tensor)>;
+
+    /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, H]`, with gradients.
+    fn teacher_forced(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherForced>;
+
+    /// The weights as they are now, detached and prepared for decoding.
+    fn step_decoder(&self) -> Result<Box<dyn StepDecoder>>;
+
+    /// Models with batch norm: whether passes with gradients use the running statistics.
+    /// Others have nothing to switch.
+    fn set_running_norm(&self, _on: bool) {}
+
+    /// The audio encoder's convolution output and embedding (crnn only).
+    fn audio_encoding(&self, _mel: &Tensor) -> Result<(Tensor, Tensor)> {
+        Err(ModelError::Input(
+            "audio_encoding needs a model of kind crnn".into(),
+        ))
+    }
+}
+
+/// A snapshot of a model's weights prepared for decoding.
+pub(crate) trait StepDecoder: Send + Sync {
+    /// Encodes `x` and returns one decoder state per row, before its first token (the
+    /// strategies feed BOS first).
+    fn start<'a>(&'a self, x: &Inputs) -> Result<Box<dyn DecodeState<'a> + 'a>>;
+}
+
+/// The decoder state of the live rows (an RNN's hidden states, a Transformer's key/value
+/// cache), advanced one token per row at a time.
+pub(crate) trait DecodeState<'a> {
+    /// The rows `rows` (repeats allowed) in that order: drops finished rows, reorders beams.
+    fn select(&self, rows: &[u32]) -> Result<Box<dyn DecodeState<'a> + 'a>>;
+
+    /// Feeds one token to every live row.
+    fn advance(&mut self, tokens: &[u32]) -> Result<()>;
+
+    /// The next-token logits of every live row, `[rows, V]` row-major on the host (f32).
+    fn logits(&self) -> Result<Vec<f32>>;
+
+    /// The state a value head reads, `[rows, H]`.
+    fn decoder_state(&self) -> Result<Tensor>;
+}
