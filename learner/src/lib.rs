@@ -1,5 +1,7 @@
 //! caprl-learner: turns scored trajectories into gradient steps.
 //!
+//! - [`run`]: the training run (XE phase, RL phase over the bus, evaluation, best checkpoints,
+//!   the run directory) and opening a trained checkpoint.
 //! - [`objective::Objective`]: every per-objective decision (decodes, value head, async mode,
 //!   targets) in one place; [`targets`]: the per-step policy-gradient targets objectives build.
 //! - [`trainer::Trainer`]: weights, optimizer, data cursor; XE and policy-gradient steps; checkpoints.
@@ -22,6 +24,7 @@ pub mod eval;
 pub mod mc_pg;
 pub mod objective;
 pub mod pg;
+pub mod run;
 pub mod samples;
 pub mod scst;
 pub mod sle;
