@@ -115,12 +115,13 @@ pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
     let items = &data.train.items;
     let df = Rewarder::training_df(data, items);
-    let exploration = Objective::from_config(cfg)
-        .wants_exploration()
-        .then_some(match cfg.reward.distance {
-            config::Distance::Bleu => Distance::Bleu,
-            config::Distance::Cider => Distance::Cider,
-        });
+    let exploration =
+        Objective::from_config(cfg)
+            .wants_exploration()
+            .then_some(match cfg.reward.distance {
+                config::Distance::Bleu => Distance::Bleu,
+                config::Distance::Cider => Distance::Cider,
+            });
     let mut rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
     if uses_clip(cfg) {
         let path = std::path::Path::new(&cfg.clip.reward);

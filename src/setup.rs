@@ -55,4 +55,3 @@ pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> 
 pub fn device(cfg: &RunConfig) -> Result<Device> {
     Ok(parse_device(&cfg.device.to_string())?)
 }
-

@@ -47,7 +47,12 @@ impl Rule for Sle {
                 let b = g.greedy.ok_or_else(|| {
                     LearnerError::Invalid("SLE needs the greedy caption's reward".into())
                 })?;
-                Ok(multipliers(&g.rewards, b, &g.component(DIVERSITY), self.alpha))
+                Ok(multipliers(
+                    &g.rewards,
+                    b,
+                    &g.component(DIVERSITY),
+                    self.alpha,
+                ))
             },
             None,
         )

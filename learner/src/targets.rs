@@ -142,7 +142,8 @@ pub fn per_image_samples(
             let m = multipliers(&group)?;
             for (k, (&i, m)) in idx.iter().zip(m).enumerate() {
                 let s = &one.rollout.sequences[i];
-                out.values.push(values.map_or_else(Vec::new, |v| v(&group, k)));
+                out.values
+                    .push(values.map_or_else(Vec::new, |v| v(&group, k)));
                 out.rows.push(*row as usize);
                 out.seqs.push(s.tokens.clone());
                 out.multipliers.push(m);

@@ -130,7 +130,10 @@ impl Rule for BestOnly {
             version,
             |g| {
                 let best = g.rewards.iter().copied().fold(f32::MIN, f32::max);
-                Ok(g.rewards.iter().map(|&r| (r == best) as u8 as f32).collect())
+                Ok(g.rewards
+                    .iter()
+                    .map(|&r| (r == best) as u8 as f32)
+                    .collect())
             },
             None,
         )
@@ -142,7 +145,10 @@ fn a_new_objective_needs_only_its_rule() {
     let o = Objective::new(Box::new(BestOnly));
     let cfg = RunConfig::from_toml_str("[reward]\nspec = \"cider=1\"\n", "test").unwrap();
     let d = o.decodes(&cfg);
-    assert_eq!((d.samples, d.beam, d.greedy, d.ground_truth), (5, 2, false, false));
+    assert_eq!(
+        (d.samples, d.beam, d.greedy, d.ground_truth),
+        (5, 2, false, false)
+    );
     assert!(o.has_rl_phase() && !o.uses_value_head());
     assert!(o.check_mode(caprl_common::config::Mode::Async).is_ok());
     let pg = o.targets(&[one_image(5, false)], 5).unwrap();

@@ -96,4 +96,3 @@ pub(super) fn online_disc(
     );
     Ok(disc)
 }
-

@@ -101,7 +101,6 @@ pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
-
 pub(super) fn save_best(
     cfg: &RunConfig,
     data: &Dataset,
@@ -155,4 +154,3 @@ pub(super) fn latest_in(dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("no checkpoint in {}", dir.display()))?
         .dir)
 }
-

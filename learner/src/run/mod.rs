@@ -162,11 +162,7 @@ pub fn train(
                     xe_dir.display()
                 )
             })?;
-            trainer.set_reference(Captioner::load(
-                &ck.file(WEIGHTS),
-                &model_cfg,
-                device,
-            )?);
+            trainer.set_reference(Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?);
         }
         let mut disc = match uses_disc(cfg) {
             true => Some(online_disc(cfg, data, &trainer, resumed_from.as_deref())?),
@@ -186,4 +182,3 @@ pub fn train(
     }
     Ok(outcome)
 }
-

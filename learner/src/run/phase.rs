@@ -251,4 +251,3 @@ fn log_samples(
     })?;
     Ok(())
 }
-

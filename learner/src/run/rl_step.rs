@@ -131,4 +131,3 @@ fn importance_weights(
     }
     Ok(rho_sum / stale.len() as f64)
 }
-
