@@ -98,6 +98,9 @@ impl ImageSamples<'_> {
     }
 }
 
+/// The per-token value targets of sample `k` of a group.
+pub type ValueTargets<'f> = &'f dyn Fn(&ImageSamples, usize) -> Vec<f32>;
+
 /// The sampled captions of every image, grouped per image in row order within each rollout.
 /// `multipliers` gives each group's multipliers; `values`, when given, the per-token value
 /// targets of sample `k` of a group.
@@ -105,7 +108,7 @@ pub fn per_image_samples(
     scored: &[ScoredRollout],
     version: u64,
     multipliers: impl Fn(&ImageSamples) -> Result<Vec<f32>, LearnerError>,
-    values: Option<&dyn Fn(&ImageSamples, usize) -> Vec<f32>>,
+    values: Option<ValueTargets>,
 ) -> Result<PgBatch, LearnerError> {
     let mut out = PgBatch::default();
     let mut totals = Totals::default();
