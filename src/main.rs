@@ -4,7 +4,6 @@
 mod cli;
 mod roles;
 mod setup;
-mod train;
 
 use std::process::ExitCode;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
-use caprl_common::config::{self, Baseline, Objective, RunConfig};
+use caprl_common::config::{self, RunConfig};
 use caprl_common::data::Dataset;
 use caprl_common::model::{DType, Device};
 use caprl_common::role::Role;
@@ -17,9 +17,9 @@ use caprl_common::score::Distance;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_common::telemetry::{Readiness, ServerHandle};
 use caprl_learner::driver::{Driver, DriverOptions};
+use caprl_learner::objective::{uses_clip, Objective};
+use caprl_learner::run::captioner_config;
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
-
-use crate::setup;
 
 /// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
 pub fn bus_options(cfg: &RunConfig) -> BusOptions {
@@ -80,7 +80,7 @@ pub fn actor_config(
     id: String,
     dtype: Option<DType>,
 ) -> Result<ActorConfig> {
-    let mut model = setup::captioner_config(cfg, &data)?;
+    let mut model = captioner_config(cfg, &data)?;
     model.compute_dtype = actor_dtype(model.compute_dtype, &device, dtype);
     Ok(ActorConfig {
         id,
@@ -116,10 +116,12 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
     let items = &data.train.items;
     let df = Rewarder::training_df(data, items);
     let exploration =
-        (cfg.train.objective == Objective::Sle).then_some(match cfg.reward.distance {
-            config::Distance::Bleu => Distance::Bleu,
-            config::Distance::Cider => Distance::Cider,
-        });
+        Objective::from_config(cfg)
+            .wants_exploration()
+            .then_some(match cfg.reward.distance {
+                config::Distance::Bleu => Distance::Bleu,
+                config::Distance::Cider => Distance::Cider,
+            });
     let mut rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
     if uses_clip(cfg) {
         let path = std::path::Path::new(&cfg.clip.reward);
@@ -146,30 +148,21 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
     })
 }
 
-/// The learner's bus driver settings.
+/// The learner's bus driver settings; the objective decides what actors decode.
 pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
+    let decodes = Objective::from_config(cfg).decodes(cfg);
     DriverOptions {
         sync: cfg.runtime.mode == config::Mode::Sync,
         tasks_in_flight: cfg.runtime.tasks_in_flight as usize,
         images_per_task: cfg.runtime.images_per_task as usize,
         batch_size: cfg.train.batch_size as usize,
-        // WTF / WTF-RL learn from beam and ground-truth captions only (seed 004).
-        samples: match cfg.train.objective {
-            Objective::Wtf | Objective::WtfRl => 0,
-            _ => cfg.train.samples,
-        },
+        samples: decodes.samples,
         temperature: cfg.decode.temperature as f32,
         top_k: cfg.decode.top_k,
-        greedy: needs_greedy(cfg),
-        mc_rollouts: match cfg.train.objective {
-            Objective::McPg => cfg.train.mc_rollouts,
-            _ => 0,
-        },
-        beam: match cfg.train.objective {
-            Objective::Wtf | Objective::WtfRl => cfg.decode.beam,
-            _ => 0,
-        },
-        with_gt: uses_clip(cfg),
+        greedy: decodes.greedy,
+        mc_rollouts: decodes.mc_rollouts,
+        beam: decodes.beam,
+        with_gt: decodes.ground_truth,
         seed: cfg.seed,
         max_policy_lag: cfg.runtime.max_policy_lag,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
@@ -201,7 +194,7 @@ pub fn with_inproc_roles<T>(
     let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&bus_options(cfg))?);
     let (stop, shutdown) = ShutdownTrigger::new();
     // The in-process actor shares the learner's device, and follows the run's dtype there.
-    let told = Some(setup::compute_dtype(cfg.dtype));
+    let told = Some(cfg.dtype.into());
     let actor_cfg = actor_config(
         cfg,
         Arc::clone(data),
@@ -362,25 +355,4 @@ fn serve_metrics(
     let handle = serve_labeled(sock, readiness.clone(), &labels)?;
     tracing::info!("metrics on http://{}/metrics", handle.local_addr());
     Ok((Some(handle), readiness))
-}
-
-/// Whether actors also decode greedily: the greedy caption's reward is the baseline of SLE's
-/// quality term and of SCST with `baseline = "greedy"`; mc-pg and actor-critic learn theirs.
-fn needs_greedy(cfg: &RunConfig) -> bool {
-    match cfg.train.objective {
-        // The greedy caption is a rival in the contrastive reward's text pool (seed 004).
-        Objective::Sle | Objective::Wtf | Objective::WtfRl => true,
-        Objective::Scst => cfg.train.baseline == Baseline::Greedy,
-        _ => false,
-    }
-}
-
-/// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
-/// every rollout: the contrastive text pool and the discriminator's real examples).
-pub fn uses_clip(cfg: &RunConfig) -> bool {
-    cfg.reward
-        .spec
-        .terms()
-        .iter()
-        .any(|(n, _)| n.needs_encoder())
 }

@@ -7,6 +7,46 @@
 //! (`λ·log π + (1 − λ)·v`) is `Captioner::beam_lookahead`; the embedding reward is the reward
 //! workers' `embed`.
 
+use caprl_common::config::{Baseline, RunConfig};
+use caprl_common::wire::ScoredRollout;
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::{per_image_samples, ImageSamples, PgBatch};
+use crate::{scst, LearnerError};
+
+/// Actor-critic: per-token return targets for the critic. The sequence multipliers (SCST
+/// advantages under `baseline`) are computed but not trained on.
+pub(crate) struct ActorCritic {
+    pub baseline: Baseline,
+}
+
+impl Rule for ActorCritic {
+    fn name(&self) -> &'static str {
+        "actor-critic"
+    }
+
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: cfg.train.samples,
+            ..Decodes::default()
+        }
+    }
+
+    fn uses_value_head(&self) -> bool {
+        true
+    }
+
+    fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
+        let returns = |g: &ImageSamples, k: usize| return_targets(g.len(k), g.rewards[k]);
+        per_image_samples(
+            scored,
+            version,
+            |g| Ok(scst::advantages(&g.rewards, g.greedy, self.baseline)),
+            Some(&returns),
+        )
+    }
+}
+
 /// The critic's per-token targets of one sequence: its return at every step.
 pub fn return_targets(len: usize, reward: f32) -> Vec<f32> {
     vec![reward; len]

@@ -1,5 +1,9 @@
 //! caprl-learner: turns scored trajectories into gradient steps.
 //!
+//! - [`run`]: the training run (XE phase, RL phase over the bus, evaluation, best checkpoints,
+//!   the run directory) and opening a trained checkpoint.
+//! - [`objective::Objective`]: every per-objective decision (decodes, value head, async mode,
+//!   targets) in one place; [`targets`]: the per-step policy-gradient targets objectives build.
 //! - [`trainer::Trainer`]: weights, optimizer, data cursor; XE and policy-gradient steps; checkpoints.
 //! - Objectives, each in the file named after it with its formula: [`xe`], [`scst`], [`sle`],
 //!   [`mc_pg`], [`actor_critic`], [`wtf`] (WTF and WTF-RL), reduced to the shared policy-gradient loss in [`pg`] (with the
@@ -18,10 +22,13 @@ pub mod driver;
 pub mod error;
 pub mod eval;
 pub mod mc_pg;
+pub mod objective;
 pub mod pg;
+pub mod run;
 pub mod samples;
 pub mod scst;
 pub mod sle;
+pub mod targets;
 pub mod trainer;
 pub mod wtf;
 pub mod xe;

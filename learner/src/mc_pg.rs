@@ -9,6 +9,47 @@
 //! Actors decode the completions (`RolloutTask::mc_rollouts` = K), reward workers score them like
 //! any caption; this file turns the scores into per-token `Q` estimates.
 
+use caprl_common::config::{Baseline, RunConfig};
+use caprl_common::wire::ScoredRollout;
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::{per_image_samples, ImageSamples, PgBatch};
+use crate::{scst, LearnerError};
+
+/// mc-pg: per-token `Q` targets for the value-head baseline. The sequence multipliers (SCST
+/// advantages under `baseline`) are computed but not trained on.
+pub(crate) struct McPg {
+    pub baseline: Baseline,
+}
+
+impl Rule for McPg {
+    fn name(&self) -> &'static str {
+        "mc-pg"
+    }
+
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: cfg.train.samples,
+            mc_rollouts: cfg.train.mc_rollouts,
+            ..Decodes::default()
+        }
+    }
+
+    fn uses_value_head(&self) -> bool {
+        true
+    }
+
+    fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
+        let q = |g: &ImageSamples, k: usize| q_estimates(g.len(k), g.rewards[k], g.completions(k));
+        per_image_samples(
+            scored,
+            version,
+            |g| Ok(scst::advantages(&g.rewards, g.greedy, self.baseline)),
+            Some(&q),
+        )
+    }
+}
+
 /// `Q(s_t, w_t)` for `t = 1..=len` of one sampled sequence of `len` tokens with reward
 /// `sample_reward`, from its scored completions `(prefix_len, reward)`. A step whose completions
 /// are missing (none were sent) falls back to the sequence reward.

@@ -5,13 +5,42 @@
 //! This file computes the advantage `r(wˢ) − b`; [`crate::pg`] turns advantages
 //! into the loss. Plain numbers in and out, so the formula can be checked by hand.
 
-/// SCST baseline choice (seed 000, seed 002 §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Baseline {
-    /// `b` = reward of the greedy decode of the same input (Rennie et al.).
-    Greedy,
-    /// `b` = mean reward of the *other* samples of the same input (no greedy pass).
-    Mean,
+use caprl_common::config::RunConfig;
+use caprl_common::wire::ScoredRollout;
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::{per_image_samples, PgBatch};
+use crate::LearnerError;
+
+/// SCST baseline choice (seed 000, seed 002 §4): the `train.baseline` key itself.
+pub use caprl_common::config::Baseline;
+
+/// SCST: the sampled captions of each image, weighted by `r(wˢ) − b`.
+pub(crate) struct Scst {
+    pub baseline: Baseline,
+}
+
+impl Rule for Scst {
+    fn name(&self) -> &'static str {
+        "scst"
+    }
+
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: cfg.train.samples,
+            greedy: self.baseline == Baseline::Greedy,
+            ..Decodes::default()
+        }
+    }
+
+    fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
+        per_image_samples(
+            scored,
+            version,
+            |g| Ok(advantages(&g.rewards, g.greedy, self.baseline)),
+            None,
+        )
+    }
 }
 
 /// SCST advantages `r(wˢ) − b` for the `s` samples of one input.

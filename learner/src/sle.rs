@@ -4,9 +4,60 @@
 //!
 //! `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` is the mean of all pairwise distances of the `s`
 //! samples of one input. The reward worker computes the exploration term
-//! `eⱼ = (2/s)Σₖ(dⱼₖ − d̄)` (reward component `diversity`); this file combines
+//! `eⱼ = (2/s)Σₖ(dⱼₖ − d̄)` (reward component [`DIVERSITY`]); this file combines
 //! it with the quality term into the multiplier of `log p(ỹⱼ)`, which
 //! [`crate::pg`] turns into the loss.
+
+use caprl_common::config::{RunConfig, DIVERSITY};
+use caprl_common::wire::ScoredRollout;
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::{per_image_samples, PgBatch};
+use crate::LearnerError;
+
+/// SLE with quality weight `alpha`; the greedy caption is the quality term's baseline.
+pub(crate) struct Sle {
+    pub alpha: f32,
+}
+
+impl Rule for Sle {
+    fn name(&self) -> &'static str {
+        "sle"
+    }
+
+    /// The greedy caption is the quality term's baseline (and a rival in the contrastive
+    /// reward's text pool, seed 004).
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: cfg.train.samples,
+            greedy: true,
+            ..Decodes::default()
+        }
+    }
+
+    fn wants_exploration(&self) -> bool {
+        true
+    }
+
+    fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
+        per_image_samples(
+            scored,
+            version,
+            |g| {
+                let b = g.greedy.ok_or_else(|| {
+                    LearnerError::Invalid("SLE needs the greedy caption's reward".into())
+                })?;
+                Ok(multipliers(
+                    &g.rewards,
+                    b,
+                    &g.component(DIVERSITY),
+                    self.alpha,
+                ))
+            },
+            None,
+        )
+    }
+}
 
 /// `α(rⱼ − b_greedy) + (1−α)·eⱼ` for the samples of one input.
 pub fn multipliers(rewards: &[f32], greedy: f32, exploration: &[f32], alpha: f32) -> Vec<f32> {

@@ -94,10 +94,12 @@ pub struct Trainer {
     pub state: TrainState,
 }
 
-const WEIGHTS: &str = "model.safetensors";
+/// The captioner's weights in a checkpoint directory.
+pub const WEIGHTS: &str = "model.safetensors";
 const OPTIM: &str = "optim.safetensors";
 const STATE: &str = "state.json";
-const VALUE_WEIGHTS: &str = "value.safetensors";
+/// The value head's weights (mc-pg, actor-critic).
+pub const VALUE_WEIGHTS: &str = "value.safetensors";
 const VALUE_OPTIM: &str = "value-optim.safetensors";
 
 impl Trainer {

@@ -8,7 +8,12 @@
 //! keeps only the ground-truth half: teacher forcing weighted by how well each reference
 //! retrieves its image. [`crate::pg::loss`] turns the multipliers into the loss.
 
-use caprl_common::wire::DecodeKind;
+use caprl_common::config::RunConfig;
+use caprl_common::wire::{DecodeKind, ScoredRollout};
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::{reward_weighted, PgBatch};
+use crate::LearnerError;
 
 /// Whether a sequence of `kind` gets a gradient: ground truth always, the beam caption only
 /// with the RL half (`rl = true`, objective `wtf-rl`).
@@ -20,15 +25,40 @@ pub fn trains_on(kind: DecodeKind, rl: bool) -> bool {
     }
 }
 
-/// What is subtracted from (or done to) the rewards before they weigh the log-likelihoods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Baseline {
-    /// Eq. 3 as written: the multiplier is `r` itself.
-    None,
-    /// `r − r̄` with `r̄` the batch's mean reward over the trained sequences.
-    Mean,
-    /// `max(r, 0)`: learn only from captions that beat their rivals, never push one down.
-    Positive,
+/// What is subtracted from (or done to) the rewards before they weigh the log-likelihoods:
+/// the `train.wtf_baseline` key itself.
+pub use caprl_common::config::WtfBaseline as Baseline;
+
+/// WTF (`rl = false`) and WTF-RL (`rl = true`).
+pub(crate) struct Wtf {
+    pub rl: bool,
+    pub baseline: Baseline,
+}
+
+impl Rule for Wtf {
+    fn name(&self) -> &'static str {
+        match self.rl {
+            true => "wtf-rl",
+            false => "wtf",
+        }
+    }
+
+    /// Beam and ground-truth captions only (seed 004); the greedy caption is a rival in the
+    /// contrastive reward's text pool.
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: 0,
+            greedy: true,
+            beam: cfg.decode.beam,
+            ..Decodes::default()
+        }
+    }
+
+    fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
+        let mut out = reward_weighted(scored, version, |kind| trains_on(kind, self.rl));
+        out.multipliers = multipliers(&out.multipliers, self.baseline);
+        Ok(out)
+    }
 }
 
 /// The multipliers of eq. 3 for the batch's trained sequences with rewards `r`.

@@ -3,6 +3,38 @@
 //! `L = Σₜ mₜ [ (1−ε)(−log p(wₜ)) + ε·(−(1/V)Σ_v log p(v)) ] / Σₜ mₜ`.
 
 use candle_core::{Tensor, D};
+use caprl_common::config::RunConfig;
+use caprl_common::wire::ScoredRollout;
+
+use crate::objective::{Decodes, Rule};
+use crate::targets::PgBatch;
+use crate::LearnerError;
+
+/// `objective = "xe"`: the XE phase alone, no RL phase.
+pub(crate) struct Xe;
+
+impl Rule for Xe {
+    fn name(&self) -> &'static str {
+        "xe"
+    }
+
+    fn decodes(&self, cfg: &RunConfig) -> Decodes {
+        Decodes {
+            samples: cfg.train.samples,
+            ..Decodes::default()
+        }
+    }
+
+    fn has_rl_phase(&self) -> bool {
+        false
+    }
+
+    fn targets(&self, _: &[ScoredRollout], _: u64) -> Result<PgBatch, LearnerError> {
+        Err(LearnerError::Invalid(
+            "objective = \"xe\" has no RL phase; choose an RL objective (scst, sle, ...)".into(),
+        ))
+    }
+}
 
 /// XE loss from the full log-softmax `[N, T, V]`, targets `[N, T]` (u32) and mask `[N, T]`.
 pub fn loss(

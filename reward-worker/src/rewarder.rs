@@ -5,7 +5,7 @@
 //! (CIDEr-D tf-idf vectors and norms), so scoring a caption touches only its
 //! own n-grams.
 
-use caprl_common::config::RewardName;
+use caprl_common::config::{self, RewardName};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::EOS;
 use caprl_common::score::{self, CiderD, Distance, DocFreq, Interner, PreparedRefs};
@@ -227,7 +227,7 @@ impl Rewarder {
                 let e =
                     exploration_terms(&score::pairwise_distances(&caps, kind, Some(&self.cider)));
                 for (&i, e) in idx.iter().zip(e) {
-                    rewards[i].components.push(("diversity".into(), e));
+                    rewards[i].components.push((config::DIVERSITY.into(), e));
                 }
             }
         }

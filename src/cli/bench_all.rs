@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::bench_cmd::{rl_rate, rollout_throughput, snapshot_broadcast};
 use super::{write_stdout, Global};
-use crate::{roles, setup};
+use crate::roles;
 
 #[derive(Debug, clap::Args)]
 pub struct AllArgs {
@@ -244,7 +244,7 @@ fn pycocoevalcap_rate(images: usize) -> Option<f64> {
 fn decoding(sets: &[String]) -> Result<Row> {
     let cfg = RunConfig::load(None, sets)?;
     let data = Dataset::open(Path::new(&cfg.data.dir))?;
-    let model_cfg = setup::captioner_config(&cfg, &data)?;
+    let model_cfg = caprl_learner::run::captioner_config(&cfg, &data)?;
     let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?.decoder()?;
     let rows: Vec<u32> = data.train.iter().take(32).map(|i| i.row as u32).collect();
     let task = RolloutTask {

@@ -28,7 +28,6 @@ use caprl_learner::{pg, xe};
 use serde::Serialize;
 
 use super::write_stdout;
-use crate::setup;
 
 /// Samples per image in the SCST step and the sample column; beam width of the beam column.
 const SAMPLES: usize = 5;
@@ -126,13 +125,10 @@ pub fn model_rows(
 }
 
 fn parse_dtype(s: &str) -> Result<(String, DType)> {
-    let d = match s.trim() {
-        "f32" => caprl_common::config::Dtype::F32,
-        "bf16" => caprl_common::config::Dtype::Bf16,
-        "f16" => caprl_common::config::Dtype::F16,
-        other => anyhow::bail!("--dtype {other}: expected f32, bf16 or f16"),
-    };
-    Ok((s.trim().to_string(), setup::compute_dtype(d)))
+    let d: caprl_common::config::Dtype = s
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--dtype {}: expected f32, bf16 or f16", s.trim()))?;
+    Ok((s.trim().to_string(), d.into()))
 }
 
 /// Mean seconds of `iters` calls of `f` after one warm-up call; the device is synchronised

@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use caprl_common::model::{BeamOptions, Inputs, EOS};
+use caprl_learner::run::load_checkpoint;
 
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
-use crate::train;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -27,7 +27,7 @@ pub struct Args {
 
 pub fn run(args: Args, _global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
-    let mut loaded = train::load_checkpoint(&args.checkpoint, None, &device)?;
+    let mut loaded = load_checkpoint(&args.checkpoint, None, &device)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }

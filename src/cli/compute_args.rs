@@ -6,7 +6,6 @@ use caprl_common::config::{Dtype, RunConfig};
 use caprl_common::model::{parse_device, DType, Device};
 
 use super::Global;
-use crate::setup;
 
 /// Where and in what precision the model computes.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -48,12 +47,8 @@ impl ComputeArgs {
 
     /// The compute dtype given by `--dtype`, if any.
     pub fn compute_dtype(&self) -> Option<DType> {
-        self.dtype.as_deref().map(|d| {
-            setup::compute_dtype(match d {
-                "bf16" => Dtype::Bf16,
-                "f16" => Dtype::F16,
-                _ => Dtype::F32,
-            })
-        })
+        // Loading the config has refused a bad spelling already (`--dtype` is a config key).
+        let told = self.dtype.as_deref()?.parse::<Dtype>().ok()?;
+        Some(told.into())
     }
 }

@@ -6,10 +6,10 @@ use anyhow::{Context, Result};
 use caprl_common::data::SplitName;
 use caprl_common::model::Lookahead;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
+use caprl_learner::run::load_checkpoint;
 
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
-use crate::train;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -50,7 +50,7 @@ pub struct Args {
 
 pub fn run(args: Args, _global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
-    let mut loaded = train::load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    let mut loaded = load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use anyhow::Result;
 use caprl_common::role::{self, Role};
 use caprl_learner::driver::Driver;
+use caprl_learner::run as training;
 use tokio::sync::watch;
 
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
-use crate::{roles, setup, train};
+use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -51,7 +52,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         roles::driver_options(&cfg),
     );
     driver.set_readiness(started.readiness.clone());
-    let outcome = train::train(
+    let outcome = training::train(
         &cfg,
         &data,
         &device,

@@ -5,13 +5,14 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use caprl_common::config::Objective;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
+use caprl_learner::objective::Objective;
+use caprl_learner::run as training;
 
 use super::compute_args::ComputeArgs;
 use super::train_cmd::config_with;
 use super::{write_stdout, Global};
-use crate::{roles, setup, train};
+use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -64,7 +65,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let global = &global;
     let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
-    if cfg.train.objective == Objective::Xe {
+    let objective = Objective::from_config(&cfg);
+    if !objective.has_rl_phase() {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
     // The device first: a bad one fails before any data is generated or read.
@@ -84,7 +86,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        train::train(&cfg, &data, &device, false, None, driver)
+        training::train(&cfg, &data, &device, false, None, driver)
     })?;
     let test = &data.test.items;
     let opts = EvalOptions {
@@ -96,7 +98,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         ..EvalOptions::default()
     };
     let evaluate = |ck: &Path| -> Result<EvalReport> {
-        let loaded = train::load_checkpoint(ck, None, &device)?;
+        let loaded = training::load_checkpoint(ck, None, &device)?;
         let mut report = eval::evaluate(&loaded.model, &data, test, &opts)?;
         if let Some(enc) = &encoder {
             eval::add_retrieval(&mut report, enc.as_ref(), &data, test)?;
@@ -115,7 +117,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             .as_deref()
             .context("the RL phase did not run (train.rl_epochs = 0)")?,
     )?;
-    let name = train::objective_name(&cfg).to_uppercase();
+    let name = objective.name().to_uppercase();
     let mut out = format!(
         "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
         test.len(),

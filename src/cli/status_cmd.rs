@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use caprl_common::bus::Queue;
+use caprl_common::role::{self, Role};
 use caprl_common::wire::{self, Heartbeat};
 
 use super::{write_stdout, Global};
@@ -51,7 +52,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         let now = SystemTime::now();
         let mut live: Vec<(Heartbeat, Duration)> = Vec::new();
         let mut gone = 0usize;
-        for e in bus.kv_entries("hb.").await? {
+        for e in bus.kv_entries(role::HEARTBEAT_PREFIX).await? {
             let age = now.duration_since(e.updated).unwrap_or_default();
             match wire::decode::<Heartbeat>(&e.value, wire::DEFAULT_MAX_MESSAGE_BYTES) {
                 Ok(hb) if age <= LIVE_WITHIN => live.push((hb, age)),
@@ -59,7 +60,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
                 Err(err) => tracing::warn!("heartbeat {} unreadable: {err}", e.key),
             }
         }
-        for role in ["learner", "actor", "reward-worker"] {
+        for role in Role::ALL.map(Role::name) {
             let of_role: Vec<&(Heartbeat, Duration)> =
                 live.iter().filter(|(h, _)| h.role == role).collect();
             out.push_str(&format!("live {role}s: {}\n", of_role.len()));

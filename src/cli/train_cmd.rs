@@ -3,10 +3,11 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
+use caprl_learner::run as training;
 
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
-use crate::{roles, setup, train};
+use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,7 +49,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = setup::device(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        train::train(
+        training::train(
             &cfg,
             &data,
             &device,

@@ -24,7 +24,7 @@ use toml::Table;
 
 pub use device::DeviceSpec;
 pub use error::ConfigError;
-pub use reward_spec::{RewardName, RewardSpec};
+pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{
     Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource,
     Distance, Dtype, Mode, ModelConfig, ModelKind, NatsConfig, Objective, OptimConfig,

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
+/// The reward component that carries SLE's exploration term `eⱼ` (seed 002): reward workers
+/// add it for objective `sle`, the learner reads it back.
+pub const DIVERSITY: &str = "diversity";
+
 /// A reward the reward workers know how to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RewardName {

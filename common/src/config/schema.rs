@@ -235,21 +235,25 @@ pub enum Objective {
     WtfRl,
 }
 
-/// WTF / WTF-RL reward transform: `none` (eq. 3), `mean` (subtract the batch mean) or
-/// `positive` (`max(r, 0)`: learn only from captions that beat their rivals).
+/// WTF / WTF-RL reward transform (seed 004, eq. 3); the learner's `wtf::Baseline`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WtfBaseline {
+    /// Eq. 3 as written: the multiplier is `r` itself.
     None,
+    /// `r − r̄` with `r̄` the batch's mean reward over the trained sequences.
     Mean,
+    /// `max(r, 0)`: learn only from captions that beat their rivals, never push one down.
     Positive,
 }
 
-/// SCST baseline: the greedy decode's reward, or the mean of the other samples.
+/// SCST baseline (seed 000, seed 002 §4); the learner's `scst::Baseline`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Baseline {
+    /// `b` = reward of the greedy decode of the same input (Rennie et al.).
     Greedy,
+    /// `b` = mean reward of the *other* samples of the same input (no greedy pass).
     Mean,
 }
 

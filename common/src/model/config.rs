@@ -36,6 +36,23 @@ pub enum Dtype {
     F16,
 }
 
+impl std::str::FromStr for Dtype {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<Dtype> {
+        match s.trim() {
+            "f32" => Ok(Dtype::F32),
+            "bf16" => Ok(Dtype::Bf16),
+            "f16" => Ok(Dtype::F16),
+            other => Err(ModelError::Config {
+                key: "dtype",
+                value: other.to_string(),
+                expected: "f32, bf16 or f16".into(),
+            }),
+        }
+    }
+}
+
 impl From<Dtype> for DType {
     fn from(d: Dtype) -> DType {
         match d {

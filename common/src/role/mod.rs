@@ -23,6 +23,9 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, in the order `caprl status` lists them.
+    pub const ALL: [Role; 3] = [Role::Learner, Role::Actor, Role::RewardWorker];
+
     /// The name in heartbeat keys, metrics labels and the `caprl` subcommand.
     pub fn name(self) -> &'static str {
         match self {

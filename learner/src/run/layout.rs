@@ -1,0 +1,156 @@
+//! The run directory: what a run leaves where, and the files every checkpoint carries.
+//!
+//! ```text
+//! RUN_DIR/run.jsonl          the run log (and RUN_DIR/tb/, its TensorBoard mirror)
+//! RUN_DIR/best-xe/ckpt-*     the best XE checkpoint by val CIDEr-D (val_cider.txt)
+//! RUN_DIR/best-rl/ckpt-*     the best RL checkpoint (the latest, with the CLIP rewards)
+//! [checkpoint] dir/ckpt-*    periodic checkpoints (default RUN_DIR/checkpoints)
+//! RUN_DIR/previous/          an earlier run in the same directory, set aside
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use caprl_common::config::RunConfig;
+use caprl_common::data::Dataset;
+use caprl_common::telemetry::{tensorboard::TB_DIR, RunLog};
+
+use crate::checkpoint;
+use crate::disc_online::OnlineDisc;
+use crate::trainer::Trainer;
+
+/// The best XE checkpoint's directory in the run dir.
+pub const BEST_XE: &str = "best-xe";
+/// The best RL checkpoint's directory in the run dir.
+pub const BEST_RL: &str = "best-rl";
+/// Where a new run moves an earlier run's files.
+const PREVIOUS: &str = "previous";
+/// The validation CIDEr-D of a best checkpoint.
+const BEST_SCORE: &str = "val_cider.txt";
+/// The run config in every checkpoint.
+pub const CONFIG_FILE: &str = "config.toml";
+/// The vocabulary hash in every checkpoint.
+pub const VOCAB_HASH_FILE: &str = "vocab_hash.txt";
+
+/// The run log: created for a new run, appended to on resume (created when
+/// the resumed run has none yet); mirrored to TensorBoard from `step` on.
+pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<Option<RunLog>> {
+    let dir = Path::new(&cfg.run_dir);
+    let toml = cfg.redacted().to_toml_string();
+    let header = serde_json::json!({
+        "run_id": cfg.runtime.run_id,
+        "seed": cfg.seed,
+        "device": cfg.device.to_string(),
+        "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
+    });
+    let mut log = if resume
+        && dir
+            .join(caprl_common::telemetry::runlog::RUN_LOG_FILE)
+            .exists()
+    {
+        RunLog::open_append(dir)?
+    } else {
+        match RunLog::create(dir, &toml, header) {
+            Ok(log) => log,
+            Err(caprl_common::telemetry::TelemetryError::RunLogExists { .. }) => {
+                RunLog::open_append(dir)?
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if cfg.train.tensorboard {
+        log.mirror_to_tensorboard(&dir.join(TB_DIR), &toml, step)?;
+    }
+    Ok(Some(log))
+}
+
+/// A new run in a run dir that holds an earlier one moves the earlier run's
+/// checkpoints, best models and run log into `RUN_DIR/previous/` (replacing an
+/// older one there), so its best checkpoints and log never leak into the new run.
+pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
+    let run_dir = Path::new(&cfg.run_dir);
+    let ck_root = cfg.checkpoint_dir();
+    let entries = [
+        run_dir.join(BEST_XE),
+        run_dir.join(BEST_RL),
+        run_dir.join(caprl_common::telemetry::runlog::RUN_LOG_FILE),
+        run_dir.join(TB_DIR),
+        ck_root.clone(),
+    ];
+    if !entries.iter().any(|p| p.exists()) {
+        return Ok(());
+    }
+    let previous = run_dir.join(PREVIOUS);
+    if previous.exists() {
+        std::fs::remove_dir_all(&previous)
+            .with_context(|| format!("removing {}", previous.display()))?;
+    }
+    std::fs::create_dir_all(&previous)
+        .with_context(|| format!("creating {}", previous.display()))?;
+    for path in entries.iter().filter(|p| p.exists()) {
+        let name = path.file_name().unwrap_or_default();
+        std::fs::rename(path, previous.join(name)).with_context(|| {
+            format!("moving {} aside to {}", path.display(), previous.display())
+        })?;
+    }
+    tracing::warn!(
+        "{} held an earlier run: moved its checkpoints and run log to {} (use --resume to continue a run)",
+        run_dir.display(),
+        previous.display()
+    );
+    Ok(())
+}
+
+pub(super) fn save_best(
+    cfg: &RunConfig,
+    data: &Dataset,
+    dir: &Path,
+    trainer: &mut Trainer,
+    cider: f64,
+    disc: Option<&OnlineDisc>,
+) -> Result<()> {
+    let mut files = files(cfg, data, disc)?;
+    files.push((BEST_SCORE, format!("{cider}\n").into_bytes()));
+    trainer
+        .save(dir, 1, &files)
+        .with_context(|| format!("writing the best checkpoint to {}", dir.display()))?;
+    Ok(())
+}
+
+/// Files every checkpoint carries besides weights and optimizer state: the run
+/// config (so `eval` and `caption` can rebuild the model; NATS secrets
+/// redacted, a checkpoint gets copied around) and the vocabulary hash.
+fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        (CONFIG_FILE, cfg.redacted().to_toml_string().into_bytes()),
+        (VOCAB_HASH_FILE, data.vocab.hash().as_bytes().to_vec()),
+    ]
+}
+
+/// [`extras`] plus the discriminator's weights and optimizer state when there is one.
+pub(super) fn files(
+    cfg: &RunConfig,
+    data: &Dataset,
+    disc: Option<&OnlineDisc>,
+) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    let mut files = extras(cfg, data);
+    if let Some(d) = disc {
+        files.extend(d.files()?);
+    }
+    Ok(files)
+}
+
+pub(super) fn best_cider(dir: &Path) -> Option<f64> {
+    let ck = checkpoint::latest_valid(dir).ok()??;
+    std::fs::read_to_string(ck.file(BEST_SCORE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub(super) fn latest_in(dir: &Path) -> Result<PathBuf> {
+    Ok(checkpoint::latest_valid(dir)?
+        .with_context(|| format!("no checkpoint in {}", dir.display()))?
+        .dir)
+}

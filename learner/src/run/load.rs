@@ -1,0 +1,118 @@
+//! Opening checkpoints: one to evaluate or caption with ([`load_checkpoint`]), one to start RL
+//! from (`--start-from`), or the directory a user named (a `ckpt-*` dir or one holding them).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use caprl_common::config::RunConfig;
+use caprl_common::data::Dataset;
+use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
+
+use super::layout::{CONFIG_FILE, VOCAB_HASH_FILE};
+use super::setup::captioner_config;
+use crate::checkpoint;
+use crate::trainer::{VALUE_WEIGHTS, WEIGHTS};
+use crate::LearnerError;
+
+/// Checkpoint `dir` itself (a `ckpt-*` directory), or the newest valid one it holds. A damaged
+/// checkpoint is reported as such (the checksum or size that failed), not as a missing one.
+pub(super) fn resolve_checkpoint(dir: &Path) -> Result<checkpoint::Checkpoint> {
+    let first = match checkpoint::open(dir) {
+        Ok(ck) => return Ok(ck),
+        Err(e @ LearnerError::Corrupt { .. }) => return Err(e.into()),
+        Err(e) => e,
+    };
+    if let Some(ck) = checkpoint::latest_valid(dir)? {
+        return Ok(ck);
+    }
+    if let Some(newest) = checkpoint::damage(dir)?.into_iter().next() {
+        return Err(newest).with_context(|| {
+            format!(
+                "{} holds no checkpoint that verifies; the newest one is damaged",
+                dir.display()
+            )
+        });
+    }
+    Err(first).with_context(|| {
+        format!(
+            "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
+            dir.display()
+        )
+    })
+}
+
+/// A trained model with the config it was trained with and its data set
+/// (checked against the checkpoint's vocabulary hash). `data_dir` overrides
+/// the data set directory recorded in the checkpoint.
+pub struct Loaded {
+    pub cfg: RunConfig,
+    pub data: Dataset,
+    pub model: Captioner,
+    /// The value head of an mc-pg / actor-critic checkpoint.
+    pub value: Option<ValueHead>,
+}
+
+/// Opens checkpoint `ck_dir` (a `ckpt-*` directory, or a directory holding them:
+/// the newest valid one is used).
+pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) -> Result<Loaded> {
+    let ck = resolve_checkpoint(ck_dir)?;
+    let text = std::fs::read_to_string(ck.file(CONFIG_FILE))
+        .with_context(|| format!("reading {}", ck.file(CONFIG_FILE).display()))?;
+    let mut cfg = RunConfig::from_toml_str(&text, &ck.file(CONFIG_FILE).display().to_string())?;
+    if let Some(d) = data_dir {
+        cfg.data.dir = d.display().to_string();
+    }
+    let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
+        .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
+    let data =
+        Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).with_context(|| {
+            format!(
+                "opening the data set the checkpoint was trained on ({})",
+                cfg.data.dir
+            )
+        })?;
+    let model_cfg: CaptionerConfig = captioner_config(&cfg, &data)?;
+    let model = Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?;
+    let value = match ck.file(VALUE_WEIGHTS).exists() {
+        true => Some(ValueHead::load(
+            &ck.file(VALUE_WEIGHTS),
+            model_cfg.hidden,
+            device,
+        )?),
+        false => None,
+    };
+    Ok(Loaded {
+        cfg,
+        data,
+        model,
+        value,
+    })
+}
+
+/// The weights of checkpoint `dir` (a `ckpt-*` dir or a dir holding them, e.g. `RUN/best-xe`)
+/// as the start of an RL run, checked against the data set's vocabulary.
+pub(super) fn start_model(
+    dir: &Path,
+    data: &Dataset,
+    model_cfg: &CaptionerConfig,
+    device: &Device,
+) -> Result<Captioner> {
+    let ck = resolve_checkpoint(dir).context("--start-from")?;
+    let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
+        .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
+    if hash.trim() != data.vocab.hash() {
+        anyhow::bail!(
+            "--start-from {}: the checkpoint was trained with another vocabulary (hash {}, this data set's is {}); use the data set it was trained on",
+            ck.dir.display(),
+            hash.trim(),
+            data.vocab.hash()
+        );
+    }
+    tracing::info!("starting RL from {}", ck.dir.display());
+    Captioner::load(&ck.file(WEIGHTS), model_cfg, device).with_context(|| {
+        format!(
+            "--start-from {}: its weights do not fit the configured model (set [model] as it was trained)",
+            ck.dir.display()
+        )
+    })
+}

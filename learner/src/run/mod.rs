@@ -1,0 +1,184 @@
+//! The training run of one process: XE warm start, then the configured RL objective, with
+//! per-epoch validation, best-checkpoint keeping, periodic checkpoints and exact resume.
+//!
+//! The RL phase runs over a bus ([`crate::driver::Driver`]): the learner publishes a snapshot,
+//! issues rollout tasks, and trains on the scored rollouts the actor and reward-worker roles
+//! send back, whether they run as tasks of this process (in-process bus) or as other processes
+//! (NATS). The objective ([`crate::objective`]) sees only the scored batch, never how it
+//! arrived. Every step goes to `RUN_DIR/run.jsonl` and the Prometheus metrics.
+//!
+//! - [`phase`]: the epochs and steps of one phase, validation, best checkpoints;
+//! - [`rl_step`]: one RL iteration over the bus and the async importance weights;
+//! - [`disc_setup`]: the online discriminator at the start of RL;
+//! - [`layout`]: the run directory and the files every checkpoint carries;
+//! - [`load`]: opening a checkpoint to evaluate, caption or start RL from;
+//! - [`setup`]: model shape, schedule and optimizer settings from the config.
+
+mod disc_setup;
+pub mod layout;
+mod load;
+mod phase;
+mod rl_step;
+mod setup;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use caprl_common::config::RunConfig;
+use caprl_common::data::Dataset;
+use caprl_common::model::{Captioner, Device};
+use caprl_common::telemetry::ResumeRecord;
+
+pub use load::{load_checkpoint, Loaded};
+pub use setup::{adam_params, captioner_config, schedule};
+
+use crate::checkpoint;
+use crate::driver::Driver;
+use crate::objective::{uses_disc, Objective};
+use crate::trainer::{Phase, Trainer, WEIGHTS};
+use disc_setup::online_disc;
+use layout::{open_run_log, set_aside_previous_run, BEST_XE};
+use load::{resolve_checkpoint, start_model};
+use phase::run_phase;
+
+/// What every part of the run loop reads.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    cfg: &'a RunConfig,
+    data: &'a Dataset,
+    objective: &'a Objective,
+}
+
+/// What a finished training run leaves behind.
+pub struct Outcome {
+    /// Best checkpoint of each phase that ran, by validation CIDEr-D.
+    pub best_xe: Option<PathBuf>,
+    pub best_rl: Option<PathBuf>,
+}
+
+/// Trains per `cfg`: `xe_epochs` of XE (skipped when 0), then `rl_epochs` of
+/// the configured objective (skipped for `objective = xe`). With `resume`,
+/// continues from the newest valid checkpoint in the checkpoint dir.
+///
+/// The RL phase gets its rollouts through `driver` (the CLI's `roles` builds one for the
+/// in-process and the NATS wirings); the driver marks the learner ready once the first
+/// snapshot is published.
+pub fn train(
+    cfg: &RunConfig,
+    data: &Dataset,
+    device: &Device,
+    resume: bool,
+    start_from: Option<&Path>,
+    driver: &mut Driver,
+) -> Result<Outcome> {
+    let objective = Objective::from_config(cfg);
+    objective.check_mode(cfg.runtime.mode)?;
+    let run = Run {
+        cfg,
+        data,
+        objective: &objective,
+    };
+    let model_cfg = captioner_config(cfg, data)?;
+    let adam = adam_params(cfg);
+    let ck_root = cfg.checkpoint_dir();
+    // `--resume` with nothing to resume starts fresh: a learner pod restarted
+    // by Kubernetes always passes it, including on its very first start.
+    let previous = match resume {
+        true => checkpoint::latest_valid(&ck_root)?,
+        false => None,
+    };
+    let resumed_from = previous.as_ref().map(|ck| ck.dir.clone());
+    let resume_record = resume.then(|| ResumeRecord {
+        from_step: previous.as_ref().map(|ck| ck.step),
+        checkpoint: resumed_from.as_ref().map(|d| d.display().to_string()),
+        unix_ms: 0,
+    });
+    let mut trainer = match previous {
+        Some(ck) => {
+            tracing::info!("resuming from {}", ck.dir.display());
+            Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?
+        }
+        None => {
+            if resume {
+                tracing::warn!(
+                    "--resume found no checkpoint in {}: starting a NEW run from scratch",
+                    ck_root.display()
+                );
+            }
+            // A bad --start-from is refused before an earlier run is moved aside.
+            let model = match start_from {
+                Some(dir) => start_model(dir, data, &model_cfg, device)?,
+                None => Captioner::new(&model_cfg, device, cfg.seed)?,
+            };
+            set_aside_previous_run(cfg)?;
+            let mut trainer = Trainer::new(model, adam, cfg.seed)?;
+            if start_from.is_some() {
+                trainer.enter_phase(Phase::Rl, adam)?;
+            }
+            trainer
+        }
+    };
+    let mut outcome = Outcome {
+        best_xe: start_from.map(Path::to_path_buf),
+        best_rl: None,
+    };
+    let mut log = open_run_log(cfg, resume, trainer.state.step)?;
+    if let (Some(log), Some(record)) = (log.as_mut(), &resume_record) {
+        log.log_resume(record)?;
+    }
+    let wants_rl = objective.has_rl_phase();
+
+    if trainer.state.phase == Phase::Xe && cfg.train.xe_epochs > 0 {
+        outcome.best_xe = Some(run_phase(
+            &run,
+            &mut trainer,
+            Phase::Xe,
+            None,
+            None,
+            &mut log,
+        )?);
+    }
+    if wants_rl && cfg.train.rl_epochs > 0 {
+        if trainer.state.phase == Phase::Xe {
+            // RL starts from the best XE weights, as in the seed papers' schedules.
+            if let Some(best) = &outcome.best_xe {
+                let ck = checkpoint::open(best)?;
+                trainer = Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?;
+            }
+            trainer.enter_phase(Phase::Rl, adam)?;
+        }
+        if objective.uses_value_head() {
+            trainer.ensure_critic(adam)?;
+        }
+        if cfg.train.kl_coef > 0.0 {
+            let xe_dir = outcome
+                .best_xe
+                .clone()
+                .unwrap_or_else(|| Path::new(&cfg.run_dir).join(BEST_XE));
+            let ck = resolve_checkpoint(&xe_dir).with_context(|| {
+                format!(
+                    "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
+                     (train XE first, or pass --start-from)",
+                    xe_dir.display()
+                )
+            })?;
+            trainer.set_reference(Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?);
+        }
+        let mut disc = match uses_disc(cfg) {
+            true => Some(online_disc(cfg, data, &trainer, resumed_from.as_deref())?),
+            false => None,
+        };
+        if !resume {
+            driver.purge()?;
+        }
+        outcome.best_rl = Some(run_phase(
+            &run,
+            &mut trainer,
+            Phase::Rl,
+            Some(driver),
+            disc.as_mut(),
+            &mut log,
+        )?);
+    }
+    Ok(outcome)
+}
