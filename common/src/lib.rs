@@ -9,10 +9,14 @@
 //! - [`bus`]: the message bus (NATS JetStream and in-process).
 //! - [`role`]: what the roles share: heartbeats and the serve loop of actor and reward worker.
 //! - [`shutdown`]: the stop signal every role loop watches.
-//! - [`model`]: the captioner in Candle and its decoders.
+//! - [`model`]: the captioning models in Candle (one seam, the recurrent captioner behind it),
+//!   their CPU kernels and the decoding strategies.
+//! - [`fastmath`]: a branch-free `exp` that vectorises (RNN gate sigmoids and tanhs, contrastive
+//!   rewards).
 //! - [`optim`]: AdamW with checkpointable state, clipping, schedules.
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 //! - [`selftest`]: a device's results against the CPU's (`caprl selftest`).
+//! - [`telemetry`]: Prometheus metrics, the run log, TensorBoard event files and the HTML report.
 
 pub mod bus;
 pub mod clip;
