@@ -20,6 +20,25 @@ pub enum LearnerError {
     Model(#[from] caprl_common::model::ModelError),
     #[error(transparent)]
     Optim(#[from] caprl_common::optim::OptimError),
+    /// A run config that does not load (e.g. the one a checkpoint carries).
+    #[error(transparent)]
+    Config(#[from] caprl_common::config::ConfigError),
+    /// The text–image encoder of the CLIP rewards.
+    #[error(transparent)]
+    Clip(#[from] caprl_common::clip::ClipError),
+    #[error(transparent)]
+    Telemetry(#[from] caprl_common::telemetry::TelemetryError),
+    /// A file operation whose path the surrounding [`LearnerError::While`] names.
+    #[error(transparent)]
+    Fs(#[from] std::io::Error),
+    /// What the run was doing when `source` failed ("opening the data set the checkpoint was
+    /// trained on ...", "--start-from ..."); the source keeps its kind.
+    #[error("{doing}")]
+    While {
+        doing: String,
+        #[source]
+        source: Box<LearnerError>,
+    },
     /// A bus operation failed for good (a transient one is retried until shutdown first).
     #[error("bus: {0}")]
     Bus(#[from] caprl_common::bus::BusError),
@@ -33,6 +52,25 @@ pub enum LearnerError {
 impl LearnerError {
     /// Whether trying again later may succeed: a bus error while the broker is down.
     pub fn is_transient(&self) -> bool {
-        matches!(self, LearnerError::Bus(e) if e.is_transient())
+        match self {
+            LearnerError::Bus(e) => e.is_transient(),
+            LearnerError::While { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+/// Says what the run was doing when an error happened, keeping the error's kind as the source
+/// (the learner's counterpart of `anyhow::Context`, for a library error type).
+pub trait Doing<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, LearnerError>;
+}
+
+impl<T, E: Into<LearnerError>> Doing<T> for Result<T, E> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, LearnerError> {
+        self.map_err(|e| LearnerError::While {
+            doing: what(),
+            source: Box::new(e.into()),
+        })
     }
 }

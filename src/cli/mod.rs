@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use caprl_common::config::{ConfigError, RunConfig};
+use caprl_learner::LearnerError;
 use clap::{ArgAction, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -151,7 +152,10 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     for cause in err.chain().skip(1) {
         eprintln!("  caused by: {cause}");
     }
-    if err.chain().any(|cause| cause.is::<ConfigError>()) {
+    let is_config = |cause: &(dyn std::error::Error + 'static)| {
+        cause.is::<ConfigError>() || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
+    };
+    if err.chain().any(is_config) {
         ExitCode::from(2)
     } else {
         ExitCode::FAILURE

@@ -86,7 +86,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        training::train(&cfg, &data, &device, false, None, driver)
+        Ok(training::train(&cfg, &data, &device, false, None, driver)?)
     })?;
     let test = &data.test.items;
     let opts = EvalOptions {

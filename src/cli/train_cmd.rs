@@ -49,14 +49,14 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = setup::device(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        training::train(
+        Ok(training::train(
             &cfg,
             &data,
             &device,
             args.resume,
             args.start_from.as_deref(),
             driver,
-        )
+        )?)
     })?;
     let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let mut out = String::new();

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use super::Result;
+use crate::error::Doing;
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::model::inputs_for_rows;
@@ -21,14 +22,12 @@ pub(super) fn online_disc(
     resumed_from: Option<&Path>,
 ) -> Result<OnlineDisc> {
     let open = || {
-        caprl_common::clip::open_encoder(Path::new(&cfg.clip.reward), &data.vocab).with_context(
-            || {
-                format!(
-                    "opening the reward encoder [clip] reward = {}",
-                    cfg.clip.reward
-                )
-            },
-        )
+        caprl_common::clip::open_encoder(Path::new(&cfg.clip.reward), &data.vocab).doing(|| {
+            format!(
+                "opening the reward encoder [clip] reward = {}",
+                cfg.clip.reward
+            )
+        })
     };
     if let Some(dir) = resumed_from {
         if let Some(d) = OnlineDisc::restore(open()?, dir, cfg.clip.disc_lr)? {

@@ -10,7 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use super::Result;
+use crate::error::{Doing, LearnerError};
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::telemetry::{tensorboard::TB_DIR, RunLog};
@@ -82,16 +83,13 @@ pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     }
     let previous = run_dir.join(PREVIOUS);
     if previous.exists() {
-        std::fs::remove_dir_all(&previous)
-            .with_context(|| format!("removing {}", previous.display()))?;
+        std::fs::remove_dir_all(&previous).doing(|| format!("removing {}", previous.display()))?;
     }
-    std::fs::create_dir_all(&previous)
-        .with_context(|| format!("creating {}", previous.display()))?;
+    std::fs::create_dir_all(&previous).doing(|| format!("creating {}", previous.display()))?;
     for path in entries.iter().filter(|p| p.exists()) {
         let name = path.file_name().unwrap_or_default();
-        std::fs::rename(path, previous.join(name)).with_context(|| {
-            format!("moving {} aside to {}", path.display(), previous.display())
-        })?;
+        std::fs::rename(path, previous.join(name))
+            .doing(|| format!("moving {} aside to {}", path.display(), previous.display()))?;
     }
     tracing::warn!(
         "{} held an earlier run: moved its checkpoints and run log to {} (use --resume to continue a run)",
@@ -113,7 +111,7 @@ pub(super) fn save_best(
     files.push((BEST_SCORE, format!("{cider}\n").into_bytes()));
     trainer
         .save(dir, 1, &files)
-        .with_context(|| format!("writing the best checkpoint to {}", dir.display()))?;
+        .doing(|| format!("writing the best checkpoint to {}", dir.display()))?;
     Ok(())
 }
 
@@ -150,7 +148,11 @@ pub(super) fn best_cider(dir: &Path) -> Option<f64> {
 }
 
 pub(super) fn latest_in(dir: &Path) -> Result<PathBuf> {
-    Ok(checkpoint::latest_valid(dir)?
-        .with_context(|| format!("no checkpoint in {}", dir.display()))?
-        .dir)
+    match checkpoint::latest_valid(dir)? {
+        Some(ck) => Ok(ck.dir),
+        None => Err(LearnerError::Invalid(format!(
+            "no checkpoint in {}",
+            dir.display()
+        ))),
+    }
 }

@@ -3,13 +3,14 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::Doing;
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 
 use super::layout::{CONFIG_FILE, VOCAB_HASH_FILE};
 use super::setup::captioner_config;
+use super::Result;
 use crate::checkpoint;
 use crate::trainer::{VALUE_WEIGHTS, WEIGHTS};
 use crate::LearnerError;
@@ -19,21 +20,21 @@ use crate::LearnerError;
 pub(super) fn resolve_checkpoint(dir: &Path) -> Result<checkpoint::Checkpoint> {
     let first = match checkpoint::open(dir) {
         Ok(ck) => return Ok(ck),
-        Err(e @ LearnerError::Corrupt { .. }) => return Err(e.into()),
+        Err(e @ LearnerError::Corrupt { .. }) => return Err(e),
         Err(e) => e,
     };
     if let Some(ck) = checkpoint::latest_valid(dir)? {
         return Ok(ck);
     }
     if let Some(newest) = checkpoint::damage(dir)?.into_iter().next() {
-        return Err(newest).with_context(|| {
+        return Err(newest).doing(|| {
             format!(
                 "{} holds no checkpoint that verifies; the newest one is damaged",
                 dir.display()
             )
         });
     }
-    Err(first).with_context(|| {
+    Err(first).doing(|| {
         format!(
             "{} is not a checkpoint (expected a ckpt-* directory written by `caprl train`, or a directory holding them)",
             dir.display()
@@ -57,20 +58,19 @@ pub struct Loaded {
 pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) -> Result<Loaded> {
     let ck = resolve_checkpoint(ck_dir)?;
     let text = std::fs::read_to_string(ck.file(CONFIG_FILE))
-        .with_context(|| format!("reading {}", ck.file(CONFIG_FILE).display()))?;
+        .doing(|| format!("reading {}", ck.file(CONFIG_FILE).display()))?;
     let mut cfg = RunConfig::from_toml_str(&text, &ck.file(CONFIG_FILE).display().to_string())?;
     if let Some(d) = data_dir {
         cfg.data.dir = d.display().to_string();
     }
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
-        .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
-    let data =
-        Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).with_context(|| {
-            format!(
-                "opening the data set the checkpoint was trained on ({})",
-                cfg.data.dir
-            )
-        })?;
+        .doing(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
+    let data = Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).doing(|| {
+        format!(
+            "opening the data set the checkpoint was trained on ({})",
+            cfg.data.dir
+        )
+    })?;
     let model_cfg: CaptionerConfig = captioner_config(&cfg, &data)?;
     let model = Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?;
     let value = match ck.file(VALUE_WEIGHTS).exists() {
@@ -97,19 +97,19 @@ pub(super) fn start_model(
     model_cfg: &CaptionerConfig,
     device: &Device,
 ) -> Result<Captioner> {
-    let ck = resolve_checkpoint(dir).context("--start-from")?;
+    let ck = resolve_checkpoint(dir).doing(|| "--start-from".to_string())?;
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
-        .with_context(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
+        .doing(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
     if hash.trim() != data.vocab.hash() {
-        anyhow::bail!(
+        return Err(LearnerError::Invalid(format!(
             "--start-from {}: the checkpoint was trained with another vocabulary (hash {}, this data set's is {}); use the data set it was trained on",
             ck.dir.display(),
             hash.trim(),
             data.vocab.hash()
-        );
+        )));
     }
     tracing::info!("starting RL from {}", ck.dir.display());
-    Captioner::load(&ck.file(WEIGHTS), model_cfg, device).with_context(|| {
+    Captioner::load(&ck.file(WEIGHTS), model_cfg, device).doing(|| {
         format!(
             "--start-from {}: its weights do not fit the configured model (set [model] as it was trained)",
             ck.dir.display()

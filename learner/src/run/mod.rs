@@ -23,7 +23,6 @@ mod setup;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, Device};
@@ -34,12 +33,16 @@ pub use setup::{adam_params, captioner_config, schedule};
 
 use crate::checkpoint;
 use crate::driver::Driver;
+use crate::error::{Doing, LearnerError};
 use crate::objective::{uses_disc, Objective};
 use crate::trainer::{Phase, Trainer, WEIGHTS};
 use disc_setup::online_disc;
 use layout::{open_run_log, set_aside_previous_run, BEST_XE};
 use load::{resolve_checkpoint, start_model};
 use phase::run_phase;
+
+/// What every step of the run returns.
+type Result<T> = std::result::Result<T, LearnerError>;
 
 /// What every part of the run loop reads.
 #[derive(Clone, Copy)]
@@ -155,7 +158,7 @@ pub fn train(
                 .best_xe
                 .clone()
                 .unwrap_or_else(|| Path::new(&cfg.run_dir).join(BEST_XE));
-            let ck = resolve_checkpoint(&xe_dir).with_context(|| {
+            let ck = resolve_checkpoint(&xe_dir).doing(|| {
                 format!(
                     "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
                      (train XE first, or pass --start-from)",

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use super::Result;
+use crate::LearnerError;
 use caprl_common::config::RunConfig;
 use caprl_common::data::{Dataset, Item};
 use caprl_common::progress::Progress;
@@ -84,9 +85,9 @@ pub(super) fn run_phase(
             let stats = match phase {
                 Phase::Xe => trainer.xe_step(data, &batch, opts)?,
                 Phase::Rl => {
-                    let driver = driver
-                        .as_deref_mut()
-                        .context("RL phase without a bus driver")?;
+                    let driver = driver.as_deref_mut().ok_or_else(|| {
+                        LearnerError::Invalid("RL phase without a bus driver".into())
+                    })?;
                     let (stats, mean_reward) = rl_step(
                         run,
                         trainer,
@@ -211,12 +212,7 @@ fn validate(cfg: &RunConfig, data: &Dataset, trainer: &Trainer) -> Result<EvalRe
         seed: cfg.seed,
         ..EvalOptions::default()
     };
-    Ok(eval::evaluate(
-        &trainer.model,
-        data,
-        &data.val.items,
-        &opts,
-    )?)
+    eval::evaluate(&trainer.model, data, &data.val.items, &opts)
 }
 
 /// Records the captions of the first `train.sample_images` val images.

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use super::Result;
 use caprl_common::config::{self, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{batch_tokens, inputs_for_rows, DType};

@@ -1,7 +1,8 @@
 //! What the run config fixes for training: the captioner's shape, the compute dtype, the
 //! learning-rate schedule of a phase and AdamW's settings.
 
-use anyhow::Result;
+use super::Result;
+use crate::LearnerError;
 use caprl_common::config::{self, RunConfig};
 use caprl_common::data::Dataset;
 use caprl_common::model::{CaptionerConfig, DType, ModelKind};
@@ -11,16 +12,16 @@ use caprl_common::optim::{AdamWParams, Schedule};
 pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConfig> {
     let kind = cfg.model.kind;
     if kind == ModelKind::Crnn && data.att_shape().is_none() {
-        anyhow::bail!(
+        return Err(LearnerError::Invalid(format!(
             "model.kind = \"crnn\" needs log-mel frames, but {} has only global (fc) features; prepare audio with `caprl data audio` or `caprl data synth-audio`",
             cfg.data.dir
-        );
+        )));
     }
     if kind == ModelKind::Att && data.att_shape().is_none() {
-        anyhow::bail!(
+        return Err(LearnerError::Invalid(format!(
             "model.kind = \"att\" needs region features, but {} has only global (fc) features; use model.kind = \"fc\"",
             cfg.data.dir
-        );
+        )));
     }
     let c = CaptionerConfig {
         kind,
