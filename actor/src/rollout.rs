@@ -23,9 +23,9 @@ pub fn rollout(
     actor_id: &str,
 ) -> Result<Rollout, ModelError> {
     let started = Instant::now();
-    let cfg = policy.model().config();
+    let cfg = policy.config();
     let rows: Vec<usize> = task.image_rows.iter().map(|&r| r as usize).collect();
-    let x = inputs_for_rows(data, &rows, cfg, policy.model().device())?;
+    let x = inputs_for_rows(data, &rows, cfg, policy.device())?;
     let mut sequences = Vec::new();
     if task.samples > 0 {
         let mut rng = CaprlRng::new(task.seed);
@@ -136,7 +136,7 @@ fn mc_completions(
             n_per_input: k,
             temperature: task.temperature,
             top_k: task.top_k as usize,
-            max_len: policy.model().config().max_len,
+            max_len: policy.config().max_len,
         },
         &mut rng,
     )?;

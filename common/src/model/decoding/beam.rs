@@ -158,9 +158,7 @@ impl Decoder {
         opts: &BeamOptions,
         lookahead: Option<&Lookahead>,
     ) -> Result<Vec<Vec<Hypothesis>>> {
-        on_rayon(self.model.device(), || {
-            self.beam_search_here(x, opts, lookahead)
-        })
+        on_rayon(&self.device, || self.beam_search_here(x, opts, lookahead))
     }
 
     fn beam_search_here(
@@ -176,7 +174,7 @@ impl Decoder {
             ));
         }
         let n = x.batch_size()?;
-        let v = self.model.config().vocab_size;
+        let v = self.cfg.vocab_size;
         let mut live_state = self.steps.start(x)?;
         // Live beams of each input, in the order of their rows.
         let mut beams: Vec<Vec<Beam>> = vec![

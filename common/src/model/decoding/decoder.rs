@@ -12,6 +12,7 @@ use super::beam::{BeamOptions, Hypothesis, Lookahead};
 use super::rollout::{on_rayon, Decoded};
 use super::sample::SampleOptions;
 use crate::model::captioner::Captioner;
+use crate::model::config::CaptionerConfig;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
@@ -23,16 +24,23 @@ use crate::model::seam::StepDecoder;
 /// It decodes with the weights as they were when [`Captioner::decoder`] made it; after they
 /// change (an optimizer step, a load) make a new one.
 pub struct Decoder {
-    /// A handle on the captioner (its weights' storage is shared).
-    pub(crate) model: Captioner,
+    /// The configuration of the captioner this decoder was made from.
+    pub(crate) cfg: CaptionerConfig,
+    /// The device its weights live on.
+    pub(crate) device: candle_core::Device,
     /// The architecture's prepared weights.
     pub(crate) steps: Box<dyn StepDecoder>,
 }
 
 impl Decoder {
-    /// The captioner this decoder was made from.
-    pub fn model(&self) -> &Captioner {
-        &self.model
+    /// The configuration of the captioner this decoder was made from.
+    pub fn config(&self) -> &CaptionerConfig {
+        &self.cfg
+    }
+
+    /// The device the prepared weights live on.
+    pub fn device(&self) -> &candle_core::Device {
+        &self.device
     }
 }
 
@@ -42,7 +50,8 @@ impl Captioner {
         // The block layout of the host step follows the thread count of the pool it runs in.
         on_rayon(self.device(), || {
             Ok(Decoder {
-                model: self.share()?,
+                cfg: self.config().clone(),
+                device: self.device().clone(),
                 steps: self.model.step_decoder()?,
             })
         })

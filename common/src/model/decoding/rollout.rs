@@ -113,7 +113,7 @@ impl Decoder {
         max_len: usize,
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
-        on_rayon(self.model.device(), || {
+        on_rayon(&self.device, || {
             self.rollout_here(x, prefixes, max_len, policy)
         })
     }
@@ -208,8 +208,8 @@ impl Decoder {
         pre: &[u32],
         policy: &mut dyn Policy,
     ) -> Result<(Vec<u32>, Vec<f32>)> {
-        let v = self.model.config().vocab_size;
-        let idx = Tensor::from_vec(vec![r as u32], 1, self.model.device())?;
+        let v = self.cfg.vocab_size;
+        let idx = Tensor::from_vec(vec![r as u32], 1, &self.device)?;
         let mut live = self.steps.start(&x.select(&idx)?)?;
         let mut out = Vec::with_capacity(pre.len());
         let mut prev = BOS;

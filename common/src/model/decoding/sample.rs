@@ -167,7 +167,7 @@ impl Decoder {
                 x.batch_size()?
             )));
         }
-        let v = self.model.config().vocab_size as u32;
+        let v = self.cfg.vocab_size as u32;
         if let Some(bad) = prefixes.iter().flatten().find(|&&w| w >= v) {
             return Err(ModelError::Input(format!(
                 "prefix token id {bad} is outside the vocabulary of {v}"

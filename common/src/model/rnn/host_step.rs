@@ -414,8 +414,8 @@ mod tests {
     use super::super::decode::RnnSteps;
     use super::super::RnnCaptioner;
     use crate::model::{
-        BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoder, Device, Inputs, ModelKind,
-        RnnKind, SampleOptions,
+        BeamOptions, CaprlRng, CaptionerConfig, Decoder, Device, Inputs, ModelKind, RnnKind,
+        SampleOptions,
     };
 
     fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
@@ -443,11 +443,12 @@ mod tests {
             steps.host = None;
         }
         let blocks = steps.host.as_ref().map(|h| h.blocks());
-        let model = Captioner {
-            model: Box::new(m.share().unwrap()),
+        let decoder = Decoder {
+            cfg: m.cfg.clone(),
+            device: m.device.clone(),
+            steps: Box::new(steps),
         };
-        let steps = Box::new(steps);
-        (Decoder { model, steps }, blocks)
+        (decoder, blocks)
     }
 
     /// Everything a decoder gives for `x`.
