@@ -99,6 +99,18 @@ pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     Ok(())
 }
 
+/// A periodic checkpoint in `checkpoint.dir`, keeping the newest `checkpoint.keep`.
+pub(super) fn save_checkpoint(
+    cfg: &RunConfig,
+    data: &Dataset,
+    trainer: &mut Trainer,
+    disc: Option<&OnlineDisc>,
+) -> Result<()> {
+    let files = files(cfg, data, disc)?;
+    trainer.save(&cfg.checkpoint_dir(), cfg.checkpoint.keep as usize, &files)?;
+    Ok(())
+}
+
 pub(super) fn save_best(
     cfg: &RunConfig,
     data: &Dataset,
@@ -126,7 +138,7 @@ fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
 }
 
 /// [`extras`] plus the discriminator's weights and optimizer state when there is one.
-pub(super) fn files(
+fn files(
     cfg: &RunConfig,
     data: &Dataset,
     disc: Option<&OnlineDisc>,

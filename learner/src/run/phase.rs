@@ -11,7 +11,7 @@ use caprl_common::data::{Dataset, Item};
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
 
-use super::layout::{best_cider, files, latest_in, save_best, BEST_RL, BEST_XE};
+use super::layout::{best_cider, latest_in, save_best, save_checkpoint, BEST_RL, BEST_XE};
 use super::rl_step::rl_step;
 use super::setup::schedule;
 use super::Run;
@@ -143,11 +143,7 @@ pub(super) fn run_phase(
                 .step
                 .is_multiple_of(cfg.checkpoint.every_steps.max(1))
             {
-                trainer.save(
-                    &cfg.checkpoint_dir(),
-                    cfg.checkpoint.keep as usize,
-                    &files(cfg, data, disc.as_deref())?,
-                )?;
+                save_checkpoint(cfg, data, trainer, disc.as_deref())?;
             }
             if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
                 break;
@@ -188,11 +184,7 @@ pub(super) fn run_phase(
                 save_best(cfg, data, &best_dir, trainer, cider, disc.as_deref())?;
             }
         }
-        trainer.save(
-            &cfg.checkpoint_dir(),
-            cfg.checkpoint.keep as usize,
-            &files(cfg, data, disc.as_deref())?,
-        )?;
+        save_checkpoint(cfg, data, trainer, disc.as_deref())?;
         if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
             break;
         }
