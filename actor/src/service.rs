@@ -285,6 +285,7 @@ async fn handle_task<R: RolloutFn>(
                 task.task_id,
                 INTERNAL_FAULT_RETRY.as_secs()
             );
+            telemetry::metrics::count_internal_fault();
             stats.internal_faults += 1;
             delivery.nak(Some(INTERNAL_FAULT_RETRY)).await?;
             return Ok(());

@@ -98,6 +98,10 @@ pub fn describe_all() {
         REJECTED_MESSAGES_TOTAL,
         "Messages rejected as undecodable or invalid, per reason."
     );
+    describe_counter!(
+        INTERNAL_FAULTS_TOTAL,
+        "Tasks handed back for a retry after a fault inside the model (a bug to report)."
+    );
     describe_gauge!(
         SNAPSHOT_BYTES,
         Unit::Bytes,
@@ -226,6 +230,11 @@ pub fn count_redelivery(queue: &str) {
 /// Any role: a message was rejected (`reason`: `bad_magic`, `unknown_version`, `oversize`, ...).
 pub fn count_rejected(reason: &str) {
     counter!(REJECTED_MESSAGES_TOTAL, LABEL_REASON => reason.to_owned()).increment(1);
+}
+
+/// Actor: a task handed back after a fault inside the model.
+pub fn count_internal_fault() {
+    counter!(INTERNAL_FAULTS_TOTAL).increment(1);
 }
 
 /// Learner (publish) or actor (fetch + verify): one snapshot broadcast.

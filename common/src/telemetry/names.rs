@@ -70,6 +70,8 @@ pub const QUEUE_DEPTH: &str = "caprl_queue_depth_messages";
 pub const REDELIVERIES_TOTAL: &str = "caprl_redeliveries_total";
 /// Counter: messages rejected by the codec or validation (label `reason`).
 pub const REJECTED_MESSAGES_TOTAL: &str = "caprl_rejected_messages_total";
+/// Counter: tasks an actor handed back after a fault inside the model (retried, never dropped).
+pub const INTERNAL_FAULTS_TOTAL: &str = "caprl_internal_faults_total";
 /// Counter: times a role lost the broker and started retrying with backoff.
 pub const BUS_OUTAGES_TOTAL: &str = "caprl_bus_outages_total";
 /// Gauge: size of the last policy snapshot written (learner) or fetched (actor).
@@ -112,6 +114,7 @@ const ALL: &[&str] = &[
     QUEUE_DEPTH,
     REDELIVERIES_TOTAL,
     REJECTED_MESSAGES_TOTAL,
+    INTERNAL_FAULTS_TOTAL,
     BUS_OUTAGES_TOTAL,
     SNAPSHOT_BYTES,
     SNAPSHOT_BROADCAST_SECONDS,
