@@ -87,7 +87,8 @@ impl Captioner {
         self.model.varmap()
     }
 
-    /// Number of trainable values (every variable's element count).
+    /// Number of values the model stores: every variable's element count, the `crnn` encoder's
+    /// batch-norm running statistics included (`crnn_param_count` counts without them).
     pub fn param_count(&self) -> Result<usize> {
         let data = self.varmap().data().lock().map_err(|_| {
             super::ModelError::Internal("the model's VarMap lock was poisoned".into())
