@@ -8,9 +8,11 @@
 # `run` does, with the CUDA libraries put on the loader path (LD_LIBRARY_PATH) when the binary
 # does not find them:
 #   1. caprl selftest --device cuda:0 (log-probs, gradients, AdamW, greedy, snapshot, repeat);
-#   2. caprl bench model --device cuda:0 at batch 32/128/512 in f32 and bf16;
+#   2. caprl bench model --device cuda:0 at batch 32/128/512 in f32 and bf16, for the GRU (fc)
+#      captioner and for the Transformer (d_model 512);
 #   3. a short caprl train on the synthetic set, twice with one seed (the weights must be
-#      byte-identical) and once more with CUDA_LAUNCH_BLOCKING=1 (same weights again).
+#      byte-identical) and once more with CUDA_LAUNCH_BLOCKING=1 (same weights again), then the
+#      same twice with model.kind = transformer.
 # Output goes to $OUT (the device tool's folder that comes back) or /tmp/gpu-check-out; the script
 # exits non-zero when a step fails. GPU=cuda:1 picks another device.
 set -euo pipefail
@@ -85,26 +87,34 @@ run)
   grep -E '^(pass|FAIL)|selftest:' "$out/selftest.txt" || true
   step bench-model "$bin" bench model --device "$gpu" --dtype f32,bf16 --batch 32,128,512 --hidden 512
   cat "$out/bench-model.txt"
+  step bench-transformer "$bin" bench model --device "$gpu" --kind transformer --dtype f32,bf16 --batch 32,128,512 --hidden 512
+  cat "$out/bench-transformer.txt"
   work=$(mktemp -d)
   step synth "$bin" data synth --train 256 --val 32 --test 32 -q --out "$work/data"
-  train() { # run dir, extra env...
+  train() { # run dir, VAR=value for the environment..., then -- and more caprl flags
     local dir=$1; shift
-    env "$@" "$bin" train --device "$gpu" --set seed=5 -q \
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    env "${envs[@]}" "$bin" train --device "$gpu" --set seed=5 -q \
       --set "data.dir=\"$work/data\"" --set "run_dir=\"$dir\"" \
       --set model.hidden=128 --set model.embed=64 --set train.batch_size=32 \
       --set train.xe_epochs=1 --set train.rl_epochs=1 --set train.eval_images=16 \
-      --set checkpoint.every_steps=1000
+      --set checkpoint.every_steps=1000 "$@"
   }
   step train-a train "$work/a"
   step train-b train "$work/b"
   step train-blocking train "$work/c" CUDA_LAUNCH_BLOCKING=1
+  step train-transformer-a train "$work/ta" -- --set 'model.kind="transformer"'
+  step train-transformer-b train "$work/tb" -- --set 'model.kind="transformer"'
   weights() { ls -d "$1"/checkpoints/ckpt-* 2>/dev/null | sort | tail -n 1 | sed 's|$|/model.safetensors|'; }
-  for run in b c; do
-    a=$(weights "$work/a"); other=$(weights "$work/$run")
+  for run in b c tb; do
+    base=a; [ "$run" = tb ] && base=ta
+    a=$(weights "$work/$base"); other=$(weights "$work/$run")
     if [ -f "$a" ] && [ -f "$other" ] && cmp -s "$a" "$other"; then
-      echo "pass  weights of run a and run $run identical ($(sha256sum "$a" | cut -c1-16))"
+      echo "pass  weights of run $base and run $run identical ($(sha256sum "$a" | cut -c1-16))"
     else
-      echo "FAIL  weights of run a and run $run differ (or a run wrote none): $a $other"
+      echo "FAIL  weights of run $base and run $run differ (or a run wrote none): $a $other"
       status=1
     fi
   done

@@ -63,6 +63,7 @@ fn setup(run: &str) -> Setup {
         hidden: 32,
         att_hidden: 32,
         crnn_width: 128,
+        transformer: Default::default(),
         dropout: 0.0,
         vocab_size: data.vocab.len(),
         fc_dim: data.fc_dim(),

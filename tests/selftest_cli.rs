@@ -16,7 +16,7 @@ const CHECKS: [&str; 7] = [
     "snapshot device -> cpu",
     "repeated training",
 ];
-const MODELS: [&str; 3] = ["fc-gru", "att-lstm2", "crnn-gru"];
+const MODELS: [&str; 4] = ["fc-gru", "att-lstm2", "crnn-gru", "transformer"];
 
 #[test]
 fn selftest_on_the_cpu_passes_every_check_of_every_model() {

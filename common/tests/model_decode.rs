@@ -2,7 +2,7 @@
 
 use caprl_common::model::{
     batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoded, Device, Inputs,
-    ModelKind, RnnKind, SampleOptions, EOS,
+    ModelKind, RnnKind, SampleOptions, TransformerShape, EOS,
 };
 
 fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
@@ -13,6 +13,16 @@ fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
     cfg.hidden = 16;
     cfg.att_hidden = 8;
     cfg.max_len = 7;
+    if kind == ModelKind::Transformer {
+        cfg.transformer = TransformerShape {
+            enc_layers: 1,
+            dec_layers: layers,
+            d_model: 16,
+            heads: 2,
+            d_ff: 20,
+            tie_embed: false,
+        };
+    }
     cfg
 }
 
@@ -30,6 +40,7 @@ fn configs() -> Vec<CaptionerConfig> {
     vec![
         tiny(ModelKind::Fc, RnnKind::Gru, 1),
         tiny(ModelKind::Att, RnnKind::Lstm, 2),
+        tiny(ModelKind::Transformer, RnnKind::Gru, 2),
     ]
 }
 
@@ -418,7 +429,7 @@ fn lookahead_scores_mix_log_prob_and_value() {
     use caprl_common::model::{Lookahead, ValueHead};
     for cfg in configs() {
         let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
-        let value = ValueHead::new(cfg.hidden, &Device::Cpu, 12).unwrap();
+        let value = ValueHead::new(cfg.state_dim(), &Device::Cpu, 12).unwrap();
         let x = inputs(&cfg, 3, 4);
         let bo = BeamOptions {
             width: 3,

@@ -141,6 +141,31 @@ fn schedules_follow_their_formulas() {
     assert!((cos.lr(60, 0) - 0.5).abs() < 1e-12);
     assert!(cos.lr(110, 0).abs() < 1e-12);
     assert!(cos.lr(500, 0).abs() < 1e-12);
+    // self-critical.pytorch's transformer.yml: d_model 512, warmup 20000, factor 1.
+    let noam = Schedule::Noam {
+        factor: 1.0,
+        d_model: 512,
+        warmup: 20_000,
+    };
+    let peak = 1.0 / (512.0f64 * 20_000.0).sqrt();
+    assert!(
+        (noam.lr(19_999, 0) - peak).abs() < 1e-15,
+        "peak at the end of the warmup"
+    );
+    assert!(
+        (peak - 3.125e-4).abs() < 1e-6,
+        "the peak the notes quote: {peak}"
+    );
+    assert!(
+        (noam.lr(0, 0) - peak / 20_000.0).abs() < 1e-15,
+        "linear rise from step 1"
+    );
+    assert!(
+        (noam.lr(79_999, 0) - peak / 2.0).abs() < 1e-15,
+        "1/√s after the warmup"
+    );
+    assert!(noam.lr(9_999, 0) < noam.lr(10_000, 0));
+    assert!(noam.lr(30_000, 0) > noam.lr(30_001, 0));
 }
 
 /// Parameters large enough to be updated in chunks on several threads end up with exactly the

@@ -39,6 +39,8 @@ pub enum What {
     All(bench_all::AllArgs),
     /// Captioner speed per device and dtype: XE and SCST steps, decode tokens/s, snapshots.
     Model(super::bench_model::ModelArgs),
+    /// The Transformer on its PyTorch peer's protocol, at the synthetic and COCO shapes.
+    Transformer(super::bench_transformer::TransformerBenchArgs),
     /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
     Audio(super::bench_audio_cmd::AudioBenchArgs),
     /// Seed 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
@@ -66,6 +68,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Transport(a) => a,
         What::All(a) => return bench_all::run(a, global),
         What::Model(a) => return super::bench_model::run(a),
+        What::Transformer(a) => return super::bench_transformer::run(a),
         What::Audio(a) => return super::bench_audio_cmd::run(a),
         What::Clip(a) => return super::bench_clip_cmd::run(a),
     };

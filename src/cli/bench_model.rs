@@ -46,9 +46,14 @@ pub struct ModelArgs {
     /// Batch sizes (images), comma-separated. The full grid is 32,128,512.
     #[arg(long, value_delimiter = ',', default_value = "32,128")]
     pub batch: Vec<usize>,
-    /// Decoder hidden sizes, comma-separated. The full grid is 512,1024.
+    /// Decoder hidden sizes (the Transformer's d_model), comma-separated. The full grid is
+    /// 512,1024.
     #[arg(long, value_delimiter = ',', default_value = "512")]
     pub hidden: Vec<usize>,
+    /// Model: `fc` (the GRU captioner) or `transformer` (2 + 2 layers, d_model = hidden,
+    /// hidden / 64 heads, d_ff = 4 · hidden, over the fc feature as one region).
+    #[arg(long, default_value = "fc")]
+    pub kind: String,
     /// Timed runs per measurement (after one warm-up run).
     #[arg(long, default_value_t = 2)]
     pub iters: usize,
@@ -153,8 +158,16 @@ fn measure(
     hidden: usize,
 ) -> Result<ModelBenchRow> {
     let l = args.max_len;
-    let mut cfg = CaptionerConfig::new(ModelKind::Fc, args.vocab.max(8), FC_DIM, None);
+    let kind = match args.kind.as_str() {
+        "fc" => ModelKind::Fc,
+        "transformer" => ModelKind::Transformer,
+        other => anyhow::bail!("--kind {other}: expected fc or transformer"),
+    };
+    let mut cfg = CaptionerConfig::new(kind, args.vocab.max(8), FC_DIM, None);
     cfg.hidden = hidden;
+    cfg.transformer.d_model = hidden;
+    cfg.transformer.heads = (hidden / 64).max(1);
+    cfg.transformer.d_ff = 4 * hidden;
     cfg.embed = EMBED;
     cfg.max_len = l;
     cfg.dropout = 0.2;
@@ -261,7 +274,7 @@ fn measure(
 }
 
 /// Pushes EOS's logit bias far down so that every decode runs to the length limit.
-fn suppress_eos(model: &Captioner) -> Result<()> {
+pub(crate) fn suppress_eos(model: &Captioner) -> Result<()> {
     let data = model
         .varmap()
         .data()
@@ -280,8 +293,8 @@ fn suppress_eos(model: &Captioner) -> Result<()> {
 fn table(args: &ModelArgs, rows: &[ModelBenchRow]) -> String {
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into());
     let mut out = format!(
-        "caprl bench model --device {} (vocab {}, max_len {}, embed {EMBED}, fc {FC_DIM}, {} iters, RAYON_NUM_THREADS={threads})\n",
-        args.device, args.vocab, args.max_len, args.iters
+        "caprl bench model --device {} --kind {} (vocab {}, max_len {}, embed {EMBED}, fc {FC_DIM}, {} iters, RAYON_NUM_THREADS={threads})\n",
+        args.device, args.kind, args.vocab, args.max_len, args.iters
     );
     out.push_str(
         "| dtype | batch | hidden | XE step ms | SCST step ms | greedy tok/s | sample tok/s | beam5 tok/s | snapshot ms (MB) |\n\

@@ -111,6 +111,18 @@ pub struct ModelConfig {
     pub crnn_width: u32,
     /// Dropout probability; [0, 1).
     pub dropout: f64,
+    /// Transformer encoder layers (`transformer` only); 1..=24.
+    pub enc_layers: u32,
+    /// Transformer decoder layers (`transformer` only); 1..=24.
+    pub dec_layers: u32,
+    /// Transformer width (`transformer` only); 8..=4096, a multiple of `heads`.
+    pub d_model: u32,
+    /// Attention heads (`transformer` only); 1..=64.
+    pub heads: u32,
+    /// Transformer feed-forward size (`transformer` only); 1..=16384.
+    pub d_ff: u32,
+    /// Transformer: the output layer reuses the word embedding (`transformer` only).
+    pub tie_embed: bool,
 }
 
 impl Default for ModelConfig {
@@ -124,6 +136,12 @@ impl Default for ModelConfig {
             att_hidden: 256,
             crnn_width: 128,
             dropout: 0.2,
+            enc_layers: 2,
+            dec_layers: 2,
+            d_model: 256,
+            heads: 4,
+            d_ff: 1024,
+            tie_embed: false,
         }
     }
 }
@@ -321,8 +339,10 @@ pub struct OptimConfig {
     pub decay_every: u32,
     /// Step schedule factor; (0, 1].
     pub decay_rate: f64,
-    /// Cosine schedule warmup steps.
+    /// Warmup steps of the cosine and noam schedules.
     pub warmup_steps: u64,
+    /// Noam schedule: the factor of `d_model^(−1/2) · min(s^(−1/2), s · warmup^(−3/2))`; > 0.
+    pub noam_factor: f64,
 }
 
 impl Default for OptimConfig {
@@ -340,6 +360,7 @@ impl Default for OptimConfig {
             decay_every: 3,
             decay_rate: 0.8,
             warmup_steps: 0,
+            noam_factor: 1.0,
         }
     }
 }
@@ -351,6 +372,9 @@ pub enum Schedule {
     Constant,
     Step,
     Cosine,
+    /// The Transformer's warmup then inverse square root, scaled by `model.d_model`
+    /// (`optim.lr` is not used): the XE phase; RL phases run at a constant `optim.rl_lr`.
+    Noam,
 }
 
 /// `[runtime]`: how actors, reward workers and the learner cooperate.

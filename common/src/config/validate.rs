@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::ops::RangeBounds;
 
 use super::error::ConfigError;
-use super::schema::{Baseline, Objective, RunConfig};
+use super::schema::{Baseline, Objective, RunConfig, Schedule};
 
 /// One check: the key it is about, what is allowed (for the message), and a
 /// function returning the offending value when the check fails.
@@ -42,6 +42,16 @@ const RULES: &[Rule] = &[
     Rule { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
     Rule { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
     Rule { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
+    Rule { key: "model.enc_layers", allowed: "1..=24", violation: |c| outside(c.model.enc_layers, 1..=24) },
+    Rule { key: "model.dec_layers", allowed: "1..=24", violation: |c| outside(c.model.dec_layers, 1..=24) },
+    Rule { key: "model.heads", allowed: "1..=64", violation: |c| outside(c.model.heads, 1..=64) },
+    Rule { key: "model.d_model", allowed: "8..=4096", violation: |c| outside(c.model.d_model, 8..=4096) },
+    Rule {
+        key: "model.d_model",
+        allowed: "a multiple of model.heads (each head gets d_model / heads values)",
+        violation: |c| (c.model.heads > 0 && c.model.d_model % c.model.heads != 0).then(|| format!("{} with heads = {}", c.model.d_model, c.model.heads)),
+    },
+    Rule { key: "model.d_ff", allowed: "1..=16384", violation: |c| outside(c.model.d_ff, 1..=16384) },
     Rule { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
     Rule { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
@@ -81,6 +91,12 @@ const RULES: &[Rule] = &[
     Rule { key: "optim.decay_every", allowed: ">= 1", violation: |c| outside(c.optim.decay_every, 1..) },
     Rule { key: "optim.decay_rate", allowed: "(0, 1]", violation: |c| fails(c.optim.decay_rate, |x| x > 0.0 && x <= 1.0) },
     Rule { key: "optim.warmup_steps", allowed: TOML_INT, violation: |c| toml_int(c.optim.warmup_steps) },
+    Rule {
+        key: "optim.warmup_steps",
+        allowed: ">= 1 when schedule = \"noam\" (its peak is at the end of the warmup)",
+        violation: |c| (c.optim.schedule == Schedule::Noam).then(|| outside(c.optim.warmup_steps, 1..)).flatten(),
+    },
+    Rule { key: "optim.noam_factor", allowed: "a finite number > 0", violation: |c| fails(c.optim.noam_factor, |x| x > 0.0 && x.is_finite()) },
     Rule {
         key: "runtime.run_id",
         allowed: "a non-empty name of [a-z0-9-] (it becomes part of NATS subjects and bucket names)",

@@ -13,6 +13,7 @@ use super::inputs::{token_mask, Inputs};
 use super::rng::CaprlRng;
 use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};
+use super::transformer::TransformerCaptioner;
 
 /// The architecture of `cfg.kind`, its weights drawn from `seed`: the registration of every
 /// model kind.
@@ -25,6 +26,7 @@ fn architecture(
         ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => {
             Ok(Box::new(RnnCaptioner::new(cfg, device, seed)?))
         }
+        ModelKind::Transformer => Ok(Box::new(TransformerCaptioner::new(cfg, device, seed)?)),
     }
 }
 

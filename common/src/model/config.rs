@@ -10,13 +10,16 @@ use super::error::{ModelError, Result};
 
 /// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
 /// CRNN audio encoder (seed 000) over log-mel frames (the `att` features), its embedding used
-/// like the `fc` model's feature.
+/// like the `fc` model's feature; `transformer`: an encoder over the regions (the `fc` feature
+/// as one region when there are none) and a decoder of masked self-attention and
+/// cross-attention (self-critical.pytorch's `transformer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     Fc,
     Att,
     Crnn,
+    Transformer,
 }
 
 /// The recurrent cell of the decoder.
@@ -63,23 +66,43 @@ impl From<Dtype> for DType {
     }
 }
 
-impl ModelKind {
-    /// Whether the model reads the `att` features: region features (`att`) or log-mel frames
-    /// (`crnn`).
-    pub(crate) fn reads_att(self) -> bool {
-        match self {
-            ModelKind::Fc => false,
-            ModelKind::Att | ModelKind::Crnn => true,
-        }
-    }
-}
-
 impl RnnKind {
     /// Number of gates stacked in one projection: GRU `r, z, n`; LSTM `i, f, g, o`.
     pub(crate) fn gates(self) -> usize {
         match self {
             RnnKind::Gru => 3,
             RnnKind::Lstm => 4,
+        }
+    }
+}
+
+/// The Transformer's shape (`kind = "transformer"`; the other kinds ignore it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransformerShape {
+    /// Encoder layers.
+    pub enc_layers: usize,
+    /// Decoder layers.
+    pub dec_layers: usize,
+    /// Width of every layer's input and output.
+    pub d_model: usize,
+    /// Attention heads; each reads `d_model / heads` values.
+    pub heads: usize,
+    /// Inner size of the feed-forward sublayers.
+    pub d_ff: usize,
+    /// The output projection is the word embedding (transposed, plus its own bias).
+    pub tie_embed: bool,
+}
+
+impl Default for TransformerShape {
+    /// The run config's defaults: 2 + 2 layers, width 256, 4 heads, feed-forward 1024.
+    fn default() -> Self {
+        Self {
+            enc_layers: 2,
+            dec_layers: 2,
+            d_model: 256,
+            heads: 4,
+            d_ff: 1024,
+            tie_embed: false,
         }
     }
 }
@@ -100,6 +123,8 @@ pub struct CaptionerConfig {
     /// CRNN width `W` (crnn only): channels of convolutions 2–5 and GRU size per direction;
     /// the embedding has `2W` values (the paper: 128, so 256).
     pub crnn_width: usize,
+    /// The Transformer's layers and sizes (`transformer` only).
+    pub transformer: TransformerShape,
     /// Dropout probability in `[0, 1)`, used only when a dropout RNG is given.
     pub dropout: f32,
     /// Vocabulary size including PAD/BOS/EOS/UNK.
@@ -136,6 +161,7 @@ impl CaptionerConfig {
             hidden: 512,
             att_hidden: 256,
             crnn_width: 128,
+            transformer: TransformerShape::default(),
             dropout: 0.2,
             vocab_size,
             fc_dim,
@@ -229,6 +255,9 @@ impl CaptionerConfig {
                 return bad("model.att_hidden", "0".into(), "must be >= 1");
             }
         }
+        if self.kind == ModelKind::Transformer {
+            self.transformer.validate()?;
+        }
         if self.kind == ModelKind::Crnn {
             match self.att {
                 Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
@@ -251,11 +280,92 @@ impl CaptionerConfig {
         Ok(())
     }
 
+    /// Width of the decoder state a value head reads: `hidden` for the recurrent models,
+    /// `d_model` for the Transformer.
+    pub fn state_dim(&self) -> usize {
+        match self.kind {
+            ModelKind::Transformer => self.transformer.d_model,
+            ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => self.hidden,
+        }
+    }
+
+    /// Whether the model reads the `att` features: region features (`att`, and `transformer`
+    /// when the data set has them) or log-mel frames (`crnn`).
+    pub(crate) fn reads_att(&self) -> bool {
+        match self.kind {
+            ModelKind::Fc => false,
+            ModelKind::Att | ModelKind::Crnn => true,
+            ModelKind::Transformer => self.att.is_some(),
+        }
+    }
+
     /// Size of the vector the decoder's image projection reads: `2W` for crnn, else `fc_dim`.
     pub(crate) fn feature_dim(&self) -> usize {
         match self.kind {
             ModelKind::Crnn => 2 * self.crnn_width,
             _ => self.fc_dim,
         }
+    }
+}
+
+impl TransformerShape {
+    /// Checks the sizes; the error names the key and what would work.
+    fn validate(&self) -> Result<()> {
+        let bad = |key: &'static str, value: String, expected: String| {
+            Err(ModelError::Config {
+                key,
+                value,
+                expected,
+            })
+        };
+        if !(1..=24).contains(&self.enc_layers) {
+            return bad(
+                "model.enc_layers",
+                self.enc_layers.to_string(),
+                "must be in 1..=24".into(),
+            );
+        }
+        if !(1..=24).contains(&self.dec_layers) {
+            return bad(
+                "model.dec_layers",
+                self.dec_layers.to_string(),
+                "must be in 1..=24".into(),
+            );
+        }
+        if !(1..=64).contains(&self.heads) {
+            return bad(
+                "model.heads",
+                self.heads.to_string(),
+                "must be in 1..=64".into(),
+            );
+        }
+        if !(8..=4096).contains(&self.d_model) {
+            return bad(
+                "model.d_model",
+                self.d_model.to_string(),
+                "must be in 8..=4096".into(),
+            );
+        }
+        if self.d_model % self.heads != 0 {
+            let lower = self.d_model / self.heads * self.heads;
+            return bad(
+                "model.d_model",
+                format!("{} with heads = {}", self.d_model, self.heads),
+                format!(
+                    "must be a multiple of model.heads (each head reads d_model / heads values): \
+                     use d_model = {} or {}, or change heads",
+                    lower.max(self.heads),
+                    lower + self.heads
+                ),
+            );
+        }
+        if !(1..=16384).contains(&self.d_ff) {
+            return bad(
+                "model.d_ff",
+                self.d_ff.to_string(),
+                "must be in 1..=16384".into(),
+            );
+        }
+        Ok(())
     }
 }

@@ -18,6 +18,19 @@ pub struct Inputs {
     /// is clip `expand[i]` (u32 `[B]`), so a clip repeated for its references or samples is
     /// encoded once.
     pub(crate) expand: Option<Tensor>,
+    /// Set when rows were selected from another batch ([`Inputs::repeat_each`],
+    /// [`Inputs::select_rows`]): that batch's features and which of its rows each row shows,
+    /// so that a model can encode each image once however often it repeats.
+    pub(crate) images: Option<Images>,
+}
+
+/// The features of a batch that another batch's rows were selected from.
+#[derive(Debug, Clone)]
+pub(crate) struct Images {
+    fc: Tensor,
+    att: Option<Tensor>,
+    /// The image (row of `fc` / `att`) each row shows.
+    of_row: Vec<u32>,
 }
 
 impl Inputs {
@@ -39,7 +52,7 @@ impl Inputs {
             )));
         }
         let fc = Tensor::from_slice(fc, (b, cfg.fc_dim), device)?.to_dtype(cfg.compute_dtype)?;
-        let needs_att = cfg.kind.reads_att();
+        let needs_att = cfg.reads_att();
         let att =
             match (needs_att, cfg.att, att) {
                 (true, Some((r, d)), Some(a)) => {
@@ -61,6 +74,7 @@ impl Inputs {
             fc,
             att,
             expand: None,
+            images: None,
         })
     }
 
@@ -72,6 +86,7 @@ impl Inputs {
             fc: self.fc.index_select(&idx, 0)?,
             att: self.att,
             expand: Some(idx),
+            images: None,
         })
     }
 
@@ -103,7 +118,25 @@ impl Inputs {
     }
 
     pub(crate) fn select(&self, idx: &Tensor) -> Result<Self> {
+        // crnn inputs keep their clips once in `att` already.
+        let images = match (&self.expand, &self.images) {
+            (Some(_), _) => None,
+            (None, Some(im)) => {
+                let picked = idx.to_vec1::<u32>()?;
+                Some(Images {
+                    fc: im.fc.clone(),
+                    att: im.att.clone(),
+                    of_row: picked.iter().map(|&i| im.of_row[i as usize]).collect(),
+                })
+            }
+            (None, None) => Some(Images {
+                fc: self.fc.clone(),
+                att: self.att.clone(),
+                of_row: idx.to_vec1::<u32>()?,
+            }),
+        };
         Ok(Self {
+            images,
             fc: self.fc.index_select(idx, 0)?,
             att: match (&self.att, &self.expand) {
                 (Some(a), None) => Some(a.index_select(idx, 0)?),
@@ -122,8 +155,64 @@ impl Inputs {
             fc: self.fc.detach(),
             att: self.att.as_ref().map(|a| a.detach()),
             expand: self.expand.clone(),
+            images: self.images.as_ref().map(|im| Images {
+                fc: im.fc.detach(),
+                att: im.att.as_ref().map(|a| a.detach()),
+                of_row: im.of_row.clone(),
+            }),
         }
     }
+
+    /// Each distinct image of the batch once — `fc` `[U, Dfc]`, `att` `[U, R, Da]` — and the
+    /// image each row shows (`[B]`, values `< U`, in order of first appearance).
+    pub(crate) fn distinct(&self) -> Result<(Tensor, Option<Tensor>, Vec<u32>)> {
+        let Some(im) = &self.images else {
+            let b = self.batch_size()? as u32;
+            return Ok((self.fc.clone(), self.att.clone(), (0..b).collect()));
+        };
+        let mut first: Vec<u32> = Vec::new();
+        let mut slot = std::collections::HashMap::new();
+        let of_row: Vec<u32> = im
+            .of_row
+            .iter()
+            .map(|&i| {
+                *slot.entry(i).or_insert_with(|| {
+                    first.push(i);
+                    first.len() as u32 - 1
+                })
+            })
+            .collect();
+        let idx = Tensor::from_slice(&first, first.len(), self.fc.device())?;
+        let att = match &im.att {
+            Some(a) => Some(a.index_select(&idx, 0)?),
+            None => None,
+        };
+        Ok((im.fc.index_select(&idx, 0)?, att, of_row))
+    }
+}
+
+/// Checks teacher-forcing tokens `seqs` `[B, T]` against the batch and the vocabulary and
+/// returns them on the host.
+pub(crate) fn host_tokens(x: &Inputs, seqs: &Tensor, vocab: usize) -> Result<Vec<Vec<u32>>> {
+    let (b, _) = seqs.dims2().map_err(|_| {
+        ModelError::Input(format!(
+            "token sequences must be [B, T], got {:?}",
+            seqs.shape()
+        ))
+    })?;
+    if x.batch_size()? != b {
+        return Err(ModelError::Input(format!(
+            "{} images but {b} token sequences",
+            x.batch_size()?
+        )));
+    }
+    let host = seqs.to_vec2::<u32>()?;
+    if let Some(bad) = host.iter().flatten().find(|&&w| w as usize >= vocab) {
+        return Err(ModelError::Input(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        )));
+    }
+    Ok(host)
 }
 
 /// Pads token sequences (no BOS, ending at EOS) with PAD to `[B, T]`, `T` the longest length.

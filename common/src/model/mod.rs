@@ -44,11 +44,12 @@ mod rng;
 mod rnn;
 mod rows;
 mod seam;
+mod transformer;
 mod value_head;
 
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::Captioner;
-pub use config::{CaptionerConfig, Dtype, ModelKind, RnnKind};
+pub use config::{CaptionerConfig, Dtype, ModelKind, RnnKind, TransformerShape};
 pub use decoding::{on_rayon, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions};
 pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;

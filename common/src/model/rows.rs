@@ -7,43 +7,42 @@ use super::inputs::Inputs;
 use crate::data::Dataset;
 use candle_core::Device;
 
-/// Features of `rows` (feature-store rows) as one batch on `device`. For the crnn model each
-/// distinct clip is loaded (and later encoded) once, however often it repeats in `rows`.
+/// Features of `rows` (feature-store rows) as one batch on `device`. Each distinct image is
+/// loaded once however often it repeats in `rows` (its references, its samples): the crnn model
+/// then encodes each clip once, the Transformer each image once.
 pub fn inputs_for_rows(
     data: &Dataset,
     rows: &[usize],
     cfg: &CaptionerConfig,
     device: &Device,
 ) -> Result<Inputs> {
-    if cfg.kind == ModelKind::Crnn {
-        let mut distinct = Vec::new();
-        let mut seen = std::collections::HashMap::new();
-        let expand: Vec<u32> = rows
-            .iter()
-            .map(|&r| {
-                *seen.entry(r).or_insert_with(|| {
-                    distinct.push(r);
-                    distinct.len() as u32 - 1
-                })
+    let mut distinct = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    let expand: Vec<u32> = rows
+        .iter()
+        .map(|&r| {
+            *seen.entry(r).or_insert_with(|| {
+                distinct.push(r);
+                distinct.len() as u32 - 1
             })
-            .collect();
-        let fc = data
-            .fc_rows(&distinct)
-            .map_err(|e| ModelError::Input(e.to_string()))?;
-        let att = data
-            .att_rows(&distinct)
-            .map_err(|e| ModelError::Input(e.to_string()))?;
-        return Inputs::from_host(&fc, att.as_deref(), distinct.len(), cfg, device)?
-            .expand_rows(&expand);
-    }
+        })
+        .collect();
     let fc = data
-        .fc_rows(rows)
+        .fc_rows(&distinct)
         .map_err(|e| ModelError::Input(e.to_string()))?;
-    let att = match cfg.kind {
-        ModelKind::Att => data
-            .att_rows(rows)
+    let att = match cfg.reads_att() {
+        true => data
+            .att_rows(&distinct)
             .map_err(|e| ModelError::Input(e.to_string()))?,
-        ModelKind::Fc | ModelKind::Crnn => None,
+        false => None,
     };
-    Inputs::from_host(&fc, att.as_deref(), rows.len(), cfg, device)
+    let images = Inputs::from_host(&fc, att.as_deref(), distinct.len(), cfg, device)?;
+    if cfg.kind == ModelKind::Crnn {
+        return images.expand_rows(&expand);
+    }
+    if distinct.len() == rows.len() {
+        return Ok(images);
+    }
+    let expand: Vec<usize> = expand.iter().map(|&i| i as usize).collect();
+    images.select_rows(&expand)
 }

@@ -21,8 +21,8 @@ pub(crate) struct TinyModel {
 }
 
 /// One model of each kind, small enough that the whole self-test takes seconds on a CPU: the
-/// fc model with a GRU, the att model with two LSTM layers, and the crnn audio encoder (its
-/// convolutions, batch norm and bidirectional GRU).
+/// fc model with a GRU, the att model with two LSTM layers, the crnn audio encoder (its
+/// convolutions, batch norm and bidirectional GRU) and a two-layer Transformer over regions.
 pub(crate) fn tiny_models() -> Vec<TinyModel> {
     let wave = |n: usize, k: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * k).sin()).collect() };
     let captions = vec![vec![4, 5, 6, 2], vec![7, 2], vec![8, 9, 4, 10, 2]];
@@ -35,6 +35,16 @@ pub(crate) fn tiny_models() -> Vec<TinyModel> {
     let mut crnn = CaptionerConfig::new(ModelKind::Crnn, 12, 6, Some((16, 64)));
     (crnn.embed, crnn.hidden, crnn.crnn_width, crnn.max_len) = (8, 10, 8, 6);
     crnn.dropout = 0.0;
+    let mut transformer = CaptionerConfig::new(ModelKind::Transformer, 12, 6, Some((5, 4)));
+    (transformer.max_len, transformer.dropout) = (6, 0.2);
+    transformer.transformer = crate::model::TransformerShape {
+        enc_layers: 2,
+        dec_layers: 2,
+        d_model: 16,
+        heads: 4,
+        d_ff: 24,
+        tie_embed: false,
+    };
     vec![
         TinyModel {
             name: "fc-gru",
@@ -57,6 +67,14 @@ pub(crate) fn tiny_models() -> Vec<TinyModel> {
             fc: wave(b * 6, 0.29),
             att: Some(wave(b * 16 * 64, 0.057)),
             cfg: crnn,
+            batch: b,
+            captions: captions.clone(),
+        },
+        TinyModel {
+            name: "transformer",
+            fc: wave(b * 6, 0.31),
+            att: Some(wave(b * 5 * 4, 0.19)),
+            cfg: transformer,
             batch: b,
             captions,
         },

@@ -76,7 +76,7 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
     let value = match ck.file(VALUE_WEIGHTS).exists() {
         true => Some(ValueHead::load(
             &ck.file(VALUE_WEIGHTS),
-            model_cfg.hidden,
+            model_cfg.state_dim(),
             device,
         )?),
         false => None,

@@ -39,11 +39,7 @@ pub(super) fn run_phase(
         Phase::Xe => cfg.train.xe_epochs,
         Phase::Rl => cfg.train.rl_epochs,
     } as u64;
-    let base_lr = match phase {
-        Phase::Xe => cfg.optim.lr,
-        Phase::Rl => cfg.optim.rl_lr,
-    };
-    let schedule = schedule(cfg, base_lr, epochs, data.train.items.len());
+    let schedule = schedule(cfg, phase, epochs, data.train.items.len());
     let best_dir = Path::new(&cfg.run_dir).join(match phase {
         Phase::Xe => BEST_XE,
         Phase::Rl => BEST_RL,

@@ -2,10 +2,11 @@
 //! learning-rate schedule of a phase and AdamW's settings.
 
 use super::Result;
+use crate::trainer::Phase;
 use crate::LearnerError;
 use caprl_common::config::{self, RunConfig};
 use caprl_common::data::Dataset;
-use caprl_common::model::{CaptionerConfig, DType, ModelKind};
+use caprl_common::model::{CaptionerConfig, DType, ModelKind, TransformerShape};
 use caprl_common::optim::{AdamWParams, Schedule};
 
 /// The captioner's shape: the `[model]` section plus what the data set fixes.
@@ -31,6 +32,14 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
         hidden: cfg.model.hidden as usize,
         att_hidden: cfg.model.att_hidden as usize,
         crnn_width: cfg.model.crnn_width as usize,
+        transformer: TransformerShape {
+            enc_layers: cfg.model.enc_layers as usize,
+            dec_layers: cfg.model.dec_layers as usize,
+            d_model: cfg.model.d_model as usize,
+            heads: cfg.model.heads as usize,
+            d_ff: cfg.model.d_ff as usize,
+            tie_embed: cfg.model.tie_embed,
+        },
         dropout: cfg.model.dropout as f32,
         vocab_size: data.vocab.len(),
         fc_dim: data.fc_dim(),
@@ -45,7 +54,11 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
 }
 
 /// The learning-rate schedule of one phase of `epochs` epochs over `n_items` images.
-pub fn schedule(cfg: &RunConfig, lr: f64, epochs: u64, n_items: usize) -> Schedule {
+pub fn schedule(cfg: &RunConfig, phase: Phase, epochs: u64, n_items: usize) -> Schedule {
+    let lr = match phase {
+        Phase::Xe => cfg.optim.lr,
+        Phase::Rl => cfg.optim.rl_lr,
+    };
     match cfg.optim.schedule {
         config::Schedule::Constant => Schedule::Constant { lr },
         config::Schedule::Step => Schedule::Step {
@@ -58,6 +71,16 @@ pub fn schedule(cfg: &RunConfig, lr: f64, epochs: u64, n_items: usize) -> Schedu
             warmup: cfg.optim.warmup_steps,
             total: epochs * n_items.div_ceil(cfg.train.batch_size.max(1) as usize) as u64,
         },
+        // The width it scales by is the Transformer's; a recurrent model's is its hidden size.
+        config::Schedule::Noam if phase == Phase::Xe => Schedule::Noam {
+            factor: cfg.optim.noam_factor,
+            d_model: match cfg.model.kind {
+                ModelKind::Transformer => cfg.model.d_model,
+                _ => cfg.model.hidden,
+            } as u64,
+            warmup: cfg.optim.warmup_steps,
+        },
+        config::Schedule::Noam => Schedule::Constant { lr },
     }
 }
 

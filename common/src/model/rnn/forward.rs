@@ -113,6 +113,7 @@ impl RnnCaptioner {
             fc: x.fc.to_dtype(compute)?,
             att: x.att.map(|a| a.to_dtype(compute)).transpose()?,
             expand: x.expand,
+            images: None,
         };
         if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
             return Err(ModelError::Input(format!(

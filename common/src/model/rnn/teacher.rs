@@ -12,7 +12,7 @@ use candle_nn::ops::log_softmax;
 use super::cell::{run_sequence, unpack_states, CellWeights, LayerState};
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
-use crate::model::inputs::{token_mask, Inputs};
+use crate::model::inputs::{host_tokens, token_mask, Inputs};
 use crate::model::kernels::bias::add_row_bias;
 use crate::model::kernels::dropout::dropout;
 use crate::model::kernels::kernels_enabled;
@@ -130,27 +130,10 @@ impl RnnCaptioner {
         seqs: &Tensor,
         mut dropout_rng: Option<&mut CaprlRng>,
     ) -> Result<TeacherRun> {
-        let (b, t) = seqs.dims2().map_err(|_| {
-            ModelError::Input(format!(
-                "token sequences must be [B, T], got {:?}",
-                seqs.shape()
-            ))
-        })?;
-        if x.batch_size()? != b {
-            return Err(ModelError::Input(format!(
-                "{} images but {b} token sequences",
-                x.batch_size()?
-            )));
-        }
+        let (b, t) = seqs.dims2()?;
         // The tokens come to the host once per pass (not per step): to check them against the
         // vocabulary and to build the time-major input ids.
-        let host = seqs.to_vec2::<u32>()?;
-        let v = self.cfg.vocab_size as u32;
-        if let Some(bad) = host.iter().flatten().find(|&&w| w >= v) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is outside the vocabulary of {v}"
-            )));
-        }
+        let host = host_tokens(x, seqs, self.cfg.vocab_size)?;
         // Time-major inputs: step s reads BOS (s = 0) or the target of step s - 1.
         let mut ids = Vec::with_capacity(t * b);
         for s in 0..t {

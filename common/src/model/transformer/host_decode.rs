@@ -1,0 +1,383 @@
+//! Decoding steps on host arrays (CPU, f32): the Transformer's fast path.
+//!
+//! A graph step is some forty small ops per layer, each allocating its output; here a step
+//! is a few matrix products ([`gemm_into`], on candle's thread count) and loops over rows.
+//!
+//! The self-attention caches live in an append-only arena per decode: every step writes each
+//! live row's key and value into a fresh slot, and a row keeps the list of its slots. Dropping
+//! finished rows and reordering beams ([`HostLive::select`]) copies those short lists, never
+//! the cached keys and values. The memory's cross-attention keys and values are stored once
+//! per distinct image and every row reads its image's.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use candle_core::{DType, Device, Tensor};
+
+use super::forward::Memory;
+use super::layers::{positions, Linear, Norm, NORM_EPS};
+use super::{TransformerCaptioner, Weights};
+use crate::model::error::{ModelError, Result};
+use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use crate::model::kernels::kernels_enabled;
+
+/// A `[out, in]` projection and its bias on the host.
+struct HostLinear {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    inp: usize,
+    out: usize,
+}
+
+impl HostLinear {
+    fn new(l: &Linear) -> Result<Self> {
+        let (out, inp) = l.w.dims2()?;
+        Ok(Self {
+            w: host(&l.w)?,
+            b: host(&l.b)?,
+            inp,
+            out,
+        })
+    }
+
+    /// `x Wᵀ + b` for `n` rows of `x`.
+    fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
+        let mut y: Vec<f32> = Vec::with_capacity(n * self.out);
+        for _ in 0..n {
+            y.extend_from_slice(&self.b);
+        }
+        // SAFETY: `x` holds `n × inp` values, `w` `out × inp`, `y` `n × out`; `y` is new.
+        unsafe {
+            gemm_into(
+                n,
+                self.out,
+                self.inp,
+                y.as_mut_ptr(),
+                self.out,
+                true,
+                Mat::rows(x, self.inp),
+                Mat::cols(&self.w, self.inp),
+            );
+        }
+        y
+    }
+}
+
+/// A layer norm's gain and bias on the host.
+struct HostNorm {
+    gain: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl HostNorm {
+    fn new(n: &Norm) -> Result<Self> {
+        Ok(Self {
+            gain: host(&n.gain)?,
+            bias: host(&n.bias)?,
+        })
+    }
+
+    /// The Annotated Transformer's norm of every row of `x` (unbiased std, `eps` added to it).
+    fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let d = self.gain.len();
+        let mut y = vec![0f32; x.len()];
+        for (row, out) in x.chunks(d).zip(y.chunks_mut(d)) {
+            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+            let var =
+                row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / (d.max(2) - 1) as f64;
+            let inv = 1.0 / (var.sqrt() + NORM_EPS);
+            for i in 0..d {
+                out[i] = ((row[i] as f64 - mean) * inv) as f32 * self.gain[i] + self.bias[i];
+            }
+        }
+        y
+    }
+}
+
+struct HostLayer {
+    norm1: HostNorm,
+    qkv: HostLinear,
+    out: HostLinear,
+    norm2: HostNorm,
+    cross_q: HostLinear,
+    cross_out: HostLinear,
+    norm3: HostNorm,
+    ff1: HostLinear,
+    ff2: HostLinear,
+}
+
+/// The decoder's weights on the host.
+pub(crate) struct HostWeights {
+    d: usize,
+    heads: usize,
+    /// `√d · E` `[V, d]`.
+    embed: Vec<f32>,
+    /// Positions `0..=max_len + 1` `[P, d]`.
+    positions: Vec<f32>,
+    layers: Vec<HostLayer>,
+    norm: HostNorm,
+    logit: HostLinear,
+}
+
+/// Keys and values `[slots, d]` per layer, appended to, never moved.
+struct Arena {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    slots: usize,
+}
+
+/// The live rows of one decode on the host.
+pub(crate) struct HostLive {
+    /// The distinct image each row reads.
+    rows: Vec<u32>,
+    /// Each row's cache slots, one per token fed.
+    history: Vec<Vec<u32>>,
+    /// The final-norm decoder state of every row after the last token fed, `[rows, d]`.
+    top: Option<Vec<f32>>,
+    pos: usize,
+    arena: Rc<RefCell<Arena>>,
+    /// Each layer's memory keys and values `[U, R, d]`, and `R`.
+    cross: Rc<(Vec<(Vec<f32>, Vec<f32>)>, usize)>,
+}
+
+fn host(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+}
+
+impl HostWeights {
+    /// The host layout of the detached weights `w`, when the model decodes on the CPU in f32
+    /// with the kernels on; `None` sends decoding down the graph path.
+    pub(crate) fn new(model: &TransformerCaptioner, w: &Weights) -> Result<Option<Self>> {
+        let compute = model.cfg.compute_dtype;
+        if compute != DType::F32 || !kernels_enabled(&model.device, compute) {
+            return Ok(None);
+        }
+        let s = model.shape();
+        let d = s.d_model;
+        let scale = (d as f64).sqrt();
+        let embed = host(&(&w.embed * scale)?)?;
+        let layers = w
+            .decoder
+            .iter()
+            .map(|l| {
+                Ok(HostLayer {
+                    norm1: HostNorm::new(&l.norm1)?,
+                    qkv: HostLinear::new(&l.attn.qkv)?,
+                    out: HostLinear::new(&l.attn.out)?,
+                    norm2: HostNorm::new(&l.norm2)?,
+                    cross_q: HostLinear::new(&l.cross.q)?,
+                    cross_out: HostLinear::new(&l.cross.out)?,
+                    norm3: HostNorm::new(&l.norm3)?,
+                    ff1: HostLinear::new(&l.ff.w1)?,
+                    ff2: HostLinear::new(&l.ff.w2)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(Self {
+            d,
+            heads: s.heads,
+            embed,
+            positions: positions(model.cfg.max_len + 2, d),
+            layers,
+            norm: HostNorm::new(&w.dec_norm)?,
+            logit: HostLinear::new(&w.logit)?,
+        }))
+    }
+
+    /// The rows of an encoded batch, before their first token.
+    pub(crate) fn start(&self, memory: &Memory) -> Result<HostLive> {
+        let mut regions = 0;
+        let cross = memory
+            .kv
+            .iter()
+            .map(|(k, v)| {
+                // [U, h, R, dk] → [U, R, h·dk]
+                let (_, _, r, _) = k.dims4()?;
+                regions = r;
+                let flat = |t: &Tensor| host(&t.transpose(1, 2)?.contiguous()?);
+                Ok((flat(k)?, flat(v)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let n = memory.row_image.len();
+        Ok(HostLive {
+            rows: memory.row_image.clone(),
+            history: vec![Vec::new(); n],
+            top: None,
+            pos: 0,
+            arena: Rc::new(RefCell::new(Arena {
+                k: vec![Vec::new(); self.layers.len()],
+                v: vec![Vec::new(); self.layers.len()],
+                slots: 0,
+            })),
+            cross: Rc::new((cross, regions)),
+        })
+    }
+
+    /// Feeds one token to every live row through every layer.
+    pub(crate) fn advance(&self, live: &mut HostLive, tokens: &[u32]) -> Result<()> {
+        let (n, d) = (live.rows.len(), self.d);
+        if tokens.len() != n {
+            return Err(ModelError::Internal(format!(
+                "{} tokens for {n} live rows",
+                tokens.len()
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let pos = live.pos.min(self.positions.len() / d - 1);
+        let pe = &self.positions[pos * d..(pos + 1) * d];
+        let mut x = Vec::with_capacity(n * d);
+        for &w in tokens {
+            let e = &self.embed[w as usize * d..(w as usize + 1) * d];
+            x.extend(e.iter().zip(pe).map(|(a, b)| a + b));
+        }
+        let first_slot = live.arena.borrow().slots as u32;
+        for (i, h) in live.history.iter_mut().enumerate() {
+            h.push(first_slot + i as u32);
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Masked self-attention over each row's own slots.
+            let y = layer.norm1.forward(&x);
+            let qkv = layer.qkv.forward(&y, n);
+            {
+                let mut arena = live.arena.borrow_mut();
+                for row in qkv.chunks(3 * d) {
+                    arena.k[l].extend_from_slice(&row[d..2 * d]);
+                    arena.v[l].extend_from_slice(&row[2 * d..]);
+                }
+            }
+            let ctx = {
+                let arena = live.arena.borrow();
+                let (k, v) = (&arena.k[l], &arena.v[l]);
+                self.attend(
+                    n,
+                    |i| &qkv[i * 3 * d..i * 3 * d + d],
+                    |i| live.history[i].iter().map(|&s| s as usize * d).collect(),
+                    k,
+                    v,
+                )
+            };
+            add_into(&mut x, &layer.out.forward(&ctx, n));
+            // Attention over the row's image.
+            let y = layer.norm2.forward(&x);
+            let q = layer.cross_q.forward(&y, n);
+            let (cross, regions) = &*live.cross;
+            let (k, v) = &cross[l];
+            let ctx = self.attend(
+                n,
+                |i| &q[i * d..(i + 1) * d],
+                |i| {
+                    let u = live.rows[i] as usize;
+                    (0..*regions).map(|r| (u * regions + r) * d).collect()
+                },
+                k,
+                v,
+            );
+            add_into(&mut x, &layer.cross_out.forward(&ctx, n));
+            // Feed-forward.
+            let y = layer.norm3.forward(&x);
+            let mut h = layer.ff1.forward(&y, n);
+            h.iter_mut().for_each(|v| *v = v.max(0.0));
+            add_into(&mut x, &layer.ff2.forward(&h, n));
+        }
+        live.arena.borrow_mut().slots += n;
+        live.top = Some(self.norm.forward(&x));
+        live.pos += 1;
+        Ok(())
+    }
+
+    /// Multi-head attention of `n` rows: row `i`'s query `q(i)` `[d]` over the keys and values
+    /// at offsets `at(i)` of `k` and `v`; `[n, d]`.
+    fn attend<'q>(
+        &self,
+        n: usize,
+        q: impl Fn(usize) -> &'q [f32] + Sync,
+        at: impl Fn(usize) -> Vec<usize> + Sync,
+        k: &[f32],
+        v: &[f32],
+    ) -> Vec<f32> {
+        let (d, heads) = (self.d, self.heads);
+        let dk = d / heads;
+        let scale = 1.0 / (dk as f32).sqrt();
+        let mut out = vec![0f32; n * d];
+        let dst = SendPtr(out.as_mut_ptr());
+        let threads = candle_core::utils::get_num_threads();
+        let per_row = at(0).len().max(1) * d * 2;
+        for_each_row(threads, n, per_row, |i| {
+            // SAFETY: each row `i` is written by one call only, inside `out`.
+            let o = unsafe { dst.row(i, d) };
+            let qi = q(i);
+            let offsets = at(i);
+            let mut w = vec![0f32; offsets.len()];
+            for h in 0..heads {
+                let qh = &qi[h * dk..(h + 1) * dk];
+                let mut max = f32::NEG_INFINITY;
+                for (s, &off) in w.iter_mut().zip(&offsets) {
+                    let kh = &k[off + h * dk..off + (h + 1) * dk];
+                    *s = qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    max = max.max(*s);
+                }
+                let mut sum = 0f32;
+                for s in w.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let oh = &mut o[h * dk..(h + 1) * dk];
+                for (s, &off) in w.iter().zip(&offsets) {
+                    let p = s / sum;
+                    let vh = &v[off + h * dk..off + (h + 1) * dk];
+                    for (acc, &val) in oh.iter_mut().zip(vh) {
+                        *acc += p * val;
+                    }
+                }
+            }
+        });
+        out
+    }
+
+    /// The next-token logits `[rows, V]`.
+    pub(crate) fn logits(&self, live: &HostLive) -> Result<Vec<f32>> {
+        let top = live
+            .top
+            .as_ref()
+            .ok_or_else(|| ModelError::Internal("logits read before any token was fed".into()))?;
+        Ok(self.logit.forward(top, live.rows.len()))
+    }
+}
+
+impl HostLive {
+    /// The rows `rows` (repeats allowed) in that order; the caches stay where they are.
+    pub(crate) fn select(&self, rows: &[u32]) -> Self {
+        let d = self.top.as_ref().map(|t| t.len() / self.rows.len().max(1));
+        Self {
+            rows: rows.iter().map(|&r| self.rows[r as usize]).collect(),
+            history: rows
+                .iter()
+                .map(|&r| self.history[r as usize].clone())
+                .collect(),
+            top: self.top.as_ref().zip(d).map(|(t, d)| {
+                rows.iter()
+                    .flat_map(|&r| &t[r as usize * d..(r as usize + 1) * d])
+                    .copied()
+                    .collect()
+            }),
+            pos: self.pos,
+            arena: Rc::clone(&self.arena),
+            cross: Rc::clone(&self.cross),
+        }
+    }
+
+    /// The final-norm decoder state `[rows, d]`, once a token was fed.
+    pub(crate) fn top(&self, device: &Device) -> Result<Option<Tensor>> {
+        let n = self.rows.len();
+        self.top
+            .as_ref()
+            .map(|t| Ok(Tensor::from_slice(t, (n, t.len() / n.max(1)), device)?))
+            .transpose()
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}

@@ -1,0 +1,302 @@
+//! The Transformer captioner: gradients, cached decoding against recomputing the prefix,
+//! causality, shared encodings, save/load and its config errors.
+
+use caprl_common::model::{
+    batch_tokens, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs, ModelError,
+    ModelKind, SampleOptions, Tensor, TransformerShape, EOS,
+};
+
+fn tiny(att: bool) -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(ModelKind::Transformer, 11, 6, att.then_some((4, 5)));
+    cfg.transformer = TransformerShape {
+        enc_layers: 2,
+        dec_layers: 2,
+        d_model: 8,
+        heads: 2,
+        d_ff: 12,
+        tie_embed: false,
+    };
+    cfg.max_len = 6;
+    cfg.dropout = 0.0;
+    cfg
+}
+
+fn inputs(cfg: &CaptionerConfig, b: usize, salt: usize) -> Inputs {
+    let fc: Vec<f32> = (0..b * cfg.fc_dim)
+        .map(|i| (((i + salt) * 7919 % 23) as f32 - 11.0) / 4.0)
+        .collect();
+    let att: Option<Vec<f32>> = cfg.att.map(|(r, d)| {
+        (0..b * r * d)
+            .map(|i| (((i + salt) * 104729 % 19) as f32 - 9.0) / 3.0)
+            .collect()
+    });
+    Inputs::from_host(&fc, att.as_deref(), b, cfg, &Device::Cpu).unwrap()
+}
+
+fn loss(m: &Captioner, x: &Inputs, seqs: &Tensor) -> Tensor {
+    let (logp, _) = m.token_logprobs(x, seqs, None).unwrap();
+    logp.sum_all().unwrap()
+}
+
+fn gradients_match_finite_differences(mut cfg: CaptionerConfig) {
+    cfg.dtype = DType::F64;
+    cfg.compute_dtype = DType::F64;
+    let m = Captioner::new(&cfg, &Device::Cpu, 7).unwrap();
+    let x = inputs(&cfg, 2, 1);
+    let seqs = batch_tokens(&[vec![4, 5, 6, EOS], vec![7, EOS]], &Device::Cpu).unwrap();
+    let grads = loss(&m, &x, &seqs).backward().unwrap();
+    let data = m.varmap().data().lock().unwrap();
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    let eps = 1e-6;
+    for name in names {
+        let var = &data[name];
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("no gradient for {name}"))
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        let base = var
+            .as_tensor()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap();
+        for i in [0, base.len() / 3, base.len() / 2, base.len() - 1] {
+            let at = |delta: f64| {
+                let mut p = base.clone();
+                p[i] += delta;
+                var.set(&Tensor::from_vec(p, var.shape(), &Device::Cpu).unwrap())
+                    .unwrap();
+                loss(&m, &x, &seqs).to_scalar::<f64>().unwrap()
+            };
+            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
+            at(0.0);
+            let tol = 1e-6 + 1e-5 * fd.abs().max(g[i].abs());
+            assert!(
+                (fd - g[i]).abs() < tol,
+                "{name}[{i}]: analytic {} vs finite difference {fd}",
+                g[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn transformer_gradients_match_finite_differences_over_regions() {
+    gradients_match_finite_differences(tiny(true));
+}
+
+#[test]
+fn transformer_gradients_match_finite_differences_with_fc_only_and_tied_output() {
+    let mut cfg = tiny(false);
+    cfg.transformer.tie_embed = true;
+    cfg.transformer.enc_layers = 1;
+    gradients_match_finite_differences(cfg);
+}
+
+/// Greedy decoding by re-running the whole decoder over the prefix at every step: the
+/// reference the key/value-cached decoder must match.
+fn uncached_greedy(m: &Captioner, x: &Inputs, max_len: usize) -> Vec<(Vec<u32>, Vec<f32>)> {
+    let b = x.batch_size().unwrap();
+    (0..b)
+        .map(|i| {
+            let xi = x.select_rows(&[i]).unwrap();
+            let (mut tokens, mut logps) = (Vec::new(), Vec::new());
+            for t in 0..=max_len {
+                // The last position's distribution is the next token's; its target is a dummy.
+                let mut seq = tokens.clone();
+                seq.push(4);
+                let s = batch_tokens(&[seq], &Device::Cpu).unwrap();
+                let full = m.teacher_forced(&xi, &s, None).unwrap().logprobs_full;
+                let row = full
+                    .get(0)
+                    .unwrap()
+                    .get(t)
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                let (w, lp) =
+                    row.iter()
+                        .enumerate()
+                        .fold((0, f32::NEG_INFINITY), |best, (w, &lp)| {
+                            if lp > best.1 {
+                                (w, lp)
+                            } else {
+                                best
+                            }
+                        });
+                if t == max_len && w as u32 != EOS {
+                    break;
+                }
+                tokens.push(w as u32);
+                logps.push(lp);
+                if w as u32 == EOS {
+                    break;
+                }
+            }
+            (tokens, logps)
+        })
+        .collect()
+}
+
+#[test]
+fn cached_decoding_equals_recomputing_the_prefix_every_step() {
+    for att in [true, false] {
+        let cfg = tiny(att);
+        for seed in 0..4 {
+            let m = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
+            let x = inputs(&cfg, 3, seed as usize);
+            let cached = m.greedy(&x, cfg.max_len).unwrap();
+            let reference = uncached_greedy(&m, &x, cfg.max_len);
+            for (row, (tokens, logps)) in reference.iter().enumerate() {
+                assert_eq!(
+                    &cached.tokens[row], tokens,
+                    "att {att}, seed {seed}, row {row}"
+                );
+                for (a, b) in cached.logprobs[row].iter().zip(logps) {
+                    assert!(
+                        (a - b).abs() < 1e-5,
+                        "log-prob {a} cached vs {b} recomputed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn changing_a_later_token_leaves_earlier_log_probs_unchanged() {
+    let cfg = tiny(true);
+    let m = Captioner::new(&cfg, &Device::Cpu, 3).unwrap();
+    let x = inputs(&cfg, 1, 2);
+    let full = |seq: Vec<u32>| {
+        let s = batch_tokens(&[seq], &Device::Cpu).unwrap();
+        m.teacher_forced(&x, &s, None)
+            .unwrap()
+            .logprobs_full
+            .get(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()
+    };
+    let a = full(vec![4, 5, 6, 7, 8, EOS]);
+    // Token 3 (index 3) is the input of positions 4 and later only.
+    let b = full(vec![4, 5, 6, 9, 8, EOS]);
+    for t in 0..=3 {
+        assert_eq!(a[t], b[t], "position {t} saw a later token");
+    }
+    assert_ne!(a[4], b[4], "position 4 reads the changed token");
+}
+
+/// Rows that show the same image (its samples) read one encoding of it: the result equals
+/// decoding each copy as its own image.
+#[test]
+fn samples_of_one_image_share_its_encoding() {
+    let cfg = tiny(true);
+    let m = Captioner::new(&cfg, &Device::Cpu, 4).unwrap();
+    let x = inputs(&cfg, 2, 5);
+    let opts = SampleOptions {
+        n_per_input: 3,
+        temperature: 1.0,
+        top_k: 0,
+        max_len: cfg.max_len,
+    };
+    let shared = m.sample(&x, &opts, &mut CaprlRng::new(1)).unwrap();
+    // The same rows as a batch of six separate images.
+    let fc =
+        x.fc.index_select(
+            &Tensor::new(&[0u32, 0, 0, 1, 1, 1], &Device::Cpu).unwrap(),
+            0,
+        )
+        .unwrap();
+    let att = x
+        .att
+        .as_ref()
+        .unwrap()
+        .index_select(
+            &Tensor::new(&[0u32, 0, 0, 1, 1, 1], &Device::Cpu).unwrap(),
+            0,
+        )
+        .unwrap();
+    let fc = fc.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let att = att.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let separate = Inputs::from_host(&fc, Some(&att), 6, &cfg, &Device::Cpu).unwrap();
+    let one = SampleOptions {
+        n_per_input: 1,
+        ..opts
+    };
+    let apart = m.sample(&separate, &one, &mut CaprlRng::new(1)).unwrap();
+    assert_eq!(shared.tokens, apart.tokens);
+    for (a, b) in shared
+        .logprobs
+        .iter()
+        .flatten()
+        .zip(apart.logprobs.iter().flatten())
+    {
+        assert!((a - b).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn transformer_save_and_load_give_identical_outputs() {
+    let mut cfg = tiny(true);
+    cfg.transformer.tie_embed = true;
+    let a = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    a.save(&path).unwrap();
+    let b = Captioner::load(&path, &cfg, &Device::Cpu).unwrap();
+    let x = inputs(&cfg, 2, 3);
+    let seqs = batch_tokens(&[vec![4, 5, EOS], vec![6, EOS]], &Device::Cpu).unwrap();
+    let (la, _) = a.token_logprobs(&x, &seqs, None).unwrap();
+    let (lb, _) = b.token_logprobs(&x, &seqs, None).unwrap();
+    assert_eq!(la.to_vec2::<f32>().unwrap(), lb.to_vec2::<f32>().unwrap());
+    assert_eq!(a.to_safetensors().unwrap(), b.to_safetensors().unwrap());
+    // Tied: no output matrix of its own.
+    assert!(!a
+        .varmap()
+        .data()
+        .lock()
+        .unwrap()
+        .contains_key("logit.weight"));
+    // Weights of another shape are refused with the name of what differs.
+    let mut other = cfg.clone();
+    other.transformer.d_model = 12;
+    let err = Captioner::load(&path, &other, &Device::Cpu)
+        .err()
+        .expect("shape mismatch");
+    assert!(
+        err.to_string().contains("embed.weight") || err.to_string().contains("shape"),
+        "{err}"
+    );
+}
+
+#[test]
+fn impossible_transformer_shapes_are_clear_errors() {
+    let mut cfg = tiny(true);
+    cfg.transformer.d_model = 10;
+    cfg.transformer.heads = 4;
+    let err = Captioner::new(&cfg, &Device::Cpu, 0)
+        .err()
+        .expect("10 is not a multiple of 4");
+    assert!(
+        matches!(
+            err,
+            ModelError::Config {
+                key: "model.d_model",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("heads"), "{err}");
+    let mut cfg = tiny(true);
+    cfg.transformer.dec_layers = 0;
+    let err = Captioner::new(&cfg, &Device::Cpu, 0)
+        .err()
+        .expect("no decoder layer");
+    assert!(err.to_string().contains("model.dec_layers"), "{err}");
+}

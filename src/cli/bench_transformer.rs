@@ -1,0 +1,313 @@
+//! `caprl bench transformer`: the Transformer captioner on the protocol of its PyTorch peer
+//! (`scripts/peer/transformer_torch.py`, compared by `scripts/peer/run_transformer_peer.sh`).
+//!
+//! Tasks, each the median of `--reps` runs after `--warmup` runs, on random weights and inputs
+//! with EOS suppressed so every sequence runs to the length limit:
+//! - `xe_step`: teacher forcing over `B` captions (`T + 1` tokens each), backward, global-norm
+//!   clip and AdamW. At COCO's shape the `B = 50` captions are 10 images × 5 references, and
+//!   each image is encoded once (the peer, like self-critical.pytorch, encodes every caption's
+//!   copy of its image).
+//! - `greedy`, `sample_5`, `beam_5`: key/value-cached decoding of `B_dec` images (5 samples
+//!   per image, beam width 5), on weights prepared once.
+//! - `greedy_uncached`: greedy that re-runs the whole decoder over the prefix at every step, as
+//!   self-critical.pytorch's reference code decodes: what the cache saves.
+//!
+//! Shapes: `synth` (the synthetic task's vocabulary of 66 words and 4 regions × 128-d, the
+//! run config's default Transformer: 2 + 2 layers, d_model 256, 4 heads, d_ff 1024, B = 32)
+//! and `coco` (vocabulary 10,000, 36 regions × 2,048-d, 3 + 3 layers, d_model 512, 8 heads,
+//! d_ff 2048). Threads: `RAYON_NUM_THREADS`.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use caprl_common::model::{
+    batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
+    ModelKind, SampleOptions, TransformerShape, EOS,
+};
+use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use serde::Serialize;
+
+use super::write_stdout;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchShape {
+    Synth,
+    Coco,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TransformerBenchArgs {
+    /// Shapes to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "synth,coco")]
+    pub shape: Vec<BenchShape>,
+    /// Timed runs per task (the median is kept).
+    #[arg(long, default_value_t = 10)]
+    pub reps: usize,
+    /// Untimed runs before them.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Print one JSON object per shape (what scripts/peer/compare_transformer.py reads).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One shape of the benchmark, as the peer defines it.
+struct Shape {
+    vocab: usize,
+    regions: usize,
+    att_dim: usize,
+    layers: TransformerShape,
+    /// Captions in the XE step, and references per image among them.
+    xe_rows: usize,
+    refs_per_image: usize,
+    /// Images decoded.
+    dec_images: usize,
+    max_len: usize,
+}
+
+impl BenchShape {
+    fn spec(self) -> Shape {
+        match self {
+            BenchShape::Synth => Shape {
+                vocab: 66,
+                regions: 4,
+                att_dim: 128,
+                layers: TransformerShape::default(),
+                xe_rows: 32,
+                refs_per_image: 1,
+                dec_images: 32,
+                max_len: 16,
+            },
+            BenchShape::Coco => Shape {
+                vocab: 10_000,
+                regions: 36,
+                att_dim: 2048,
+                layers: TransformerShape {
+                    enc_layers: 3,
+                    dec_layers: 3,
+                    d_model: 512,
+                    heads: 8,
+                    d_ff: 2048,
+                    tie_embed: false,
+                },
+                xe_rows: 50,
+                refs_per_image: 5,
+                dec_images: 10,
+                max_len: 16,
+            },
+        }
+    }
+}
+
+/// Seconds per task and the tokens each run produces.
+#[derive(Debug, Serialize)]
+struct Row {
+    source: &'static str,
+    model: &'static str,
+    shape: BenchShape,
+    threads: usize,
+    #[serde(rename = "B")]
+    xe_rows: usize,
+    #[serde(rename = "B_dec")]
+    dec_images: usize,
+    #[serde(rename = "T")]
+    max_len: usize,
+    xe_step: f64,
+    greedy: f64,
+    sample_5: f64,
+    beam_5: f64,
+    greedy_uncached: f64,
+    tokens: std::collections::BTreeMap<&'static str, usize>,
+}
+
+pub fn run(args: TransformerBenchArgs) -> Result<()> {
+    anyhow::ensure!(args.reps >= 1, "--reps must be >= 1");
+    caprl_common::model::keep_elementwise_ops_on_one_thread();
+    let threads = candle_core::utils::get_num_threads();
+    let mut out = String::new();
+    if !args.json {
+        out.push_str(&format!(
+            "caprl bench transformer ({} reps after {} warm-up, median; {threads} threads)\n\
+             | shape | task | tokens/s | ms per run |\n|---|---|---:|---:|\n",
+            args.reps, args.warmup
+        ));
+    }
+    for &shape in &args.shape {
+        let row = measure(shape, threads, &args)
+            .with_context(|| format!("bench transformer, shape {shape:?}"))?;
+        if args.json {
+            out.push_str(&serde_json::to_string(&row)?);
+            out.push('\n');
+        } else {
+            for (task, s) in [
+                ("xe_step", row.xe_step),
+                ("greedy", row.greedy),
+                ("sample_5", row.sample_5),
+                ("beam_5", row.beam_5),
+                ("greedy_uncached", row.greedy_uncached),
+            ] {
+                out.push_str(&format!(
+                    "| {shape:?} | {task} | {:.0} | {:.1} |\n",
+                    row.tokens[task] as f64 / s,
+                    s * 1e3
+                ));
+            }
+        }
+    }
+    write_stdout(&out)
+}
+
+/// Median seconds of `reps` calls after `warmup` calls.
+fn median(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut ts = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        ts.push(start.elapsed().as_secs_f64());
+    }
+    ts.sort_by(f64::total_cmp);
+    Ok(ts[ts.len() / 2])
+}
+
+fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Result<Row> {
+    let s = which.spec();
+    let device = Device::Cpu;
+    let t = s.max_len;
+    let mut cfg = CaptionerConfig::new(
+        ModelKind::Transformer,
+        s.vocab,
+        s.att_dim,
+        Some((s.regions, s.att_dim)),
+    );
+    cfg.transformer = s.layers.clone();
+    cfg.max_len = t;
+    cfg.dropout = 0.1;
+    let model = Captioner::new(&cfg, &device, 0)?;
+    super::bench_model::suppress_eos(&model)?;
+    let mut rng = CaprlRng::new(1);
+    let mut images = |n: usize| -> Result<Inputs> {
+        let fc: Vec<f32> = (0..n * s.att_dim)
+            .map(|_| rng.uniform_open() as f32)
+            .collect();
+        let att: Vec<f32> = (0..n * s.regions * s.att_dim)
+            .map(|_| rng.uniform_open() as f32)
+            .collect();
+        Ok(Inputs::from_host(&fc, Some(&att), n, &cfg, &device)?)
+    };
+    // The XE step's captions: each image's references in a row, as the learner lays them out.
+    let xe_images = s.xe_rows / s.refs_per_image;
+    let rows: Vec<usize> = (0..xe_images)
+        .flat_map(|i| std::iter::repeat_n(i, s.refs_per_image))
+        .collect();
+    let x_xe = images(xe_images)?.select_rows(&rows)?;
+    let x_dec = images(s.dec_images)?;
+    let mut tok_rng = CaprlRng::new(2);
+    let seqs: Vec<Vec<u32>> = (0..s.xe_rows)
+        .map(|_| {
+            let mut q: Vec<u32> = (0..t)
+                .map(|_| 4 + (tok_rng.next_u64() % (s.vocab as u64 - 4)) as u32)
+                .collect();
+            q.push(EOS);
+            q
+        })
+        .collect();
+    let targets = batch_tokens(&seqs, &device)?;
+    let mut opt = AdamW::new(model.varmap(), AdamWParams::default())?;
+    let vars = opt.vars();
+    let mut drop_rng = CaprlRng::new(3);
+    let (warmup, reps) = (args.warmup, args.reps);
+
+    let xe_step = median(warmup, reps, || {
+        on_rayon(&device, || {
+            let (logp, mask) = model.token_logprobs(&x_xe, &targets, Some(&mut drop_rng))?;
+            let loss = (logp.sum_all()?.neg()? / mask.sum_all()?.to_scalar::<f32>()? as f64)?;
+            let mut grads = loss.backward()?;
+            clip_grad_norm(&mut grads, &vars, 2.0)?;
+            opt.step(&grads, 5e-4)?;
+            Ok(())
+        })
+    })?;
+
+    let decoder = model.decoder()?;
+    let sample = |n: usize| SampleOptions {
+        n_per_input: n,
+        temperature: 1.0,
+        top_k: 0,
+        max_len: t,
+    };
+    let mut sample_rng = CaprlRng::new(4);
+    let greedy = median(warmup, reps, || {
+        decoder.greedy(&x_dec, t)?;
+        Ok(())
+    })?;
+    let sample_5 = median(warmup, reps, || {
+        decoder.sample(&x_dec, &sample(5), &mut sample_rng)?;
+        Ok(())
+    })?;
+    let beam = BeamOptions {
+        width: 5,
+        max_len: t,
+        length_norm: false,
+        block_trigrams: false,
+    };
+    let beam_5 = median(warmup, reps, || {
+        decoder.beam(&x_dec, &beam)?;
+        Ok(())
+    })?;
+    let greedy_uncached = median(warmup.min(1), reps.min(3), || {
+        on_rayon(&device, || uncached_greedy(&model, &x_dec, t))
+    })?;
+
+    let tokens = [
+        ("xe_step", s.xe_rows * (t + 1)),
+        ("greedy", s.dec_images * t),
+        ("sample_5", 5 * s.dec_images * t),
+        ("beam_5", 5 * s.dec_images * t),
+        ("greedy_uncached", s.dec_images * t),
+    ]
+    .into_iter()
+    .collect();
+    Ok(Row {
+        source: "caprl",
+        model: "transformer",
+        shape: which,
+        threads,
+        xe_rows: s.xe_rows,
+        dec_images: s.dec_images,
+        max_len: t,
+        xe_step,
+        greedy,
+        sample_5,
+        beam_5,
+        greedy_uncached,
+        tokens,
+    })
+}
+
+/// Greedy decoding without a cache: every step runs the whole decoder over the prefix (the
+/// teacher-forced pass, detached inputs) and takes the last position's argmax.
+fn uncached_greedy(model: &Captioner, x: &Inputs, max_len: usize) -> Result<()> {
+    let b = x.batch_size()?;
+    let mut prefix: Vec<Vec<u32>> = vec![Vec::new(); b];
+    for step in 0..=max_len {
+        // The last position's target is a placeholder: only its distribution is read.
+        let seqs: Vec<Vec<u32>> = prefix
+            .iter()
+            .map(|p| p.iter().copied().chain([EOS]).collect())
+            .collect();
+        let toks = batch_tokens(&seqs, x.fc.device())?;
+        let full = model.teacher_forced(x, &toks, None)?.logprobs_full.detach();
+        let last = full.narrow(1, step, 1)?.squeeze(1)?;
+        let next = last.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?;
+        if step < max_len {
+            for (p, w) in prefix.iter_mut().zip(next) {
+                p.push(w);
+            }
+        }
+    }
+    Ok(())
+}
