@@ -229,3 +229,32 @@ fn wtf_without_a_clip_reward_or_encoder_fails_before_training() {
     assert!(err.contains("nope.safetensors"), "{err}");
     assert!(!run.join("run.jsonl").exists() || steps(&run, "rl").is_empty());
 }
+
+/// WTF and WTF-RL train the Transformer captioner too (its snapshot carries the discriminator
+/// the same way).
+#[test]
+fn wtf_and_wtf_rl_train_a_transformer_captioner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let enc = tmp.path().join("clip-reward.safetensors");
+    clip_train(&data, &enc, "1");
+    for objective in ["wtf", "wtf-rl"] {
+        let run = tmp.path().join(objective);
+        let mut args = wtf_sets(&data, &run, &enc, &enc, objective);
+        for key in [
+            "model.kind=\"transformer\"",
+            "model.d_model=16",
+            "model.heads=2",
+            "model.d_ff=32",
+            "model.enc_layers=1",
+            "model.dec_layers=1",
+        ] {
+            args.extend(["--set".into(), key.into()]);
+        }
+        let rl = train_rl(&args, &run);
+        for s in &rl {
+            let total = s["losses"]["total"].as_f64();
+            assert!(total.is_some_and(f64::is_finite), "{objective}: {s}");
+        }
+    }
+}
