@@ -33,7 +33,7 @@ TASKS = ("xe_step", "greedy", "sample_5", "beam_5", "greedy_uncached")
 # V, regions (0: the fc feature is the one region), att_dim, d_model, heads, d_ff, enc, dec,
 # B (xe_step rows), B_dec (decoded images), T, captions per image in xe_step.
 SHAPES = {
-    "synth": dict(V=66, R=4, att=128, d=256, h=4, ff=1024, enc=2, dec=2, B=32, B_dec=32, T=16, spi=1),
+    "synth": dict(V=66, R=4, att=128, d=128, h=4, ff=512, enc=2, dec=2, B=32, B_dec=32, T=16, spi=1),
     "coco": dict(V=10000, R=36, att=2048, d=512, h=8, ff=2048, enc=3, dec=3, B=50, B_dec=10, T=16, spi=5),
 }
 # Small shapes for --check only.

@@ -13,7 +13,7 @@
 //!   self-critical.pytorch's reference code decodes: what the cache saves.
 //!
 //! Shapes: `synth` (the synthetic task's vocabulary of 66 words and 4 regions × 128-d, the
-//! run config's default Transformer: 2 + 2 layers, d_model 256, 4 heads, d_ff 1024, B = 32)
+//! run config's default Transformer: 2 + 2 layers, d_model 128, 4 heads, d_ff 512, B = 32)
 //! and `coco` (vocabulary 10,000, 36 regions × 2,048-d, 3 + 3 layers, d_model 512, 8 heads,
 //! d_ff 2048). Threads: `RAYON_NUM_THREADS`.
 
@@ -50,6 +50,14 @@ pub struct TransformerBenchArgs {
     /// Print one JSON object per shape (what scripts/peer/compare_transformer.py reads).
     #[arg(long)]
     pub json: bool,
+    /// Tasks to time, comma-separated (the others report 0): xe_step, greedy, sample_5,
+    /// beam_5, greedy_uncached.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "xe_step,greedy,sample_5,beam_5,greedy_uncached"
+    )]
+    pub tasks: Vec<String>,
 }
 
 /// One shape of the benchmark, as the peer defines it.
@@ -140,13 +148,14 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
             out.push_str(&serde_json::to_string(&row)?);
             out.push('\n');
         } else {
-            for (task, s) in [
+            let tasks = [
                 ("xe_step", row.xe_step),
                 ("greedy", row.greedy),
                 ("sample_5", row.sample_5),
                 ("beam_5", row.beam_5),
                 ("greedy_uncached", row.greedy_uncached),
-            ] {
+            ];
+            for (task, s) in tasks.into_iter().filter(|(_, s)| *s > 0.0) {
                 out.push_str(&format!(
                     "| {shape:?} | {task} | {:.0} | {:.1} |\n",
                     row.tokens[task] as f64 / s,
@@ -159,7 +168,7 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
 }
 
 /// Median seconds of `reps` calls after `warmup` calls.
-fn median(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+fn median(warmup: usize, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..warmup {
         f()?;
     }
@@ -220,8 +229,17 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     let vars = opt.vars();
     let mut drop_rng = CaprlRng::new(3);
     let (warmup, reps) = (args.warmup, args.reps);
+    let wanted = |task: &str| args.tasks.iter().any(|t| t == task);
+    // Median seconds of `task`, or 0 when it was not asked for.
+    let timed =
+        |task: &str, warmup: usize, reps: usize, f: &mut dyn FnMut() -> Result<()>| match wanted(
+            task,
+        ) {
+            true => median(warmup, reps, f),
+            false => Ok(0.0),
+        };
 
-    let xe_step = median(warmup, reps, || {
+    let xe_step = timed("xe_step", warmup, reps, &mut || {
         on_rayon(&device, || {
             let (logp, mask) = model.token_logprobs(&x_xe, &targets, Some(&mut drop_rng))?;
             let loss = (logp.sum_all()?.neg()? / mask.sum_all()?.to_scalar::<f32>()? as f64)?;
@@ -240,11 +258,11 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         max_len: t,
     };
     let mut sample_rng = CaprlRng::new(4);
-    let greedy = median(warmup, reps, || {
+    let greedy = timed("greedy", warmup, reps, &mut || {
         decoder.greedy(&x_dec, t)?;
         Ok(())
     })?;
-    let sample_5 = median(warmup, reps, || {
+    let sample_5 = timed("sample_5", warmup, reps, &mut || {
         decoder.sample(&x_dec, &sample(5), &mut sample_rng)?;
         Ok(())
     })?;
@@ -254,11 +272,11 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         length_norm: false,
         block_trigrams: false,
     };
-    let beam_5 = median(warmup, reps, || {
+    let beam_5 = timed("beam_5", warmup, reps, &mut || {
         decoder.beam(&x_dec, &beam)?;
         Ok(())
     })?;
-    let greedy_uncached = median(warmup.min(1), reps.min(3), || {
+    let greedy_uncached = timed("greedy_uncached", warmup.min(1), reps.min(3), &mut || {
         on_rayon(&device, || uncached_greedy(&model, &x_dec, t))
     })?;
 

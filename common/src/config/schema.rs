@@ -138,9 +138,9 @@ impl Default for ModelConfig {
             dropout: 0.2,
             enc_layers: 2,
             dec_layers: 2,
-            d_model: 256,
+            d_model: 128,
             heads: 4,
-            d_ff: 1024,
+            d_ff: 512,
             tie_embed: false,
         }
     }

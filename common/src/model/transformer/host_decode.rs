@@ -1,7 +1,7 @@
 //! Decoding steps on host arrays (CPU, f32): the Transformer's fast path.
 //!
 //! A graph step is some forty small ops per layer, each allocating its output; here a step
-//! is a few matrix products ([`gemm_into`], on candle's thread count) and loops over rows.
+//! is a few matrix products ([`gemm_into_from`], on candle's thread count) and loops over rows.
 //!
 //! The self-attention caches live in an append-only arena per decode: every step writes each
 //! live row's key and value into a fresh slot, and a row keeps the list of its slots. Dropping
@@ -18,12 +18,18 @@ use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
-use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use crate::model::kernels::host_gemm::{for_each_row, gemm_into_from, Mat, SendPtr};
+
+/// From this many multiply-adds a step's product runs on several threads (split over its
+/// output columns): a `[10, 512] × [512, 512]` product is faster on two threads.
+const PARALLEL_MIN_MACS: usize = 1 << 20;
 use crate::model::kernels::kernels_enabled;
 
-/// A `[out, in]` projection and its bias on the host.
+/// A projection and its bias on the host, the weight transposed: `Wᵀ` `[in, out]` row-major,
+/// which the gemm reads as it is (a `[out, in]` weight read column by column would be
+/// repacked at every call, which costs as much as a product over a few rows).
 struct HostLinear {
-    w: Vec<f32>,
+    w_t: Vec<f32>,
     b: Vec<f32>,
     inp: usize,
     out: usize,
@@ -33,7 +39,7 @@ impl HostLinear {
     fn new(l: &Linear) -> Result<Self> {
         let (out, inp) = l.w.dims2()?;
         Ok(Self {
-            w: host(&l.w)?,
+            w_t: host(&l.w.t()?.contiguous()?)?,
             b: host(&l.b)?,
             inp,
             out,
@@ -46,9 +52,10 @@ impl HostLinear {
         for _ in 0..n {
             y.extend_from_slice(&self.b);
         }
-        // SAFETY: `x` holds `n × inp` values, `w` `out × inp`, `y` `n × out`; `y` is new.
+        // SAFETY: `x` holds `n × inp` values, `w_t` `inp × out`, `y` `n × out`; `y` is new.
         unsafe {
-            gemm_into(
+            gemm_into_from(
+                PARALLEL_MIN_MACS,
                 n,
                 self.out,
                 self.inp,
@@ -56,7 +63,7 @@ impl HostLinear {
                 self.out,
                 true,
                 Mat::rows(x, self.inp),
-                Mat::cols(&self.w, self.inp),
+                Mat::rows(&self.w_t, self.out),
             );
         }
         y

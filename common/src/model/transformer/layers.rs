@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::FeedForward;
 use crate::model::error::Result;
+use crate::model::kernels;
 use crate::model::kernels::dropout::dropout;
 use crate::model::kernels::linear::linear;
 use crate::model::rng::CaprlRng;
@@ -35,15 +36,7 @@ pub(crate) struct Norm {
 /// Annotated Transformer's, which self-critical.pytorch uses; `torch.nn.LayerNorm` divides by
 /// `√(biased var + eps)` instead).
 pub(crate) fn layer_norm(x: &Tensor, n: &Norm) -> Result<Tensor> {
-    let d = x.dim(D::Minus1)?;
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mean)?;
-    let var = (xc.sqr()?.sum_keepdim(D::Minus1)? / (d.max(2) - 1) as f64)?;
-    let std = (var.sqrt()? + NORM_EPS)?;
-    Ok(xc
-        .broadcast_div(&std)?
-        .broadcast_mul(&n.gain)?
-        .broadcast_add(&n.bias)?)
+    kernels::layer_norm::layer_norm(x, &n.gain, &n.bias, NORM_EPS)
 }
 
 /// Softmax over the last dimension, with gradients (candle's fused softmax has none). The
