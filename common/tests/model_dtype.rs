@@ -2,7 +2,7 @@
 
 use caprl_common::model::{
     batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs,
-    ModelKind, RnnKind, SampleOptions,
+    ModelKind, RnnKind, SampleOptions, TransformerShape,
 };
 
 fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize, compute: DType) -> CaptionerConfig {
@@ -15,6 +15,14 @@ fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize, compute: DType) -> Caption
     cfg.max_len = 7;
     cfg.dropout = 0.0;
     cfg.compute_dtype = compute;
+    cfg.transformer = TransformerShape {
+        enc_layers: 1,
+        dec_layers: layers,
+        d_model: 16,
+        heads: 2,
+        d_ff: 24,
+        tie_embed: false,
+    };
     cfg
 }
 
@@ -43,6 +51,7 @@ fn lower_precision_passes_keep_f32_parameters_and_agree_with_f32() {
         (ModelKind::Fc, RnnKind::Gru, 1),
         (ModelKind::Fc, RnnKind::Lstm, 2),
         (ModelKind::Att, RnnKind::Gru, 1),
+        (ModelKind::Transformer, RnnKind::Gru, 2),
     ] {
         let reference =
             Captioner::new(&tiny(kind, rnn, layers, DType::F32), &Device::Cpu, 4).unwrap();

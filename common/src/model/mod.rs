@@ -2,10 +2,11 @@
 //!
 //! - [`Captioner`]: the one model type callers hold. It wraps one architecture behind the
 //!   seam in `seam` ([`CaptionModel`](seam::CaptionModel) and its prepared
-//!   [`StepDecoder`](seam::StepDecoder)); today the recurrent captioner of `rnn/`: `fc`
-//!   (global feature) or `att` (additive attention over regions) with a hand-written GRU/LSTM
-//!   decoder of one or two layers, or `crnn` (the audio encoder of seed 000); weights live in a
-//!   candle `VarMap`.
+//!   [`StepDecoder`](seam::StepDecoder)): the recurrent captioner of `rnn/` — `fc` (global
+//!   feature) or `att` (additive attention over regions) with a hand-written GRU/LSTM decoder of
+//!   one or two layers, or `crnn` (the audio encoder of seed 000) — and the Transformer of
+//!   `transformer/` (self-critical.pytorch's, with key/value-cached decoding); weights live in
+//!   a candle `VarMap`.
 //! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
 //!   [`Captioner::teacher_forced`] (full log-softmax and per-step decoder states for value heads).
 //! - `decoding/`: strategies that do not depend on the architecture, on weights prepared once in a
@@ -21,12 +22,13 @@
 //!
 //! # Adding an architecture
 //!
-//! A new model kind lives in its own folder next to `rnn/` (say `transformer/`): a type that
+//! A new model kind lives in its own folder next to `rnn/` and `transformer/`: a type that
 //! implements [`CaptionModel`](seam::CaptionModel) (teacher forcing, a step decoder for a
 //! snapshot, share, compute dtype) and a [`StepDecoder`](seam::StepDecoder) whose
 //! [`DecodeState`](seam::DecodeState) selects rows, advances one token, returns the logits and
 //! the state a value head reads. Then one registration: its [`ModelKind`] variant (in
-//! `config.rs`, where `reads_att` and `CaptionerConfig::validate` say which features it needs)
+//! `config.rs`, where `CaptionerConfig::reads_att`, `state_dim` and `validate` say which
+//! features it needs and what a value head reads)
 //! mapped to its constructor in `captioner.rs`'s `architecture`. Greedy, sampling, prefix
 //! completion, beam search, save/load and every caller work unchanged.
 
