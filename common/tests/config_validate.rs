@@ -21,6 +21,22 @@ fn out_of_range_values_name_key_value_and_range() {
         ("model.hidden=0", "model.hidden", "0", "1..=8192"),
         ("model.dropout=1.0", "model.dropout", "1", "[0, 1)"),
         ("model.dropout=-0.1", "model.dropout", "-0.1", "[0, 1)"),
+        ("model.heads=0", "model.heads", "0", "1..=64"),
+        ("model.enc_layers=0", "model.enc_layers", "0", "1..=24"),
+        ("model.dec_layers=25", "model.dec_layers", "25", "1..=24"),
+        ("model.d_ff=0", "model.d_ff", "0", "1..=16384"),
+        (
+            "model.d_model=130",
+            "model.d_model",
+            "130 with heads = 4",
+            "a multiple of model.heads",
+        ),
+        (
+            "optim.noam_factor=0",
+            "optim.noam_factor",
+            "0",
+            "a finite number > 0",
+        ),
         ("decode.temperature=0", "decode.temperature", "0", "> 0"),
         ("decode.temperature=nan", "decode.temperature", "NaN", "> 0"),
         ("decode.beam=0", "decode.beam", "0", ">= 1"),
@@ -236,4 +252,23 @@ fn bad_reward_spec_in_override_names_the_reward() {
         msg.contains("reward.spec") && msg.contains("ciderd"),
         "{msg}"
     );
+}
+
+/// The Noam schedule peaks at the end of its warmup: a warmup of 0 is refused when it is chosen.
+#[test]
+fn noam_needs_a_warmup() {
+    let msg = match RunConfig::load(None, &["optim.schedule=\"noam\"".to_string()]) {
+        Ok(_) => panic!("noam without warmup was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(msg.contains("optim.warmup_steps") && msg.contains("noam"), "{msg}");
+    let ok = RunConfig::load(
+        None,
+        &[
+            "optim.schedule=\"noam\"".to_string(),
+            "optim.warmup_steps=4000".to_string(),
+            "model.kind=\"transformer\"".to_string(),
+        ],
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
 }
