@@ -241,14 +241,7 @@ fn wtf_and_wtf_rl_train_a_transformer_captioner() {
     for objective in ["wtf", "wtf-rl"] {
         let run = tmp.path().join(objective);
         let mut args = wtf_sets(&data, &run, &enc, &enc, objective);
-        for key in [
-            "model.kind=\"transformer\"",
-            "model.d_model=16",
-            "model.heads=2",
-            "model.d_ff=32",
-            "model.enc_layers=1",
-            "model.dec_layers=1",
-        ] {
+        for key in support::TINY_TRANSFORMER {
             args.extend(["--set".into(), key.into()]);
         }
         let rl = train_rl(&args, &run);

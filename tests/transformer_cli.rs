@@ -7,20 +7,10 @@ mod support;
 
 use std::path::Path;
 
-use support::{caprl, checkpoint_dirs, final_weights, sets, steps, synth, text};
-
-/// A tiny Transformer: one encoder and one decoder layer of width 16.
-const TRANSFORMER: [&str; 6] = [
-    "model.kind=\"transformer\"",
-    "model.d_model=16",
-    "model.heads=2",
-    "model.d_ff=32",
-    "model.enc_layers=1",
-    "model.dec_layers=1",
-];
+use support::{caprl, checkpoint_dirs, final_weights, sets, steps, synth, text, TINY_TRANSFORMER};
 
 fn transformer_sets(data: &Path, run: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<String> {
-    let keys: Vec<&str> = TRANSFORMER.iter().chain(extra).copied().collect();
+    let keys: Vec<&str> = TINY_TRANSFORMER.iter().chain(extra).copied().collect();
     sets(data, run, rl_epochs, &keys)
 }
 

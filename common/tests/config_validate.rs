@@ -261,7 +261,10 @@ fn noam_needs_a_warmup() {
         Ok(_) => panic!("noam without warmup was accepted"),
         Err(e) => e.to_string(),
     };
-    assert!(msg.contains("optim.warmup_steps") && msg.contains("noam"), "{msg}");
+    assert!(
+        msg.contains("optim.warmup_steps") && msg.contains("noam"),
+        "{msg}"
+    );
     let ok = RunConfig::load(
         None,
         &[

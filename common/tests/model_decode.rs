@@ -21,6 +21,7 @@ fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
             heads: 2,
             d_ff: 20,
             tie_embed: false,
+            global_region: false,
         };
     }
     cfg

@@ -22,6 +22,7 @@ fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize, compute: DType) -> Caption
         heads: 2,
         d_ff: 24,
         tie_embed: false,
+        global_region: false,
     };
     cfg
 }

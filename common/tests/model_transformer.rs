@@ -15,6 +15,7 @@ fn tiny(att: bool) -> CaptionerConfig {
         heads: 2,
         d_ff: 12,
         tie_embed: false,
+        global_region: false,
     };
     cfg.max_len = 6;
     cfg.dropout = 0.0;
@@ -90,6 +91,14 @@ fn transformer_gradients_match_finite_differences_over_regions() {
 }
 
 #[test]
+fn transformer_gradients_match_finite_differences_with_the_fc_feature_as_a_region() {
+    let mut cfg = tiny(true);
+    cfg.transformer.global_region = true;
+    cfg.transformer.enc_layers = 1;
+    gradients_match_finite_differences(cfg);
+}
+
+#[test]
 fn transformer_gradients_match_finite_differences_with_fc_only_and_tied_output() {
     let mut cfg = tiny(false);
     cfg.transformer.tie_embed = true;
@@ -144,8 +153,9 @@ fn uncached_greedy(m: &Captioner, x: &Inputs, max_len: usize) -> Vec<(Vec<u32>, 
 
 #[test]
 fn cached_decoding_equals_recomputing_the_prefix_every_step() {
-    for att in [true, false] {
-        let cfg = tiny(att);
+    for (att, global_region) in [(true, false), (false, false), (true, true)] {
+        let mut cfg = tiny(att);
+        cfg.transformer.global_region = global_region;
         for seed in 0..4 {
             let m = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
             let x = inputs(&cfg, 3, seed as usize);

@@ -98,6 +98,7 @@ impl BenchShape {
                     heads: 8,
                     d_ff: 2048,
                     tie_embed: false,
+                    global_region: false,
                 },
                 xe_rows: 50,
                 refs_per_image: 5,

@@ -47,6 +47,16 @@ pub fn sets(data: &Path, run_dir: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<
         .collect()
 }
 
+/// `--set` keys of a tiny Transformer: one encoder and one decoder layer of width 16.
+pub const TINY_TRANSFORMER: [&str; 6] = [
+    "model.kind=\"transformer\"",
+    "model.d_model=16",
+    "model.heads=2",
+    "model.d_ff=32",
+    "model.enc_layers=1",
+    "model.dec_layers=1",
+];
+
 /// An undisturbed in-process run in `dir/reference` with the tiny config: the weights the
 /// fault tests must end with.
 pub fn reference_run(data: &Path, dir: &Path, rl_epochs: u32, extra: &[&str]) -> PathBuf {

@@ -123,10 +123,13 @@ pub struct ModelConfig {
     pub d_ff: u32,
     /// Transformer: the output layer reuses the word embedding (`transformer` only).
     pub tie_embed: bool,
+    /// Transformer: with region features, the fc feature is one more region.
+    pub global_region: bool,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
+        let transformer = crate::model::TransformerShape::default();
         ModelConfig {
             kind: ModelKind::Fc,
             rnn: RnnKind::Gru,
@@ -136,12 +139,13 @@ impl Default for ModelConfig {
             att_hidden: 256,
             crnn_width: 128,
             dropout: 0.2,
-            enc_layers: 2,
-            dec_layers: 2,
-            d_model: 128,
-            heads: 4,
-            d_ff: 512,
-            tie_embed: false,
+            enc_layers: transformer.enc_layers as u32,
+            dec_layers: transformer.dec_layers as u32,
+            d_model: transformer.d_model as u32,
+            heads: transformer.heads as u32,
+            d_ff: transformer.d_ff as u32,
+            tie_embed: transformer.tie_embed,
+            global_region: transformer.global_region,
         }
     }
 }

@@ -91,6 +91,9 @@ pub struct TransformerShape {
     pub d_ff: usize,
     /// The output projection is the word embedding (transposed, plus its own bias).
     pub tie_embed: bool,
+    /// With region features, the `fc` feature is one more region (its own projection); the
+    /// reference reads the regions only.
+    pub global_region: bool,
 }
 
 impl Default for TransformerShape {
@@ -104,6 +107,7 @@ impl Default for TransformerShape {
             heads: 4,
             d_ff: 512,
             tie_embed: false,
+            global_region: false,
         }
     }
 }

@@ -24,6 +24,19 @@ pub struct TeacherForced {
     pub hidden: Tensor,
 }
 
+impl TeacherForced {
+    /// `log p` of the tokens `seqs` `[B, T]`, 0 where `mask` is 0: what
+    /// [`CaptionModel::token_logprobs`] returns, read off the full log-softmax (the path of
+    /// every device and dtype without a taken-token kernel).
+    pub(crate) fn taken(&self, seqs: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let logp = self
+            .logprobs_full
+            .gather(&seqs.unsqueeze(2)?, 2)?
+            .squeeze(2)?;
+        Ok(logp.mul(mask)?)
+    }
+}
+
 /// One captioning architecture. Its weights live in a candle `VarMap` under stable names,
 /// in the parameters' dtype (`config().dtype`); every pass computes in `config().compute_dtype`.
 pub(crate) trait CaptionModel: Send + Sync {
@@ -39,8 +52,17 @@ pub(crate) trait CaptionModel: Send + Sync {
     /// Another handle on the same weights (their storage is shared).
     fn share(&self) -> Result<Box<dyn CaptionModel>>;
 
+    /// The configuration, to change the compute dtype.
+    fn config_mut(&mut self) -> &mut CaptionerConfig;
+
     /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
-    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()>;
+    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
+        let mut cfg = self.config().clone();
+        cfg.compute_dtype = dtype;
+        cfg.validate()?;
+        *self.config_mut() = cfg;
+        Ok(())
+    }
 
     /// `log p(w_t | w_<t, I)` of the tokens `seqs` `[B, T]` and their mask `[B, T]`, with
     /// gradients; dropout when `dropout_rng` is given.

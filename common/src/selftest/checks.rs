@@ -44,6 +44,7 @@ pub(crate) fn tiny_models() -> Vec<TinyModel> {
         heads: 4,
         d_ff: 24,
         tie_embed: false,
+        global_region: false,
     };
     vec![
         TinyModel {

@@ -39,6 +39,7 @@ pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConf
             heads: cfg.model.heads as usize,
             d_ff: cfg.model.d_ff as usize,
             tie_embed: cfg.model.tie_embed,
+            global_region: cfg.model.global_region,
         },
         dropout: cfg.model.dropout as f32,
         vocab_size: data.vocab.len(),

@@ -257,7 +257,10 @@ mod tests {
                 if name == "dx" && i >= 18 {
                     // The constant row: candle's sqrt backward at 0 gives NaN; the node passes
                     // the gradient through x̂ = xc / eps only, which stays finite.
-                    assert!(u.is_finite() && v.is_nan(), "constant row: node {u}, ops {v}");
+                    assert!(
+                        u.is_finite() && v.is_nan(),
+                        "constant row: node {u}, ops {v}"
+                    );
                     continue;
                 }
                 assert!((u - v).abs() < 1e-9, "{name}[{i}]: node {u} vs ops {v}");

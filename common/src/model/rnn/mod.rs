@@ -25,7 +25,7 @@ mod teacher;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use self::attention::{AttKeys, AttWeights};
@@ -233,12 +233,8 @@ impl CaptionModel for RnnCaptioner {
         Ok(Box::new(RnnCaptioner::share(self)?))
     }
 
-    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
-        let mut cfg = self.cfg.clone();
-        cfg.compute_dtype = dtype;
-        cfg.validate()?;
-        self.cfg = cfg;
-        Ok(())
+    fn config_mut(&mut self) -> &mut CaptionerConfig {
+        &mut self.cfg
     }
 
     fn token_logprobs(

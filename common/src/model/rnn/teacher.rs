@@ -56,11 +56,7 @@ impl RnnCaptioner {
         let compute = self.cfg.compute_dtype;
         if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
             let tf = self.teacher_forced(x, seqs, dropout_rng)?;
-            let logp = tf
-                .logprobs_full
-                .gather(&seqs.unsqueeze(2)?, 2)?
-                .squeeze(2)?;
-            return Ok((logp.mul(&mask)?, mask));
+            return Ok((tf.taken(seqs, &mask)?, mask));
         }
         // Only the taken tokens' log-probabilities: one node from the states on, which reads
         // them time-major as the recurrent layer wrote them, with the output dropout inside.

@@ -5,7 +5,7 @@
 use candle_core::{Tensor, D};
 
 use super::layers::{attention, causal_mask, layer_norm, merge_heads, positions, split_heads};
-use super::{source_dim, DecoderLayer, EncoderLayer, TransformerCaptioner, Weights};
+use super::{source_dim, DecoderLayer, EncoderLayer, SelfAttention, TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::kernels::dropout::dropout;
@@ -58,9 +58,10 @@ impl TransformerCaptioner {
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Memory> {
         let (fc, att, row_image) = x.distinct()?;
+        let global = fc.unsqueeze(1)?;
         let regions = match att {
             Some(a) => a,
-            None => fc.unsqueeze(1)?,
+            None => global.clone(),
         };
         let dim = regions.dim(D::Minus1)?;
         if dim != source_dim(&self.cfg) {
@@ -69,10 +70,17 @@ impl TransformerCaptioner {
                 source_dim(&self.cfg)
             )));
         }
-        let regions = if detach { regions.detach() } else { regions };
-        let regions = regions.to_dtype(self.cfg.compute_dtype)?;
+        let prepare = |t: Tensor| -> Result<Tensor> {
+            let t = if detach { t.detach() } else { t };
+            Ok(t.to_dtype(self.cfg.compute_dtype)?)
+        };
+        let mut h = w.src.forward(&prepare(regions)?)?.relu()?;
+        if let Some(src_fc) = &w.src_fc {
+            let g = src_fc.forward(&prepare(global)?)?.relu()?;
+            h = Tensor::cat(&[&h, &g], 1)?;
+        }
         let p = self.cfg.dropout;
-        let mut h = dropout(&w.src.forward(&regions)?.relu()?, p, drop.as_deref_mut())?;
+        let mut h = dropout(&h, p, drop.as_deref_mut())?;
         for layer in &w.encoder {
             h = self.encoder_layer(layer, &h, drop.as_deref_mut())?;
         }
@@ -100,14 +108,9 @@ impl TransformerCaptioner {
         x: &Tensor,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let (p, heads, d) = (self.cfg.dropout, self.shape().heads, self.shape().d_model);
+        let p = self.cfg.dropout;
         let y = layer_norm(x, &l.norm1)?;
-        let qkv = l.attn.qkv.forward(&y)?;
-        let q = split_heads(&qkv.narrow(2, 0, d)?, heads)?;
-        let k = split_heads(&qkv.narrow(2, d, d)?, heads)?;
-        let v = split_heads(&qkv.narrow(2, 2 * d, d)?, heads)?;
-        let a = attention(&q, &k, &v, None, p, drop.as_deref_mut())?;
-        let a = l.attn.out.forward(&merge_heads(&a)?)?;
+        let a = self.self_attention(&l.attn, &y, None, None, drop.as_deref_mut())?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
         let y = layer_norm(&x, &l.norm2)?;
         let f = l.ff.forward(&y, p, drop.as_deref_mut())?;
@@ -178,9 +181,33 @@ impl TransformerCaptioner {
         cache: Option<&mut KvCache>,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let (p, heads, d) = (self.cfg.dropout, self.shape().heads, self.shape().d_model);
+        let (p, heads) = (self.cfg.dropout, self.shape().heads);
         let y = layer_norm(x, &l.norm1)?;
-        let qkv = l.attn.qkv.forward(&y)?;
+        let a = self.self_attention(&l.attn, &y, mask, cache, drop.as_deref_mut())?;
+        let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
+        let y = layer_norm(&x, &l.norm2)?;
+        let q = split_heads(&l.cross.q.forward(&y)?, heads)?;
+        let a = attention(&q, &cross.0, &cross.1, None, p, drop.as_deref_mut())?;
+        let a = l.cross.out.forward(&merge_heads(&a)?)?;
+        let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
+        let y = layer_norm(&x, &l.norm3)?;
+        let f = l.ff.forward(&y, p, drop.as_deref_mut())?;
+        Ok((x + dropout(&f, p, drop)?)?)
+    }
+
+    /// Multi-head self-attention of the normed inputs `y` `[B, T, d]`, with the causal `mask`
+    /// or, for a decoding step, the keys and values of the tokens before appended from `cache`
+    /// (which then holds these too).
+    fn self_attention(
+        &self,
+        attn: &SelfAttention,
+        y: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+        drop: Option<&mut CaprlRng>,
+    ) -> Result<Tensor> {
+        let (heads, d) = (self.shape().heads, self.shape().d_model);
+        let qkv = attn.qkv.forward(y)?;
         let q = split_heads(&qkv.narrow(2, 0, d)?, heads)?;
         let mut k = split_heads(&qkv.narrow(2, d, d)?, heads)?;
         let mut v = split_heads(&qkv.narrow(2, 2 * d, d)?, heads)?;
@@ -192,16 +219,7 @@ impl TransformerCaptioner {
             c.k = Some(k.clone());
             c.v = Some(v.clone());
         }
-        let a = attention(&q, &k, &v, mask, p, drop.as_deref_mut())?;
-        let a = l.attn.out.forward(&merge_heads(&a)?)?;
-        let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
-        let y = layer_norm(&x, &l.norm2)?;
-        let q = split_heads(&l.cross.q.forward(&y)?, heads)?;
-        let a = attention(&q, &cross.0, &cross.1, None, p, drop.as_deref_mut())?;
-        let a = l.cross.out.forward(&merge_heads(&a)?)?;
-        let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
-        let y = layer_norm(&x, &l.norm3)?;
-        let f = l.ff.forward(&y, p, drop.as_deref_mut())?;
-        Ok((x + dropout(&f, p, drop)?)?)
+        let a = attention(&q, &k, &v, mask, self.cfg.dropout, drop)?;
+        attn.out.forward(&merge_heads(&a)?)
     }
 }

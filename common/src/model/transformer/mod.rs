@@ -1,9 +1,9 @@
 //! The Transformer captioner (`kind = "transformer"`): self-critical.pytorch's
 //! `TransformerModel` (the Annotated Transformer), layer for layer.
 //!
-//! - Regions `[B, R, D]` (the `fc` feature as one region when the data set has none) go through
-//!   `relu(W_src x + b)` and dropout, then `enc_layers` encoder layers (self-attention,
-//!   feed-forward) and a final layer norm: the memory.
+//! - Regions `[B, R, D]` (the `fc` feature as one region when the data set has none, or as one
+//!   more with `global_region`) go through `relu(W_src x + b)` and dropout, then `enc_layers`
+//!   encoder layers (self-attention, feed-forward) and a final layer norm: the memory.
 //! - Words: `√d_model · E[w] + PE(pos)` (sinusoidal), dropout, then `dec_layers` decoder layers
 //!   (causal self-attention, cross-attention over the memory, feed-forward) and a final layer
 //!   norm: the decoder states (what a value head reads).
@@ -98,6 +98,8 @@ pub(crate) struct DecoderLayer {
 /// the compute dtype, detached for decoding, PAD and BOS banned in the output bias).
 pub(crate) struct Weights {
     pub src: Linear,
+    /// The `fc` feature's projection when it is one more region (`global_region`).
+    pub src_fc: Option<Linear>,
     pub encoder: Vec<EncoderLayer>,
     pub enc_norm: Norm,
     pub embed: Tensor,
@@ -132,6 +134,10 @@ impl Weights {
         };
         let src_dim = source_dim(cfg);
         let src = linear("src", d, src_dim, 1)?;
+        let src_fc = match s.global_region && cfg.att.is_some() {
+            true => Some(linear("src_fc", d, cfg.fc_dim, 1)?),
+            false => None,
+        };
         let mut enc_parts = Vec::with_capacity(s.enc_layers);
         for l in 0..s.enc_layers {
             let p = format!("enc.{l}");
@@ -216,6 +222,7 @@ impl Weights {
         let dec_norm = norm("dec.norm")?;
         Ok(Weights {
             src,
+            src_fc,
             encoder,
             enc_norm,
             logit: Linear {
@@ -352,12 +359,8 @@ impl CaptionModel for TransformerCaptioner {
         Ok(Box::new(TransformerCaptioner::share(self)?))
     }
 
-    fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
-        let mut cfg = self.cfg.clone();
-        cfg.compute_dtype = dtype;
-        cfg.validate()?;
-        self.cfg = cfg;
-        Ok(())
+    fn config_mut(&mut self) -> &mut CaptionerConfig {
+        &mut self.cfg
     }
 
     fn token_logprobs(

@@ -37,11 +37,7 @@ impl TransformerCaptioner {
         let compute = self.cfg.compute_dtype;
         if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
             let tf = self.teacher_forced(x, seqs, dropout_rng)?;
-            let logp = tf
-                .logprobs_full
-                .gather(&seqs.unsqueeze(2)?, 2)?
-                .squeeze(2)?;
-            return Ok((logp.mul(&mask)?, mask));
+            return Ok((tf.taken(seqs, &mask)?, mask));
         }
         // Only the taken tokens' log-probabilities: one node from the states on.
         let run = self.teacher_run(x, seqs, dropout_rng)?;
