@@ -351,7 +351,7 @@ impl TransformerShape {
                 "must be in 8..=4096".into(),
             );
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             let lower = self.d_model / self.heads * self.heads;
             return bad(
                 "model.d_model",

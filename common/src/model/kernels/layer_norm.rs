@@ -58,7 +58,7 @@ impl LayerNorm {
     /// The rows' statistics are accumulated in f64 whatever `T` is.
     fn forward<T: Real>(&self, x: &[T], g: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
         let d = g.len();
-        if d == 0 || b.len() != d || x.len() % d != 0 {
+        if d == 0 || b.len() != d || !x.len().is_multiple_of(d) {
             return Err(err(format!(
                 "layer norm: {} values for rows of {d} (bias {})",
                 x.len(),

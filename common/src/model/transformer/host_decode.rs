@@ -143,8 +143,14 @@ pub(crate) struct HostLive {
     top: Option<Vec<f32>>,
     pos: usize,
     arena: Rc<RefCell<Arena>>,
-    /// Each layer's memory keys and values `[U, R, d]`, and `R`.
-    cross: Rc<(Vec<(Vec<f32>, Vec<f32>)>, usize)>,
+    /// The memory's keys and values, shared by every selection of the rows.
+    cross: Rc<CrossKv>,
+}
+
+/// Each decoder layer's cross-attention keys and values of the distinct images, `[U, R, d]`.
+struct CrossKv {
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
+    regions: usize,
 }
 
 fn host(t: &Tensor) -> Result<Vec<f32>> {
@@ -216,7 +222,10 @@ impl HostWeights {
                 v: vec![Vec::new(); self.layers.len()],
                 slots: 0,
             })),
-            cross: Rc::new((cross, regions)),
+            cross: Rc::new(CrossKv {
+                layers: cross,
+                regions,
+            }),
         })
     }
 
@@ -269,8 +278,8 @@ impl HostWeights {
             // Attention over the row's image.
             let y = layer.norm2.forward(&x);
             let q = layer.cross_q.forward(&y, n);
-            let (cross, regions) = &*live.cross;
-            let (k, v) = &cross[l];
+            let regions = &live.cross.regions;
+            let (k, v) = &live.cross.layers[l];
             let ctx = self.attend(
                 n,
                 |i| &q[i * d..(i + 1) * d],

@@ -58,6 +58,10 @@ enum Init {
     Const(f64),
 }
 
+/// What [`Weights::visit`] asks for each parameter: its name, shape and initialisation in, the
+/// tensor out.
+type ParamSource<'a> = dyn FnMut(&str, &[usize], Init) -> Result<Tensor> + 'a;
+
 /// Self-attention of one layer: `q, k, v` as one `[3d, d]` projection, and the output.
 pub(crate) struct SelfAttention {
     pub qkv: Linear,
@@ -113,10 +117,7 @@ impl Weights {
     /// Lists every parameter once — name, shape, initialisation — and builds the weights from
     /// what `param` returns for each: a fresh draw (initialisation) or the stored tensor (a
     /// handle on the `VarMap`, or a prepared copy).
-    fn visit(
-        cfg: &CaptionerConfig,
-        param: &mut dyn FnMut(&str, &[usize], Init) -> Result<Tensor>,
-    ) -> Result<Self> {
+    fn visit(cfg: &CaptionerConfig, param: &mut ParamSource) -> Result<Self> {
         let s = &cfg.transformer;
         let d = s.d_model;
         let mut linear = |name: &str, out: usize, inp: usize, blocks: usize| -> Result<Linear> {
