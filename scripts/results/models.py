@@ -16,7 +16,8 @@ def cider(out, model, stage, seed):
 
 def params(out, model, seed):
     """Parameters of the XE model: the safetensors file's f32 payload (header excluded)."""
-    path = out / f"{model}-xe-{seed}" / "best-xe" / "model.safetensors"
+    best = out / f"{model}-xe-{seed}" / "best-xe"
+    path = next(best.glob("*/model.safetensors"))  # best-xe/ckpt-<step>/
     raw = path.read_bytes()
     header = int.from_bytes(raw[:8], "little")
     return (len(raw) - 8 - header) // 4

@@ -20,9 +20,16 @@ use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{for_each_row, gemm_into_from, Mat, SendPtr};
 
-/// From this many multiply-adds a step's product runs on several threads (split over its
-/// output columns): a `[10, 512] × [512, 512]` product is faster on two threads.
+/// A step's product runs on several threads (split over its output columns) when its weight
+/// has this many values — more than one core's L2 cache holds, so that each core streams half
+/// — and it has [`PARALLEL_MIN_MACS`] multiply-adds: at COCO's width a `[10, 512] × [512, 512]`
+/// product is faster on two threads, at the synthetic task's a `[32, 128] × [128, 512]` one
+/// slower (measured with `caprl bench transformer`).
+const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
 const PARALLEL_MIN_MACS: usize = 1 << 20;
+
+/// From this many multiply-adds a step's attention runs its rows on several threads.
+const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
 use crate::model::kernels::kernels_enabled;
 
 /// A projection and its bias on the host, the weight transposed: `Wᵀ` `[in, out]` row-major,
@@ -52,10 +59,14 @@ impl HostLinear {
         for _ in 0..n {
             y.extend_from_slice(&self.b);
         }
+        let min_macs = match self.w_t.len() >= PARALLEL_MIN_WEIGHTS {
+            true => PARALLEL_MIN_MACS,
+            false => usize::MAX,
+        };
         // SAFETY: `x` holds `n × inp` values, `w_t` `inp × out`, `y` `n × out`; `y` is new.
         unsafe {
             gemm_into_from(
-                PARALLEL_MIN_MACS,
+                min_macs,
                 n,
                 self.out,
                 self.inp,
@@ -318,8 +329,11 @@ impl HostWeights {
         let scale = 1.0 / (dk as f32).sqrt();
         let mut out = vec![0f32; n * d];
         let dst = SendPtr(out.as_mut_ptr());
-        let threads = candle_core::utils::get_num_threads();
         let per_row = at(0).len().max(1) * d * 2;
+        let threads = match n * per_row >= PARALLEL_MIN_ATTENTION {
+            true => candle_core::utils::get_num_threads(),
+            false => 1,
+        };
         for_each_row(threads, n, per_row, |i| {
             // SAFETY: each row `i` is written by one call only, inside `out`.
             let o = unsafe { dst.row(i, d) };
