@@ -170,18 +170,7 @@ impl Inputs {
             let b = self.batch_size()? as u32;
             return Ok((self.fc.clone(), self.att.clone(), (0..b).collect()));
         };
-        let mut first: Vec<u32> = Vec::new();
-        let mut slot = std::collections::HashMap::new();
-        let of_row: Vec<u32> = im
-            .of_row
-            .iter()
-            .map(|&i| {
-                *slot.entry(i).or_insert_with(|| {
-                    first.push(i);
-                    first.len() as u32 - 1
-                })
-            })
-            .collect();
+        let (first, of_row) = first_appearances(&im.of_row);
         let idx = Tensor::from_slice(&first, first.len(), self.fc.device())?;
         let att = match &im.att {
             Some(a) => Some(a.index_select(&idx, 0)?),
@@ -189,6 +178,23 @@ impl Inputs {
         };
         Ok((im.fc.index_select(&idx, 0)?, att, of_row))
     }
+}
+
+/// The distinct values of `items` in order of first appearance, and for each item the index of
+/// its value among them.
+pub(crate) fn first_appearances<T: Copy + Eq + std::hash::Hash>(items: &[T]) -> (Vec<T>, Vec<u32>) {
+    let mut distinct = Vec::new();
+    let mut seen = std::collections::HashMap::new();
+    let index = items
+        .iter()
+        .map(|&v| {
+            *seen.entry(v).or_insert_with(|| {
+                distinct.push(v);
+                distinct.len() as u32 - 1
+            })
+        })
+        .collect();
+    (distinct, index)
 }
 
 /// Checks teacher-forcing tokens `seqs` `[B, T]` against the batch and the vocabulary and

@@ -3,7 +3,7 @@
 
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::{ModelError, Result};
-use super::inputs::Inputs;
+use super::inputs::{first_appearances, Inputs};
 use crate::data::Dataset;
 use candle_core::Device;
 
@@ -16,17 +16,7 @@ pub fn inputs_for_rows(
     cfg: &CaptionerConfig,
     device: &Device,
 ) -> Result<Inputs> {
-    let mut distinct = Vec::new();
-    let mut seen = std::collections::HashMap::new();
-    let expand: Vec<u32> = rows
-        .iter()
-        .map(|&r| {
-            *seen.entry(r).or_insert_with(|| {
-                distinct.push(r);
-                distinct.len() as u32 - 1
-            })
-        })
-        .collect();
+    let (distinct, expand) = first_appearances(rows);
     let fc = data
         .fc_rows(&distinct)
         .map_err(|e| ModelError::Input(e.to_string()))?;

@@ -48,6 +48,30 @@ fn composite(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tenso
         .broadcast_add(bias)?)
 }
 
+/// Appends one row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, to `out`, hands each `x̂` to
+/// `xhat`, and returns `(σ, σ + eps)`; the statistics are accumulated in f64. The one place the
+/// formula is written: the graph node and the host decoding steps both call it.
+pub(crate) fn norm_row<T: Real>(
+    row: &[T],
+    g: &[T],
+    b: &[T],
+    eps: f64,
+    out: &mut Vec<T>,
+    mut xhat: impl FnMut(T),
+) -> (f64, f64) {
+    let d = row.len();
+    let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
+    let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / (d.max(2) - 1) as f64;
+    let sigma = var.sqrt();
+    let s = sigma + eps;
+    for ((v, gi), bi) in row.iter().zip(g).zip(b) {
+        let h = T::from_f64((v.to_f64() - mean) / s);
+        xhat(h);
+        out.push(*gi * h + *bi);
+    }
+    (sigma, s)
+}
+
 struct LayerNorm {
     eps: f64,
     /// From the forward pass: each row's `x̂` and `(σ, s)`.
@@ -65,20 +89,11 @@ impl LayerNorm {
                 b.len()
             )));
         }
-        let denom = (d.max(2) - 1) as f64;
         let mut y = Vec::with_capacity(x.len());
         let mut xhat = Vec::with_capacity(x.len());
         let mut stats = Vec::with_capacity(2 * x.len() / d);
         for row in x.chunks_exact(d) {
-            let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
-            let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / denom;
-            let sigma = var.sqrt();
-            let s = sigma + self.eps;
-            for ((v, gi), bi) in row.iter().zip(g).zip(b) {
-                let h = T::from_f64((v.to_f64() - mean) / s);
-                xhat.push(h);
-                y.push(*gi * h + *bi);
-            }
+            let (sigma, s) = norm_row(row, g, b, self.eps, &mut y, |h| xhat.push(h));
             stats.push(sigma);
             stats.push(s);
         }

@@ -131,8 +131,7 @@ impl TransformerCaptioner {
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, d))?;
-        let pe = positions(first_pos + t, d);
-        let pe = Tensor::from_slice(&pe[first_pos * d..], (1, t, d), &self.device)?
+        let pe = Tensor::from_vec(positions(first_pos, t, d), (1, t, d), &self.device)?
             .to_dtype(e.dtype())?;
         let x = (e * (d as f64).sqrt())?.broadcast_add(&pe)?;
         dropout(&x, self.cfg.dropout, drop)

@@ -31,6 +31,7 @@ const PARALLEL_MIN_MACS: usize = 1 << 20;
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
 use crate::model::kernels::kernels_enabled;
+use crate::model::kernels::layer_norm::norm_row;
 
 /// A projection and its bias on the host, the weight transposed: `Wᵀ` `[in, out]` row-major,
 /// which the gemm reads as it is (a `[out, in]` weight read column by column would be
@@ -97,16 +98,9 @@ impl HostNorm {
 
     /// The Annotated Transformer's norm of every row of `x` (unbiased std, `eps` added to it).
     fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let d = self.gain.len();
-        let mut y = vec![0f32; x.len()];
-        for (row, out) in x.chunks(d).zip(y.chunks_mut(d)) {
-            let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
-            let var =
-                row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / (d.max(2) - 1) as f64;
-            let inv = 1.0 / (var.sqrt() + NORM_EPS);
-            for i in 0..d {
-                out[i] = ((row[i] as f64 - mean) * inv) as f32 * self.gain[i] + self.bias[i];
-            }
+        let mut y = Vec::with_capacity(x.len());
+        for row in x.chunks(self.gain.len()) {
+            norm_row(row, &self.gain, &self.bias, NORM_EPS, &mut y, |_| {});
         }
         y
     }
@@ -201,7 +195,7 @@ impl HostWeights {
             d,
             heads: s.heads,
             embed,
-            positions: positions(model.cfg.max_len + 2, d),
+            positions: positions(0, model.cfg.max_len + 2, d),
             layers,
             norm: HostNorm::new(&w.dec_norm)?,
             logit: HostLinear::new(&w.logit)?,

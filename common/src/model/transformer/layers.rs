@@ -92,15 +92,15 @@ pub(crate) fn causal_mask(t: usize, dtype: DType, device: &Device) -> Result<Ten
 }
 
 /// The sinusoidal positions `PE[pos, 2i] = sin(pos / 10000^(2i/d))`, `PE[pos, 2i+1] = cos(…)`
-/// of positions `0..n`, `[n, d]` row-major.
-pub(crate) fn positions(n: usize, d: usize) -> Vec<f32> {
+/// of positions `first..first + n`, `[n, d]` row-major.
+pub(crate) fn positions(first: usize, n: usize, d: usize) -> Vec<f32> {
     let mut pe = vec![0f32; n * d];
-    for pos in 0..n {
+    for (row, pos) in pe.chunks_mut(d).zip(first..) {
         for i in (0..d).step_by(2) {
             let angle = pos as f64 / 10000f64.powf(i as f64 / d as f64);
-            pe[pos * d + i] = angle.sin() as f32;
+            row[i] = angle.sin() as f32;
             if i + 1 < d {
-                pe[pos * d + i + 1] = angle.cos() as f32;
+                row[i + 1] = angle.cos() as f32;
             }
         }
     }
