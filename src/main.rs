@@ -4,6 +4,8 @@
 mod cli;
 mod roles;
 mod setup;
+mod soak;
+mod supervise;
 
 use std::process::ExitCode;
 
@@ -16,6 +18,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     caprl_common::model::keep_elementwise_ops_on_one_thread();
+    // A file-size limit (RLIMIT_FSIZE, a full quota) then fails the write with an error that
+    // names the file, instead of killing the process.
+    // SAFETY: setting a signal's disposition to SIG_IGN at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = cli::Cli::parse();
     cli::logging::init(cli.global.verbose, cli.global.quiet);
     match cli::run(cli) {

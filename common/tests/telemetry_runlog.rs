@@ -31,6 +31,8 @@ fn step(n: u64) -> StepRecord {
         dropped_stale: 1,
         tasks_issued: 4,
         results_found: 0,
+        task_ids: vec![4 * n, 4 * n + 1],
+        duplicates: 1,
         rejected: [("bad_magic".to_string(), 2)].into(),
         seconds: 0.5,
         unix_ms: 1_700_000_000_000 + n,

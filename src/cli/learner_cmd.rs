@@ -30,6 +30,8 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = args.compute.load_config(global)?;
+    // Before anything else touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
     let data = Arc::new(setup::open_data(&cfg, true)?);
@@ -59,6 +61,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         args.resume,
         args.start_from.as_deref(),
         &mut driver,
+        &lock,
     );
     heartbeat.abort();
     let outcome = outcome?;

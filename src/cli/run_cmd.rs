@@ -69,6 +69,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if !objective.has_rl_phase() {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
+    // Before anything else touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
@@ -86,7 +88,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        Ok(training::train(&cfg, &data, &device, false, None, driver)?)
+        Ok(training::train(&cfg, &data, &device, false, None, driver, &lock)?)
     })?;
     let test = &data.test.items;
     let opts = EvalOptions {

@@ -45,6 +45,8 @@ pub(crate) fn config_with(
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
+    // Before anything else touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
@@ -56,6 +58,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             args.resume,
             args.start_from.as_deref(),
             driver,
+            &lock,
         )?)
     })?;
     let show = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());

@@ -85,6 +85,13 @@ pub struct StepRecord {
     /// a resumed learner's predecessor's, found in JetStream.
     #[serde(default)]
     pub results_found: u64,
+    /// Ids of the tasks whose scored rollouts the step trained on, ascending (RL steps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_ids: Vec<u64>,
+    /// Scored results dropped during this step because their task's result was already
+    /// used or held (a redelivery, a role run twice).
+    #[serde(default)]
+    pub duplicates: u64,
     /// Messages the learner rejected during this step, by reason (the labels of
     /// `caprl_rejected_messages_total`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -6,6 +6,7 @@
 //! RUN_DIR/best-rl/ckpt-*     the best RL checkpoint (the latest, with the CLIP rewards)
 //! [checkpoint] dir/ckpt-*    periodic checkpoints (default RUN_DIR/checkpoints)
 //! RUN_DIR/previous/          an earlier run in the same directory, set aside
+//! RUN_DIR/learner.lock       held (flock) by the learner training into RUN_DIR
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,42 @@ const BEST_SCORE: &str = "val_cider.txt";
 pub const CONFIG_FILE: &str = "config.toml";
 /// The vocabulary hash in every checkpoint.
 pub const VOCAB_HASH_FILE: &str = "vocab_hash.txt";
+
+/// The lock a learner holds on its run directory.
+const LOCK_FILE: &str = "learner.lock";
+
+/// An exclusive lock on the run directory, held as long as this value lives (the kernel drops
+/// it when the process dies, however it dies).
+pub struct RunDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the run directory's learner lock, or says that another learner trains into it: two
+/// learners on one run directory would overwrite each other's checkpoints and run log (a
+/// learner started twice by mistake, or restarted while the old one still runs).
+pub fn lock_run_dir(cfg: &RunConfig) -> Result<RunDirLock> {
+    let run_dir = Path::new(&cfg.run_dir);
+    std::fs::create_dir_all(run_dir).doing(|| format!("creating {}", run_dir.display()))?;
+    let path = run_dir.join(LOCK_FILE);
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .doing(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(RunDirLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LearnerError::Invalid(format!(
+            "another learner is training into {} (it holds {}): stop it first, or give this \
+             one another run_dir",
+            run_dir.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).doing(|| format!("locking {}", path.display()))
+        }
+    }
+}
 
 /// The run log: created for a new run, appended to on resume (created when
 /// the resumed run has none yet); mirrored to TensorBoard from `step` on.

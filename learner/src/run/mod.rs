@@ -37,6 +37,7 @@ use crate::error::{Doing, LearnerError};
 use crate::objective::{uses_disc, Objective};
 use crate::trainer::{Phase, Trainer, WEIGHTS};
 use disc_setup::online_disc;
+pub use layout::{lock_run_dir, RunDirLock};
 use layout::{open_run_log, set_aside_previous_run, BEST_XE};
 use load::{resolve_checkpoint, start_model};
 use phase::run_phase;
@@ -65,7 +66,8 @@ pub struct Outcome {
 ///
 /// The RL phase gets its rollouts through `driver` (the CLI's `roles` builds one for the
 /// in-process and the NATS wirings); the driver marks the learner ready once the first
-/// snapshot is published.
+/// snapshot is published. `_lock` ([`lock_run_dir`]) proves that no other learner trains into
+/// the run directory.
 pub fn train(
     cfg: &RunConfig,
     data: &Dataset,
@@ -73,6 +75,7 @@ pub fn train(
     resume: bool,
     start_from: Option<&Path>,
     driver: &mut Driver,
+    _lock: &RunDirLock,
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
     objective.check_mode(cfg.runtime.mode)?;
