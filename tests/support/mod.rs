@@ -113,11 +113,20 @@ fn running() -> std::sync::MutexGuard<'static, Vec<(u32, tempfile::NamedTempFile
     RUNNING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Process groups of commands started with [`spawn_group`] (`caprl local`, `caprl soak`).
+static GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 /// Kills (SIGKILL) every still-running role of this test binary on drop.
 pub struct Reaper;
 
 impl Drop for Reaper {
     fn drop(&mut self) {
+        for pgid in std::mem::take(&mut *GROUPS.lock().unwrap_or_else(|e| e.into_inner())) {
+            // SAFETY: kill(2) on a process group this test started.
+            unsafe {
+                libc::kill(-(pgid as i32), libc::SIGKILL);
+            }
+        }
         for (pid, _) in std::mem::take(&mut *running()) {
             // SAFETY: kill(2) on a child of this process that was not reaped yet.
             unsafe {
@@ -141,6 +150,28 @@ pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
         .stderr(err)
         .spawn()
         .expect("caprl starts");
+    running().push((child.id(), log));
+    child
+}
+
+/// Starts `caprl <args>` (a command that starts processes of its own) in a process group of
+/// its own, output to a temp file as [`spawn`] does; [`Reaper`] kills the whole group.
+pub fn spawn_group(args: &[String]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let log = tempfile::NamedTempFile::new().expect("a temp file for the output");
+    let out = log.reopen().expect("the log file");
+    let err = out.try_clone().expect("the log file");
+    let child = caprl()
+        .args(args)
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .expect("caprl starts");
+    GROUPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(child.id());
     running().push((child.id(), log));
     child
 }
@@ -170,16 +201,18 @@ const FINISH_WITHIN: Duration = Duration::from_secs(180);
 
 /// Waits (at most [`FINISH_WITHIN`]) for `child`; returns whether it succeeded and its stdout +
 /// stderr. A role still running then is killed, and its output says so.
-pub fn finish(mut child: std::process::Child) -> (bool, String) {
+pub fn finish(child: std::process::Child) -> (bool, String) {
+    finish_within(child, FINISH_WITHIN)
+}
+
+/// [`finish`] with another time limit.
+pub fn finish_within(mut child: std::process::Child, limit: Duration) -> (bool, String) {
     let started = std::time::Instant::now();
     while child.try_wait().expect("poll a role").is_none() {
-        if started.elapsed() > FINISH_WITHIN {
+        if started.elapsed() > limit {
             let _ = child.kill();
             let (_, out) = reap(child);
-            return (
-                false,
-                format!("[still running after {FINISH_WITHIN:?}: killed]\n{out}"),
-            );
+            return (false, format!("[still running after {limit:?}: killed]\n{out}"));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

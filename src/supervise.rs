@@ -1,0 +1,493 @@
+//! Keeping the role processes of one machine alive: `caprl local` and `caprl soak` start the
+//! learner, actors and reward workers as child processes of this binary and restart each one
+//! that dies (with backoff; the learner with `--resume`), and the nats-server they started too.
+//! The run ends when the role that finishes it (the learner) exits cleanly; it is given up only
+//! when a role keeps dying within seconds of each start, as a bad config makes it do.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use caprl_common::bus::LocalNatsServer;
+
+/// One role process: how to start it.
+#[derive(Debug, Clone)]
+pub struct RoleSpec {
+    /// Its name in logs, e.g. `actor-0`.
+    pub name: String,
+    /// The arguments of its first start (after the binary).
+    pub args: Vec<String>,
+    /// Added to `args` when it is started again (`--resume` for the learner).
+    pub restart_args: Vec<String>,
+    /// Whether its clean exit ends the run (the learner's).
+    pub finishes_run: bool,
+}
+
+/// When to restart and when to give up.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// Wait before the first restart after a death; doubles with each quick death in a row.
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+    /// A role that dies sooner than this after its start died *quickly*.
+    pub quick: Duration,
+    /// Give the run up when a role died quickly this many times in a row.
+    pub give_up_after: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            first_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            quick: Duration::from_secs(10),
+            // With the backoff doubling from 1 s: a broker unreachable for half a minute.
+            give_up_after: 6,
+        }
+    }
+}
+
+/// Where the roles' output goes.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// This process's stdout and stderr, each line prefixed with `[name]`.
+    Terminal,
+    /// `DIR/<name>.log`, appended to across restarts.
+    Dir(PathBuf),
+}
+
+/// Lines of a role's output kept for the message of a role that keeps failing.
+const TAIL_LINES: usize = 20;
+
+/// How the supervised run stands.
+#[derive(Debug)]
+pub enum Progress {
+    Running,
+    /// The role that finishes the run exited cleanly.
+    Finished,
+    /// A role keeps failing: which, how, and its last lines of output.
+    GaveUp(String),
+}
+
+/// A role's death as the supervisor saw it.
+#[derive(Debug, Clone)]
+pub struct Death {
+    pub role: String,
+    pub status: String,
+    /// Whether the death was asked for ([`Supervisor::kill`], [`Supervisor::expect_exit`]).
+    pub planned: bool,
+}
+
+struct Supervised {
+    spec: RoleSpec,
+    child: Option<Child>,
+    started: Instant,
+    /// When to start it again, once it died.
+    restart_at: Option<Instant>,
+    quick_deaths: u32,
+    restarts: u32,
+    /// The next death was caused on purpose (a fault injected by `caprl soak`): it does not
+    /// count towards giving up.
+    planned: bool,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// The role processes of one run, and the nats-server when this process started it.
+pub struct Supervisor {
+    exe: PathBuf,
+    /// Arguments every role gets after its own (config, `--nats-url`).
+    common: Vec<String>,
+    output: Output,
+    policy: Policy,
+    roles: Vec<Supervised>,
+    pumps: Vec<std::thread::JoinHandle<()>>,
+    server: Option<LocalNatsServer>,
+    /// The server is kept down until then (a broker outage injected by `caprl soak`).
+    server_down_until: Option<Instant>,
+    /// When the server last went down or came back: a role that dies around then died of the
+    /// outage, not of something wrong with it.
+    server_blip: Option<Instant>,
+    deaths: Vec<Death>,
+}
+
+impl Supervisor {
+    /// Starts every role in `specs`.
+    pub fn start(
+        specs: Vec<RoleSpec>,
+        common: Vec<String>,
+        output: Output,
+        policy: Policy,
+        server: Option<LocalNatsServer>,
+    ) -> Result<Supervisor> {
+        let exe = std::env::current_exe().context("locating the caprl binary")?;
+        if let Output::Dir(dir) = &output {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the log directory {}", dir.display()))?;
+        }
+        let mut sup = Supervisor {
+            exe,
+            common,
+            output,
+            policy,
+            roles: Vec::new(),
+            pumps: Vec::new(),
+            server,
+            server_down_until: None,
+            server_blip: None,
+            deaths: Vec::new(),
+        };
+        for spec in specs {
+            let mut role = Supervised {
+                spec,
+                child: None,
+                started: Instant::now(),
+                restart_at: None,
+                quick_deaths: 0,
+                restarts: 0,
+                planned: false,
+                tail: Arc::new(Mutex::new(VecDeque::new())),
+            };
+            if let Err(e) = sup.spawn(&mut role, false) {
+                sup.roles.push(role);
+                sup.stop_all(Duration::from_secs(5));
+                return Err(e);
+            }
+            sup.roles.push(role);
+        }
+        Ok(sup)
+    }
+
+    fn spawn(&mut self, role: &mut Supervised, again: bool) -> Result<()> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&role.spec.args);
+        if again {
+            cmd.args(&role.spec.restart_args);
+        }
+        cmd.args(&self.common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        // A role outlives no supervisor: when this process dies, however it dies, the kernel
+        // sends the role SIGTERM (roles stop cleanly on it).
+        // SAFETY: prctl(2) only, between fork and exec.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let name = role.spec.name.clone();
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", self.exe.display()))?;
+        let file = match &self.output {
+            Output::Terminal => None,
+            Output::Dir(dir) => Some(Arc::new(Mutex::new(open_log(dir, &name)?))),
+        };
+        if let Some(out) = child.stdout.take() {
+            let sink = Sink::new(&name, false, file.clone(), &role.tail);
+            self.pumps.push(pump(out, sink));
+        }
+        if let Some(err) = child.stderr.take() {
+            let sink = Sink::new(&name, true, file, &role.tail);
+            self.pumps.push(pump(err, sink));
+        }
+        tracing::info!("{name} started (pid {})", child.id());
+        role.child = Some(child);
+        role.started = Instant::now();
+        role.restart_at = None;
+        Ok(())
+    }
+
+    /// Reaps the roles that died, restarts those whose backoff is over (and the nats-server),
+    /// and says whether the run finished or must be given up.
+    pub fn poll(&mut self) -> Progress {
+        self.keep_server_up();
+        let now = Instant::now();
+        let mut roles = std::mem::take(&mut self.roles);
+        let mut progress = Progress::Running;
+        for role in roles.iter_mut() {
+            if let Some(child) = role.child.as_mut() {
+                let Ok(Some(status)) = child.try_wait() else {
+                    continue;
+                };
+                role.child = None;
+                if status.success() && role.spec.finishes_run {
+                    progress = Progress::Finished;
+                    continue;
+                }
+                if let Some(gave_up) = self.died(role, status, now) {
+                    progress = Progress::GaveUp(gave_up);
+                }
+            } else if role.restart_at.is_some_and(|at| at <= now) {
+                role.restarts += 1;
+                tracing::info!(
+                    "restarting {} (restart {}{})",
+                    role.spec.name,
+                    role.restarts,
+                    match role.spec.restart_args.is_empty() {
+                        true => String::new(),
+                        false => format!(", with {}", role.spec.restart_args.join(" ")),
+                    }
+                );
+                if let Err(e) = self.spawn(role, true) {
+                    progress = Progress::GaveUp(format!("{e:#}"));
+                }
+            }
+        }
+        self.roles = roles;
+        progress
+    }
+
+    /// Books a death and schedules the restart; `Some(message)` when the role keeps failing.
+    fn died(&mut self, role: &mut Supervised, status: ExitStatus, now: Instant) -> Option<String> {
+        let lived = now.duration_since(role.started);
+        let planned = std::mem::take(&mut role.planned);
+        self.deaths.push(Death {
+            role: role.spec.name.clone(),
+            status: status.to_string(),
+            planned,
+        });
+        let outage = self.server_down_until.is_some()
+            || self
+                .server_blip
+                .is_some_and(|t| now.duration_since(t) < self.policy.quick);
+        if planned || outage || lived >= self.policy.quick {
+            role.quick_deaths = 0;
+        } else {
+            role.quick_deaths += 1;
+        }
+        if role.quick_deaths >= self.policy.give_up_after {
+            let tail: Vec<String> = lock(&role.tail).iter().cloned().collect();
+            return Some(format!(
+                "{} keeps failing: it exited with {status} {} times in a row, each within {:?} \
+                 of its start. Its last lines:\n{}",
+                role.spec.name,
+                role.quick_deaths,
+                self.policy.quick,
+                tail.join("\n")
+            ));
+        }
+        let backoff = self
+            .policy
+            .first_backoff
+            .saturating_mul(1 << role.quick_deaths.min(16))
+            .min(self.policy.max_backoff);
+        let how = match planned {
+            true => "stopped on purpose",
+            false => "died",
+        };
+        tracing::warn!(
+            "{} {how} ({status}) after {:.1} s: restarting it in {:.1} s",
+            role.spec.name,
+            lived.as_secs_f64(),
+            backoff.as_secs_f64()
+        );
+        role.restart_at = Some(now + backoff);
+        None
+    }
+
+    /// Restarts the nats-server this process started when it died (same port and store),
+    /// unless it is being kept down.
+    fn keep_server_up(&mut self) {
+        if self.server_down_until.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        self.server_down_until = None;
+        let Some(server) = self.server.as_mut() else {
+            return;
+        };
+        if server.is_running() {
+            return;
+        }
+        self.server_blip = Some(Instant::now());
+        tracing::warn!(
+            "nats-server on port {} is down: restarting it on its port and store",
+            server.port()
+        );
+        if let Err(e) = server.restart() {
+            tracing::error!("restarting nats-server: {e} (trying again)");
+        }
+    }
+
+    /// Kills the nats-server (SIGKILL) and keeps it down for `outage`.
+    pub fn take_server_down(&mut self, outage: Duration) -> bool {
+        let Some(server) = self.server.as_mut() else {
+            return false;
+        };
+        server.stop();
+        self.server_down_until = Some(Instant::now() + outage);
+        self.server_blip = Some(Instant::now());
+        true
+    }
+
+    /// The names of the roles, in start order.
+    pub fn names(&self) -> Vec<String> {
+        self.roles.iter().map(|r| r.spec.name.clone()).collect()
+    }
+
+    /// The pid of the running process of role `name`.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.find(name)
+            .and_then(|r| r.child.as_ref())
+            .map(Child::id)
+    }
+
+    fn find(&self, name: &str) -> Option<&Supervised> {
+        self.roles.iter().find(|r| r.spec.name == name)
+    }
+
+    /// Sends `signal` to role `name` if its running process is still `pid`; a SIGKILL makes
+    /// its death planned. Returns whether it was sent.
+    pub fn signal(&mut self, name: &str, pid: u32, signal: i32) -> bool {
+        let Some(role) = self.roles.iter_mut().find(|r| r.spec.name == name) else {
+            return false;
+        };
+        if role.child.as_ref().map(Child::id) != Some(pid) {
+            return false;
+        }
+        if signal == libc::SIGKILL {
+            role.planned = true;
+        }
+        send(pid, signal)
+    }
+
+    /// Marks the next death of role `name` as planned (a fault that makes it exit).
+    pub fn expect_exit(&mut self, name: &str) {
+        if let Some(role) = self.roles.iter_mut().find(|r| r.spec.name == name) {
+            role.planned = true;
+        }
+    }
+
+    /// Every death seen so far.
+    pub fn deaths(&self) -> &[Death] {
+        &self.deaths
+    }
+
+    /// SIGTERM to every running role, SIGKILL to those still running after `grace`, then the
+    /// nats-server stops. Returns the roles that did not exit cleanly, with their status.
+    pub fn stop_all(&mut self, grace: Duration) -> Vec<String> {
+        for child in self.roles.iter().filter_map(|r| r.child.as_ref()) {
+            // A stopped (SIGSTOP) process must run to handle the SIGTERM.
+            send(child.id(), libc::SIGCONT);
+            send(child.id(), libc::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        let mut unclean = Vec::new();
+        for role in self.roles.iter_mut() {
+            let Some(mut child) = role.child.take() else {
+                continue;
+            };
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(st)) => break Some(st),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    _ => {
+                        tracing::warn!("{} did not stop in {grace:?}: killing it", role.spec.name);
+                        let _ = child.kill();
+                        break child.wait().ok();
+                    }
+                }
+            };
+            if let Some(st) = status.filter(|s| !s.success()) {
+                unclean.push(format!("{} exited with {st}", role.spec.name));
+            }
+        }
+        for p in self.pumps.drain(..) {
+            let _ = p.join();
+        }
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+        unclean
+    }
+
+    /// How often each role was restarted, in start order.
+    pub fn restarts(&self) -> Vec<(String, u32)> {
+        self.roles
+            .iter()
+            .map(|r| (r.spec.name.clone(), r.restarts))
+            .collect()
+    }
+}
+
+/// kill(2); whether the signal was delivered.
+pub fn send(pid: u32, signal: i32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill(2) on the pid of a child this process spawned and has not reaped.
+    unsafe { libc::kill(pid, signal) == 0 }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn open_log(dir: &Path, name: &str) -> Result<File> {
+    let path = dir.join(format!("{name}.log"));
+    File::options()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// Where one output stream of a role goes.
+struct Sink {
+    name: String,
+    to_stderr: bool,
+    file: Option<Arc<Mutex<File>>>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Sink {
+    fn new(
+        name: &str,
+        to_stderr: bool,
+        file: Option<Arc<Mutex<File>>>,
+        tail: &Arc<Mutex<VecDeque<String>>>,
+    ) -> Sink {
+        Sink {
+            name: name.to_string(),
+            to_stderr,
+            file,
+            tail: Arc::clone(tail),
+        }
+    }
+
+    fn line(&self, text: &str) {
+        {
+            let mut tail = lock(&self.tail);
+            if tail.len() == TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(text.to_string());
+        }
+        let name = &self.name;
+        let _ = match (&self.file, self.to_stderr) {
+            (Some(f), _) => writeln!(lock(f), "{text}"),
+            (None, true) => writeln!(std::io::stderr().lock(), "[{name}] {text}"),
+            (None, false) => writeln!(std::io::stdout().lock(), "[{name}] {text}"),
+        };
+    }
+}
+
+/// Copies a child's output line by line into `sink`.
+fn pump<R: Read + Send + 'static>(from: R, sink: Sink) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).split(b'\n') {
+            let Ok(line) = line else { break };
+            let text = String::from_utf8_lossy(&line);
+            sink.line(text.trim_end_matches('\r'));
+        }
+    })
+}
