@@ -21,13 +21,14 @@ mod data_cmd;
 mod eval_cmd;
 mod features_cmd;
 mod learner_cmd;
-mod local_cmd;
+pub mod local_cmd;
 pub mod logging;
 mod report_cmd;
 mod reward_worker_cmd;
 mod run_cmd;
 mod score_cmd;
 mod selftest_cmd;
+mod soak_cmd;
 mod status_cmd;
 mod train_cmd;
 
@@ -109,6 +110,9 @@ pub enum Command {
     RewardWorker(reward_worker_cmd::Args),
     /// Learner, actors and reward workers as local processes on a local (or given) NATS server.
     Local(local_cmd::Args),
+    /// Chaos soak: rounds of a small run under random kills, pauses, broker restarts, duplicate
+    /// roles and full disks, each checked against an undisturbed run (`--minutes`, `--seed`).
+    Soak(soak_cmd::Args),
     /// Show a run on NATS: policy version, queue depths, live roles, actor lag.
     Status(status_cmd::Args),
     /// Benchmarks: `bench all` (every benchmark, one table; `--json`), `bench transport`
@@ -140,6 +144,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Actor(args) => actor_cmd::run(args, global),
         Command::RewardWorker(args) => reward_worker_cmd::run(args, global),
         Command::Local(args) => local_cmd::run(args, global),
+        Command::Soak(args) => soak_cmd::run(args, global),
         Command::Status(args) => status_cmd::run(args, global),
         Command::Bench(args) => bench_cmd::run(args, global),
         Command::Selftest(args) => selftest_cmd::run(args),

@@ -1,0 +1,436 @@
+//! `caprl soak`: the whole system under a sustained, randomised mix of faults. Rounds of a
+//! small training run go through [`crate::supervise`] (the restarts `caprl local` does) over a
+//! nats-server with a file store, while a seeded [`faults::Schedule`] kills roles, pauses them
+//! past the ack wait, kills and restarts the broker, starts roles twice, fills the learner's
+//! disk and does several of these at once. After each round [`invariants`] says whether the
+//! run ended as an undisturbed one does; memory of every role is sampled throughout.
+
+pub mod faults;
+mod injector;
+mod invariants;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+use caprl_common::config::Mode;
+
+use crate::cli::local_cmd::{common_args, interrupt_flag, role_specs};
+use crate::cli::Global;
+use crate::supervise::{Output, Policy, Progress, Supervisor};
+use faults::{Kind, Schedule};
+use injector::Injector;
+use invariants::{Check, Expected};
+
+/// How a soak runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub duration: Duration,
+    pub seed: u64,
+    /// Mean time between faults.
+    pub mean_gap: Duration,
+    pub actors: usize,
+    pub reward_workers: usize,
+    /// Everything the soak writes: data, the reference run, one directory per round, the
+    /// fault log and `soak.json`.
+    pub out: PathBuf,
+    /// The most resident memory any role may reach.
+    pub max_rss_mib: u64,
+    /// A round not finished by then has stalled.
+    pub round_timeout: Duration,
+}
+
+/// The small run a soak repeats when no `--config` is given: rounds of half a minute
+/// undisturbed, a checkpoint after every step, an ack wait a pause can outlast quickly.
+const SMALL_RUN: [&str; 10] = [
+    "model.hidden=32",
+    "model.embed=32",
+    "train.batch_size=16",
+    "runtime.images_per_task=4",
+    "runtime.tasks_in_flight=4",
+    "train.xe_epochs=1",
+    "train.rl_epochs=24",
+    "train.eval_images=8",
+    "checkpoint.every_steps=1",
+    "runtime.ack_wait_secs=3",
+];
+
+/// What a soak found.
+pub struct Report {
+    pub passed: bool,
+}
+
+/// Runs the soak; `Ok` with `passed = false` when an invariant failed or a round stalled.
+pub fn run(opts: &Options, global: &Global) -> Result<Report> {
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("creating {}", opts.out.display()))?;
+    let mut base = global.clone();
+    if global.config.is_none() {
+        let data = opts.out.join("data");
+        if !data.exists() {
+            make_data(&data)?;
+        }
+        let mut sets: Vec<String> = SMALL_RUN.iter().map(|s| s.to_string()).collect();
+        sets.push(format!("data.dir={:?}", data.display().to_string()));
+        sets.extend(global.sets.iter().cloned());
+        base.sets = sets;
+    }
+    let cfg = with_sets(&base, &[]).load_config()?;
+    let sync = cfg.runtime.mode == Mode::Sync;
+    let mut log = FaultLog::create(&opts.out.join("faults.log"))?;
+    log.say(&format!(
+        "soak: seed {}, {:.0} s, a fault every {:.1} s on average, {} actors, {} reward workers, \
+         {} mode; output in {}",
+        opts.seed,
+        opts.duration.as_secs_f64(),
+        opts.mean_gap.as_secs_f64(),
+        opts.actors,
+        opts.reward_workers,
+        if sync { "sync" } else { "async" },
+        opts.out.display()
+    ));
+    log.say("reference: the same run undisturbed, in one process (caprl train)");
+    let reference = reference_run(&base, &opts.out.join("reference"))?;
+    let records = invariants::step_records(&reference);
+    let weights = invariants::final_weights(&reference.join("checkpoints"))
+        .context("the reference run left no checkpoint")?;
+    let tasks_per_step = cfg
+        .train
+        .batch_size
+        .div_ceil(cfg.runtime.images_per_task.max(1)) as u64;
+    let expected = Expected {
+        weights: sync.then_some(weights.as_slice()),
+        tasks_per_step,
+        last_step: records.iter().map(|r| r.step).max().unwrap_or(0),
+        rl_steps: records.iter().filter(|r| !r.task_ids.is_empty()).count() as u64,
+        sync,
+        max_policy_lag: cfg.runtime.max_policy_lag,
+    };
+    let specs = role_specs(opts.actors, opts.reward_workers);
+    let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs as u64);
+    let mut schedule = Schedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
+    // Half the weights file: the learner's next checkpoint write fails part-way.
+    let fsize_limit = (weights.len() / 2) as u64;
+    let mut injector = Injector::new(specs, fsize_limit);
+    let interrupted = interrupt_flag();
+    let started = Instant::now();
+    let mut next = schedule.next();
+    let mut next_at = started + next.0;
+    let mut rounds: Vec<RoundReport> = Vec::new();
+    let mut rss_max: BTreeMap<String, u64> = BTreeMap::new();
+    let mut passed = true;
+    while passed && started.elapsed() < opts.duration {
+        let round = rounds.len() + 1;
+        let dir = opts.out.join(format!("round-{round}"));
+        let round_global = with_sets(
+            &base,
+            &[
+                format!("run_dir={:?}", dir.display().to_string()),
+                "checkpoint.dir=\"\"".to_string(),
+                format!("runtime.run_id=\"soak-{round}\""),
+            ],
+        );
+        let server = LocalNatsServer::start(LocalNatsServerOptions {
+            store_dir: Some(dir.join("jetstream")),
+            ..LocalNatsServerOptions::default()
+        })
+        .context("starting nats-server for a soak round")?;
+        let url = server.url();
+        let common = common_args(&round_global, &url);
+        log.say(&format!("round {round}: nats-server on {url}, logs in {}", dir.join("logs").display()));
+        let mut sup = Supervisor::start(
+            injector.specs().to_vec(),
+            common.clone(),
+            Output::Dir(dir.join("logs")),
+            Policy::default(),
+            Some(server),
+        )?;
+        injector.start_round(round, common, dir.join("logs"));
+        let round_started = Instant::now();
+        let mut sampled = Instant::now();
+        let outcome = loop {
+            match sup.poll() {
+                Progress::Running => {}
+                Progress::Finished => break Ok(()),
+                Progress::GaveUp(why) => break Err(why),
+            }
+            if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+                break Err("interrupted".to_string());
+            }
+            if round_started.elapsed() > opts.round_timeout {
+                break Err(format!(
+                    "the round did not finish in {:?}: stalled (see {})",
+                    opts.round_timeout,
+                    dir.join("logs").display()
+                ));
+            }
+            let now = Instant::now();
+            if now >= next_at && started.elapsed() < opts.duration {
+                let line = injector.apply(&next.1, &mut sup);
+                log.say(&format!(
+                    "[{:7.1} s] round {round}: {line}",
+                    started.elapsed().as_secs_f64()
+                ));
+                next = schedule.next();
+                next_at = now + next.0;
+            }
+            for line in injector.tick(&mut sup) {
+                log.say(&format!("[{:7.1} s] round {round}: {line}", started.elapsed().as_secs_f64()));
+            }
+            if sampled.elapsed() >= Duration::from_secs(1) {
+                sampled = Instant::now();
+                for name in sup.names() {
+                    if let Some(kib) = sup.pid(&name).and_then(rss_kib) {
+                        let max = rss_max.entry(name).or_default();
+                        *max = (*max).max(kib);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        for line in injector.end_round(&mut sup) {
+            log.say(&format!("[{:7.1} s] round {round}: {line}", started.elapsed().as_secs_f64()));
+        }
+        let deaths = sup.deaths().len();
+        let unplanned: Vec<String> = sup
+            .deaths()
+            .iter()
+            .filter(|d| !d.planned)
+            .map(|d| format!("{} ({})", d.role, d.status))
+            .collect();
+        sup.stop_all(Duration::from_secs(10));
+        let mut checks = match &outcome {
+            Ok(()) => invariants::check(&dir, &expected),
+            Err(why) => vec![Check {
+                name: "run finished",
+                detail: why.clone(),
+                ok: false,
+            }],
+        };
+        checks.push(injector.refusals_check());
+        checks.push(memory_check(&rss_max, opts.max_rss_mib));
+        let report = RoundReport {
+            round,
+            seconds: round_started.elapsed().as_secs_f64(),
+            deaths,
+            unplanned,
+            checks,
+        };
+        for c in &report.checks {
+            log.say(&format!(
+                "round {round}: {} {}: {}",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.name,
+                c.detail
+            ));
+        }
+        passed = report.checks.iter().all(|c| c.ok);
+        if passed {
+            // The round's broker store is only needed to debug a failure.
+            let _ = std::fs::remove_dir_all(dir.join("jetstream"));
+        }
+        rounds.push(report);
+    }
+    let summary = summary(opts, &injector, &rounds, &rss_max, started.elapsed(), passed);
+    log.say(&summary);
+    write_json(opts, &injector, &rounds, &rss_max, passed)?;
+    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(Report { passed })
+}
+
+/// A copy of `global` with `extra` appended to its `--set`s.
+fn with_sets(global: &Global, extra: &[String]) -> Global {
+    let mut g = global.clone();
+    g.sets.extend(extra.iter().cloned());
+    g
+}
+
+fn make_data(dir: &Path) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the caprl binary")?;
+    let out = Command::new(exe)
+        .args(["data", "synth", "--train", "128", "--val", "16", "--test", "16", "-q", "--out"])
+        .arg(dir)
+        .output()
+        .context("running caprl data synth")?;
+    if !out.status.success() {
+        bail!(
+            "caprl data synth failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// The undisturbed run (`caprl train`, in one process) in `dir`.
+fn reference_run(base: &Global, dir: &Path) -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the caprl binary")?;
+    let global = with_sets(
+        base,
+        &[
+            format!("run_dir={:?}", dir.display().to_string()),
+            "checkpoint.dir=\"\"".to_string(),
+        ],
+    );
+    let mut args = common_args(&global, "");
+    args.truncate(args.len() - 2); // no --nats-url: in process
+    let out = Command::new(exe)
+        .arg("train")
+        .args(&args)
+        .arg("-q")
+        .output()
+        .context("running the reference caprl train")?;
+    if !out.status.success() {
+        bail!(
+            "the reference run (caprl train) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// Resident memory of a process in KiB (`VmRSS` of `/proc/<pid>/status`).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn memory_check(rss_max: &BTreeMap<String, u64>, max_mib: u64) -> Check {
+    let over: Vec<String> = rss_max
+        .iter()
+        .filter(|(_, kib)| **kib / 1024 > max_mib)
+        .map(|(name, kib)| format!("{name} {} MiB", kib / 1024))
+        .collect();
+    let peak = rss_max.values().max().copied().unwrap_or(0) / 1024;
+    Check {
+        name: "memory bounded",
+        ok: over.is_empty(),
+        detail: match over.is_empty() {
+            true => format!("largest resident set {peak} MiB (bound {max_mib} MiB)"),
+            false => format!("over {max_mib} MiB: {}", over.join(", ")),
+        },
+    }
+}
+
+struct RoundReport {
+    round: usize,
+    seconds: f64,
+    deaths: usize,
+    /// Deaths no fault asked for, e.g. a role that gave up while the broker was down.
+    unplanned: Vec<String>,
+    checks: Vec<Check>,
+}
+
+fn summary(
+    opts: &Options,
+    injector: &Injector,
+    rounds: &[RoundReport],
+    rss_max: &BTreeMap<String, u64>,
+    elapsed: Duration,
+    passed: bool,
+) -> String {
+    let mut s = format!(
+        "\nsoak {} after {:.1} min (seed {}): {} rounds, {} role deaths\nfaults applied (missed: the \
+         target was down already):\n",
+        if passed { "PASSED" } else { "FAILED" },
+        elapsed.as_secs_f64() / 60.0,
+        opts.seed,
+        rounds.len(),
+        rounds.iter().map(|r| r.deaths).sum::<usize>()
+    );
+    for kind in Kind::ALL {
+        let (applied, missed) = injector.count(kind);
+        s.push_str(&format!("  {:<10} {applied:>4} ({missed} missed)\n", kind.name()));
+    }
+    s.push_str(&format!("  {:<10} {:>4}\n", "total", injector.total()));
+    s.push_str("peak resident memory:");
+    for (name, kib) in rss_max {
+        s.push_str(&format!(" {name} {} MiB;", kib / 1024));
+    }
+    s.push('\n');
+    for r in rounds {
+        let failed: Vec<&str> = r.checks.iter().filter(|c| !c.ok).map(|c| c.name).collect();
+        s.push_str(&format!(
+            "round {}: {:.0} s, {} deaths ({} unplanned{}), {}\n",
+            r.round,
+            r.seconds,
+            r.deaths,
+            r.unplanned.len(),
+            match r.unplanned.is_empty() {
+                true => String::new(),
+                false => format!(": {}", r.unplanned.join(", ")),
+            },
+            match failed.is_empty() {
+                true => "every invariant holds".to_string(),
+                false => format!("FAILED: {}", failed.join(", ")),
+            }
+        ));
+    }
+    s
+}
+
+fn write_json(
+    opts: &Options,
+    injector: &Injector,
+    rounds: &[RoundReport],
+    rss_max: &BTreeMap<String, u64>,
+    passed: bool,
+) -> Result<()> {
+    let faults: serde_json::Map<String, serde_json::Value> = Kind::ALL
+        .iter()
+        .map(|k| {
+            let (applied, missed) = injector.count(*k);
+            (k.name().to_string(), serde_json::json!({"applied": applied, "missed": missed}))
+        })
+        .collect();
+    let rounds: Vec<serde_json::Value> = rounds
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "round": r.round,
+                "seconds": r.seconds,
+                "deaths": r.deaths,
+                "unplanned_deaths": r.unplanned,
+                "checks": r.checks.iter().map(|c| serde_json::json!({
+                    "name": c.name, "ok": c.ok, "detail": c.detail
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let json = serde_json::json!({
+        "passed": passed,
+        "seed": opts.seed,
+        "seconds": opts.duration.as_secs_f64(),
+        "faults": faults,
+        "faults_total": injector.total(),
+        "rounds": rounds,
+        "peak_rss_kib": rss_max,
+    });
+    let path = opts.out.join("soak.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Fault and result lines, to stdout and `faults.log`.
+struct FaultLog {
+    file: std::fs::File,
+}
+
+impl FaultLog {
+    fn create(path: &Path) -> Result<FaultLog> {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(FaultLog { file })
+    }
+
+    fn say(&mut self, line: &str) {
+        let _ = writeln!(std::io::stdout().lock(), "{line}");
+        let _ = writeln!(self.file, "{line}");
+    }
+}
