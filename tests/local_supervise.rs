@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{
-    final_weights, finish_within, output_of, reference_run, sets, spawn_group, steps, synth,
-    Reaper,
+    final_weights, finish_within, output_of, reference_run, sets, spawn_group, steps, synth, Reaper,
 };
 
 /// The pid `caprl local` last logged for `role` ("<role> started (pid N)").
@@ -91,7 +90,11 @@ fn caprl_local_gives_up_on_a_role_that_keeps_failing_and_shows_its_last_lines() 
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let auth = dir.path().join("auth.conf");
-    std::fs::write(&auth, "authorization { user: caprl, password: right-one }\n").unwrap();
+    std::fs::write(
+        &auth,
+        "authorization { user: caprl, password: right-one }\n",
+    )
+    .unwrap();
     let server = LocalNatsServer::start(LocalNatsServerOptions {
         config_file: Some(auth),
         ..LocalNatsServerOptions::default()

@@ -26,6 +26,9 @@ fn a_short_soak_meets_every_fault_and_every_invariant_holds() {
         "3",
         "--max-rss-mib",
         "768",
+        // Rounds of 3 RL epochs: several rounds in the minute, each checked.
+        "--set",
+        "train.rl_epochs=3",
         "--out",
     ]
     .iter()
@@ -62,7 +65,11 @@ fn a_short_soak_meets_every_fault_and_every_invariant_holds() {
             "second learners refused",
             "memory bounded",
         ] {
-            assert!(names.contains(&check), "round {}: {check} did not hold: {r}", r["round"]);
+            assert!(
+                names.contains(&check),
+                "round {}: {check} did not hold: {r}",
+                r["round"]
+            );
         }
     }
     let log = std::fs::read_to_string(out_dir.join("faults.log")).unwrap();
@@ -80,5 +87,8 @@ fn soak_refuses_nonsense_options_before_starting_anything() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--minutes must be a positive number"), "{err}");
-    assert!(!dir.path().join("soak").exists(), "it created its output anyway");
+    assert!(
+        !dir.path().join("soak").exists(),
+        "it created its output anyway"
+    );
 }

@@ -88,7 +88,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
-        Ok(training::train(&cfg, &data, &device, false, None, driver, &lock)?)
+        Ok(training::train(
+            &cfg, &data, &device, false, None, driver, &lock,
+        )?)
     })?;
     let test = &data.test.items;
     let opts = EvalOptions {

@@ -92,7 +92,13 @@ impl Injector {
             Kind::Pause => match sup.pid(&name) {
                 Some(pid) if sup.signal(&name, pid, libc::SIGSTOP) => {
                     let at = Instant::now() + fault.lasts;
-                    self.pending.push((at, Pending::Resume { name: name.clone(), pid }));
+                    self.pending.push((
+                        at,
+                        Pending::Resume {
+                            name: name.clone(),
+                            pid,
+                        },
+                    ));
                     (true, format!("SIGSTOP {name} (pid {pid}) for {secs:.1} s"))
                 }
                 _ => (false, format!("pause {name}: missed, it is down")),
@@ -150,7 +156,13 @@ impl Injector {
             false => {
                 let at = Instant::now() + lasts;
                 let name = spec.name.clone();
-                self.pending.push((at, Pending::EndDuplicate { name: name.clone(), child }));
+                self.pending.push((
+                    at,
+                    Pending::EndDuplicate {
+                        name: name.clone(),
+                        child,
+                    },
+                ));
                 format!(
                     "a second {name} with the same id (pid {pid}) for {:.1} s",
                     lasts.as_secs_f64()
@@ -212,7 +224,9 @@ impl Injector {
     /// Undoes every fault still lasting (the round is over).
     pub fn end_round(&mut self, sup: &mut Supervisor) -> Vec<String> {
         let all = std::mem::take(&mut self.pending);
-        all.into_iter().filter_map(|(_, p)| self.undo(p, sup)).collect()
+        all.into_iter()
+            .filter_map(|(_, p)| self.undo(p, sup))
+            .collect()
     }
 
     fn undo(&mut self, p: Pending, sup: &mut Supervisor) -> Option<String> {
@@ -223,7 +237,10 @@ impl Injector {
             Pending::EndDuplicate { name, mut child } => {
                 let _ = child.kill();
                 let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                Some(format!("second {name} (pid {}) ended: {status}", child.id()))
+                Some(format!(
+                    "second {name} (pid {}) ended: {status}",
+                    child.id()
+                ))
             }
             Pending::Refused { mut child, log } => {
                 let status = child.try_wait().ok().flatten();

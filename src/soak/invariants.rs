@@ -53,7 +53,10 @@ pub fn final_weights(checkpoints: &Path) -> Option<Vec<u8>> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(checkpoints)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ckpt-")))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("ckpt-"))
+        })
         .collect();
     dirs.sort();
     std::fs::read(dirs.last()?.join("model.safetensors")).ok()
@@ -127,7 +130,10 @@ fn task_ids_once(rl: &[&StepRecord], want: &Expected) -> Check {
         let first = r.step.saturating_sub(1) * k;
         let expected: Vec<u64> = (first..first + k).collect();
         if r.task_ids != expected {
-            wrong.push(format!("step {} used {:?}, not {expected:?}", r.step, r.task_ids));
+            wrong.push(format!(
+                "step {} used {:?}, not {expected:?}",
+                r.step, r.task_ids
+            ));
         }
         for id in &r.task_ids {
             if !seen.insert(*id) {
@@ -166,7 +172,12 @@ fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> Chec
         }
     }
     let sum = |f: fn(&StepRecord) -> u64| records.iter().map(f).sum::<u64>();
-    let redone = records.len() - records.iter().map(|r| r.step).collect::<BTreeSet<_>>().len();
+    let redone = records.len()
+        - records
+            .iter()
+            .map(|r| r.step)
+            .collect::<BTreeSet<_>>()
+            .len();
     let detail = format!(
         "issued {} + found {} = used {}; dropped: {} duplicates, {} stale, rejected {:?}; {} steps \
          redone after a learner restart",
@@ -180,7 +191,11 @@ fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> Chec
     );
     match wrong.is_empty() {
         true => Check::new("counters add up", true, detail),
-        false => Check::new("counters add up", false, format!("{}; {detail}", wrong.join("; "))),
+        false => Check::new(
+            "counters add up",
+            false,
+            format!("{}; {detail}", wrong.join("; ")),
+        ),
     }
 }
 
@@ -295,7 +310,11 @@ mod tests {
         let checks = check(dir.path(), &expected(w));
         assert_eq!(failed(&checks), Vec::<&str>::new());
         let counters = checks.iter().find(|c| c.name == "counters add up").unwrap();
-        assert!(counters.detail.contains("1 steps redone"), "{}", counters.detail);
+        assert!(
+            counters.detail.contains("1 steps redone"),
+            "{}",
+            counters.detail
+        );
     }
 
     #[test]
@@ -307,7 +326,10 @@ mod tests {
         let mut lines = good_lines();
         lines[2] = lines[2].replace("[4,5]", "[2,3]");
         let dir = run_dir(&lines, w);
-        assert_eq!(failed(&check(dir.path(), &expected(w))), ["task ids used once"]);
+        assert_eq!(
+            failed(&check(dir.path(), &expected(w))),
+            ["task ids used once"]
+        );
 
         let dir = run_dir(&good_lines()[..2], w);
         assert_eq!(failed(&check(dir.path(), &expected(w))), ["every step ran"]);
@@ -315,7 +337,10 @@ mod tests {
         let mut lines = good_lines();
         lines[1] = record(2, true, 2).replace("\"results_found\":0", "\"results_found\":1");
         let dir = run_dir(&lines, w);
-        assert_eq!(failed(&check(dir.path(), &expected(w))), ["counters add up"]);
+        assert_eq!(
+            failed(&check(dir.path(), &expected(w))),
+            ["counters add up"]
+        );
     }
 
     #[test]
@@ -331,11 +356,17 @@ mod tests {
         )
         .unwrap();
         std::fs::write(ckpt.join("model.safetensors"), b"olde").unwrap();
-        assert_eq!(failed(&check(dir.path(), &expected(w))), ["checkpoints verify"]);
+        assert_eq!(
+            failed(&check(dir.path(), &expected(w))),
+            ["checkpoints verify"]
+        );
 
         let dir = run_dir(&good_lines(), w);
         std::fs::create_dir(dir.path().join("checkpoints/.tmp-ckpt-0000000004-99")).unwrap();
-        assert_eq!(failed(&check(dir.path(), &expected(w))), ["checkpoints verify"]);
+        assert_eq!(
+            failed(&check(dir.path(), &expected(w))),
+            ["checkpoints verify"]
+        );
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
         max_policy_lag: cfg.runtime.max_policy_lag,
     };
     let specs = role_specs(opts.actors, opts.reward_workers);
-    let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs as u64);
+    let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs);
     let mut schedule = Schedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
     // Half the weights file: the learner's next checkpoint write fails part-way.
     let fsize_limit = (weights.len() / 2) as u64;
@@ -141,7 +141,10 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
         .context("starting nats-server for a soak round")?;
         let url = server.url();
         let common = common_args(&round_global, &url);
-        log.say(&format!("round {round}: nats-server on {url}, logs in {}", dir.join("logs").display()));
+        log.say(&format!(
+            "round {round}: nats-server on {url}, logs in {}",
+            dir.join("logs").display()
+        ));
         let mut sup = Supervisor::start(
             injector.specs().to_vec(),
             common.clone(),
@@ -179,7 +182,10 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
                 next_at = now + next.0;
             }
             for line in injector.tick(&mut sup) {
-                log.say(&format!("[{:7.1} s] round {round}: {line}", started.elapsed().as_secs_f64()));
+                log.say(&format!(
+                    "[{:7.1} s] round {round}: {line}",
+                    started.elapsed().as_secs_f64()
+                ));
             }
             if sampled.elapsed() >= Duration::from_secs(1) {
                 sampled = Instant::now();
@@ -193,7 +199,10 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
             std::thread::sleep(Duration::from_millis(50));
         };
         for line in injector.end_round(&mut sup) {
-            log.say(&format!("[{:7.1} s] round {round}: {line}", started.elapsed().as_secs_f64()));
+            log.say(&format!(
+                "[{:7.1} s] round {round}: {line}",
+                started.elapsed().as_secs_f64()
+            ));
         }
         let deaths = sup.deaths().len();
         let unplanned: Vec<String> = sup
@@ -235,7 +244,14 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
         }
         rounds.push(report);
     }
-    let summary = summary(opts, &injector, &rounds, &rss_max, started.elapsed(), passed);
+    let summary = summary(
+        opts,
+        &injector,
+        &rounds,
+        &rss_max,
+        started.elapsed(),
+        passed,
+    );
     log.say(&summary);
     write_json(opts, &injector, &rounds, &rss_max, passed)?;
     if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
@@ -254,7 +270,9 @@ fn with_sets(global: &Global, extra: &[String]) -> Global {
 fn make_data(dir: &Path) -> Result<()> {
     let exe = std::env::current_exe().context("locating the caprl binary")?;
     let out = Command::new(exe)
-        .args(["data", "synth", "--train", "128", "--val", "16", "--test", "16", "-q", "--out"])
+        .args([
+            "data", "synth", "--train", "128", "--val", "16", "--test", "16", "-q", "--out",
+        ])
         .arg(dir)
         .output()
         .context("running caprl data synth")?;
@@ -346,7 +364,10 @@ fn summary(
     );
     for kind in Kind::ALL {
         let (applied, missed) = injector.count(kind);
-        s.push_str(&format!("  {:<10} {applied:>4} ({missed} missed)\n", kind.name()));
+        s.push_str(&format!(
+            "  {:<10} {applied:>4} ({missed} missed)\n",
+            kind.name()
+        ));
     }
     s.push_str(&format!("  {:<10} {:>4}\n", "total", injector.total()));
     s.push_str("peak resident memory:");
@@ -386,7 +407,10 @@ fn write_json(
         .iter()
         .map(|k| {
             let (applied, missed) = injector.count(*k);
-            (k.name().to_string(), serde_json::json!({"applied": applied, "missed": missed}))
+            (
+                k.name().to_string(),
+                serde_json::json!({"applied": applied, "missed": missed}),
+            )
         })
         .collect();
     let rounds: Vec<serde_json::Value> = rounds
@@ -424,8 +448,8 @@ struct FaultLog {
 
 impl FaultLog {
     fn create(path: &Path) -> Result<FaultLog> {
-        let file = std::fs::File::create(path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         Ok(FaultLog { file })
     }
 

@@ -212,7 +212,10 @@ pub fn finish_within(mut child: std::process::Child, limit: Duration) -> (bool, 
         if started.elapsed() > limit {
             let _ = child.kill();
             let (_, out) = reap(child);
-            return (false, format!("[still running after {limit:?}: killed]\n{out}"));
+            return (
+                false,
+                format!("[still running after {limit:?}: killed]\n{out}"),
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

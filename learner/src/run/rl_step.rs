@@ -43,7 +43,11 @@ pub(super) fn rl_step(
     record.dropped_stale = collected.dropped_stale;
     record.tasks_issued = collected.tasks_issued;
     record.results_found = collected.results_found;
-    record.task_ids = collected.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    record.task_ids = collected
+        .scored
+        .iter()
+        .map(|s| s.rollout.task_id.0)
+        .collect();
     record.duplicates = collected.duplicates;
     record.rejected = collected
         .rejected_by
