@@ -6,7 +6,9 @@
 //! fsynced, and only then renamed into place, so a crash or a full disk
 //! mid-write leaves the previous checkpoints untouched. Loading verifies the
 //! manifest; a truncated or bit-flipped checkpoint is reported and
-//! [`latest_valid`] falls back to the newest one that verifies.
+//! [`latest_valid`] falls back to the newest one that verifies. The temp directory of a write
+//! cut short by a kill is removed by the next write (one learner writes a checkpoint root at a
+//! time: it holds its run directory's lock).
 
 use std::fs;
 use std::io::Write;
@@ -19,6 +21,8 @@ use crate::error::LearnerError;
 
 const MANIFEST: &str = "MANIFEST.json";
 const PREFIX: &str = "ckpt-";
+/// Where a checkpoint is written before it is renamed into place.
+const TEMP_PREFIX: &str = ".tmp-ckpt-";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -67,11 +71,9 @@ pub fn write(
     keep: usize,
 ) -> Result<Checkpoint, LearnerError> {
     fs::create_dir_all(root).map_err(|e| io_err(root, e))?;
+    remove_unfinished(root)?;
     let final_dir = root.join(format!("{PREFIX}{step:010}"));
-    let tmp = root.join(format!(".tmp-{PREFIX}{step:010}-{}", std::process::id()));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
-    }
+    let tmp = root.join(format!("{TEMP_PREFIX}{step:010}-{}", std::process::id()));
     let result = (|| {
         fs::create_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
         let mut entries = Vec::with_capacity(files.len());
@@ -111,6 +113,22 @@ pub fn write(
         dir: final_dir,
         step,
     })
+}
+
+/// Removes the temp directories of writes that never finished (their learner was killed).
+fn remove_unfinished(root: &Path) -> Result<(), LearnerError> {
+    let entries = fs::read_dir(root).map_err(|e| io_err(root, e))?;
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            let path = entry.path();
+            tracing::warn!(
+                "removing {}: a checkpoint write that never finished",
+                path.display()
+            );
+            fs::remove_dir_all(&path).map_err(|e| io_err(&path, e))?;
+        }
+    }
+    Ok(())
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LearnerError> {
@@ -206,6 +224,23 @@ pub fn damage(root: &Path) -> Result<Vec<LearnerError>, LearnerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_write_removes_a_write_cut_short_by_a_kill() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), 1, &[("a.bin", vec![1; 10])], 2).unwrap();
+        let left = dir.path().join(".tmp-ckpt-0000000002-4242");
+        fs::create_dir(&left).unwrap();
+        fs::write(left.join("a.bin"), [2; 5]).unwrap();
+        write(dir.path(), 2, &[("a.bin", vec![2; 10])], 2).unwrap();
+        let names: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.iter().all(|n| n.starts_with("ckpt-")), "{names:?}");
+        assert_eq!(latest_valid(dir.path()).unwrap().unwrap().step, 2);
+    }
 
     #[test]
     fn keeps_the_last_k_and_reads_back() {
