@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -22,7 +24,7 @@ use caprl_common::config::Mode;
 use crate::cli::local_cmd::{common_args, interrupt_flag, role_specs};
 use crate::cli::Global;
 use crate::supervise::{Output, Policy, Progress, Supervisor};
-use faults::{Kind, Schedule};
+use faults::{Fault, Kind, Schedule};
 use injector::Injector;
 use invariants::{Check, Expected};
 
@@ -66,68 +68,126 @@ pub struct Report {
 
 /// Runs the soak; `Ok` with `passed = false` when an invariant failed or a round stalled.
 pub fn run(opts: &Options, global: &Global) -> Result<Report> {
-    std::fs::create_dir_all(&opts.out)
-        .with_context(|| format!("creating {}", opts.out.display()))?;
-    let mut base = global.clone();
-    if global.config.is_none() {
-        let data = opts.out.join("data");
-        if !data.exists() {
-            make_data(&data)?;
-        }
-        let mut sets: Vec<String> = SMALL_RUN.iter().map(|s| s.to_string()).collect();
-        sets.push(format!("data.dir={:?}", data.display().to_string()));
-        sets.extend(global.sets.iter().cloned());
-        base.sets = sets;
-    }
-    let cfg = with_sets(&base, &[]).load_config()?;
-    let sync = cfg.runtime.mode == Mode::Sync;
-    let mut log = FaultLog::create(&opts.out.join("faults.log"))?;
-    log.say(&format!(
-        "soak: seed {}, {:.0} s, a fault every {:.1} s on average, {} actors, {} reward workers, \
-         {} mode; output in {}",
-        opts.seed,
-        opts.duration.as_secs_f64(),
-        opts.mean_gap.as_secs_f64(),
-        opts.actors,
-        opts.reward_workers,
-        if sync { "sync" } else { "async" },
-        opts.out.display()
-    ));
-    log.say("reference: the same run undisturbed, in one process (caprl train)");
-    let reference = reference_run(&base, &opts.out.join("reference"))?;
-    let records = invariants::step_records(&reference);
-    let weights = invariants::final_weights(&reference.join("checkpoints"))
-        .context("the reference run left no checkpoint")?;
-    let tasks_per_step = cfg
-        .train
-        .batch_size
-        .div_ceil(cfg.runtime.images_per_task.max(1)) as u64;
-    let expected = Expected {
-        weights: sync.then_some(weights.as_slice()),
-        tasks_per_step,
-        last_step: records.iter().map(|r| r.step).max().unwrap_or(0),
-        rl_steps: records.iter().filter(|r| !r.task_ids.is_empty()).count() as u64,
-        sync,
-        max_policy_lag: cfg.runtime.max_policy_lag,
-    };
-    let specs = role_specs(opts.actors, opts.reward_workers);
-    let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs);
-    let mut schedule = Schedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
-    // Half the weights file: the learner's next checkpoint write fails part-way.
-    let fsize_limit = (weights.len() / 2) as u64;
-    let mut injector = Injector::new(specs, fsize_limit);
-    let interrupted = interrupt_flag();
-    let started = Instant::now();
-    let mut next = schedule.next();
-    let mut next_at = started + next.0;
+    let mut soak = Soak::prepare(opts, global)?;
     let mut rounds: Vec<RoundReport> = Vec::new();
-    let mut rss_max: BTreeMap<String, u64> = BTreeMap::new();
     let mut passed = true;
-    while passed && started.elapsed() < opts.duration {
-        let round = rounds.len() + 1;
-        let dir = opts.out.join(format!("round-{round}"));
+    while passed && soak.started.elapsed() < opts.duration {
+        let report = soak.round(rounds.len() + 1)?;
+        passed = report.checks.iter().all(|c| c.ok);
+        rounds.push(report);
+    }
+    let elapsed = soak.started.elapsed();
+    let summary = summary(
+        opts,
+        &soak.injector,
+        &rounds,
+        &soak.rss_max,
+        elapsed,
+        passed,
+    );
+    soak.log.say(&summary);
+    write_json(opts, &soak.injector, &rounds, &soak.rss_max, passed)?;
+    if soak.interrupted.load(Ordering::SeqCst) {
+        bail!("interrupted");
+    }
+    Ok(Report { passed })
+}
+
+/// A soak under way: its run, what the rounds are checked against, the fault stream and
+/// what was seen so far.
+struct Soak<'a> {
+    opts: &'a Options,
+    /// The command-line options of every round's roles, before the round's own.
+    base: Global,
+    /// The undisturbed run's final weights.
+    weights: Vec<u8>,
+    /// The undisturbed run's last step and RL steps.
+    steps: (u64, u64),
+    tasks_per_step: u64,
+    sync: bool,
+    max_policy_lag: u64,
+    schedule: Schedule,
+    /// The next fault and when it fires.
+    next: (Instant, Fault),
+    injector: Injector,
+    log: FaultLog,
+    rss_max: BTreeMap<String, u64>,
+    started: Instant,
+    interrupted: Arc<AtomicBool>,
+}
+
+impl<'a> Soak<'a> {
+    /// The data set, the config, the reference run and the fault schedule.
+    fn prepare(opts: &'a Options, global: &Global) -> Result<Soak<'a>> {
+        std::fs::create_dir_all(&opts.out)
+            .with_context(|| format!("creating {}", opts.out.display()))?;
+        let mut base = global.clone();
+        if global.config.is_none() {
+            let data = opts.out.join("data");
+            if !data.exists() {
+                make_data(&data)?;
+            }
+            let mut sets: Vec<String> = SMALL_RUN.iter().map(|s| s.to_string()).collect();
+            sets.push(format!("data.dir={:?}", data.display().to_string()));
+            sets.extend(global.sets.iter().cloned());
+            base.sets = sets;
+        }
+        let cfg = base.load_config()?;
+        let sync = cfg.runtime.mode == Mode::Sync;
+        let mut log = FaultLog::create(&opts.out.join("faults.log"))?;
+        log.say(&format!(
+            "soak: seed {}, {:.0} s, a fault every {:.1} s on average, {} actors, {} reward \
+             workers, {} mode; output in {}",
+            opts.seed,
+            opts.duration.as_secs_f64(),
+            opts.mean_gap.as_secs_f64(),
+            opts.actors,
+            opts.reward_workers,
+            if sync { "sync" } else { "async" },
+            opts.out.display()
+        ));
+        log.say("reference: the same run undisturbed, in one process (caprl train)");
+        let reference = reference_run(&base, &opts.out.join("reference"))?;
+        let records = invariants::step_records(&reference);
+        let weights = invariants::final_weights(&reference.join("checkpoints"))
+            .context("the reference run left no checkpoint")?;
+        let specs = role_specs(opts.actors, opts.reward_workers);
+        let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs);
+        let mut schedule = Schedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
+        let started = Instant::now();
+        let (gap, first) = schedule.next();
+        // Half the weights file: the learner's next checkpoint write fails part-way.
+        let fsize_limit = (weights.len() / 2) as u64;
+        Ok(Soak {
+            opts,
+            base,
+            weights,
+            steps: (
+                records.iter().map(|r| r.step).max().unwrap_or(0),
+                records.iter().filter(|r| !r.task_ids.is_empty()).count() as u64,
+            ),
+            tasks_per_step: cfg
+                .train
+                .batch_size
+                .div_ceil(cfg.runtime.images_per_task.max(1)) as u64,
+            sync,
+            max_policy_lag: cfg.runtime.max_policy_lag,
+            schedule,
+            next: (started + gap, first),
+            injector: Injector::new(specs, fsize_limit),
+            log,
+            rss_max: BTreeMap::new(),
+            started,
+            interrupted: interrupt_flag(),
+        })
+    }
+
+    /// One round: a fresh broker (file store) and run directory, the roles under supervision
+    /// while faults fire, then the checks.
+    fn round(&mut self, round: usize) -> Result<RoundReport> {
+        let dir = self.opts.out.join(format!("round-{round}"));
         let round_global = with_sets(
-            &base,
+            &self.base,
             &[
                 format!("run_dir={:?}", dir.display().to_string()),
                 "checkpoint.dir=\"\"".to_string(),
@@ -141,68 +201,23 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
         .context("starting nats-server for a soak round")?;
         let url = server.url();
         let common = common_args(&round_global, &url);
-        log.say(&format!(
+        let logs = dir.join("logs");
+        self.log.say(&format!(
             "round {round}: nats-server on {url}, logs in {}",
-            dir.join("logs").display()
+            logs.display()
         ));
         let mut sup = Supervisor::start(
-            injector.specs().to_vec(),
+            self.injector.specs().to_vec(),
             common.clone(),
-            Output::Dir(dir.join("logs")),
+            Output::Dir(logs.clone()),
             Policy::default(),
             Some(server),
         )?;
-        injector.start_round(round, common, dir.join("logs"));
+        self.injector.start_round(round, common, logs.clone());
         let round_started = Instant::now();
-        let mut sampled = Instant::now();
-        let outcome = loop {
-            match sup.poll() {
-                Progress::Running => {}
-                Progress::Finished => break Ok(()),
-                Progress::GaveUp(why) => break Err(why),
-            }
-            if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-                break Err("interrupted".to_string());
-            }
-            if round_started.elapsed() > opts.round_timeout {
-                break Err(format!(
-                    "the round did not finish in {:?}: stalled (see {})",
-                    opts.round_timeout,
-                    dir.join("logs").display()
-                ));
-            }
-            let now = Instant::now();
-            if now >= next_at && started.elapsed() < opts.duration {
-                let line = injector.apply(&next.1, &mut sup);
-                log.say(&format!(
-                    "[{:7.1} s] round {round}: {line}",
-                    started.elapsed().as_secs_f64()
-                ));
-                next = schedule.next();
-                next_at = now + next.0;
-            }
-            for line in injector.tick(&mut sup) {
-                log.say(&format!(
-                    "[{:7.1} s] round {round}: {line}",
-                    started.elapsed().as_secs_f64()
-                ));
-            }
-            if sampled.elapsed() >= Duration::from_secs(1) {
-                sampled = Instant::now();
-                for name in sup.names() {
-                    if let Some(kib) = sup.pid(&name).and_then(rss_kib) {
-                        let max = rss_max.entry(name).or_default();
-                        *max = (*max).max(kib);
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        for line in injector.end_round(&mut sup) {
-            log.say(&format!(
-                "[{:7.1} s] round {round}: {line}",
-                started.elapsed().as_secs_f64()
-            ));
+        let outcome = self.drive(&mut sup, round, &logs);
+        for line in self.injector.end_round(&mut sup) {
+            self.say_at(round, &line);
         }
         let deaths = sup.deaths().len();
         let unplanned: Vec<String> = sup
@@ -213,51 +228,95 @@ pub fn run(opts: &Options, global: &Global) -> Result<Report> {
             .collect();
         sup.stop_all(Duration::from_secs(10));
         let mut checks = match &outcome {
-            Ok(()) => invariants::check(&dir, &expected),
+            Ok(()) => invariants::check(&dir, &self.expected()),
             Err(why) => vec![Check {
                 name: "run finished",
                 detail: why.clone(),
                 ok: false,
             }],
         };
-        checks.push(injector.refusals_check());
-        checks.push(memory_check(&rss_max, opts.max_rss_mib));
-        let report = RoundReport {
+        checks.push(self.injector.refusals_check());
+        checks.push(memory_check(&self.rss_max, self.opts.max_rss_mib));
+        for c in &checks {
+            let verdict = if c.ok { "ok  " } else { "FAIL" };
+            self.log.say(&format!(
+                "round {round}: {verdict} {}: {}",
+                c.name, c.detail
+            ));
+        }
+        if checks.iter().all(|c| c.ok) {
+            // The round's broker store is only needed to debug a failure.
+            let _ = std::fs::remove_dir_all(dir.join("jetstream"));
+        }
+        Ok(RoundReport {
             round,
             seconds: round_started.elapsed().as_secs_f64(),
             deaths,
             unplanned,
             checks,
-        };
-        for c in &report.checks {
-            log.say(&format!(
-                "round {round}: {} {}: {}",
-                if c.ok { "ok  " } else { "FAIL" },
-                c.name,
-                c.detail
-            ));
-        }
-        passed = report.checks.iter().all(|c| c.ok);
-        if passed {
-            // The round's broker store is only needed to debug a failure.
-            let _ = std::fs::remove_dir_all(dir.join("jetstream"));
-        }
-        rounds.push(report);
+        })
     }
-    let summary = summary(
-        opts,
-        &injector,
-        &rounds,
-        &rss_max,
-        started.elapsed(),
-        passed,
-    );
-    log.say(&summary);
-    write_json(opts, &injector, &rounds, &rss_max, passed)?;
-    if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-        bail!("interrupted");
+
+    /// Supervises the round's roles until the learner finishes, firing the faults that come
+    /// due and sampling memory each second; `Err` when the round cannot finish.
+    fn drive(&mut self, sup: &mut Supervisor, round: usize, logs: &Path) -> Result<(), String> {
+        let round_started = Instant::now();
+        let mut sampled = Instant::now();
+        loop {
+            match sup.poll() {
+                Progress::Running => {}
+                Progress::Finished => return Ok(()),
+                Progress::GaveUp(why) => return Err(why),
+            }
+            if self.interrupted.load(Ordering::SeqCst) {
+                return Err("interrupted".to_string());
+            }
+            if round_started.elapsed() > self.opts.round_timeout {
+                return Err(format!(
+                    "the round did not finish in {:?}: stalled (see {})",
+                    self.opts.round_timeout,
+                    logs.display()
+                ));
+            }
+            let now = Instant::now();
+            if now >= self.next.0 && self.started.elapsed() < self.opts.duration {
+                let line = self.injector.apply(&self.next.1, sup);
+                self.say_at(round, &line);
+                let (gap, fault) = self.schedule.next();
+                self.next = (now + gap, fault);
+            }
+            for line in self.injector.tick(sup) {
+                self.say_at(round, &line);
+            }
+            if sampled.elapsed() >= Duration::from_secs(1) {
+                sampled = Instant::now();
+                for name in sup.names() {
+                    if let Some(kib) = sup.pid(&name).and_then(rss_kib) {
+                        let max = self.rss_max.entry(name).or_default();
+                        *max = (*max).max(kib);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
-    Ok(Report { passed })
+
+    fn expected(&self) -> Expected<'_> {
+        Expected {
+            weights: self.sync.then_some(self.weights.as_slice()),
+            tasks_per_step: self.tasks_per_step,
+            last_step: self.steps.0,
+            rl_steps: self.steps.1,
+            sync: self.sync,
+            max_policy_lag: self.max_policy_lag,
+        }
+    }
+
+    /// A fault-log line stamped with the soak's clock.
+    fn say_at(&mut self, round: usize, line: &str) {
+        let t = self.started.elapsed().as_secs_f64();
+        self.log.say(&format!("[{t:7.1} s] round {round}: {line}"));
+    }
 }
 
 /// A copy of `global` with `extra` appended to its `--set`s.

@@ -139,39 +139,32 @@ impl Drop for Reaper {
 /// Starts `caprl <sub> <args> --nats-url <url>`. Its stdout and stderr go to one temp file, not
 /// a pipe: a pipe that nobody reads until the role ends fills up and blocks the role.
 pub fn spawn(args: &[String], sub: &[&str], url: &str) -> std::process::Child {
-    let log = tempfile::NamedTempFile::new().expect("a temp file for the role's output");
-    let out = log.reopen().expect("the role's log file");
-    let err = out.try_clone().expect("the role's log file");
-    let child = caprl()
-        .args(sub)
-        .args(args)
-        .args(["--nats-url", url])
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .expect("caprl starts");
-    running().push((child.id(), log));
-    child
+    let mut cmd = caprl();
+    cmd.args(sub).args(args).args(["--nats-url", url]);
+    start_logged(cmd)
 }
 
 /// Starts `caprl <args>` (a command that starts processes of its own) in a process group of
 /// its own, output to a temp file as [`spawn`] does; [`Reaper`] kills the whole group.
 pub fn spawn_group(args: &[String]) -> std::process::Child {
     use std::os::unix::process::CommandExt;
-    let log = tempfile::NamedTempFile::new().expect("a temp file for the output");
-    let out = log.reopen().expect("the log file");
-    let err = out.try_clone().expect("the log file");
-    let child = caprl()
-        .args(args)
-        .stdout(out)
-        .stderr(err)
-        .process_group(0)
-        .spawn()
-        .expect("caprl starts");
+    let mut cmd = caprl();
+    cmd.args(args).process_group(0);
+    let child = start_logged(cmd);
     GROUPS
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(child.id());
+    child
+}
+
+/// Starts `cmd` with its stdout and stderr in one temp file, known to [`output_of`] and the
+/// [`Reaper`].
+fn start_logged(mut cmd: Command) -> std::process::Child {
+    let log = tempfile::NamedTempFile::new().expect("a temp file for the output");
+    let out = log.reopen().expect("the log file");
+    let err = out.try_clone().expect("the log file");
+    let child = cmd.stdout(out).stderr(err).spawn().expect("caprl starts");
     running().push((child.id(), log));
     child
 }
