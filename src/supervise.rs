@@ -36,8 +36,12 @@ pub struct Policy {
     pub max_backoff: Duration,
     /// A role that dies sooner than this after its start died *quickly*.
     pub quick: Duration,
-    /// Give the run up when a role died quickly this many times in a row.
+    /// Give the run up when a role died quickly this many times in a row,
     pub give_up_after: u32,
+    /// or died this many times, however long each lived, within `window` (a learner that
+    /// fails at the same step after each resume).
+    pub max_deaths: u32,
+    pub window: Duration,
 }
 
 impl Default for Policy {
@@ -48,6 +52,8 @@ impl Default for Policy {
             quick: Duration::from_secs(10),
             // With the backoff doubling from 1 s: a broker unreachable for half a minute.
             give_up_after: 6,
+            max_deaths: 10,
+            window: Duration::from_secs(600),
         }
     }
 }
@@ -90,6 +96,8 @@ struct Supervised {
     /// When to start it again, once it died.
     restart_at: Option<Instant>,
     quick_deaths: u32,
+    /// When its deaths that count towards giving up happened, within the policy's window.
+    recent_deaths: VecDeque<Instant>,
     restarts: u32,
     /// The next death was caused on purpose (a fault injected by `caprl soak`): it does not
     /// count towards giving up.
@@ -148,6 +156,7 @@ impl Supervisor {
                 started: Instant::now(),
                 restart_at: None,
                 quick_deaths: 0,
+                recent_deaths: VecDeque::new(),
                 restarts: 0,
                 planned: false,
                 tail: Arc::new(Mutex::new(VecDeque::new())),
@@ -263,14 +272,35 @@ impl Supervisor {
         } else {
             role.quick_deaths += 1;
         }
-        if role.quick_deaths >= self.policy.give_up_after {
+        if !planned && !outage {
+            role.recent_deaths.push_back(now);
+        }
+        while role
+            .recent_deaths
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.policy.window)
+        {
+            role.recent_deaths.pop_front();
+        }
+        let why = if role.quick_deaths >= self.policy.give_up_after {
+            Some(format!(
+                "it exited with {status} {} times in a row, each within {:?} of its start",
+                role.quick_deaths, self.policy.quick
+            ))
+        } else if role.recent_deaths.len() as u32 >= self.policy.max_deaths {
+            Some(format!(
+                "it died {} times within {:?}, the last time with {status}",
+                role.recent_deaths.len(),
+                self.policy.window
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
             let tail: Vec<String> = lock(&role.tail).iter().cloned().collect();
             return Some(format!(
-                "{} keeps failing: it exited with {status} {} times in a row, each within {:?} \
-                 of its start. Its last lines:\n{}",
+                "{} keeps failing: {why}. Its last lines:\n{}",
                 role.spec.name,
-                role.quick_deaths,
-                self.policy.quick,
                 tail.join("\n")
             ));
         }
@@ -490,4 +520,122 @@ fn pump<R: Read + Send + 'static>(from: R, sink: Sink) -> std::thread::JoinHandl
             sink.line(text.trim_end_matches('\r'));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The roles here are this test binary itself: `--list` exits 0 at once, an unknown flag
+    //! exits 1 at once (with a line on stderr).
+    use super::*;
+
+    fn spec(args: &[&str], finishes_run: bool) -> RoleSpec {
+        RoleSpec {
+            name: "role".into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            restart_args: Vec::new(),
+            finishes_run,
+        }
+    }
+
+    fn fast(quick: Duration, give_up_after: u32, max_deaths: u32) -> Policy {
+        Policy {
+            first_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(50),
+            quick,
+            give_up_after,
+            max_deaths,
+            window: Duration::from_secs(60),
+        }
+    }
+
+    fn until_settled(sup: &mut Supervisor) -> Progress {
+        let started = Instant::now();
+        loop {
+            match sup.poll() {
+                Progress::Running => {}
+                done => return done,
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "never settled");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn logs() -> (tempfile::TempDir, Output) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Output::Dir(dir.path().to_path_buf());
+        (dir, out)
+    }
+
+    #[test]
+    fn the_run_finishes_when_its_finishing_role_exits_cleanly() {
+        let (_dir, out) = logs();
+        let policy = fast(Duration::from_secs(10), 3, 10);
+        let mut sup =
+            Supervisor::start(vec![spec(&["--list"], true)], vec![], out, policy, None).unwrap();
+        assert!(matches!(until_settled(&mut sup), Progress::Finished));
+        assert!(sup.deaths().is_empty());
+        assert!(sup.stop_all(Duration::from_secs(1)).is_empty());
+    }
+
+    #[test]
+    fn a_role_dying_at_each_start_is_restarted_then_given_up_with_its_last_lines() {
+        let (dir, out) = logs();
+        let policy = fast(Duration::from_secs(10), 3, 10);
+        let role = spec(&["--no-such-flag"], false);
+        let mut sup = Supervisor::start(vec![role], vec![], out, policy, None).unwrap();
+        let Progress::GaveUp(why) = until_settled(&mut sup) else {
+            panic!("not given up");
+        };
+        assert!(
+            why.starts_with("role keeps failing: it exited with"),
+            "{why}"
+        );
+        assert!(why.contains("3 times in a row"), "{why}");
+        assert!(
+            why.contains("no-such-flag"),
+            "its last lines are missing: {why}"
+        );
+        assert_eq!(sup.restarts(), vec![("role".to_string(), 2)]);
+        assert_eq!(sup.deaths().len(), 3);
+        sup.stop_all(Duration::from_secs(1));
+        let log = std::fs::read_to_string(dir.path().join("role.log")).unwrap();
+        assert_eq!(log.matches("no-such-flag").count(), 3, "{log}");
+    }
+
+    #[test]
+    fn deaths_that_are_not_quick_are_given_up_after_enough_of_them_in_the_window() {
+        let (_dir, out) = logs();
+        // Nothing is quick: only the count of deaths in the window can end it.
+        let policy = fast(Duration::ZERO, 3, 4);
+        let role = spec(&["--no-such-flag"], false);
+        let mut sup = Supervisor::start(vec![role], vec![], out, policy, None).unwrap();
+        let Progress::GaveUp(why) = until_settled(&mut sup) else {
+            panic!("not given up");
+        };
+        assert!(why.contains("it died 4 times within 60s"), "{why}");
+        sup.stop_all(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn planned_deaths_never_count_towards_giving_up() {
+        let (_dir, out) = logs();
+        let policy = fast(Duration::from_secs(10), 2, 2);
+        let role = spec(&["--no-such-flag"], false);
+        let mut sup = Supervisor::start(vec![role], vec![], out, policy, None).unwrap();
+        for _ in 0..5 {
+            sup.expect_exit("role");
+            let started = Instant::now();
+            let deaths = sup.deaths().len();
+            while sup.deaths().len() == deaths {
+                assert!(
+                    matches!(sup.poll(), Progress::Running),
+                    "gave up on a planned death"
+                );
+                assert!(started.elapsed() < Duration::from_secs(30));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert!(sup.deaths().iter().all(|d| d.planned));
+        sup.stop_all(Duration::from_secs(1));
+    }
 }
