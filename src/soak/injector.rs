@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -29,8 +29,11 @@ enum Pending {
 /// The fault injector of one soak: what it did and what it still has to undo.
 pub struct Injector {
     specs: Vec<RoleSpec>,
-    /// RLIMIT_FSIZE of the disk-full fault, bytes.
+    /// The least RLIMIT_FSIZE of the disk-full fault, bytes (half a weights file).
     fsize_limit: u64,
+    /// The round's run log: the limit lets it grow a little, so the write that fails is a
+    /// checkpoint's.
+    run_log: PathBuf,
     pending: Vec<(Instant, Pending)>,
     /// Per kind: (applied, missed because the target was down).
     counts: BTreeMap<Kind, (u64, u64)>,
@@ -47,6 +50,7 @@ impl Injector {
         Injector {
             specs,
             fsize_limit,
+            run_log: PathBuf::new(),
             pending: Vec::new(),
             counts: BTreeMap::new(),
             round: 0,
@@ -62,10 +66,17 @@ impl Injector {
         &self.specs
     }
 
-    /// A new round: its roles' common arguments and log directory.
-    pub fn start_round(&mut self, round: usize, common: Vec<String>, logs: PathBuf) {
+    /// A new round: its roles' common arguments, run directory and log directory.
+    pub fn start_round(
+        &mut self,
+        round: usize,
+        common: Vec<String>,
+        run_dir: &Path,
+        logs: PathBuf,
+    ) {
         self.round = round;
         self.common = common;
+        self.run_log = run_dir.join(caprl_common::telemetry::runlog::RUN_LOG_FILE);
         self.logs = logs;
     }
 
@@ -172,15 +183,19 @@ impl Injector {
         (true, line)
     }
 
-    /// The learner's writes beyond half a weights file fail (EFBIG), as on a full disk, until
-    /// it dies of it and is restarted.
+    /// The learner's writes past a limit fail (EFBIG), as on a full disk, until it dies of it
+    /// and is restarted. The limit is half a weights file, or the run log's size and 8 KiB when
+    /// that is more: the next checkpoint's files are larger (unless the run log has grown
+    /// past them; then its next line is the write that fails).
     fn disk_full(&mut self, sup: &mut Supervisor) -> (bool, String) {
         let name = self.specs[0].name.clone();
         let Some(pid) = sup.pid(&name) else {
             return (false, format!("disk full for {name}: missed, it is down"));
         };
+        let run_log = std::fs::metadata(&self.run_log).map_or(0, |m| m.len());
+        let bytes = self.fsize_limit.max(run_log + 8 * 1024);
         let limit = libc::rlimit {
-            rlim_cur: self.fsize_limit,
+            rlim_cur: bytes,
             rlim_max: libc::RLIM_INFINITY,
         };
         // SAFETY: prlimit(2) on a child of this process, with a valid rlimit.
@@ -193,10 +208,7 @@ impl Injector {
         sup.expect_exit(&name);
         (
             true,
-            format!(
-                "disk full for {name} (pid {pid}): files limited to {} bytes",
-                self.fsize_limit
-            ),
+            format!("disk full for {name} (pid {pid}): files limited to {bytes} bytes"),
         )
     }
 

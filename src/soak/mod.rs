@@ -213,7 +213,7 @@ impl<'a> Soak<'a> {
             Policy::default(),
             Some(server),
         )?;
-        self.injector.start_round(round, common, logs.clone());
+        self.injector.start_round(round, common, &dir, logs.clone());
         let round_started = Instant::now();
         let outcome = self.drive(&mut sup, round, &logs);
         for line in self.injector.end_round(&mut sup) {
@@ -429,6 +429,11 @@ fn summary(
         ));
     }
     s.push_str(&format!("  {:<10} {:>4}\n", "total", injector.total()));
+    let (checkpoint, other) = failed_writes(&opts.out, rounds.len());
+    s.push_str(&format!(
+        "writes the learner saw fail as on a full disk: {checkpoint} checkpoint files, {other} \
+         others (run log, TensorBoard)\n"
+    ));
     s.push_str("peak resident memory:");
     for (name, kib) in rss_max {
         s.push_str(&format!(" {name} {} MiB;", kib / 1024));
@@ -453,6 +458,26 @@ fn summary(
         ));
     }
     s
+}
+
+/// The learner's writes that failed with EFBIG in the first `rounds` rounds: (checkpoint
+/// files, other files), from the learners' logs.
+fn failed_writes(out: &Path, rounds: usize) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for round in 1..=rounds {
+        let log = out.join(format!("round-{round}/logs/learner.log"));
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("error:") && l.contains("File too large"))
+        {
+            match line.contains(".tmp-ckpt-") {
+                true => counts.0 += 1,
+                false => counts.1 += 1,
+            }
+        }
+    }
+    counts
 }
 
 fn write_json(
