@@ -22,8 +22,14 @@ enum Pending {
     Resume { name: String, pid: u32 },
     /// A second process of an actor or reward worker: SIGKILL.
     EndDuplicate { name: String, child: Child },
-    /// A second learner, which must exit with [`REFUSAL`].
-    Refused { child: Child, log: PathBuf },
+    /// A second learner, which must exit with [`REFUSAL`] unless the learner died after it was
+    /// started (then it may take the lock over, as a replacement pod would): `deaths` is how
+    /// often the learner had died when it was started.
+    Refused {
+        child: Child,
+        log: PathBuf,
+        deaths: usize,
+    },
 }
 
 /// The fault injector of one soak: what it did and what it still has to undo.
@@ -42,6 +48,7 @@ pub struct Injector {
     logs: PathBuf,
     duplicates: usize,
     refused: u64,
+    took_over: u64,
     not_refused: Vec<String>,
 }
 
@@ -58,6 +65,7 @@ impl Injector {
             logs: PathBuf::new(),
             duplicates: 0,
             refused: 0,
+            took_over: 0,
             not_refused: Vec::new(),
         }
     }
@@ -118,7 +126,7 @@ impl Injector {
                 true => (true, format!("kill -9 nats-server, down for {secs:.1} s")),
                 false => (false, "kill -9 nats-server: missed".to_string()),
             },
-            Kind::Duplicate => self.duplicate(fault.target, fault.lasts),
+            Kind::Duplicate => self.duplicate(fault.target, fault.lasts, sup),
             Kind::DiskFull => self.disk_full(sup),
             Kind::Burst => unreachable!("a burst holds no bursts"),
         };
@@ -136,8 +144,12 @@ impl Injector {
 
     /// A second process of role `target` under the same identity: the learner with
     /// `--resume` (as a restarted pod would), the others with the same `--id`.
-    fn duplicate(&mut self, target: usize, lasts: Duration) -> (bool, String) {
+    fn duplicate(&mut self, target: usize, lasts: Duration, sup: &Supervisor) -> (bool, String) {
         let spec = &self.specs[target];
+        if spec.finishes_run && sup.pid(&spec.name).is_none() {
+            // With no learner running, one started now is not a second one.
+            return (false, format!("a second {}: missed, it is down", spec.name));
+        }
         self.duplicates += 1;
         let log = self
             .logs
@@ -161,7 +173,9 @@ impl Injector {
         let line = match spec.finishes_run {
             true => {
                 let at = Instant::now() + REFUSE_WITHIN;
-                self.pending.push((at, Pending::Refused { child, log }));
+                let deaths = learner_deaths(sup, &spec.name);
+                self.pending
+                    .push((at, Pending::Refused { child, log, deaths }));
                 format!("a second {} (pid {pid}) on the same run", spec.name)
             }
             false => {
@@ -216,6 +230,16 @@ impl Injector {
     /// what was done.
     pub fn tick(&mut self, sup: &mut Supervisor) -> Vec<String> {
         let now = Instant::now();
+        let learner = self.specs[0].name.clone();
+        if self
+            .pending
+            .iter()
+            .any(|(_, p)| matches!(p, Pending::Refused { .. }))
+        {
+            // While a second learner runs, the learner's deaths are the fault's doing (the
+            // second one may hold the lock): they do not count towards giving up.
+            sup.expect_exit(&learner);
+        }
         let mut due = Vec::new();
         let mut i = 0;
         while i < self.pending.len() {
@@ -254,7 +278,11 @@ impl Injector {
                     child.id()
                 ))
             }
-            Pending::Refused { mut child, log } => {
+            Pending::Refused {
+                mut child,
+                log,
+                deaths,
+            } => {
                 let status = child.try_wait().ok().flatten();
                 if status.is_none() {
                     let _ = child.kill();
@@ -262,23 +290,23 @@ impl Injector {
                 }
                 let said = std::fs::read_to_string(&log).unwrap_or_default();
                 let refused = status.is_some_and(|s| !s.success()) && said.contains(REFUSAL);
-                match refused {
-                    true => self.refused += 1,
-                    false => self.not_refused.push(format!(
+                let took_over = learner_deaths(sup, &self.specs[0].name) > deaths;
+                let verdict = if refused {
+                    self.refused += 1;
+                    "refused, as it must be"
+                } else if took_over {
+                    self.took_over += 1;
+                    "the learner died meanwhile, so it could take the run over"
+                } else {
+                    self.not_refused.push(format!(
                         "round {}: the second learner (pid {}, log {}) was not refused",
                         self.round,
                         child.id(),
                         log.display()
-                    )),
-                }
-                Some(format!(
-                    "second learner (pid {}): {}",
-                    child.id(),
-                    match refused {
-                        true => "refused, as it must be",
-                        false => "NOT refused",
-                    }
-                ))
+                    ));
+                    "NOT refused"
+                };
+                Some(format!("second learner (pid {}): {verdict}", child.id()))
             }
         }
     }
@@ -289,7 +317,11 @@ impl Injector {
             name: "second learners refused",
             ok: self.not_refused.is_empty(),
             detail: match self.not_refused.is_empty() {
-                true => format!("{} refused so far", self.refused),
+                true => format!(
+                    "{} refused so far ({} started while the learner was up took over after it \
+                     died)",
+                    self.refused, self.took_over
+                ),
                 false => self.not_refused.join("; "),
             },
         }
@@ -308,4 +340,9 @@ impl Injector {
             .map(|(_, c)| c.0)
             .sum()
     }
+}
+
+/// How often role `name` died so far.
+fn learner_deaths(sup: &Supervisor, name: &str) -> usize {
+    sup.deaths().iter().filter(|d| d.role == name).count()
 }
