@@ -30,10 +30,10 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = args.compute.load_config(global)?;
-    // Before anything else touches the run directory (or the bus): one learner per run_dir.
-    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    // Before anything touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     let data = Arc::new(setup::open_data(&cfg, true)?);
     let started = roles::start_role(&cfg, Role::Learner, "learner", &args.role)?;
     let heartbeat = {

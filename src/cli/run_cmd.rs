@@ -69,10 +69,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if !objective.has_rl_phase() {
         anyhow::bail!("`caprl run` compares XE with an RL objective; use `caprl train --objective xe` for XE alone");
     }
-    // Before anything else touches the run directory (or the bus): one learner per run_dir.
-    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    // Before anything touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let started = std::time::Instant::now();
     if auto_clip {

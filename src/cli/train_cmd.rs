@@ -45,10 +45,10 @@ pub(crate) fn config_with(
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = config_with(global, args.objective.as_deref(), &args.compute)?;
-    // Before anything else touches the run directory (or the bus): one learner per run_dir.
-    let lock = training::lock_run_dir(&cfg)?;
     // The device first: a bad one fails before any data is generated or read.
     let device = setup::device(&cfg)?;
+    // Before anything touches the run directory (or the bus): one learner per run_dir.
+    let lock = training::lock_run_dir(&cfg)?;
     let data = std::sync::Arc::new(setup::open_data(&cfg, true)?);
     let outcome = roles::with_inproc_roles(&cfg, &data, &device, |driver| {
         Ok(training::train(
