@@ -110,27 +110,32 @@ pub fn role_specs(actors: usize, workers: usize) -> Vec<RoleSpec> {
     specs
 }
 
-/// The arguments every role of a local run gets: this command's config, `--set`s and
-/// verbosity, and the NATS URL.
+/// The arguments every role of a local run gets: this command's [`global_args`] and the NATS
+/// URL.
 pub fn common_args(global: &Global, url: &str) -> Vec<String> {
-    let mut common: Vec<String> = Vec::new();
+    let mut args = global_args(global);
+    args.extend(["--nats-url".to_string(), url.to_string()]);
+    args
+}
+
+/// `global` as command-line arguments: the config, the `--set`s and the verbosity.
+pub fn global_args(global: &Global) -> Vec<String> {
+    let mut args: Vec<String> = Vec::new();
     if let Some(c) = &global.config {
-        common.push("--config".into());
-        common.push(c.display().to_string());
+        args.push("--config".into());
+        args.push(c.display().to_string());
     }
     for s in &global.sets {
-        common.push("--set".into());
-        common.push(s.clone());
+        args.push("--set".into());
+        args.push(s.clone());
     }
     for _ in 0..global.verbose {
-        common.push("-v".into());
+        args.push("-v".into());
     }
     if global.quiet {
-        common.push("-q".into());
+        args.push("-q".into());
     }
-    common.push("--nats-url".into());
-    common.push(url.to_string());
-    common
+    args
 }
 
 /// A flag set on Ctrl-C or SIGTERM.

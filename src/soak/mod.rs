@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::config::Mode;
+use caprl_common::data::SynthConfig;
 
-use crate::cli::local_cmd::{common_args, interrupt_flag, role_specs};
+use crate::cli::local_cmd::{common_args, global_args, interrupt_flag, role_specs};
 use crate::cli::Global;
 use crate::supervise::{Output, Policy, Progress, Supervisor};
 use faults::{Fault, Kind, Schedule};
@@ -326,40 +327,34 @@ fn with_sets(global: &Global, extra: &[String]) -> Global {
     g
 }
 
+/// The synthetic data set of the small run: 128 training images.
 fn make_data(dir: &Path) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the caprl binary")?;
-    let out = Command::new(exe)
-        .args([
-            "data", "synth", "--train", "128", "--val", "16", "--test", "16", "-q", "--out",
-        ])
-        .arg(dir)
-        .output()
-        .context("running caprl data synth")?;
-    if !out.status.success() {
-        bail!(
-            "caprl data synth failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let config = SynthConfig {
+        train: 128,
+        val: 16,
+        test: 16,
+        progress: false,
+        ..SynthConfig::default()
+    };
+    caprl_common::data::synth(dir, &config)
+        .with_context(|| format!("generating the soak's data set in {}", dir.display()))?;
     Ok(())
 }
 
-/// The undisturbed run (`caprl train`, in one process) in `dir`.
+/// The undisturbed run (`caprl train`, in one process, quiet) in `dir`.
 fn reference_run(base: &Global, dir: &Path) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the caprl binary")?;
-    let global = with_sets(
+    let mut global = with_sets(
         base,
         &[
             format!("run_dir={:?}", dir.display().to_string()),
             "checkpoint.dir=\"\"".to_string(),
         ],
     );
-    let mut args = common_args(&global, "");
-    args.truncate(args.len() - 2); // no --nats-url: in process
+    (global.verbose, global.quiet) = (0, true);
     let out = Command::new(exe)
         .arg("train")
-        .args(&args)
-        .arg("-q")
+        .args(global_args(&global))
         .output()
         .context("running the reference caprl train")?;
     if !out.status.success() {
