@@ -1,7 +1,7 @@
-//! `caprl local` keeps its roles running: an actor, a reward worker and then the learner are
-//! killed with -9 mid-run; each is restarted (the learner with `--resume`), the command exits
-//! 0, its log says what died and what was restarted, and the weights equal an undisturbed
-//! run's. A role that keeps dying right after each start (a NATS server that refuses the
+//! `caprl local` keeps its roles running: an actor and a reward worker are killed with -9
+//! mid-run (the learner held meanwhile), then the learner; each is restarted (the learner with
+//! `--resume`), the command exits 0, its log says what died and what was restarted, and the
+//! weights equal an undisturbed run's. A role that keeps dying right after each start (a NATS server that refuses the
 //! role's password) makes it give up with that role's name and last lines.
 
 mod support;
@@ -20,10 +20,10 @@ fn pid_of(log: &str, role: &str) -> Option<u32> {
     log[at..].split(')').next()?.parse().ok()
 }
 
-fn kill9(pid: u32) {
+fn signal(pid: u32, signal: i32) {
     // SAFETY: kill(2) on a role process of the `caprl local` this test started.
     unsafe {
-        libc::kill(pid as i32, libc::SIGKILL);
+        libc::kill(pid as i32, signal);
     }
 }
 
@@ -33,11 +33,11 @@ fn caprl_local_restarts_killed_roles_and_ends_with_the_undisturbed_weights() {
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let extra = ["checkpoint.every_steps=1", "runtime.ack_wait_secs=3"];
-    let reference = reference_run(&data, dir.path(), 3, &extra);
+    let reference = reference_run(&data, dir.path(), 6, &extra);
 
     let run = dir.path().join("run");
     let mut args = vec!["local".to_string()];
-    args.extend(sets(&data, &run, 3, &extra));
+    args.extend(sets(&data, &run, 6, &extra));
     let local = spawn_group(&args);
     let wait_for = |what: &str, done: &dyn Fn() -> bool| {
         let started = Instant::now();
@@ -50,18 +50,25 @@ fn caprl_local_restarts_killed_roles_and_ends_with_the_undisturbed_weights() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    wait_for("RL step 2", &|| steps(&run, "rl").len() >= 2);
+    wait_for("RL step 1", &|| !steps(&run, "rl").is_empty());
+    // The learner held (SIGSTOP) while the others are killed and come back: a tiny run could
+    // otherwise finish before their restart.
     let log = output_of(&local);
+    let learner = pid_of(&log, "learner").expect("the learner's pid");
+    signal(learner, libc::SIGSTOP);
     let (actor, worker) = (pid_of(&log, "actor-0"), pid_of(&log, "reward-worker-1"));
-    kill9(actor.expect("actor-0's pid in the log"));
-    kill9(worker.expect("reward-worker-1's pid in the log"));
-    wait_for("actor-0 back", &|| {
-        pid_of(&output_of(&local), "actor-0").is_some_and(|p| Some(p) != actor)
-    });
-    let at = steps(&run, "rl").len();
-    wait_for("one more RL step", &|| steps(&run, "rl").len() > at);
-    let learner = pid_of(&output_of(&local), "learner").expect("the learner's pid");
-    kill9(learner);
+    signal(actor.expect("actor-0's pid in the log"), libc::SIGKILL);
+    signal(
+        worker.expect("reward-worker-1's pid in the log"),
+        libc::SIGKILL,
+    );
+    for (role, old) in [("actor-0", actor), ("reward-worker-1", worker)] {
+        wait_for(&format!("{role} back"), &|| {
+            pid_of(&output_of(&local), role).is_some_and(|p| Some(p) != old)
+        });
+    }
+    // Killed while stopped, mid-run: restarted with --resume, it finishes the run.
+    signal(learner, libc::SIGKILL);
 
     let (ok, out) = finish_within(local, Duration::from_secs(300));
     assert!(ok, "caprl local failed:\n{out}");
