@@ -165,6 +165,7 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         with_gt: decodes.ground_truth,
         seed: cfg.seed,
         max_policy_lag: cfg.runtime.max_policy_lag,
+        stale_rollouts: cfg.runtime.stale_rollouts,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
         keep_snapshots: 2,
     }

@@ -219,6 +219,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             with_gt: false,
             seed: 7,
             max_policy_lag: 2,
+            stale_rollouts: caprl_common::config::StaleRollouts::Drop,
             max_message_bytes: LIMIT,
             keep_snapshots: 2,
         },

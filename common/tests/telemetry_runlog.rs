@@ -29,6 +29,12 @@ fn step(n: u64) -> StepRecord {
         max_lag: 1,
         importance_weight: 0.9,
         dropped_stale: 1,
+        stale_reweighted: 2,
+        ppo: [
+            ("clip_fraction".to_string(), 0.1),
+            ("ratio_max".to_string(), 1.3),
+        ]
+        .into(),
         tasks_issued: 4,
         results_found: 0,
         task_ids: vec![4 * n, 4 * n + 1],

@@ -12,7 +12,7 @@ use caprl_common::wire::ScoredRollout;
 
 use crate::objective::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};
-use crate::{scst, LearnerError};
+use crate::{advantage, LearnerError};
 
 /// Actor-critic: per-token return targets for the critic. The sequence multipliers (SCST
 /// advantages under `baseline`) are computed but not trained on.
@@ -41,7 +41,7 @@ impl Rule for ActorCritic {
         per_image_samples(
             scored,
             version,
-            |g| Ok(scst::advantages(&g.rewards, g.greedy, self.baseline)),
+            |g| Ok(advantage::advantages(self.baseline, &g.rewards, g.greedy)),
             Some(&returns),
         )
     }

@@ -17,6 +17,8 @@
 //!   takes the first `K` scored rollouts whose lag `v - v_rollout` is at most
 //!   `max_policy_lag`; older ones are dropped and counted, and their images are
 //!   issued again (new task id, current policy) so the credits never run dry.
+//!   With `runtime.stale_rollouts = "reweight"` the older ones are kept instead
+//!   (counted as reweighted): the learner gives them a truncated importance weight.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::clip::Discriminator;
+use caprl_common::config::StaleRollouts;
 use caprl_common::model::Captioner;
 use caprl_common::role::reject_reason;
 use caprl_common::shutdown::Shutdown;
@@ -60,6 +63,8 @@ pub struct DriverOptions {
     /// The run seed; task seeds derive from (seed, task id).
     pub seed: u64,
     pub max_policy_lag: u64,
+    /// Async: what happens to a rollout older than `max_policy_lag`.
+    pub stale_rollouts: StaleRollouts,
     pub max_message_bytes: usize,
     /// Snapshots kept in the store besides the newest.
     pub keep_snapshots: u64,
@@ -71,6 +76,8 @@ pub struct Collected {
     /// The batch's scored rollouts, sorted by task id.
     pub scored: Vec<ScoredRollout>,
     pub dropped_stale: u64,
+    /// Async: rollouts past `max_policy_lag` kept for a truncated importance weight.
+    pub stale_reweighted: u64,
     pub duplicates: u64,
     pub rejected: u64,
     /// `rejected` by reason (the labels of `caprl_rejected_messages_total`).
@@ -385,7 +392,12 @@ impl Driver {
                     let rows = self.rows_of.remove(&id).unwrap_or_default();
                     let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
                     tm::observe_policy_lag(lag);
-                    if lag > self.opts.max_policy_lag {
+                    let too_old = lag > self.opts.max_policy_lag;
+                    if too_old && self.opts.stale_rollouts == StaleRollouts::Reweight {
+                        out.stale_reweighted += 1;
+                        tm::count_stale_reweighted(1);
+                        got.push(s);
+                    } else if too_old {
                         out.dropped_stale += 1;
                         tm::count_dropped_stale(1);
                         // Its images go out again, for the current policy, under a new id.

@@ -14,6 +14,7 @@
 //!   validation images that the run log records at every evaluation.
 
 pub mod actor_critic;
+pub mod advantage;
 pub mod batch;
 pub mod checkpoint;
 pub mod critic;
@@ -21,6 +22,7 @@ pub mod disc_online;
 pub mod driver;
 pub mod error;
 pub mod eval;
+pub mod kl;
 pub mod mc_pg;
 pub mod objective;
 pub mod pg;

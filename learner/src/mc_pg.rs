@@ -14,7 +14,7 @@ use caprl_common::wire::ScoredRollout;
 
 use crate::objective::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};
-use crate::{scst, LearnerError};
+use crate::{advantage, LearnerError};
 
 /// mc-pg: per-token `Q` targets for the value-head baseline. The sequence multipliers (SCST
 /// advantages under `baseline`) are computed but not trained on.
@@ -44,7 +44,7 @@ impl Rule for McPg {
         per_image_samples(
             scored,
             version,
-            |g| Ok(scst::advantages(&g.rewards, g.greedy, self.baseline)),
+            |g| Ok(advantage::advantages(self.baseline, &g.rewards, g.greedy)),
             Some(&q),
         )
     }

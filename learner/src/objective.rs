@@ -95,13 +95,17 @@ impl Objective {
     /// The objective of `train.objective`, with its settings from `[train]`.
     pub fn from_config(cfg: &RunConfig) -> Objective {
         let t = &cfg.train;
+        let max_tokens = cfg.data.max_len as usize + 1;
         let rule: Box<dyn Rule> = match t.objective {
             config::Objective::Xe => Box::new(xe::Xe),
             config::Objective::Scst => Box::new(scst::Scst {
                 baseline: t.baseline,
+                max_tokens,
             }),
             config::Objective::Sle => Box::new(sle::Sle {
                 alpha: t.sle_alpha as f32,
+                baseline: t.baseline,
+                max_tokens,
             }),
             config::Objective::McPg => Box::new(mc_pg::McPg {
                 baseline: t.baseline,

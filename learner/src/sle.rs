@@ -2,6 +2,9 @@
 //!
 //! `Lʲ = −α(CIDEr(ỹⱼ) − b_greedy)·log p(ỹⱼ) − (1−α)(2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)·log p(ỹⱼ)`
 //!
+//! The quality term `CIDEr(ỹⱼ) − b_greedy` is the advantage of `train.baseline` (the paper's
+//! greedy baseline by default; [`crate::advantage`] has the others).
+//!
 //! `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` is the mean of all pairwise distances of the `s`
 //! samples of one input. The reward worker computes the exploration term
 //! `eⱼ = (2/s)Σₖ(dⱼₖ − d̄)` (reward component [`DIVERSITY`]); this file combines
@@ -11,13 +14,17 @@
 use caprl_common::config::{RunConfig, DIVERSITY};
 use caprl_common::wire::ScoredRollout;
 
+use crate::advantage::{self, Baseline};
 use crate::objective::{Decodes, Rule};
 use crate::targets::{per_image_samples, PgBatch};
 use crate::LearnerError;
 
-/// SLE with quality weight `alpha`; the greedy caption is the quality term's baseline.
+/// SLE with quality weight `alpha` and the quality term's advantage estimator `baseline`.
 pub(crate) struct Sle {
     pub alpha: f32,
+    pub baseline: Baseline,
+    /// The longest caption in tokens (words + EOS): Dr. GRPO's loss normaliser.
+    pub max_tokens: usize,
 }
 
 impl Rule for Sle {
@@ -40,31 +47,32 @@ impl Rule for Sle {
     }
 
     fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
-        per_image_samples(
+        let mut out = per_image_samples(
             scored,
             version,
             |g| {
-                let b = g.greedy.ok_or_else(|| {
-                    LearnerError::Invalid("SLE needs the greedy caption's reward".into())
-                })?;
-                Ok(multipliers(
-                    &g.rewards,
-                    b,
-                    &g.component(DIVERSITY),
-                    self.alpha,
-                ))
+                if self.baseline == Baseline::Greedy && g.greedy.is_none() {
+                    return Err(LearnerError::Invalid(
+                        "SLE needs the greedy caption's reward".into(),
+                    ));
+                }
+                let quality = advantage::advantages(self.baseline, &g.rewards, g.greedy);
+                Ok(multipliers(&quality, &g.component(DIVERSITY), self.alpha))
             },
             None,
-        )
+        )?;
+        out.norm = advantage::loss_norm(self.baseline, self.max_tokens);
+        Ok(out)
     }
 }
 
-/// `α(rⱼ − b_greedy) + (1−α)·eⱼ` for the samples of one input.
-pub fn multipliers(rewards: &[f32], greedy: f32, exploration: &[f32], alpha: f32) -> Vec<f32> {
-    rewards
+/// `α·Aⱼ + (1−α)·eⱼ` for the samples of one input, `Aⱼ` the quality advantage (`rⱼ − b_greedy`
+/// in the paper) and `eⱼ` the exploration term.
+pub fn multipliers(quality: &[f32], exploration: &[f32], alpha: f32) -> Vec<f32> {
+    quality
         .iter()
         .zip(exploration)
-        .map(|(r, e)| alpha * (r - greedy) + (1.0 - alpha) * e)
+        .map(|(a, e)| alpha * a + (1.0 - alpha) * e)
         .collect()
 }
 
@@ -79,7 +87,8 @@ mod tests {
         let d_bar = 3.8f32 / 9.0;
         let e1 = (2.0 / 3.0) * (1.0 - 3.0 * d_bar);
         let e3 = (2.0 / 3.0) * (1.8 - 3.0 * d_bar);
-        let m = multipliers(&[1.0, 0.5, 0.2], 0.5, &[e1, e1, e3], 0.75);
+        let quality = advantage::greedy::advantages(&[1.0, 0.5, 0.2], 0.5);
+        let m = multipliers(&quality, &[e1, e1, e3], 0.75);
         assert!((m[0] - (0.75 * 0.5 + 0.25 * e1)).abs() < 1e-6);
         assert!((m[1] - (0.25 * e1)).abs() < 1e-6);
         assert!((m[2] - (0.75 * -0.3 + 0.25 * e3)).abs() < 1e-6);

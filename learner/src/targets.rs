@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 
+use crate::pg::LossNorm;
 use crate::LearnerError;
 
 /// Sequences of the step's scored rollouts with their multipliers.
@@ -22,8 +23,11 @@ pub struct PgBatch {
     /// Per-token value targets (mc-pg's `Q` estimates, actor-critic's returns); empty for
     /// objectives without a value head.
     pub values: Vec<Vec<f32>>,
-    /// `Σₜ log μ(wₜ)` of each sequence under the policy that sampled it.
-    pub behaviour: Vec<f32>,
+    /// `log μ(wₜ)` of each token of each sequence under the policy that decoded it (empty for
+    /// ground truth).
+    pub behaviour: Vec<Vec<f32>>,
+    /// How the step's loss averages its token terms (set by the advantage estimator).
+    pub norm: LossNorm,
     /// Policy lag of the rollout each sequence came from (0 for off-policy ground truth).
     pub lags: Vec<u64>,
     pub mean_reward: f64,
@@ -150,7 +154,7 @@ pub fn per_image_samples(
                 out.rows.push(*row as usize);
                 out.seqs.push(s.tokens.clone());
                 out.multipliers.push(m);
-                out.behaviour.push(s.logprobs.iter().sum());
+                out.behaviour.push(s.logprobs.clone());
                 out.lags.push(lag);
             }
         }
@@ -181,7 +185,7 @@ pub fn reward_weighted(
             out.seqs.push(s.tokens.clone());
             out.multipliers.push(r.total);
             out.values.push(Vec::new());
-            out.behaviour.push(s.logprobs.iter().sum());
+            out.behaviour.push(s.logprobs.clone());
             out.lags.push(match s.kind {
                 DecodeKind::GroundTruth => 0,
                 _ => lag,

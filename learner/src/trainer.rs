@@ -18,7 +18,9 @@ use crate::batch;
 use crate::checkpoint::{self, Checkpoint};
 use crate::critic::{self, Critic};
 use crate::error::LearnerError;
-use crate::{pg, xe};
+use crate::pg::{ClipRange, LossNorm, RatioStats};
+use crate::{kl, pg, xe};
+use caprl_common::config::KlEstimator;
 
 /// Which part of the schedule the learner is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +58,8 @@ pub struct StepStats {
     pub skipped: bool,
     /// Named parts of `loss` (`pg`, `value`, `kl`, `entropy`) when it has several.
     pub parts: Vec<(&'static str, f32)>,
+    /// PPO updates: the ratios `π/μ` over all passes (clip fraction, approximate KL, ...).
+    pub ratios: Option<RatioStats>,
 }
 
 /// Per-step knobs (from `[optim]` and `[train]`).
@@ -66,8 +70,10 @@ pub struct StepOptions {
     pub grad_clip: f64,
     pub label_smoothing: f32,
     pub entropy_coef: f32,
-    /// Weight of `KL(π ‖ π_XE)`; needs [`Trainer::set_reference`].
+    /// Weight of `KL(π ‖ π_XE)` in the loss; needs [`Trainer::set_reference`].
     pub kl_coef: f32,
+    /// How that KL is estimated.
+    pub kl_estimator: KlEstimator,
     /// Learning rate of the value head (mc-pg, actor-critic).
     pub value_lr: f64,
 }
@@ -75,11 +81,50 @@ pub struct StepOptions {
 /// What a policy-gradient step trains toward.
 #[derive(Debug, Clone, Copy)]
 pub enum PgTargets<'a> {
-    /// One multiplier per sequence, `Aᵢ` of [`crate::pg::loss`] (SCST, SLE).
-    Sequence(&'a [f32]),
+    /// One multiplier per sequence, `Aᵢ` of [`crate::pg::loss`] (SCST, SLE, WTF), averaged as
+    /// `norm` says.
+    Sequence {
+        multipliers: &'a [f32],
+        norm: LossNorm,
+    },
     /// Per-token value targets `yᵢₜ` (mc-pg's `Q` estimates, actor-critic's returns): the
     /// advantage is `yᵢₜ − v(sᵢₜ)` and the value head is regressed on `y` ([`crate::critic`]).
     Critic(&'a [Vec<f32>]),
+    /// PPO's clipped surrogate ([`crate::pg::clipped_loss`]): one advantage per sequence and the
+    /// per-token log-probs `log μ` of the policy that decoded it.
+    Clipped {
+        advantages: &'a [f32],
+        behaviour: &'a [Vec<f32>],
+        clip: ClipRange,
+        norm: LossNorm,
+    },
+}
+
+impl<'a> PgTargets<'a> {
+    /// One multiplier per sequence, averaged over the batch's tokens (self-critical.pytorch).
+    pub fn sequence(multipliers: &'a [f32]) -> Self {
+        PgTargets::Sequence {
+            multipliers,
+            norm: LossNorm::Tokens,
+        }
+    }
+}
+
+/// PPO-style reuse of one scored batch: `epochs` passes, each over the sequences in a fresh
+/// order cut into `minibatches` optimizer steps.
+#[derive(Debug, Clone, Copy)]
+pub struct PpoOptions {
+    pub epochs: u32,
+    pub minibatches: u32,
+    pub clip: ClipRange,
+}
+
+/// One step's loss before the optimizer sees it.
+struct PgLoss {
+    loss: candle_core::Tensor,
+    parts: Vec<(&'static str, f32)>,
+    tokens: usize,
+    ratios: Option<RatioStats>,
 }
 
 pub struct Trainer {
@@ -217,7 +262,11 @@ impl Trainer {
             .sum_all()?
             .to_dtype(candle_core::DType::F32)?
             .to_scalar::<f32>()? as usize;
-        self.apply(loss, opts, tokens)
+        let stats = self.update(loss, opts, tokens)?;
+        if !stats.skipped {
+            self.advance();
+        }
+        Ok(stats)
     }
 
     /// One policy-gradient step: sequence `i` (tokens ending at EOS) belongs to image
@@ -247,22 +296,112 @@ impl Trainer {
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
         let finite = match targets {
-            PgTargets::Sequence(m) => m.iter().all(|x| x.is_finite()),
+            PgTargets::Sequence { multipliers, .. } => multipliers.iter().all(|x| x.is_finite()),
             PgTargets::Critic(y) => y.iter().flatten().all(|x| x.is_finite()),
+            PgTargets::Clipped { advantages, .. } => advantages.iter().all(|x| x.is_finite()),
         };
         if !finite {
             return Ok(self.skip("reward"));
         }
+        let pg = self.pg_loss(data, rows, seqs, targets, opts)?;
+        let mut stats = self.update(pg.loss, opts, pg.tokens)?;
+        if !stats.skipped {
+            self.advance();
+        }
+        stats.parts = pg.parts;
+        stats.ratios = pg.ratios;
+        Ok(stats)
+    }
+
+    /// PPO-style updates on one scored batch (sequence `i` of image `rows[i]`, advantage
+    /// `advantages[i]`, behaviour log-probs `behaviour[i]`): `ppo.epochs` passes, each over a
+    /// fresh order of the sequences (a pure function of seed, step and pass, so a resumed run
+    /// repeats it) cut into `ppo.minibatches` clipped optimizer steps. The whole update counts as
+    /// one step and one new policy version. Non-finite advantages skip the batch; a minibatch
+    /// whose loss or gradient is not finite is skipped alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ppo_update(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+        (advantages, behaviour): (&[f32], &[Vec<f32>]),
+        norm: LossNorm,
+        ppo: PpoOptions,
+        opts: StepOptions,
+    ) -> Result<StepStats, LearnerError> {
+        if !advantages.iter().all(|x| x.is_finite()) {
+            return Ok(self.skip("reward"));
+        }
+        let device = self.model.device().clone();
+        on_rayon(&device, || {
+            let n = seqs.len();
+            let per_minibatch = n.div_ceil(ppo.minibatches.max(1) as usize).max(1);
+            let mut total = StepStats::default();
+            let mut ratios = Vec::new();
+            let mut updates = 0usize;
+            for pass in 0..ppo.epochs.max(1) {
+                let order = ppo_order(self.seed, self.state.step, pass, n);
+                for chunk in order.chunks(per_minibatch) {
+                    let mb_rows: Vec<usize> = chunk.iter().map(|&i| rows[i]).collect();
+                    let mb_seqs: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
+                    let mb_adv: Vec<f32> = chunk.iter().map(|&i| advantages[i]).collect();
+                    let mb_mu: Vec<Vec<f32>> =
+                        chunk.iter().map(|&i| behaviour[i].clone()).collect();
+                    let targets = PgTargets::Clipped {
+                        advantages: &mb_adv,
+                        behaviour: &mb_mu,
+                        clip: ppo.clip,
+                        norm,
+                    };
+                    let pg = self.pg_loss(data, &mb_rows, &mb_seqs, targets, opts)?;
+                    let stats = self.update(pg.loss, opts, pg.tokens)?;
+                    if stats.skipped {
+                        continue;
+                    }
+                    updates += 1;
+                    total.loss += stats.loss;
+                    total.grad_norm += stats.grad_norm;
+                    total.tokens += stats.tokens;
+                    total.parts = pg.parts;
+                    ratios.extend(pg.ratios);
+                }
+            }
+            if updates == 0 {
+                return Ok(StepStats {
+                    skipped: true,
+                    ..StepStats::default()
+                });
+            }
+            self.advance();
+            total.loss /= updates as f32;
+            total.grad_norm /= updates as f32;
+            total.lr = opts.lr;
+            total.ratios = Some(pg::merge_ratio_stats(&ratios));
+            Ok(total)
+        })
+    }
+
+    /// The loss of one policy-gradient step on `seqs` of images `rows`, with the entropy bonus
+    /// and the KL penalty when their coefficients are set.
+    fn pg_loss(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+        targets: PgTargets,
+        opts: StepOptions,
+    ) -> Result<PgLoss, LearnerError> {
         let cfg = self.model.config().clone();
         let device = self.model.device().clone();
         let x = inputs_for_rows(data, rows, &cfg, &device)?;
         let toks = batch_tokens(seqs, &device)?;
         // Differentiate the policy the samples came from (batch norm on running statistics).
-        // A sequence-level loss without entropy or KL needs only the taken tokens' log-probs;
-        // the others read the full log-softmax or the hidden states.
-        let full_pass = matches!(targets, PgTargets::Critic(_))
-            || opts.entropy_coef > 0.0
-            || opts.kl_coef > 0.0;
+        // A sequence-level loss without entropy or the exact KL needs only the taken tokens'
+        // log-probs; the others read the full log-softmax or the hidden states.
+        let exact_kl = opts.kl_coef > 0.0 && opts.kl_estimator == KlEstimator::Full;
+        let full_pass =
+            matches!(targets, PgTargets::Critic(_)) || opts.entropy_coef > 0.0 || exact_kl;
         self.model.set_running_norm(true);
         let pass = if full_pass {
             self.model.teacher_forced(&x, &toks, None).and_then(|tf| {
@@ -285,8 +424,9 @@ impl Trainer {
         };
         let mask = self.model.token_mask(&toks)?;
         let mut parts = Vec::new();
+        let mut ratios = None;
         let mut loss = match targets {
-            PgTargets::Sequence(m) => pg::loss(&logp, &mask, m)?,
+            PgTargets::Sequence { multipliers, norm } => pg::loss(&logp, &mask, multipliers, norm)?,
             PgTargets::Critic(y) => {
                 let critic = self.critic.as_ref().ok_or_else(|| {
                     LearnerError::Invalid(
@@ -302,6 +442,18 @@ impl Trainer {
                 parts.push(("value", scalar(&value)?));
                 policy.add(&value.to_dtype(policy.dtype())?)?
             }
+            PgTargets::Clipped {
+                advantages,
+                behaviour,
+                clip,
+                norm,
+            } => {
+                let (_, t) = toks.dims2()?;
+                let mu = critic::targets_tensor(behaviour, t, &device)?;
+                let (loss, stats) = pg::clipped_loss(&logp, &mu, &mask, advantages, clip, norm)?;
+                ratios = Some(stats);
+                loss
+            }
         };
         if opts.entropy_coef > 0.0 {
             let h = pg::entropy(&full()?.logprobs_full, &mask)?;
@@ -314,8 +466,16 @@ impl Trainer {
                     "train.kl_coef > 0 needs the XE model as reference (set_reference)".into(),
                 )
             })?;
-            let ref_full = reference.teacher_forced(&x, &toks, None)?.logprobs_full;
-            let kl = pg::kl_to_reference(&full()?.logprobs_full, &ref_full, &mask)?;
+            let kl = match opts.kl_estimator {
+                KlEstimator::Full => {
+                    let ref_full = reference.teacher_forced(&x, &toks, None)?.logprobs_full;
+                    kl::full(&full()?.logprobs_full, &ref_full, &mask)?
+                }
+                k => {
+                    let (ref_logp, _) = reference.token_logprobs(&x, &toks, None)?;
+                    kl::estimate(&logp, &ref_logp, &mask, k)?
+                }
+            };
             parts.push(("kl", scalar(&kl)?));
             loss = (loss + (kl * opts.kl_coef as f64)?)?;
         }
@@ -323,9 +483,41 @@ impl Trainer {
             .sum_all()?
             .to_dtype(candle_core::DType::F32)?
             .to_scalar::<f32>()? as usize;
-        let mut stats = self.apply(loss, opts, tokens)?;
-        stats.parts = parts;
-        Ok(stats)
+        Ok(PgLoss {
+            loss,
+            parts,
+            tokens,
+            ratios,
+        })
+    }
+
+    /// The reference model's log-probs of each token of `seqs` (images `rows`): the KL penalty
+    /// of the rewards (`train.kl_in = "reward"`). `None` without a reference model.
+    pub fn reference_logprobs(
+        &self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+    ) -> Result<Option<Vec<Vec<f32>>>, LearnerError> {
+        let Some(reference) = self.reference.as_ref() else {
+            return Ok(None);
+        };
+        if seqs.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let device = reference.device().clone();
+        on_rayon(&device, || {
+            let x = inputs_for_rows(data, rows, reference.config(), &device)?;
+            let toks = batch_tokens(seqs, &device)?;
+            let (logp, _) = reference.token_logprobs(&x, &toks, None)?;
+            let logp: Vec<Vec<f32>> = logp.to_dtype(candle_core::DType::F32)?.to_vec2()?;
+            Ok(Some(
+                logp.into_iter()
+                    .zip(seqs)
+                    .map(|(row, s)| row[..s.len().min(row.len())].to_vec())
+                    .collect(),
+            ))
+        })
     }
 
     fn skip(&mut self, reason: &str) -> StepStats {
@@ -337,7 +529,8 @@ impl Trainer {
         }
     }
 
-    fn apply(
+    /// One optimizer update from `loss`; [`Trainer::advance`] then counts the step.
+    fn update(
         &mut self,
         loss: candle_core::Tensor,
         opts: StepOptions,
@@ -367,17 +560,20 @@ impl Trainer {
             }
         }
         self.opt.step(&grads, opts.lr)?;
-        self.state.step += 1;
-        self.state.policy_version += 1;
-        self.state.dropout_rng = self.dropout_rng.state();
         Ok(StepStats {
             loss: value,
             grad_norm: norm as f32,
             lr: opts.lr,
             tokens,
-            skipped: false,
-            parts: Vec::new(),
+            ..StepStats::default()
         })
+    }
+
+    /// Counts one step: a new policy version, and the dropout stream's state for a resume.
+    fn advance(&mut self) {
+        self.state.step += 1;
+        self.state.policy_version += 1;
+        self.state.dropout_rng = self.dropout_rng.state();
     }
 
     /// Writes weights, optimizer moments and trainer state as one checkpoint
@@ -446,6 +642,18 @@ impl Trainer {
 
 fn scalar(t: &candle_core::Tensor) -> Result<f32, LearnerError> {
     Ok(t.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?)
+}
+
+/// The order of the sequences in pass `pass` of the PPO update at step `step`.
+fn ppo_order(seed: u64, step: u64, pass: u32, n: usize) -> Vec<usize> {
+    let mut rng = ChaCha8Rng::seed_from_u64(
+        seed ^ 0x5050_4f00u64.rotate_left(40)
+            ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (pass as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+    );
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    order
 }
 
 /// The shuffled item order of one epoch: a pure function of (seed, phase, epoch),

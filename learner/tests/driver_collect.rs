@@ -32,6 +32,7 @@ fn options(sync: bool) -> DriverOptions {
         with_gt: false,
         seed: 3,
         max_policy_lag: 1,
+        stale_rollouts: caprl_common::config::StaleRollouts::Drop,
         max_message_bytes: LIMIT,
         keep_snapshots: 2,
     }

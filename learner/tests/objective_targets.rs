@@ -6,6 +6,7 @@ use caprl_common::wire::{
     DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
 };
 use caprl_learner::objective::{Decodes, Objective, Rule};
+use caprl_learner::pg::LossNorm;
 use caprl_learner::targets::{per_image_samples, PgBatch};
 use caprl_learner::LearnerError;
 
@@ -62,9 +63,42 @@ fn scst_weights_samples_by_reward_minus_the_greedy_reward() {
     assert_eq!(pg.seqs, vec![vec![3, 4, 5], vec![6]]);
     assert_eq!(pg.multipliers, vec![1.0 - 0.5, 0.2 - 0.5]);
     assert_eq!(pg.lags, vec![2, 2]);
-    assert_eq!(pg.behaviour, vec![-1.5, -0.5]);
+    assert_eq!(pg.behaviour, vec![vec![-0.5; 3], vec![-0.5]]);
+    assert_eq!(pg.norm, LossNorm::Tokens);
     assert!((pg.mean_reward - 0.6).abs() < 1e-6);
     assert!((pg.components["cider"] - 0.6).abs() < 1e-6);
+}
+
+/// Rewards 1.0 and 0.2: leave-one-out 1.0 − 0.2 and 0.2 − 1.0; GRPO (mean 0.6, sample std
+/// 0.4·√2) and Dr. GRPO (±0.4, no scaling), each with its loss normalisation.
+#[test]
+fn group_estimators_compare_the_samples_of_one_image() {
+    let one = |baseline: &str| {
+        let o = objective(&format!(
+            "[train]\nobjective = \"scst\"\nbaseline = \"{baseline}\"\n"
+        ));
+        o.targets(&[one_image(3, false)], 5).unwrap()
+    };
+    let close = |got: &[f32], want: &[f32]| {
+        got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-5)
+    };
+    for name in ["mean", "rloo"] {
+        let pg = one(name);
+        assert!(
+            close(&pg.multipliers, &[0.8, -0.8]),
+            "{name}: {:?}",
+            pg.multipliers
+        );
+        assert_eq!(pg.norm, LossNorm::Tokens);
+    }
+    let grpo = one("grpo");
+    let z = 0.4 / (0.4 * 2f32.sqrt() + 1e-4);
+    assert!(close(&grpo.multipliers, &[z, -z]), "{:?}", grpo.multipliers);
+    assert_eq!(grpo.norm, LossNorm::Sequences);
+    let dr = one("dr-grpo");
+    assert!(close(&dr.multipliers, &[0.4, -0.4]), "{:?}", dr.multipliers);
+    // data.max_len (16) words + EOS.
+    assert_eq!(dr.norm, LossNorm::Constant(17));
 }
 
 #[test]
@@ -76,6 +110,16 @@ fn sle_mixes_quality_and_the_diversity_component() {
         assert!((m - w).abs() < 1e-6, "{:?}", pg.multipliers);
     }
     assert!(o.wants_exploration());
+}
+
+#[test]
+fn sle_quality_term_takes_the_configured_estimator() {
+    let o = objective("[train]\nobjective = \"sle\"\nsle_alpha = 0.75\nbaseline = \"mean\"\n");
+    let pg = o.targets(&[one_image(5, true)], 5).unwrap();
+    let want = [0.75 * 0.8 + 0.25 * 0.3, 0.75 * -0.8 + 0.25 * -0.3];
+    for (m, w) in pg.multipliers.iter().zip(want) {
+        assert!((m - w).abs() < 1e-6, "{:?}", pg.multipliers);
+    }
 }
 
 #[test]

@@ -11,8 +11,10 @@ use caprl_common::model::{
     SampleOptions,
 };
 use caprl_common::optim::AdamWParams;
+use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
-use caprl_learner::{checkpoint, pg, scst, PgTargets, StepOptions, Trainer};
+use caprl_learner::pg::LossNorm;
+use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
 
 fn tiny_data(dir: &Path) -> Dataset {
     let out = dir.join("synth");
@@ -45,6 +47,7 @@ fn opts(lr: f64) -> StepOptions {
         label_smoothing: 0.0,
         entropy_coef: 0.0,
         kl_coef: 0.0,
+        kl_estimator: caprl_common::config::KlEstimator::Full,
         value_lr: 1e-2,
     }
 }
@@ -85,11 +88,11 @@ fn scst_gradient_equals_the_hand_computed_formula() {
     let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 1).unwrap();
     let (rows, seqs) = samples(&model, &data);
     let rewards = [0.9f32, 0.1, 0.4, 0.6];
-    let mut a = scst::advantages(&rewards[..2], Some(0.5), scst::Baseline::Greedy);
-    a.extend(scst::advantages(
+    let mut a = advantage::advantages(Baseline::Greedy, &rewards[..2], Some(0.5));
+    a.extend(advantage::advantages(
+        Baseline::Greedy,
         &rewards[2..],
         Some(0.5),
-        scst::Baseline::Greedy,
     ));
     assert_eq!(a.len(), 4);
 
@@ -103,7 +106,7 @@ fn scst_gradient_equals_the_hand_computed_formula() {
         .squeeze(2)
         .unwrap();
     let mask = model.token_mask(&toks).unwrap();
-    let loss = pg::loss(&logp, &mask, &a).unwrap();
+    let loss = pg::loss(&logp, &mask, &a, LossNorm::Tokens).unwrap();
     let grads = loss.backward().unwrap();
     let bias = {
         let vars = model.varmap().data().lock().unwrap();
@@ -147,10 +150,10 @@ fn one_step_raises_a_better_sample_and_lowers_a_worse_one() {
     // Samples 0 and 1 of image 0: one above the greedy baseline, one below.
     let (rows, seqs) = (rows[..2].to_vec(), seqs[..2].to_vec());
     assert_ne!(seqs[0], seqs[1], "need two different samples");
-    let a = scst::advantages(&[1.0, 0.0], Some(0.5), scst::Baseline::Greedy);
+    let a = advantage::advantages(Baseline::Greedy, &[1.0, 0.0], Some(0.5));
     let before = seq_logp(&trainer.model, &data, &rows, &seqs);
     let stats = trainer
-        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&a), opts(1e-2))
+        .pg_step(&data, &rows, &seqs, PgTargets::sequence(&a), opts(1e-2))
         .unwrap();
     assert!(!stats.skipped);
     let after = seq_logp(&trainer.model, &data, &rows, &seqs);
@@ -265,7 +268,7 @@ fn non_finite_rewards_skip_the_batch_and_are_counted() {
 
     let a = [0.5, f32::NAN, 0.1, -0.2];
     let s = trainer
-        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&a), opts(1e-2))
+        .pg_step(&data, &rows, &seqs, PgTargets::sequence(&a), opts(1e-2))
         .unwrap();
     assert!(s.skipped);
     let mut q: Vec<Vec<f32>> = seqs.iter().map(|s| vec![0.3; s.len()]).collect();
@@ -296,7 +299,7 @@ fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
         ..opts(5e-2)
     };
     let s = trainer
-        .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&zero), kl_opts)
+        .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), kl_opts)
         .unwrap();
     let kl0 = s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1;
     assert!(kl0.abs() < 1e-6, "KL to itself is {kl0}");
@@ -304,7 +307,7 @@ fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
     let push = [5.0f32, 5.0, 5.0, 5.0];
     for _ in 0..5 {
         trainer
-            .pg_step(&data, &rows, &seqs, PgTargets::Sequence(&push), opts(5e-2))
+            .pg_step(&data, &rows, &seqs, PgTargets::sequence(&push), opts(5e-2))
             .unwrap();
     }
     let measure = |t: &mut Trainer| {
@@ -313,7 +316,7 @@ fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
                 &data,
                 &rows,
                 &seqs,
-                PgTargets::Sequence(&zero),
+                PgTargets::sequence(&zero),
                 StepOptions {
                     kl_coef: 1.0,
                     ..opts(5e-2)

@@ -69,6 +69,7 @@ fn opts(lr: f64) -> StepOptions {
         label_smoothing: 0.0,
         entropy_coef: 0.0,
         kl_coef: 0.0,
+        kl_estimator: caprl_common::config::KlEstimator::Full,
         value_lr: 1e-3,
     }
 }
@@ -133,7 +134,10 @@ fn pg_gradients(
     let (logp, _) = model.token_logprobs(&x, &toks, None).unwrap();
     model.set_running_norm(false);
     let mask = model.token_mask(&toks).unwrap();
-    gradients(model, &pg::loss(&logp, &mask, advantages).unwrap())
+    gradients(
+        model,
+        &pg::loss(&logp, &mask, advantages, pg::LossNorm::Tokens).unwrap(),
+    )
 }
 
 /// Compares every parameter's gradient with f32's: the cosine must be at least `tol.0` and the
@@ -231,7 +235,7 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
             &data,
             &seq_rows,
             &samples.tokens,
-            PgTargets::Sequence(&advantages),
+            PgTargets::sequence(&advantages),
             opts(1e-3),
         )
         .unwrap();
@@ -264,7 +268,7 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
                 &data,
                 &seq_rows,
                 &samples.tokens,
-                PgTargets::Sequence(&advantages),
+                PgTargets::sequence(&advantages),
                 opts(1e-3),
             )
             .unwrap();

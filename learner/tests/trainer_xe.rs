@@ -40,6 +40,7 @@ fn opts(lr: f64) -> StepOptions {
         label_smoothing: 0.0,
         entropy_coef: 0.0,
         kl_coef: 0.0,
+        kl_estimator: caprl_common::config::KlEstimator::Full,
         value_lr: 1e-3,
     }
 }

@@ -229,7 +229,10 @@ fn measure(
         let advantages: Vec<f32> = (0..toks.dim(0)?)
             .map(|i| if i % 2 == 0 { 0.5 } else { -0.5 })
             .collect();
-        step(pg::loss(&logp, &mask, &advantages)?, &mut opt)
+        step(
+            pg::loss(&logp, &mask, &advantages, pg::LossNorm::Tokens)?,
+            &mut opt,
+        )
     })?;
 
     let steps = (l + 1) as f64;

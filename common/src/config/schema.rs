@@ -192,8 +192,9 @@ pub struct TrainConfig {
     pub rl_epochs: u32,
     /// Images per step; >= 1.
     pub batch_size: u32,
-    /// Samples per image for RL; >= 1 (>= 2 for `sle` or a `mean` baseline).
+    /// Samples per image for RL; >= 1 (>= 2 for `sle` or a group baseline).
     pub samples: u32,
+    /// The advantage estimator of the sampled objectives (`scst`, `sle`, `mc-pg`, `actor-critic`).
     pub baseline: Baseline,
     /// [0, 1).
     pub label_smoothing: f64,
@@ -207,6 +208,18 @@ pub struct TrainConfig {
     pub entropy_coef: f64,
     /// KL penalty to the XE model; >= 0.
     pub kl_coef: f64,
+    /// How the KL to the XE model is estimated.
+    pub kl_estimator: KlEstimator,
+    /// Where the KL penalty goes: a loss term or a reward penalty.
+    pub kl_in: KlIn,
+    /// PPO-style reuse: passes over each scored batch; 0 = one plain policy-gradient step.
+    pub ppo_epochs: u32,
+    /// Minibatches per PPO pass; >= 1.
+    pub ppo_minibatches: u32,
+    /// PPO clip range below 1 (`ρ ≥ 1 − clip_low`); in (0, 1).
+    pub clip_low: f64,
+    /// PPO clip range above 1 (`ρ ≤ 1 + clip_high`; DAPO raises it above `clip_low`); > 0.
+    pub clip_high: f64,
     /// Evaluate on val every N epochs; >= 1.
     pub eval_every: u32,
     /// Val images per evaluation; 0 = the whole split.
@@ -235,6 +248,12 @@ impl Default for TrainConfig {
             mc_rollouts: 3,
             entropy_coef: 0.0,
             kl_coef: 0.0,
+            kl_estimator: KlEstimator::Full,
+            kl_in: KlIn::Loss,
+            ppo_epochs: 0,
+            ppo_minibatches: 1,
+            clip_low: 0.2,
+            clip_high: 0.2,
             eval_every: 1,
             eval_images: 0,
             sample_images: 8,
@@ -269,14 +288,56 @@ pub enum WtfBaseline {
     Positive,
 }
 
-/// SCST baseline (seed 000, seed 002 §4); the learner's `scst::Baseline`.
+/// The advantage estimator of the sampled objectives; the learner's `advantage` module has
+/// one file per variant with its formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Baseline {
-    /// `b` = reward of the greedy decode of the same input (Rennie et al.).
+    /// `r − b`, `b` = reward of the greedy decode of the same input (SCST, Rennie et al.).
     Greedy,
-    /// `b` = mean reward of the *other* samples of the same input (no greedy pass).
+    /// `r − b`, `b` = mean reward of the *other* samples of the same input (new self-critical,
+    /// RLOO; no greedy pass).
+    #[serde(alias = "rloo")]
     Mean,
+    /// `(r − mean) / (std + ε)` over the samples of one input, each sequence's loss averaged
+    /// over its own tokens (GRPO).
+    Grpo,
+    /// `r − mean` over the samples of one input, no per-sequence length normalisation
+    /// (Dr. GRPO).
+    DrGrpo,
+}
+
+impl Baseline {
+    /// Whether the estimator compares each sample with the other samples of its input (and so
+    /// needs at least two).
+    pub fn is_group(self) -> bool {
+        !matches!(self, Baseline::Greedy)
+    }
+}
+
+/// Estimator of `KL(π ‖ π_ref)` (Schulman, "Approximating KL divergence", 2020), with
+/// `log r = log π_ref(w) − log π(w)` at the taken tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KlEstimator {
+    /// The exact per-step KL over the whole vocabulary (a loss term only).
+    Full,
+    /// `k1 = −log r`: unbiased, high variance, can be negative.
+    K1,
+    /// `k2 = ½ (log r)²`: biased, low variance.
+    K2,
+    /// `k3 = (r − 1) − log r`: unbiased, low variance, never negative.
+    K3,
+}
+
+/// Where the KL penalty to the XE model acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KlIn {
+    /// `+ β·KL` in the loss (differentiated).
+    Loss,
+    /// `r ← r − β·Σₜ kₜ` for each sampled caption before the advantages (not differentiated).
+    Reward,
 }
 
 /// `[reward]`: what the reward workers compute.
@@ -388,8 +449,10 @@ pub struct RuntimeConfig {
     pub mode: Mode,
     /// Namespaces subjects and buckets; `[a-z0-9-]+`.
     pub run_id: String,
-    /// Async: drop rollouts older than this many versions.
+    /// Async: rollouts older than this many versions are dropped or reweighted.
     pub max_policy_lag: u64,
+    /// Async: what happens to rollouts older than `max_policy_lag`.
+    pub stale_rollouts: StaleRollouts,
     /// Async: truncate importance ratios at this value; > 0.
     pub is_clip: f64,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
@@ -406,12 +469,24 @@ impl Default for RuntimeConfig {
             mode: Mode::Sync,
             run_id: "default".to_string(),
             max_policy_lag: 2,
+            stale_rollouts: StaleRollouts::Drop,
             is_clip: 1.0,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,
         }
     }
+}
+
+/// Async mode: what the learner does with a rollout older than `max_policy_lag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StaleRollouts {
+    /// Drop it and decode its images again under the current policy.
+    Drop,
+    /// Train on it with the truncated importance weight `min(is_clip, π/μ)`, like any rollout
+    /// of an older policy.
+    Reweight,
 }
 
 /// `sync`: every rollout of a step comes from the current policy; `async`:

@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::ops::RangeBounds;
 
 use super::error::ConfigError;
-use super::schema::{Baseline, Objective, RunConfig, Schedule};
+use super::schema::{Baseline, KlEstimator, KlIn, Objective, RunConfig, Schedule};
 
 /// One check: the key it is about, what is allowed (for the message), and a
 /// function returning the offending value when the check fails.
@@ -20,6 +20,14 @@ const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit
 
 fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) -> Option<String> {
     (!range.contains(&value)).then(|| value.to_string())
+}
+
+/// A unit enum value as the config file spells it (`dr-grpo`, `wtf-rl`).
+fn spelled(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 fn fails(value: f64, ok: impl Fn(f64) -> bool) -> Option<String> {
@@ -65,11 +73,19 @@ const RULES: &[Rule] = &[
     },
     Rule {
         key: "train.samples",
-        allowed: ">= 2 when baseline = \"mean\" (the mean of the other samples needs one)",
+        allowed: ">= 2 when baseline is mean, grpo or dr-grpo (each sample is compared with the others of its image)",
         violation: |c| {
-            let uses_mean = c.train.baseline == Baseline::Mean
+            let uses_group = c.train.baseline.is_group()
                 && matches!(c.train.objective, Objective::Scst | Objective::Sle);
-            uses_mean.then(|| outside(c.train.samples, 2..)).flatten()
+            uses_group.then(|| outside(c.train.samples, 2..)).flatten()
+        },
+    },
+    Rule {
+        key: "train.baseline",
+        allowed: "\"greedy\" with objective wtf or wtf-rl (they weigh beam and ground-truth captions by their own reward: set train.wtf_baseline instead)",
+        violation: |c| {
+            let wtf = matches!(c.train.objective, Objective::Wtf | Objective::WtfRl);
+            (wtf && c.train.baseline != Baseline::Greedy).then(|| format!("\"{}\" with objective \"{}\"", spelled(&c.train.baseline), spelled(&c.train.objective)))
         },
     },
     Rule { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
@@ -77,6 +93,23 @@ const RULES: &[Rule] = &[
     Rule { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
     Rule { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
     Rule { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
+    Rule {
+        key: "train.kl_estimator",
+        allowed: "k1, k2 or k3 when kl_in = \"reward\" (the exact KL needs the whole distribution, which a sampled caption does not carry)",
+        violation: |c| (c.train.kl_in == KlIn::Reward && c.train.kl_estimator == KlEstimator::Full).then(|| "full with kl_in = reward".to_string()),
+    },
+    Rule { key: "train.ppo_epochs", allowed: "0..=64", violation: |c| outside(c.train.ppo_epochs, 0..=64) },
+    Rule {
+        key: "train.ppo_epochs",
+        allowed: "0 unless objective = scst or sle (PPO's ratio needs the sampled captions' behaviour log-probs and one multiplier per caption)",
+        violation: |c| {
+            let ppo = c.train.ppo_epochs > 0 && !matches!(c.train.objective, Objective::Scst | Objective::Sle);
+            ppo.then(|| format!("{} with objective \"{}\"", c.train.ppo_epochs, spelled(&c.train.objective)))
+        },
+    },
+    Rule { key: "train.ppo_minibatches", allowed: "1..=1024", violation: |c| outside(c.train.ppo_minibatches, 1..=1024) },
+    Rule { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
+    Rule { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
     Rule { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
     Rule { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },

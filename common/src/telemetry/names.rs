@@ -20,6 +20,8 @@ pub const LABEL_WORKER: &str = "worker";
 pub const LABEL_COMPONENT: &str = "component";
 /// Label: loss term (`pg`, `xe`, `diversity`, `value`, `disc`, `total`, ...).
 pub const LABEL_TERM: &str = "term";
+/// Label: statistic of PPO's ratios (`clip_fraction`, `approx_kl`, `ratio_mean`, ...).
+pub const LABEL_STAT: &str = "stat";
 /// Label: queue name (`tasks`, `rollouts`, `scored`).
 pub const LABEL_QUEUE: &str = "queue";
 /// Label: why a message was rejected or a batch skipped.
@@ -45,6 +47,9 @@ pub const REWARD_MEAN: &str = "caprl_reward_mean";
 pub const REWARD: &str = "caprl_reward";
 /// Gauge: value of each loss term at the last learner step (label `term`).
 pub const LOSS: &str = "caprl_loss";
+/// Gauge: PPO's ratios `π/μ` at the last learner step (label `stat`: `clip_fraction`,
+/// `approx_kl`, `ratio_mean`, `ratio_min`, `ratio_max`).
+pub const PPO: &str = "caprl_ppo";
 /// Gauge: global L2 norm of the gradient before clipping, last learner step.
 pub const GRAD_NORM: &str = "caprl_grad_norm";
 /// Gauge: learning rate used by the last learner step.
@@ -58,6 +63,9 @@ pub const POLICY_LAG: &str = "caprl_policy_lag_versions";
 pub const MAX_POLICY_LAG: &str = "caprl_max_policy_lag_versions";
 /// Counter: rollouts dropped because they were older than `max_policy_lag`.
 pub const DROPPED_STALE_TOTAL: &str = "caprl_dropped_stale_total";
+/// Counter: rollouts older than `max_policy_lag` trained on with a truncated importance weight
+/// (`runtime.stale_rollouts = "reweight"`).
+pub const STALE_REWEIGHTED_TOTAL: &str = "caprl_stale_reweighted_total";
 /// Counter: rollouts an actor published.
 pub const ROLLOUTS_TOTAL: &str = "caprl_rollouts_total";
 /// Counter: caption tokens an actor generated (all decodes of all rollouts).
@@ -102,12 +110,14 @@ const ALL: &[&str] = &[
     REWARD_MEAN,
     REWARD,
     LOSS,
+    PPO,
     GRAD_NORM,
     LEARNING_RATE,
     POLICY_VERSION,
     POLICY_LAG,
     MAX_POLICY_LAG,
     DROPPED_STALE_TOTAL,
+    STALE_REWEIGHTED_TOTAL,
     ROLLOUTS_TOTAL,
     TOKENS_TOTAL,
     REWARD_LATENCY_SECONDS,

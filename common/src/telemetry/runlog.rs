@@ -78,6 +78,12 @@ pub struct StepRecord {
     /// Rollouts dropped as stale during this step.
     #[serde(default)]
     pub dropped_stale: u64,
+    /// Rollouts past `max_policy_lag` trained on with a truncated importance weight.
+    #[serde(default)]
+    pub stale_reweighted: u64,
+    /// PPO updates: `clip_fraction`, `approx_kl`, `ratio_mean`, `ratio_min`, `ratio_max`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ppo: BTreeMap<String, f64>,
     /// Rollout tasks the learner published during this step.
     #[serde(default)]
     pub tasks_issued: u64,

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::Result;
 use crate::LearnerError;
-use caprl_common::config::RunConfig;
+use caprl_common::config::{KlIn, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
@@ -69,7 +69,11 @@ pub(super) fn run_phase(
                 grad_clip: cfg.optim.grad_clip,
                 label_smoothing: cfg.train.label_smoothing as f32,
                 entropy_coef: cfg.train.entropy_coef as f32,
-                kl_coef: cfg.train.kl_coef as f32,
+                kl_coef: match cfg.train.kl_in {
+                    KlIn::Loss => cfg.train.kl_coef as f32,
+                    KlIn::Reward => 0.0,
+                },
+                kl_estimator: cfg.train.kl_estimator,
                 value_lr: cfg.optim.value_lr,
             };
             let mut record = StepRecord {

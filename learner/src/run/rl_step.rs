@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::Result;
-use caprl_common::config::{self, RunConfig};
+use caprl_common::config::{self, KlIn, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{batch_tokens, inputs_for_rows, DType};
 use caprl_common::telemetry::StepRecord;
@@ -12,8 +12,10 @@ use caprl_common::wire::{DecodeKind, ScoredRollout};
 use super::Run;
 use crate::disc_online::OnlineDisc;
 use crate::driver::Driver;
+use crate::pg::ClipRange;
 use crate::targets::PgBatch;
-use crate::trainer::{PgTargets, StepOptions, StepStats, Trainer};
+use crate::trainer::{PgTargets, PpoOptions, StepOptions, StepStats, Trainer};
+use crate::{kl, LearnerError};
 
 /// One RL iteration over the bus: publish the policy, have the batch's
 /// images decoded by actors and scored by reward workers, then update.
@@ -41,6 +43,7 @@ pub(super) fn rl_step(
     record.lag = collected.mean_lag;
     record.max_lag = collected.max_lag;
     record.dropped_stale = collected.dropped_stale;
+    record.stale_reweighted = collected.stale_reweighted;
     record.tasks_issued = collected.tasks_issued;
     record.results_found = collected.results_found;
     record.task_ids = collected
@@ -62,20 +65,98 @@ pub(super) fn rl_step(
         record.losses.insert("p_d_real".into(), s.p_real as f64);
         record.losses.insert("p_d_fake".into(), s.p_fake as f64);
     }
-    let mut pg = objective.targets(&collected.scored, version)?;
-    if !cfg.runtime.mode.eq(&config::Mode::Sync) {
+    let mut scored = collected.scored;
+    if cfg.train.kl_coef > 0.0 && cfg.train.kl_in == KlIn::Reward {
+        let kl = penalise_rewards(cfg, data, trainer, &mut scored)?;
+        record.losses.insert("kl".into(), kl);
+    }
+    let mut pg = objective.targets(&scored, version)?;
+    let ppo = cfg.train.ppo_epochs > 0;
+    // PPO's clipped ratio π/μ is its own off-policy correction.
+    if cfg.runtime.mode != config::Mode::Sync && !ppo {
         record.importance_weight = importance_weights(cfg, data, trainer, &mut pg)?;
     }
     for (name, value) in &pg.components {
         record.rewards.insert(name.clone(), *value);
     }
     record.rewards.insert("total".into(), pg.mean_reward);
-    let targets = match objective.uses_value_head() {
-        true => PgTargets::Critic(&pg.values),
-        false => PgTargets::Sequence(&pg.multipliers),
+    let stats = if ppo {
+        let t = &cfg.train;
+        let options = PpoOptions {
+            epochs: t.ppo_epochs,
+            minibatches: t.ppo_minibatches,
+            clip: ClipRange {
+                low: t.clip_low as f32,
+                high: t.clip_high as f32,
+            },
+        };
+        let advantages = (&pg.multipliers[..], &pg.behaviour[..]);
+        trainer.ppo_update(data, &pg.rows, &pg.seqs, advantages, pg.norm, options, opts)?
+    } else {
+        let targets = match objective.uses_value_head() {
+            true => PgTargets::Critic(&pg.values),
+            false => PgTargets::Sequence {
+                multipliers: &pg.multipliers,
+                norm: pg.norm,
+            },
+        };
+        trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?
     };
-    let stats = trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?;
+    if let Some(r) = &stats.ratios {
+        for (name, value) in [
+            ("clip_fraction", r.clip_fraction),
+            ("approx_kl", r.approx_kl),
+            ("ratio_mean", r.mean),
+            ("ratio_min", r.min),
+            ("ratio_max", r.max),
+        ] {
+            record.ppo.insert(name.into(), value);
+        }
+    }
     Ok((stats, pg.mean_reward))
+}
+
+/// `train.kl_in = "reward"`: subtracts `β·Σₜ kₜ` ([`crate::kl::sequence_penalty`], from the
+/// actors' log-probs and the reference model's) from the reward of every sampled and greedy
+/// caption, before the advantages, and records it as reward component `kl_penalty`. Returns the
+/// mean per-token estimate.
+fn penalise_rewards(
+    cfg: &RunConfig,
+    data: &Dataset,
+    trainer: &Trainer,
+    scored: &mut [ScoredRollout],
+) -> Result<f64> {
+    let penalised = |kind: DecodeKind| matches!(kind, DecodeKind::Sample | DecodeKind::Greedy);
+    let mut rows = Vec::new();
+    let mut seqs = Vec::new();
+    for s in scored.iter() {
+        for q in s.rollout.sequences.iter().filter(|q| penalised(q.kind)) {
+            rows.push(q.image_row as usize);
+            seqs.push(q.tokens.clone());
+        }
+    }
+    let reference = trainer
+        .reference_logprobs(data, &rows, &seqs)?
+        .ok_or_else(|| {
+            LearnerError::Invalid("train.kl_coef > 0 needs the XE model as reference".into())
+        })?;
+    let beta = cfg.train.kl_coef as f32;
+    let (mut sum, mut tokens) = (0.0f64, 0usize);
+    let mut next = reference.iter();
+    for s in scored.iter_mut() {
+        for (q, r) in s.rollout.sequences.iter().zip(s.rewards.iter_mut()) {
+            if !penalised(q.kind) {
+                continue;
+            }
+            let Some(ref_logp) = next.next() else { break };
+            let k = kl::sequence_penalty(&q.logprobs, ref_logp, cfg.train.kl_estimator);
+            sum += k as f64;
+            tokens += q.logprobs.len().min(ref_logp.len());
+            r.total -= beta * k;
+            r.components.push(("kl_penalty".into(), -beta * k));
+        }
+    }
+    Ok(sum / tokens.max(1) as f64)
 }
 
 /// Captions with the feature row of their image.
@@ -130,7 +211,9 @@ fn importance_weights(
     let clip = cfg.runtime.is_clip as f32;
     let mut rho_sum = 0.0f64;
     for (j, &i) in stale.iter().enumerate() {
-        let rho = (pi[j] - pg.behaviour[i]).exp().min(clip);
+        let rho = (pi[j] - pg.behaviour[i].iter().sum::<f32>())
+            .exp()
+            .min(clip);
         let rho = if rho.is_finite() { rho } else { 0.0 };
         pg.multipliers[i] *= rho;
         rho_sum += rho as f64;
