@@ -2,7 +2,8 @@
 //! rollouts come from a policy older than their task allows. No step trains on
 //! a rollout more than `max_policy_lag` versions old: those are dropped and
 //! counted; the lagging ones it keeps are importance-weighted (`ρ ≠ 1`); and
-//! reward still improves.
+//! reward still improves. With `runtime.stale_rollouts = "reweight"` the old
+//! ones are trained on, importance-weighted, instead.
 
 mod support;
 
@@ -76,28 +77,27 @@ fn rogue_actor(url: &str, n: u64) -> u64 {
     })
 }
 
-#[test]
-fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
+/// An async run over NATS with a fast actor, a slow one, a reward worker and the rogue actor
+/// (which answers `STALE` tasks); returns the RL step records, every role's output and how
+/// many tasks the rogue actor answered.
+fn run_with_rogue(rl_epochs: u32, extra: &[&str]) -> (Vec<serde_json::Value>, String, u64) {
     let _reaper = support::Reaper;
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let run = dir.path().join("run");
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
-    let args = sets(
-        &data,
-        &run,
-        10,
-        &[
-            "runtime.mode=\"async\"",
-            "runtime.max_policy_lag=1",
-            "runtime.tasks_in_flight=8",
-            // Far above any ratio a small step makes: no ρ is clipped to a constant.
-            "runtime.is_clip=10.0",
-            "runtime.ack_wait_secs=30",
-            "optim.rl_lr=0.002",
-        ],
-    );
+    let mut keys = vec![
+        "runtime.mode=\"async\"",
+        "runtime.max_policy_lag=1",
+        "runtime.tasks_in_flight=8",
+        // Far above any ratio a small step makes: no ρ is clipped to a constant.
+        "runtime.is_clip=10.0",
+        "runtime.ack_wait_secs=30",
+        "optim.rl_lr=0.002",
+    ];
+    keys.extend_from_slice(extra);
+    let args = sets(&data, &run, rl_epochs, &keys);
     let fast = spawn(&args, &["actor", "--id", "fast"], &url);
     let slow = spawn(&args, &["actor", "--id", "slow", "--delay-ms", "400"], &url);
     let worker = spawn(&args, &["reward-worker", "--id", "rw"], &url);
@@ -128,8 +128,16 @@ fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
         "--- learner\n{out}\n--- fast\n{fast_out}\n--- slow\n{slow_out}\n--- worker\n{worker_out}"
     );
     assert!(ok, "learner failed:\n{all}");
+    (steps(&run, "rl"), all, rogue)
+}
 
-    let rl = steps(&run, "rl");
+fn total(rl: &[serde_json::Value], key: &str) -> u64 {
+    rl.iter().map(|s| s[key].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
+    let (rl, all, rogue) = run_with_rogue(10, &[]);
     assert_eq!(rl.len(), 40, "{all}");
     for s in &rl {
         let max_lag = s["max_lag"].as_u64().expect("max_lag in every step record");
@@ -155,15 +163,13 @@ fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
         .filter(|s| s["max_lag"].as_u64() == Some(1))
         .count();
     assert!(lagging > 0, "no step trained on a lagging rollout:\n{all}");
-    let dropped: u64 = rl
-        .iter()
-        .map(|s| s["dropped_stale"].as_u64().unwrap_or(0))
-        .sum();
+    let dropped = total(&rl, "dropped_stale");
     assert_eq!(rogue, STALE, "the rogue actor got too few tasks:\n{all}");
     assert!(
         dropped >= STALE,
         "{dropped} rollouts dropped as stale; the rogue actor sent {STALE} two versions old:\n{all}"
     );
+    assert_eq!(total(&rl, "stale_reweighted"), 0, "{all}");
     let reward = |s: &[serde_json::Value]| {
         s.iter()
             .map(|v| v["rewards"]["total"].as_f64().unwrap())
@@ -175,4 +181,28 @@ fn slow_actor_rollouts_are_dropped_or_corrected_and_reward_still_improves() {
         last > first,
         "reward did not improve: first 10 steps {first:.4}, last 10 {last:.4}"
     );
+}
+
+/// `runtime.stale_rollouts = "reweight"`: the rogue actor's rollouts, two versions old, are
+/// trained on with a truncated importance weight instead of being dropped.
+#[test]
+fn stale_rollouts_can_be_reweighted_instead_of_dropped() {
+    let (rl, all, rogue) = run_with_rogue(3, &["runtime.stale_rollouts=\"reweight\""]);
+    assert_eq!(rogue, STALE, "the rogue actor got too few tasks:\n{all}");
+    assert_eq!(total(&rl, "dropped_stale"), 0, "{all}");
+    let kept = total(&rl, "stale_reweighted");
+    assert!(
+        kept >= STALE,
+        "{kept} stale rollouts reweighted, {STALE} sent:\n{all}"
+    );
+    for s in rl
+        .iter()
+        .filter(|s| s["stale_reweighted"].as_u64() > Some(0))
+    {
+        assert_eq!(s["max_lag"].as_u64(), Some(2), "{s}");
+        let rho = s["importance_weight"]
+            .as_f64()
+            .expect("ρ of the stale rollouts");
+        assert!(rho.is_finite() && rho > 0.0 && rho <= 10.0, "{s}");
+    }
 }

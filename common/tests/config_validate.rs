@@ -275,3 +275,76 @@ fn noam_needs_a_warmup() {
     );
     assert!(ok.is_ok(), "{:?}", ok.err());
 }
+
+fn refused_with(sets: &[&str]) -> String {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    match RunConfig::load(None, &sets) {
+        Ok(_) => panic!("{sets:?} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn group_baselines_need_two_samples_and_wtf_keeps_its_own() {
+    for baseline in ["rloo", "grpo", "dr-grpo"] {
+        let msg = refused_with(&[&format!("train.baseline={baseline}"), "train.samples=1"]);
+        assert!(
+            msg.contains("train.samples") && msg.contains("grpo"),
+            "{msg}"
+        );
+    }
+    let msg = refused_with(&[
+        "train.objective=wtf-rl",
+        "train.baseline=dr-grpo",
+        "reward.spec=\"clip=1\"",
+        "clip.reward=\"enc.safetensors\"",
+    ]);
+    assert!(
+        msg.contains("train.baseline")
+            && msg.contains("\"dr-grpo\" with objective \"wtf-rl\"")
+            && msg.contains("train.wtf_baseline"),
+        "{msg}"
+    );
+    let cfg = RunConfig::load(None, &["train.baseline=rloo".into()]).unwrap();
+    assert_eq!(cfg.train.baseline, caprl_common::config::Baseline::Mean);
+}
+
+#[test]
+fn ppo_and_kl_settings_are_checked() {
+    let cases: [(&[&str], &str, &str); 6] = [
+        (&["train.ppo_epochs=65"], "train.ppo_epochs", "0..=64"),
+        (
+            &["train.ppo_epochs=2", "train.objective=mc-pg"],
+            "train.ppo_epochs",
+            "2 with objective \"mc-pg\"",
+        ),
+        (
+            &["train.ppo_minibatches=0"],
+            "train.ppo_minibatches",
+            "1..=1024",
+        ),
+        (&["train.clip_low=1"], "train.clip_low", "(0, 1)"),
+        (&["train.clip_high=0"], "train.clip_high", "> 0"),
+        (
+            &["train.kl_in=reward"],
+            "train.kl_estimator",
+            "k1, k2 or k3 when kl_in = \"reward\"",
+        ),
+    ];
+    for (sets, key, says) in cases {
+        let msg = refused_with(sets);
+        assert!(msg.contains(key) && msg.contains(says), "{sets:?}: {msg}");
+    }
+    let ok = RunConfig::load(
+        None,
+        &[
+            "train.ppo_epochs=4".into(),
+            "train.ppo_minibatches=2".into(),
+            "train.clip_high=0.28".into(),
+            "train.kl_estimator=k3".into(),
+            "train.kl_in=reward".into(),
+            "runtime.stale_rollouts=reweight".into(),
+        ],
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+}

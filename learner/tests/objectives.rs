@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
+use caprl_common::config::KlEstimator;
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, ModelKind,
@@ -13,7 +14,8 @@ use caprl_common::model::{
 use caprl_common::optim::AdamWParams;
 use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
-use caprl_learner::pg::LossNorm;
+use caprl_learner::pg::{ClipRange, LossNorm};
+use caprl_learner::trainer::PpoOptions;
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
 
 fn tiny_data(dir: &Path) -> Dataset {
@@ -359,4 +361,207 @@ fn entropy_matches_its_definition() {
     let h = pg::entropy(&lp, &mask).unwrap().to_scalar::<f32>().unwrap();
     let want = (std::f32::consts::LN_2 + -(0.9 * 0.9f32.ln() + 0.1 * 0.1f32.ln())) / 2.0;
     assert!((h - want).abs() < 1e-6, "{h} vs {want}");
+}
+
+/// Per-token `log π` of `seqs` under `model`, each cut to its sequence's length: what an actor
+/// sends as the behaviour log-probs of its samples.
+fn token_logp(
+    model: &Captioner,
+    data: &Dataset,
+    rows: &[usize],
+    seqs: &[Vec<u32>],
+) -> Vec<Vec<f32>> {
+    let x = inputs_for_rows(data, rows, model.config(), model.device()).unwrap();
+    let toks = batch_tokens(seqs, model.device()).unwrap();
+    let (logp, _) = model.token_logprobs(&x, &toks, None).unwrap();
+    let logp: Vec<Vec<f32>> = logp.to_vec2().unwrap();
+    logp.into_iter()
+        .zip(seqs)
+        .map(|(row, s)| row[..s.len()].to_vec())
+        .collect()
+}
+
+fn ppo(epochs: u32, minibatches: u32) -> PpoOptions {
+    PpoOptions {
+        epochs,
+        minibatches,
+        clip: ClipRange {
+            low: 0.2,
+            high: 0.28,
+        },
+    }
+}
+
+/// Every weight of `model` in one flat list, in the var map's name order.
+fn flat_weights(model: &Captioner) -> Vec<f32> {
+    let vars = model.varmap().data().lock().unwrap();
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|n| {
+            vars[*n]
+                .as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// One PPO pass in one minibatch, at the policy that sampled the batch, is the plain
+/// policy-gradient step: the same weights afterwards up to rounding (the ratio is 1 exactly).
+#[test]
+fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let new = || {
+        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 2).unwrap();
+        Trainer::new(model, AdamWParams::default(), 2).unwrap()
+    };
+    let (mut plain, mut clipped) = (new(), new());
+    let (rows, seqs) = samples(&plain.model, &data);
+    let mu = token_logp(&plain.model, &data, &rows, &seqs);
+    let a = [0.4f32, -0.4, 1.0, -1.0];
+    plain
+        .pg_step(&data, &rows, &seqs, PgTargets::sequence(&a), opts(1e-2))
+        .unwrap();
+    let stats = clipped
+        .ppo_update(
+            &data,
+            &rows,
+            &seqs,
+            (&a, &mu),
+            LossNorm::Tokens,
+            ppo(1, 1),
+            opts(1e-2),
+        )
+        .unwrap();
+    let before = flat_weights(&new().model);
+    let (p, c) = (flat_weights(&plain.model), flat_weights(&clipped.model));
+    let moved = p
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    let apart = p
+        .iter()
+        .zip(&c)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        moved > 1e-3,
+        "the plain step did not move the weights ({moved})"
+    );
+    let r = stats.ratios.expect("ratio statistics");
+    assert_eq!((r.min, r.max, r.clip_fraction), (1.0, 1.0, 0.0));
+    // Adam's first step is about ±lr for every weight whatever the gradient's size, so a
+    // rounding difference in a near-zero gradient shows at up to 1e-3 of the step.
+    assert!(
+        apart < 1e-5,
+        "PPO's step differs from the plain one by {apart}"
+    );
+    assert_eq!(clipped.state.step, plain.state.step);
+}
+
+/// K passes over M minibatches are one step and one policy version; the ratios move away from
+/// 1 after the first update; the order of the minibatches repeats from the seed.
+#[test]
+fn ppo_passes_are_one_step_and_repeat_from_the_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let run = || {
+        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 4).unwrap();
+        let mut t = Trainer::new(model, AdamWParams::default(), 4).unwrap();
+        let (rows, seqs) = samples(&t.model, &data);
+        let mu = token_logp(&t.model, &data, &rows, &seqs);
+        let a = [1.0f32, -1.0, 0.5, -0.5];
+        let stats = t
+            .ppo_update(
+                &data,
+                &rows,
+                &seqs,
+                (&a, &mu),
+                LossNorm::Sequences,
+                ppo(4, 2),
+                opts(5e-2),
+            )
+            .unwrap();
+        (t, stats)
+    };
+    let (a, stats) = run();
+    assert_eq!((a.state.step, a.state.policy_version), (1, 1));
+    assert!(!stats.skipped);
+    let r = stats.ratios.unwrap();
+    assert!(r.min < 1.0 && r.max > 1.0, "the policy never moved: {r:?}");
+    assert!(
+        (0.0..=1.0).contains(&r.clip_fraction) && r.approx_kl >= 0.0,
+        "{r:?}"
+    );
+    let (b, _) = run();
+    assert_eq!(
+        a.model.to_safetensors().unwrap(),
+        b.model.to_safetensors().unwrap()
+    );
+}
+
+/// Each sampled-token estimator is 0 at the reference; k2 and k3 as loss terms pull a pushed
+/// policy back toward it (their gradient at a token is `log π − log π_ref` and `1 − π_ref/π`).
+#[test]
+fn kl_estimators_are_zero_at_the_reference_and_k2_k3_pull_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let cfg = tiny_model(&data);
+    let model = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
+    let bytes = model.to_safetensors().unwrap();
+    let reference = || Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap();
+    let (rows, seqs) = samples(&model, &data);
+    let zero = [0.0f32; 4];
+    let with = |k| StepOptions {
+        kl_coef: 1.0,
+        kl_estimator: k,
+        ..opts(2e-2)
+    };
+    let kl_of = |s: &caprl_learner::StepStats| s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1;
+    for k in [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3] {
+        let mut t = Trainer::new(reference(), AdamWParams::default(), 6).unwrap();
+        t.set_reference(reference());
+        let at_reference = t
+            .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), with(k))
+            .unwrap();
+        assert!(kl_of(&at_reference).abs() < 1e-6, "{k:?} at the reference");
+        if k == KlEstimator::K1 {
+            continue;
+        }
+        let push = [5.0f32; 4];
+        for _ in 0..5 {
+            t.pg_step(&data, &rows, &seqs, PgTargets::sequence(&push), opts(5e-2))
+                .unwrap();
+        }
+        let mut t = Trainer::new(
+            Captioner::from_safetensors(&t.model.to_safetensors().unwrap(), &cfg, &Device::Cpu)
+                .unwrap(),
+            AdamWParams::default(),
+            6,
+        )
+        .unwrap();
+        t.set_reference(reference());
+        let mut step = || {
+            let s = t
+                .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), with(k))
+                .unwrap();
+            kl_of(&s)
+        };
+        let away = step();
+        assert!(
+            away > 1e-4,
+            "{k:?}: the push should move the policy ({away})"
+        );
+        let last = (0..10).map(|_| step()).last().unwrap();
+        assert!(
+            last < away,
+            "{k:?} should shrink under its own penalty: {away} -> {last}"
+        );
+    }
 }

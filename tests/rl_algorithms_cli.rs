@@ -1,0 +1,108 @@
+//! The RL algorithms of `[train]` through `caprl train` on a tiny run: group baselines, PPO's
+//! clipped passes with their ratio statistics in the run log, and the KL to the XE model as a
+//! reward penalty or a loss term.
+
+mod support;
+
+use std::path::Path;
+
+use support::{caprl, sets, steps, synth, text};
+
+fn train(data: &Path, run: &Path, objective: &str, keys: &[&str]) -> Vec<serde_json::Value> {
+    let out = caprl()
+        .args(["train", "-q", "--objective", objective])
+        .args(sets(data, run, 1, keys))
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{keys:?}: {}", text(&out));
+    let rl = steps(run, "rl");
+    assert!(!rl.is_empty(), "{keys:?}: no RL step");
+    rl
+}
+
+fn stat(step: &serde_json::Value, name: &str) -> f64 {
+    step["ppo"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no ppo.{name} in {step}"))
+}
+
+#[test]
+fn grpo_with_ppo_passes_and_a_kl_reward_penalty_trains_and_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let rl = train(
+        &data,
+        &tmp.path().join("run"),
+        "scst",
+        &[
+            "train.baseline=\"grpo\"",
+            "train.ppo_epochs=2",
+            "train.ppo_minibatches=2",
+            "train.clip_high=0.28",
+            "train.kl_coef=0.05",
+            "train.kl_estimator=\"k3\"",
+            "train.kl_in=\"reward\"",
+        ],
+    );
+    for s in &rl {
+        let (min, mean, max) = (
+            stat(s, "ratio_min"),
+            stat(s, "ratio_mean"),
+            stat(s, "ratio_max"),
+        );
+        assert!(min > 0.0 && min <= mean && mean <= max, "{s}");
+        assert!((0.0..=1.0).contains(&stat(s, "clip_fraction")), "{s}");
+        assert!(stat(s, "approx_kl") >= 0.0, "{s}");
+        let kl = s["losses"]["kl"].as_f64().expect("the KL estimate");
+        assert!(kl.is_finite() && kl >= 0.0, "k3 is never negative: {s}");
+        let penalty = s["rewards"]["kl_penalty"]
+            .as_f64()
+            .expect("the reward penalty");
+        assert!(penalty <= 0.0, "{s}");
+    }
+    // Two passes of two minibatches are one step each.
+    let ids: Vec<u64> = rl.iter().map(|s| s["step"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+}
+
+/// In sync mode the first pass's ratio is the learner's log-prob over the actors': 1 up to
+/// the difference between the actors' decoding and the learner's teacher-forced pass.
+#[test]
+fn one_ppo_pass_in_sync_mode_sees_ratios_of_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let rl = train(
+        &data,
+        &tmp.path().join("run"),
+        "scst",
+        &["train.baseline=\"rloo\"", "train.ppo_epochs=1"],
+    );
+    for s in &rl {
+        assert!(
+            (stat(s, "ratio_min") - 1.0).abs() < 1e-3 && (stat(s, "ratio_max") - 1.0).abs() < 1e-3,
+            "actors' and learner's log-probs disagree: {s}"
+        );
+        assert_eq!(stat(s, "clip_fraction"), 0.0, "{s}");
+    }
+}
+
+#[test]
+fn sle_with_dr_grpo_and_a_sampled_kl_loss_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let rl = train(
+        &data,
+        &tmp.path().join("run"),
+        "sle",
+        &[
+            "train.baseline=\"dr-grpo\"",
+            "train.kl_coef=0.1",
+            "train.kl_estimator=\"k2\"",
+        ],
+    );
+    for s in &rl {
+        let kl = s["losses"]["kl"].as_f64().expect("the KL term");
+        assert!(kl.is_finite() && kl >= 0.0, "{s}");
+        assert!(s.get("ppo").is_none(), "no PPO statistics without PPO: {s}");
+    }
+}
