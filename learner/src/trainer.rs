@@ -119,6 +119,17 @@ pub struct PpoOptions {
     pub clip: ClipRange,
 }
 
+/// One scored batch for [`Trainer::ppo_update`]: sequence `i` of image `rows[i]`, with its
+/// advantage and the per-token log-probs `log μ` of the policy that decoded it.
+#[derive(Debug, Clone, Copy)]
+pub struct PpoBatch<'a> {
+    pub rows: &'a [usize],
+    pub seqs: &'a [Vec<u32>],
+    pub advantages: &'a [f32],
+    pub behaviour: &'a [Vec<f32>],
+    pub norm: LossNorm,
+}
+
 /// One step's loss before the optimizer sees it.
 struct PgLoss {
     loss: candle_core::Tensor,
@@ -313,23 +324,25 @@ impl Trainer {
         Ok(stats)
     }
 
-    /// PPO-style updates on one scored batch (sequence `i` of image `rows[i]`, advantage
-    /// `advantages[i]`, behaviour log-probs `behaviour[i]`): `ppo.epochs` passes, each over a
-    /// fresh order of the sequences (a pure function of seed, step and pass, so a resumed run
-    /// repeats it) cut into `ppo.minibatches` clipped optimizer steps. The whole update counts as
-    /// one step and one new policy version. Non-finite advantages skip the batch; a minibatch
-    /// whose loss or gradient is not finite is skipped alone.
-    #[allow(clippy::too_many_arguments)]
+    /// PPO-style updates on one scored batch: `ppo.epochs` passes, each over a fresh order of
+    /// the sequences (a pure function of seed, step and pass, so a resumed run repeats it) cut
+    /// into `ppo.minibatches` clipped optimizer steps. The whole update counts as one step and
+    /// one new policy version. Non-finite advantages skip the batch; a minibatch whose loss or
+    /// gradient is not finite is skipped alone.
     pub fn ppo_update(
         &mut self,
         data: &Dataset,
-        rows: &[usize],
-        seqs: &[Vec<u32>],
-        (advantages, behaviour): (&[f32], &[Vec<f32>]),
-        norm: LossNorm,
+        batch: PpoBatch,
         ppo: PpoOptions,
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
+        let PpoBatch {
+            rows,
+            seqs,
+            advantages,
+            behaviour,
+            norm,
+        } = batch;
         if !advantages.iter().all(|x| x.is_finite()) {
             return Ok(self.skip("reward"));
         }

@@ -15,7 +15,7 @@ use caprl_common::optim::AdamWParams;
 use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
 use caprl_learner::pg::{ClipRange, LossNorm};
-use caprl_learner::trainer::PpoOptions;
+use caprl_learner::trainer::{PpoBatch, PpoOptions};
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
 
 fn tiny_data(dir: &Path) -> Dataset {
@@ -430,10 +430,13 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     let stats = clipped
         .ppo_update(
             &data,
-            &rows,
-            &seqs,
-            (&a, &mu),
-            LossNorm::Tokens,
+            PpoBatch {
+                rows: &rows,
+                seqs: &seqs,
+                advantages: &a,
+                behaviour: &mu,
+                norm: LossNorm::Tokens,
+            },
             ppo(1, 1),
             opts(1e-2),
         )
@@ -480,10 +483,13 @@ fn ppo_passes_are_one_step_and_repeat_from_the_seed() {
         let stats = t
             .ppo_update(
                 &data,
-                &rows,
-                &seqs,
-                (&a, &mu),
-                LossNorm::Sequences,
+                PpoBatch {
+                    rows: &rows,
+                    seqs: &seqs,
+                    advantages: &a,
+                    behaviour: &mu,
+                    norm: LossNorm::Sequences,
+                },
                 ppo(4, 2),
                 opts(5e-2),
             )

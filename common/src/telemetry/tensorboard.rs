@@ -148,6 +148,7 @@ pub(crate) fn step_scalars(record: &StepRecord) -> Vec<(String, f64)> {
         ("train/max_policy_lag", record.max_lag as f64),
         ("train/importance_weight", record.importance_weight),
         ("train/dropped_stale", record.dropped_stale as f64),
+        ("train/stale_reweighted", record.stale_reweighted as f64),
         ("train/tasks_issued", record.tasks_issued as f64),
         ("train/results_found", record.results_found as f64),
         ("train/epoch", record.epoch as f64),
@@ -164,6 +165,7 @@ pub(crate) fn step_scalars(record: &StepRecord) -> Vec<(String, f64)> {
             .iter()
             .map(|(reason, n)| (format!("rejected/{reason}"), *n as f64)),
     );
+    out.extend(record.ppo.iter().map(|(k, v)| (format!("ppo/{k}"), *v)));
     out
 }
 

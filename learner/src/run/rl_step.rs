@@ -14,7 +14,7 @@ use crate::disc_online::OnlineDisc;
 use crate::driver::Driver;
 use crate::pg::ClipRange;
 use crate::targets::PgBatch;
-use crate::trainer::{PgTargets, PpoOptions, StepOptions, StepStats, Trainer};
+use crate::trainer::{PgTargets, PpoBatch, PpoOptions, StepOptions, StepStats, Trainer};
 use crate::{kl, LearnerError};
 
 /// One RL iteration over the bus: publish the policy, have the batch's
@@ -90,8 +90,14 @@ pub(super) fn rl_step(
                 high: t.clip_high as f32,
             },
         };
-        let advantages = (&pg.multipliers[..], &pg.behaviour[..]);
-        trainer.ppo_update(data, &pg.rows, &pg.seqs, advantages, pg.norm, options, opts)?
+        let batch = PpoBatch {
+            rows: &pg.rows,
+            seqs: &pg.seqs,
+            advantages: &pg.multipliers,
+            behaviour: &pg.behaviour,
+            norm: pg.norm,
+        };
+        trainer.ppo_update(data, batch, options, opts)?
     } else {
         let targets = match objective.uses_value_head() {
             true => PgTargets::Critic(&pg.values),
