@@ -106,3 +106,25 @@ fn sle_with_dr_grpo_and_a_sampled_kl_loss_trains() {
         assert!(s.get("ppo").is_none(), "no PPO statistics without PPO: {s}");
     }
 }
+
+/// Async mode with PPO: the clipped ratio is the off-policy correction, so the sequence-level
+/// importance weight is not applied (`importance_weight` stays empty).
+#[test]
+fn ppo_runs_in_async_mode_without_the_sequence_importance_weight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let rl = train(
+        &data,
+        &tmp.path().join("run"),
+        "scst",
+        &[
+            "runtime.mode=\"async\"",
+            "train.baseline=\"mean\"",
+            "train.ppo_epochs=2",
+        ],
+    );
+    for s in &rl {
+        assert!(stat(s, "ratio_max") >= stat(s, "ratio_min"), "{s}");
+        assert!(s["importance_weight"].is_null(), "{s}");
+    }
+}

@@ -194,3 +194,20 @@ fn out_of_range_value_in_file_is_refused_after_parsing() {
         "{msg}"
     );
 }
+
+/// Every config the repository ships under `configs/` loads and validates as it is.
+#[test]
+fn every_shipped_config_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("configs/") {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            if let Err(e) = RunConfig::load(Some(&path), &[]) {
+                panic!("{}: {e}", path.display());
+            }
+            n += 1;
+        }
+    }
+    assert!(n >= 9, "only {n} configs found in {}", dir.display());
+}
