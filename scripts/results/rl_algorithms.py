@@ -18,6 +18,7 @@ COLUMNS = [
 ]
 LABELS = {
     "greedy": "greedy baseline (SCST)",
+    "greedy-noeos": "greedy baseline, CIDEr-D without <eos>",
     "rloo": "leave-one-out mean (RLOO)",
     "grpo": "GRPO",
     "dr-grpo": "Dr. GRPO",

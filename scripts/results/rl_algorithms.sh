@@ -2,9 +2,11 @@
 # The README's RL-algorithm table: advantage estimators and PPO-style sample reuse at the same
 # number of actor decodes. For each seed: one XE model, then from it SCST with each estimator
 # (greedy, leave-one-out mean, GRPO, Dr. GRPO) and PPO with K = 1, 2, 4 passes (2 minibatches
-# each, leave-one-out mean baseline), all for the same RL epochs (the same sampled decodes; the
-# greedy baseline decodes one caption more per image); each evaluated on the test split with
-# beam 3. Prints the table (scripts/results/rl_algorithms.py).
+# each, leave-one-out mean baseline), all for the same RL epochs and the same actor decodes per
+# image: 5 samples + the greedy caption for the greedy baseline, 6 samples for the others. The
+# variant greedy-noeos is the greedy baseline with CIDEr-D scored without <eos>
+# (reward.cider_eos = false). Each is evaluated on the test split with beam 3. Prints the table
+# (scripts/results/rl_algorithms.py).
 #
 #   cargo build --release && bash scripts/results/rl_algorithms.sh
 #
@@ -16,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 SEEDS="${SEEDS:-1 2 3}"
-VARIANTS="${VARIANTS:-greedy rloo grpo dr-grpo ppo1 ppo2 ppo4}"
+VARIANTS="${VARIANTS:-greedy greedy-noeos rloo grpo dr-grpo ppo1 ppo2 ppo4}"
 OUT="${OUT:-runs/rl-algorithms}"
 CAPRL="${CAPRL:-target/release/caprl}"
 DATA=data/synth-2k
@@ -26,9 +28,11 @@ for kv in "$@"; do SETS+=(--set "$kv"); done
 
 variant_sets() { # variant -> its [train] keys
   case "$1" in
-    greedy|grpo|dr-grpo) echo "--set train.baseline=$1" ;;
-    rloo) echo "--set train.baseline=mean" ;;
-    ppo1|ppo2|ppo4) echo "--set train.baseline=mean --set train.ppo_epochs=${1#ppo} --set train.ppo_minibatches=2" ;;
+    greedy) echo "--set train.baseline=greedy" ;;
+    greedy-noeos) echo "--set train.baseline=greedy --set reward.cider_eos=false" ;;
+    grpo|dr-grpo) echo "--set train.baseline=$1 --set train.samples=6" ;;
+    rloo) echo "--set train.baseline=mean --set train.samples=6" ;;
+    ppo1|ppo2|ppo4) echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=${1#ppo} --set train.ppo_minibatches=2" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
