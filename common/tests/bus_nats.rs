@@ -195,6 +195,25 @@ async fn unreachable_server_fails_quickly() {
     );
 }
 
+/// `nats.url` may list several servers, as NATS clients accept: the first is down, the
+/// client goes on to the next.
+#[tokio::test]
+async fn a_server_list_connects_past_a_server_that_is_down() {
+    let down = {
+        let server = LocalNatsServer::start_default().unwrap();
+        server.url()
+    };
+    let up = LocalNatsServer::start_default().unwrap();
+    let cfg = NatsConnect {
+        connect_timeout_secs: 3,
+        ..NatsConnect::to_url(&format!("{down}, {}", up.url()))
+    };
+    let bus = NatsBus::connect(&cfg, &BusOptions::default())
+        .await
+        .expect("connects to the second server of the list");
+    round_trip(&bus).await;
+}
+
 #[test]
 fn missing_server_binary_says_how_to_install_it() {
     let err = LocalNatsServer::start(LocalNatsServerOptions {

@@ -113,14 +113,24 @@ fn existing_file(key: &'static str, path: &str) -> BusResult<PathBuf> {
     }
 }
 
+/// The servers of a `nats.url` / `--nats-url` value: one URL, or several separated by commas
+/// (`nats://a:4222,nats://b:4222`, as NATS clients accept), blanks around each trimmed.
+fn server_list(url: &str) -> Vec<&str> {
+    url.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect()
+}
+
 /// Connects once (no silent retry loop on the first connect), so wrong credentials or an
-/// absent server fail within the connect timeout. Later reconnects, with backoff, are
-/// async-nats's job.
+/// absent server fail within the connect timeout. With several servers the client tries them
+/// in turn and, once connected, learns the cluster's others from the server it reached. Later
+/// reconnects, with backoff, are async-nats's job.
 pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> {
     let opts = connect_options(cfg).await?;
     let url = cfg.url.clone();
     let limit = Duration::from_secs(cfg.connect_timeout_secs) + Duration::from_secs(1);
-    let result = tokio::time::timeout(limit, opts.connect(url.as_str())).await;
+    let result = tokio::time::timeout(limit, opts.connect(server_list(&url))).await;
     let err = match result {
         Ok(Ok(client)) => return Ok(client),
         Ok(Err(err)) => err,
@@ -148,4 +158,16 @@ pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> 
         ConnectErrorKind::Io if tls_like => BusError::Tls { url, detail },
         _ => BusError::Connect { url, detail },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_list_splits_on_commas() {
+        assert_eq!(super::server_list("nats://a:4222"), ["nats://a:4222"]);
+        assert_eq!(
+            super::server_list(" nats://a:4222, nats://b:4222,,tls://c:4222 "),
+            ["nats://a:4222", "nats://b:4222", "tls://c:4222"]
+        );
+    }
 }
