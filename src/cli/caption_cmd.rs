@@ -37,9 +37,10 @@ pub struct Args {
     pub compute: ComputeArgs,
 }
 
-pub fn run(args: Args, _global: &Global) -> Result<()> {
+pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
     let mut loaded = load_checkpoint(&args.checkpoint, None, &device)?;
+    loaded.cfg = super::eval_cmd::with_decode_sets(&loaded.cfg, &global.sets)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }

@@ -64,9 +64,10 @@ pub struct Args {
     pub compute: ComputeArgs,
 }
 
-pub fn run(args: Args, _global: &Global) -> Result<()> {
+pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
     let mut loaded = load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    loaded.cfg = with_decode_sets(&loaded.cfg, &global.sets)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }
@@ -163,6 +164,22 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         }
         write_stdout(&out)
     }
+}
+
+/// The checkpoint's config with the command line's `--set decode.KEY=VALUE` on top. Other keys
+/// are refused: the rest of the config describes the model the checkpoint holds.
+pub(crate) fn with_decode_sets(
+    cfg: &caprl_common::config::RunConfig,
+    sets: &[String],
+) -> Result<caprl_common::config::RunConfig> {
+    if let Some(other) = sets.iter().find(|s| !s.trim_start().starts_with("decode.")) {
+        anyhow::bail!(
+            "--set {other}: only decode.* keys can change here; the rest of the config is the \
+             checkpoint's (retrain, or evaluate another checkpoint, to change it)"
+        );
+    }
+    cfg.with_sets(sets)
+        .context("applying --set to the checkpoint's config")
 }
 
 /// `--clip`, else `[clip] eval`, else `[clip] reward` (with a warning: the encoder the policy
