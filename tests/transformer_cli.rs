@@ -149,7 +149,14 @@ fn transformer_trains_with_every_rl_objective_and_eval_and_caption_read_it() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let out = caprl()
-        .args(["eval", "--split", "test", "--beam", "4", "--json"])
+        .args([
+            "eval",
+            "--split",
+            "test",
+            "--json",
+            "--set",
+            "decode.beam=4",
+        ])
         .args(["--set", "decode.beam_groups=2", "--set", "decode.top_p=0.9"])
         .arg("--checkpoint")
         .arg(&best_xe)
