@@ -122,6 +122,8 @@ fn bench(c: &mut Criterion) {
         n_per_input: 5,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: MAX_LEN,
     };
     let mut rng = CaprlRng::new(3);
@@ -135,6 +137,9 @@ fn bench(c: &mut Criterion) {
         max_len: MAX_LEN,
         length_norm: false,
         block_trigrams: false,
+        groups: 1,
+        diversity_lambda: 0.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
     };
     // Tokens of the 5 returned hypotheses per image.
     g.throughput(Throughput::Elements((5 * B * MAX_LEN) as u64));

@@ -129,4 +129,72 @@ fn transformer_trains_with_every_rl_objective_and_eval_and_caption_read_it() {
     assert!(out.status.success(), "{}", text(&out));
     let captions = String::from_utf8_lossy(&out.stdout);
     assert!(captions.lines().count() >= 16, "{captions}");
+
+    // The decoding options through both commands: flags, and `--set decode.*` on top of the
+    // checkpoint's config (any other key is refused).
+    let out = caprl()
+        .args([
+            "caption",
+            "--beam",
+            "4",
+            "--beam-groups",
+            "2",
+            "--remove-bad-endings",
+        ])
+        .arg("--checkpoint")
+        .arg(&best_xe)
+        .arg("--features")
+        .arg(data.join("features.safetensors"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let out = caprl()
+        .args([
+            "eval",
+            "--split",
+            "test",
+            "--json",
+            "--set",
+            "decode.beam=4",
+        ])
+        .args(["--set", "decode.beam_groups=2", "--set", "decode.top_p=0.9"])
+        .arg("--checkpoint")
+        .arg(&best_xe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let out = caprl()
+        .args([
+            "eval",
+            "--split",
+            "test",
+            "--set",
+            "model.hidden=8",
+            "--checkpoint",
+        ])
+        .arg(&best_xe)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("only decode.* keys"), "{}", text(&out));
+    let out = caprl()
+        .args([
+            "caption",
+            "--beam",
+            "3",
+            "--beam-groups",
+            "2",
+            "--checkpoint",
+        ])
+        .arg(&best_xe)
+        .arg("--features")
+        .arg(data.join("features.safetensors"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("--beam 3 is not a multiple"),
+        "{}",
+        text(&out)
+    );
 }

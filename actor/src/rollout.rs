@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use caprl_common::data::Dataset;
 use caprl_common::model::{
-    inputs_for_rows, BeamOptions, CaprlRng, Decoder, ModelError, SampleOptions, EOS,
+    inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Decoder, ModelError, SampleOptions, EOS,
 };
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
@@ -26,6 +26,7 @@ pub fn rollout(
     let cfg = policy.config();
     let rows: Vec<usize> = task.image_rows.iter().map(|&r| r as usize).collect();
     let x = inputs_for_rows(data, &rows, cfg, policy.device())?;
+    let bad_endings = task_bad_endings(data, task);
     let mut sequences = Vec::new();
     if task.samples > 0 {
         let mut rng = CaprlRng::new(task.seed);
@@ -35,6 +36,8 @@ pub fn rollout(
                 n_per_input: task.samples as usize,
                 temperature: task.temperature,
                 top_k: task.top_k as usize,
+                top_p: task.top_p,
+                bad_endings: bad_endings.clone(),
                 max_len: cfg.max_len,
             },
             &mut rng,
@@ -49,12 +52,12 @@ pub fn rollout(
             });
         }
         if task.mc_rollouts > 0 {
-            let completions = mc_completions(policy, &x, task, &sequences)?;
+            let completions = mc_completions(policy, &x, task, &bad_endings, &sequences)?;
             sequences.extend(completions);
         }
     }
     if task.greedy {
-        let d = policy.greedy(&x, cfg.max_len)?;
+        let d = policy.greedy_avoiding(&x, cfg.max_len, &bad_endings)?;
         for (i, (tokens, logprobs)) in d.tokens.into_iter().zip(d.logprobs).enumerate() {
             sequences.push(Sequence {
                 image_row: task.image_rows[i],
@@ -72,6 +75,9 @@ pub fn rollout(
                 max_len: cfg.max_len,
                 length_norm: false,
                 block_trigrams: false,
+                groups: task.beam_groups as usize,
+                diversity_lambda: task.diversity_lambda,
+                bad_endings,
             },
         )?;
         // Seed 004's x^bs: the best beam of each image.
@@ -98,6 +104,15 @@ pub fn rollout(
     })
 }
 
+/// The words after which the task forbids EOS, as ids of this actor's vocabulary.
+fn task_bad_endings(data: &Dataset, task: &RolloutTask) -> BadEndings {
+    if task.remove_bad_endings {
+        BadEndings::from_vocab(&data.vocab)
+    } else {
+        BadEndings::none()
+    }
+}
+
 /// mc-pg's Monte-Carlo rollouts (seed 003): `task.mc_rollouts` sampled completions of every
 /// proper prefix `w_1..w_t` (`t < |w|`) of every sampled sequence, in one batched decode. Their
 /// mean reward estimates `Q(s_t, w_t)`; the full sample's own reward is `Q` of its last step.
@@ -106,6 +121,7 @@ fn mc_completions(
     policy: &Decoder,
     x: &caprl_common::model::Inputs,
     task: &RolloutTask,
+    bad_endings: &BadEndings,
     samples: &[Sequence],
 ) -> Result<Vec<Sequence>, ModelError> {
     let started = Instant::now();
@@ -136,6 +152,8 @@ fn mc_completions(
             n_per_input: k,
             temperature: task.temperature,
             top_k: task.top_k as usize,
+            top_p: task.top_p,
+            bad_endings: bad_endings.clone(),
             max_len: policy.config().max_len,
         },
         &mut rng,

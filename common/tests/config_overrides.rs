@@ -211,3 +211,21 @@ fn wrong_type_names_the_key_the_value_and_the_range() {
     let msg = load(&["device=tpu"]).expect_err("device").to_string();
     assert!(msg.contains("device") && msg.contains("cuda:N"), "{msg}");
 }
+
+#[test]
+fn overrides_apply_on_top_of_a_loaded_config_and_are_validated() {
+    let base = load(&["model.hidden=1024", "decode.beam=4"]).expect("loads");
+    let changed = base
+        .with_sets(&[
+            "decode.top_p=0.9".to_string(),
+            "decode.beam_groups=2".to_string(),
+        ])
+        .expect("applies");
+    assert_eq!(changed.model.hidden, 1024, "keys not set keep their value");
+    assert_eq!(changed.decode.top_p, 0.9);
+    assert_eq!(changed.decode.beam_groups, 2);
+    let err = base
+        .with_sets(&["decode.beam_groups=3".to_string()])
+        .expect_err("3 does not divide beam = 4");
+    assert!(err.to_string().contains("decode.beam_groups"), "{err}");
+}

@@ -40,6 +40,21 @@ fn out_of_range_values_name_key_value_and_range() {
         ("decode.temperature=0", "decode.temperature", "0", "> 0"),
         ("decode.temperature=nan", "decode.temperature", "NaN", "> 0"),
         ("decode.beam=0", "decode.beam", "0", ">= 1"),
+        ("decode.top_p=0", "decode.top_p", "0", "(0, 1]"),
+        ("decode.top_p=1.5", "decode.top_p", "1.5", "(0, 1]"),
+        ("decode.beam_groups=0", "decode.beam_groups", "0", ">= 1"),
+        (
+            "decode.beam_groups=2",
+            "decode.beam_groups",
+            "2 with beam = 3",
+            "a divisor of decode.beam",
+        ),
+        (
+            "decode.diversity_lambda=-1",
+            "decode.diversity_lambda",
+            "-1",
+            ">= 0",
+        ),
         (
             "decode.lookahead_lambda=1.5",
             "decode.lookahead_lambda",

@@ -42,6 +42,8 @@ fn sample_opts(cfg: &CaptionerConfig) -> SampleOptions {
         n_per_input: 3,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: cfg.max_len,
     }
 }
@@ -103,6 +105,9 @@ fn lower_precision_passes_keep_f32_parameters_and_agree_with_f32() {
                         max_len: cfg.max_len,
                         length_norm: true,
                         block_trigrams: false,
+                        groups: 1,
+                        diversity_lambda: 0.0,
+                        bad_endings: caprl_common::model::BadEndings::none(),
                     },
                 )
                 .unwrap();

@@ -39,6 +39,8 @@ fn save_then_load_gives_identical_outputs() {
         n_per_input: 3,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: 6,
     };
     assert_eq!(
@@ -50,6 +52,9 @@ fn save_then_load_gives_identical_outputs() {
         max_len: 6,
         length_norm: false,
         block_trigrams: false,
+        groups: 1,
+        diversity_lambda: 0.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
     };
     assert_eq!(a.beam(&x, &bo).unwrap(), b.beam(&x, &bo).unwrap());
     // Bytes round-trip too (policy snapshots).
@@ -138,6 +143,8 @@ fn invalid_configs_and_inputs_are_errors() {
         n_per_input: 1,
         temperature: 0.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: 6,
     };
     assert!(m.sample(&x, &o, &mut CaprlRng::new(0)).is_err());

@@ -212,6 +212,8 @@ fn samples_of_one_image_share_its_encoding() {
         n_per_input: 3,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: cfg.max_len,
     };
     let shared = m.sample(&x, &opts, &mut CaprlRng::new(1)).unwrap();

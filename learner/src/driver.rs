@@ -51,12 +51,20 @@ pub struct DriverOptions {
     pub samples: u32,
     pub temperature: f32,
     pub top_k: u32,
+    /// Nucleus mass of the samples; 1 = off.
+    pub top_p: f32,
+    /// Forbid EOS after bad-ending words in every decode.
+    pub remove_bad_endings: bool,
     /// Ask actors for a greedy decode too (the greedy baseline).
     pub greedy: bool,
     /// Monte-Carlo completions per prefix of each sample (mc-pg); 0 = none.
     pub mc_rollouts: u32,
     /// Beam width of a beam decode per image (WTF-RL's `x^bs`); 0 = none.
     pub beam: u32,
+    /// Groups of diverse beam search of the beam decode; 1 = plain beam search.
+    pub beam_groups: u32,
+    /// Diversity penalty λ between beam groups.
+    pub diversity_lambda: f32,
     /// Send one ground-truth caption per image along (WTF, the CLIP rewards' text pool and
     /// the discriminator's real examples).
     pub with_gt: bool,
@@ -277,8 +285,12 @@ impl Driver {
             samples: self.opts.samples,
             temperature: self.opts.temperature,
             top_k: self.opts.top_k,
+            top_p: self.opts.top_p,
+            remove_bad_endings: self.opts.remove_bad_endings,
             greedy: self.opts.greedy,
             beam: self.opts.beam,
+            beam_groups: self.opts.beam_groups,
+            diversity_lambda: self.opts.diversity_lambda,
             seed: task_seed(self.opts.seed, id),
             with_gt: self.opts.with_gt,
             mc_rollouts: self.opts.mc_rollouts,

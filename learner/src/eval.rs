@@ -16,7 +16,7 @@ use caprl_common::clip::retrieval::{recall, RECALL_KS};
 use caprl_common::clip::Encoder;
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::{
-    inputs_for_rows, BeamOptions, CaprlRng, Captioner, Lookahead, SampleOptions, EOS,
+    inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Captioner, Lookahead, SampleOptions, EOS,
 };
 use caprl_common::progress::Progress;
 use caprl_common::score::{self, Interner};
@@ -30,9 +30,18 @@ pub struct EvalOptions {
     pub beam: usize,
     pub length_norm: bool,
     pub block_trigrams: bool,
+    /// Diverse beam search groups (`decode.beam_groups`); the beam width is rounded up to a
+    /// multiple of them.
+    pub beam_groups: usize,
+    /// Diversity penalty λ between beam groups (`decode.diversity_lambda`).
+    pub diversity_lambda: f32,
+    /// Never end a caption right after a bad-ending word (`decode.remove_bad_endings`).
+    pub remove_bad_endings: bool,
     /// Samples (and beams) per image for the diversity metrics; 0 = skip them.
     pub samples: usize,
     pub temperature: f32,
+    /// Nucleus mass of those samples (`decode.top_p`); 1 = off.
+    pub top_p: f32,
     /// Images per decode batch.
     pub batch: usize,
     /// Evaluate only the first `limit` images; 0 = all.
@@ -48,8 +57,12 @@ impl Default for EvalOptions {
             beam: 1,
             length_norm: false,
             block_trigrams: false,
+            beam_groups: 1,
+            diversity_lambda: 0.5,
+            remove_bad_endings: false,
             samples: 5,
             temperature: 1.0,
+            top_p: 1.0,
             batch: 64,
             limit: 0,
             seed: 1234,
@@ -146,14 +159,20 @@ pub fn evaluate_with(
     let bar = opts
         .progress
         .then(|| Progress::new(items.len() as u64, "eval"));
-    let beam_width = opts.beam.max(opts.samples).max(1);
+    let groups = opts.beam_groups.max(1);
+    let beam_width = opts.beam.max(opts.samples).max(1).div_ceil(groups) * groups;
+    let bad_endings = if opts.remove_bad_endings {
+        BadEndings::from_vocab(&data.vocab)
+    } else {
+        BadEndings::none()
+    };
     // The weights do not change during the evaluation: prepared once for every batch.
     let decoder = model.decoder()?;
     for chunk in items.chunks(opts.batch.max(1)) {
         let rows: Vec<usize> = chunk.iter().map(|it| it.row).collect();
         let x = inputs_for_rows(data, &rows, &cfg, &device)?;
         if opts.beam <= 1 {
-            let d = decoder.greedy(&x, cfg.max_len)?;
+            let d = decoder.greedy_avoiding(&x, cfg.max_len, &bad_endings)?;
             main.extend(d.tokens.iter().map(|t| strip_eos(t)));
         }
         if opts.beam > 1 || opts.samples > 1 {
@@ -162,6 +181,9 @@ pub fn evaluate_with(
                 max_len: cfg.max_len,
                 length_norm: opts.length_norm,
                 block_trigrams: opts.block_trigrams,
+                groups,
+                diversity_lambda: opts.diversity_lambda,
+                bad_endings: bad_endings.clone(),
             };
             let beams = match lookahead {
                 Some(la) => decoder.beam_lookahead(&x, &beam_opts, la)?,
@@ -192,6 +214,8 @@ pub fn evaluate_with(
                     n_per_input: opts.samples,
                     temperature: opts.temperature,
                     top_k: 0,
+                    top_p: opts.top_p,
+                    bad_endings: bad_endings.clone(),
                     max_len: cfg.max_len,
                 },
                 &mut rng,

@@ -31,6 +31,9 @@ pub fn sample_captions(
             max_len: cfg.max_len,
             length_norm: false,
             block_trigrams: false,
+            groups: 1,
+            diversity_lambda: 0.0,
+            bad_endings: caprl_common::model::BadEndings::none(),
         },
     )?;
     let text = |tokens: &[u32]| -> String {

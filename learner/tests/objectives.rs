@@ -65,6 +65,8 @@ fn samples(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>>) {
                 n_per_input: 2,
                 temperature: 1.0,
                 top_k: 0,
+                top_p: 1.0,
+                bad_endings: caprl_common::model::BadEndings::none(),
                 max_len: 8,
             },
             &mut CaprlRng::new(3),

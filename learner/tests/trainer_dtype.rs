@@ -214,6 +214,8 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
                 n_per_input: 4,
                 temperature: 1.0,
                 top_k: 0,
+                top_p: 1.0,
+                bad_endings: caprl_common::model::BadEndings::none(),
                 max_len: f32_cfg.max_len,
             },
             &mut CaprlRng::new(9),

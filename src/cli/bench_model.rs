@@ -207,6 +207,8 @@ fn measure(
         n_per_input: SAMPLES,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: l,
     };
     let mut sample_rng = CaprlRng::new(3);
@@ -251,6 +253,9 @@ fn measure(
         max_len: l,
         length_norm: true,
         block_trigrams: false,
+        groups: 1,
+        diversity_lambda: 0.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
     };
     let beam_s = time(args.iters, device, || {
         decoder.beam(&x, &beam_opts)?;

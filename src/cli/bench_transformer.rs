@@ -256,6 +256,8 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         n_per_input: n,
         temperature: 1.0,
         top_k: 0,
+        top_p: 1.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
         max_len: t,
     };
     let mut sample_rng = CaprlRng::new(4);
@@ -272,6 +274,9 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         max_len: t,
         length_norm: false,
         block_trigrams: false,
+        groups: 1,
+        diversity_lambda: 0.0,
+        bad_endings: caprl_common::model::BadEndings::none(),
     };
     let beam_5 = timed("beam_5", warmup, reps, &mut || {
         decoder.beam(&x_dec, &beam)?;

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use caprl_common::model::{BeamOptions, Inputs, EOS};
+use caprl_common::model::{BadEndings, BeamOptions, Inputs, EOS};
 use caprl_learner::run::load_checkpoint;
 
 use super::compute_args::ComputeArgs;
@@ -21,13 +21,26 @@ pub struct Args {
     /// Beam width; 1 = greedy.
     #[arg(long, default_value_t = 3)]
     pub beam: usize,
+    /// Diverse beam search: groups the beam is split into; must divide --beam (default:
+    /// decode.beam_groups of the checkpoint's config).
+    #[arg(long, value_name = "G")]
+    pub beam_groups: Option<usize>,
+    /// Diverse beam search: penalty per earlier group's choice of the same word (default:
+    /// decode.diversity_lambda of the checkpoint's config).
+    #[arg(long, value_name = "LAMBDA")]
+    pub diversity_lambda: Option<f32>,
+    /// Never end a caption right after "a", "the", "of", ... (also on when the checkpoint's
+    /// config has decode.remove_bad_endings).
+    #[arg(long)]
+    pub remove_bad_endings: bool,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
 
-pub fn run(args: Args, _global: &Global) -> Result<()> {
+pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
     let mut loaded = load_checkpoint(&args.checkpoint, None, &device)?;
+    loaded.cfg = super::eval_cmd::with_decode_sets(&loaded.cfg, &global.sets)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }
@@ -77,6 +90,20 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         None => None,
     };
     let ids = read_ids(&args.features, n)?;
+    let decode = &loaded.cfg.decode;
+    let groups = args.beam_groups.unwrap_or(decode.beam_groups as usize);
+    if args.beam > 1 && (groups == 0 || !args.beam.is_multiple_of(groups)) {
+        bail!(
+            "--beam {} is not a multiple of the beam groups {groups} (--beam-groups, default \
+             decode.beam_groups): give a --beam-groups that divides --beam, 1 = plain beam search",
+            args.beam
+        );
+    }
+    let bad_endings = if args.remove_bad_endings || decode.remove_bad_endings {
+        BadEndings::from_vocab(&loaded.data.vocab)
+    } else {
+        BadEndings::none()
+    };
     let mut out = String::new();
     let chunk = 64;
     let decoder = loaded.model.decoder()?;
@@ -89,7 +116,9 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         };
         let x = Inputs::from_host(fc_part, att_part, b, &cfg, &device)?;
         let captions: Vec<Vec<u32>> = if args.beam <= 1 {
-            decoder.greedy(&x, cfg.max_len)?.tokens
+            decoder
+                .greedy_avoiding(&x, cfg.max_len, &bad_endings)?
+                .tokens
         } else {
             decoder
                 .beam(
@@ -99,6 +128,11 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
                         max_len: cfg.max_len,
                         length_norm: loaded.cfg.decode.length_norm,
                         block_trigrams: loaded.cfg.decode.block_trigrams,
+                        groups,
+                        diversity_lambda: args
+                            .diversity_lambda
+                            .unwrap_or(decode.diversity_lambda as f32),
+                        bad_endings: bad_endings.clone(),
                     },
                 )?
                 .into_iter()

@@ -22,6 +22,22 @@ pub struct Args {
     /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
     #[arg(long)]
     pub beam: Option<usize>,
+    /// Diverse beam search: groups the beam is split into (default: decode.beam_groups of the
+    /// checkpoint's config); the beam is rounded up to a multiple of them.
+    #[arg(long, value_name = "G")]
+    pub beam_groups: Option<usize>,
+    /// Diverse beam search: penalty per earlier group's choice of the same word (default:
+    /// decode.diversity_lambda of the checkpoint's config).
+    #[arg(long, value_name = "LAMBDA")]
+    pub diversity_lambda: Option<f32>,
+    /// Never end a caption right after "a", "the", "of", ... (also on when the checkpoint's
+    /// config has decode.remove_bad_endings).
+    #[arg(long)]
+    pub remove_bad_endings: bool,
+    /// Nucleus mass of the samples of the diversity metrics, in (0, 1] (default:
+    /// decode.top_p of the checkpoint's config).
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
     /// Evaluate only the first N images.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -48,9 +64,10 @@ pub struct Args {
     pub compute: ComputeArgs,
 }
 
-pub fn run(args: Args, _global: &Global) -> Result<()> {
+pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
     let mut loaded = load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
+    loaded.cfg = with_decode_sets(&loaded.cfg, &global.sets)?;
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }
@@ -63,11 +80,31 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         beam: args.beam.unwrap_or(loaded.cfg.decode.beam as usize),
         length_norm: loaded.cfg.decode.length_norm,
         block_trigrams: loaded.cfg.decode.block_trigrams,
+        beam_groups: args
+            .beam_groups
+            .unwrap_or(loaded.cfg.decode.beam_groups as usize),
+        diversity_lambda: args
+            .diversity_lambda
+            .unwrap_or(loaded.cfg.decode.diversity_lambda as f32),
+        remove_bad_endings: args.remove_bad_endings || loaded.cfg.decode.remove_bad_endings,
+        top_p: args.top_p.unwrap_or(loaded.cfg.decode.top_p as f32),
         limit: args.limit.unwrap_or(0),
         seed: loaded.cfg.seed,
         progress: true,
         ..EvalOptions::default()
     };
+    if opts.beam_groups == 0 {
+        anyhow::bail!("--beam-groups 0: give 1 (plain beam search) or more");
+    }
+    if !(opts.diversity_lambda >= 0.0 && opts.diversity_lambda.is_finite()) {
+        anyhow::bail!(
+            "--diversity-lambda {}: λ must be a finite number >= 0",
+            opts.diversity_lambda
+        );
+    }
+    if !(opts.top_p > 0.0 && opts.top_p <= 1.0) {
+        anyhow::bail!("--top-p {}: p must be in (0, 1] (1 = off)", opts.top_p);
+    }
     let lambda = args
         .lookahead
         .unwrap_or(loaded.cfg.decode.lookahead_lambda as f32);
@@ -127,6 +164,22 @@ pub fn run(args: Args, _global: &Global) -> Result<()> {
         }
         write_stdout(&out)
     }
+}
+
+/// The checkpoint's config with the command line's `--set decode.KEY=VALUE` on top. Other keys
+/// are refused: the rest of the config describes the model the checkpoint holds.
+pub(crate) fn with_decode_sets(
+    cfg: &caprl_common::config::RunConfig,
+    sets: &[String],
+) -> Result<caprl_common::config::RunConfig> {
+    if let Some(other) = sets.iter().find(|s| !s.trim_start().starts_with("decode.")) {
+        anyhow::bail!(
+            "--set {other}: only decode.* keys can change here; the rest of the config is the \
+             checkpoint's (retrain, or evaluate another checkpoint, to change it)"
+        );
+    }
+    cfg.with_sets(sets)
+        .context("applying --set to the checkpoint's config")
 }
 
 /// `--clip`, else `[clip] eval`, else `[clip] reward` (with a warning: the encoder the policy

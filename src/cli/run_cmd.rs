@@ -97,6 +97,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         beam: cfg.decode.beam as usize,
         length_norm: cfg.decode.length_norm,
         block_trigrams: cfg.decode.block_trigrams,
+        beam_groups: cfg.decode.beam_groups as usize,
+        diversity_lambda: cfg.decode.diversity_lambda as f32,
+        remove_bad_endings: cfg.decode.remove_bad_endings,
+        top_p: cfg.decode.top_p as f32,
         seed: cfg.seed,
         progress: true,
         ..EvalOptions::default()

@@ -41,7 +41,7 @@ impl RunConfig {
     /// Reads `path` (or starts from the defaults when `None`), applies the
     /// `--set` overrides in order, and validates the result.
     pub fn load(path: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
-        let mut tree = match path {
+        let tree = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
                     path: path.to_path_buf(),
@@ -51,16 +51,16 @@ impl RunConfig {
             }
             None => Table::new(),
         };
-        overrides::apply(&mut tree, sets)?;
-        let config = RunConfig::deserialize(toml::Value::Table(tree)).map_err(|e| {
-            ConfigError::BadOverride {
-                key: "--set".to_string(),
-                value: sets.join(" "),
-                message: e.message().to_string(),
-            }
-        })?;
-        validate::validate(&config)?;
-        Ok(config)
+        with_overrides(tree, sets)
+    }
+
+    /// This config with `--set` overrides applied on top, validated: a checkpoint's own config
+    /// changed for one command (`caprl eval --set decode.beam_groups=3`).
+    pub fn with_sets(&self, sets: &[String]) -> Result<RunConfig, ConfigError> {
+        if sets.is_empty() {
+            return Ok(self.clone());
+        }
+        with_overrides(parse_tree(&self.to_toml_string(), "<config>")?, sets)
     }
 
     /// Parses and validates a whole config from TOML text; `origin` names the
@@ -129,6 +129,19 @@ fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
         return Some(value.to_string());
     }
     std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+/// Applies `sets` to `tree`, deserializes and validates the result.
+fn with_overrides(mut tree: Table, sets: &[String]) -> Result<RunConfig, ConfigError> {
+    overrides::apply(&mut tree, sets)?;
+    let config =
+        RunConfig::deserialize(toml::Value::Table(tree)).map_err(|e| ConfigError::BadOverride {
+            key: "--set".to_string(),
+            value: sets.join(" "),
+            message: e.message().to_string(),
+        })?;
+    validate::validate(&config)?;
+    Ok(config)
 }
 
 /// Deserializes `text` straight into the schema so that syntax errors, wrong

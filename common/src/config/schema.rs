@@ -158,8 +158,18 @@ pub struct DecodeConfig {
     pub temperature: f64,
     /// Keep only the k most likely words when sampling; 0 = off.
     pub top_k: u32,
+    /// Nucleus (top-p) sampling: keep the likeliest words up to this probability mass (after
+    /// top-k); (0, 1], 1 = off.
+    pub top_p: f64,
     /// Beam width; >= 1.
     pub beam: u32,
+    /// Diverse beam search: groups the beam is split into; >= 1, divides `beam`; 1 = off.
+    pub beam_groups: u32,
+    /// Diverse beam search: penalty per earlier group's choice of the same word; >= 0.
+    pub diversity_lambda: f64,
+    /// Never end a caption right after a function word ("a", "the", "of", ...) in greedy,
+    /// sampled and beam decodes (self-critical.pytorch's `--remove_bad_endings`).
+    pub remove_bad_endings: bool,
     /// Divide beam scores by length.
     pub length_norm: bool,
     /// Forbid repeated trigrams in beam search.
@@ -173,7 +183,11 @@ impl Default for DecodeConfig {
         DecodeConfig {
             temperature: 1.0,
             top_k: 0,
+            top_p: 1.0,
             beam: 3,
+            beam_groups: 1,
+            diversity_lambda: 0.5,
+            remove_bad_endings: false,
             length_norm: false,
             block_trigrams: false,
             lookahead_lambda: 1.0,

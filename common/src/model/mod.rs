@@ -52,7 +52,10 @@ mod value_head;
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::Captioner;
 pub use config::{CaptionerConfig, Dtype, ModelKind, RnnKind, TransformerShape};
-pub use decoding::{on_rayon, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions};
+pub use decoding::{
+    on_rayon, BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
+    BAD_ENDING_WORDS,
+};
 pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};

@@ -20,10 +20,19 @@ pub struct RolloutTask {
     pub temperature: f32,
     /// 0 = off.
     pub top_k: u32,
+    /// Nucleus mass the samples are drawn from, in (0, 1]; 1 = off.
+    pub top_p: f32,
+    /// Forbid EOS right after a bad-ending word (`decode.remove_bad_endings`) in every decode;
+    /// each actor finds those words' ids in its own vocabulary.
+    pub remove_bad_endings: bool,
     /// Also run a greedy decode (the SCST baseline).
     pub greedy: bool,
     /// Beam width for beam decodes; 0 = no beam decode.
     pub beam: u32,
+    /// Groups of diverse beam search for beam decodes, dividing `beam`; 1 = plain beam search.
+    pub beam_groups: u32,
+    /// Weight λ of the diversity penalty between beam groups.
+    pub diversity_lambda: f32,
     /// Seed of this task's sampling stream.
     pub seed: u64,
     /// Send the ground-truth captions along as trajectories (WTF-RL).

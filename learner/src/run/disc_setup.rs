@@ -54,6 +54,9 @@ pub(super) fn online_disc(
                 max_len: mcfg.max_len,
                 length_norm: false,
                 block_trigrams: false,
+                groups: 1,
+                diversity_lambda: 0.0,
+                bad_endings: caprl_common::model::BadEndings::none(),
             },
         )?;
         for (it, hyps) in chunk.iter().zip(beams) {

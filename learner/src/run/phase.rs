@@ -195,10 +195,12 @@ pub(super) fn run_phase(
     latest_in(&best_dir)
 }
 
-/// Validation with greedy decoding on (part of) the val split.
+/// Validation with greedy decoding on (part of) the val split (bad endings removed when
+/// `decode.remove_bad_endings` says so, as the final evaluation does).
 fn validate(cfg: &RunConfig, data: &Dataset, trainer: &Trainer) -> Result<EvalReport> {
     let opts = EvalOptions {
         beam: 1,
+        remove_bad_endings: cfg.decode.remove_bad_endings,
         samples: 0,
         limit: cfg.train.eval_images as usize,
         seed: cfg.seed,

@@ -6,12 +6,21 @@
 //! normalisation) no live beam can still beat the worst of them. At the length limit each live
 //! beam ends with EOS if EOS is its best next token, else as it is.
 //! Length normalisation scores a hypothesis by `log p(y) / |y|`; trigram blocking forbids a
-//! token that would repeat a trigram already in the beam. With [`Lookahead`] the ranking mixes in
-//! the value head's estimate of each proposal's state.
+//! token that would repeat a trigram already in the beam; bad endings forbid EOS after the words
+//! they list. With [`Lookahead`] the ranking mixes in the value head's estimate of each
+//! proposal's state.
+//!
+//! Diverse beam search (Vijayakumar et al. 2016; self-critical.pytorch's `beam_search` with
+//! `group_size` and `diversity_lambda`) splits the beam into `G` groups of `b / G`, each a beam
+//! search as above with its own hypotheses. At every step the groups choose in turn, and group
+//! `g` ranks by `log p(y) − λ · Σ_t h_t(w_t)`, the Hamming diversity penalty of `diversity.rs`
+//! (`h_t(w)`: how often groups `0..g` chose `w` at step `t`). One group is plain beam search.
 
 use std::collections::HashSet;
 
+use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
+use super::diversity::hamming_penalty;
 use super::greedy::argmax;
 use super::rollout::{on_rayon, PARALLEL_MIN_LOGITS};
 use super::softmax::host_log_softmax;
@@ -38,13 +47,20 @@ fn rows_log_softmax(logits: &[f32], v: usize) -> Vec<Vec<f64>> {
     }
 }
 
-/// Beam search settings (`[decode]` beam, length_norm, block_trigrams).
+/// Beam search settings (`[decode]` beam, length_norm, block_trigrams, beam_groups,
+/// diversity_lambda, remove_bad_endings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BeamOptions {
     pub width: usize,
     pub max_len: usize,
     pub length_norm: bool,
     pub block_trigrams: bool,
+    /// Groups of diverse beam search, `G ≥ 1` dividing `width`; 1 = plain beam search.
+    pub groups: usize,
+    /// Weight `λ ≥ 0` of the diversity penalty between groups.
+    pub diversity_lambda: f32,
+    /// Words after which EOS may not be proposed.
+    pub bad_endings: BadEndings,
 }
 
 /// One finished beam.
@@ -56,7 +72,8 @@ pub struct Hypothesis {
     pub logprobs: Vec<f32>,
     /// `log p(y | I) = Σ_t log π(w_t)`.
     pub logp: f32,
-    /// The ranking score: `logp`, or `logp / |y|` with length normalisation.
+    /// The ranking score: `logp`, or `logp / |y|` with length normalisation (no diversity
+    /// penalty).
     pub score: f32,
 }
 
@@ -65,33 +82,44 @@ struct Beam {
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     logp: f64,
+    /// `logp` less the diversity penalties of its words: what its group ranks it by.
+    penalised: f64,
+}
+
+/// A hypothesis with the score its group ranked it by (its penalised `logp`).
+struct Finished {
+    rank: f32,
+    hyp: Hypothesis,
 }
 
 impl Beam {
-    fn finish(&self, length_norm: bool, lookahead: Option<&Lookahead>, value: f32) -> Hypothesis {
+    fn finish(&self, length_norm: bool, lookahead: Option<&Lookahead>, value: f32) -> Finished {
         let n = self.tokens.len().max(1) as f64;
-        let base = if length_norm {
-            self.logp / n
-        } else {
-            self.logp
+        let score = |logp: f64| {
+            let base = if length_norm { logp / n } else { logp };
+            match lookahead {
+                Some(la) => la.lambda as f64 * base + (1.0 - la.lambda as f64) * value as f64,
+                None => base,
+            }
         };
-        let score = match lookahead {
-            Some(la) => la.lambda as f64 * base + (1.0 - la.lambda as f64) * value as f64,
-            None => base,
-        };
-        Hypothesis {
-            tokens: self.tokens.clone(),
-            logprobs: self.logprobs.clone(),
-            logp: self.logp as f32,
-            score: score as f32,
+        Finished {
+            rank: score(self.penalised) as f32,
+            hyp: Hypothesis {
+                tokens: self.tokens.clone(),
+                logprobs: self.logprobs.clone(),
+                logp: self.logp as f32,
+                score: score(self.logp) as f32,
+            },
         }
     }
 
-    fn extend(&self, w: u32, lp: f64) -> Beam {
+    /// This beam followed by `w` of log-prob `lp`, its ranking score lowered by `penalty`.
+    fn extend(&self, w: u32, lp: f64, penalty: f64) -> Beam {
         let mut b = self.clone();
         b.tokens.push(w);
         b.logprobs.push(lp as f32);
         b.logp += lp;
+        b.penalised += lp - penalty;
         b
     }
 
@@ -120,17 +148,26 @@ pub struct Lookahead<'a> {
     pub lambda: f32,
 }
 
-/// One input's proposals at a step: `(score, beam, word)`, best first.
+/// One group's proposals at a step: `(score, beam, word)`, the best `2k` by score.
 struct Proposals {
-    input: usize,
+    /// Index of the group among all inputs' groups (`input · G + group`).
+    slot: usize,
     row0: usize,
     cur: Vec<Beam>,
     lps: Vec<Vec<f64>>,
     cand: Vec<(f64, usize, u32)>,
 }
 
+/// What a group chose at a step.
+struct Choice {
+    next: Vec<Beam>,
+    parents: Vec<u32>,
+    live: bool,
+}
+
 impl Decoder {
-    /// The `width` best hypotheses of each image, best first.
+    /// The `width` best hypotheses of each image, best first by [`Hypothesis::score`]; with
+    /// `groups > 1`, the `width / groups` best of each group (by its penalised score).
     pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
         self.beam_search(x, opts, None)
     }
@@ -167,38 +204,45 @@ impl Decoder {
         opts: &BeamOptions,
         lookahead: Option<&Lookahead>,
     ) -> Result<Vec<Vec<Hypothesis>>> {
-        let k = opts.width;
-        if k == 0 {
-            return Err(ModelError::Input(
-                "decode.beam = 0: the beam width must be >= 1".into(),
-            ));
-        }
+        check_options(opts)?;
+        let groups = opts.groups;
+        let k = opts.width / groups;
+        let lambda = opts.diversity_lambda as f64;
         let n = x.batch_size()?;
         let v = self.cfg.vocab_size;
         let mut live_state = self.steps.start(x)?;
-        // Live beams of each input, in the order of their rows.
-        let mut beams: Vec<Vec<Beam>> = vec![
-            vec![Beam {
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                logp: 0.0
-            }];
-            n
-        ];
-        let mut finished: Vec<Vec<Hypothesis>> = vec![Vec::new(); n];
-        let mut active: Vec<usize> = (0..n).collect();
+        if groups > 1 {
+            // Every group of an input starts from the input's own state.
+            let rows: Vec<u32> = (0..n as u32)
+                .flat_map(|i| std::iter::repeat_n(i, groups))
+                .collect();
+            live_state = live_state.select(&rows)?;
+        }
+        // Live beams of each group (slot `input · G + group`), in the order of their rows.
+        let empty = Beam {
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            logp: 0.0,
+            penalised: 0.0,
+        };
+        let mut beams: Vec<Vec<Beam>> = vec![vec![empty]; n * groups];
+        let mut finished: Vec<Vec<Finished>> = (0..n * groups).map(|_| Vec::new()).collect();
+        let mut active: Vec<usize> = (0..n * groups).collect();
         for t in 0..=opts.max_len {
             let inputs: Vec<u32> = active
                 .iter()
-                .flat_map(|&i| beams[i].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
+                .flat_map(|&s| beams[s].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
             let logits = self.step_logits(&mut *live_state, &inputs)?;
             let mut row_lps = rows_log_softmax(&logits, v).into_iter();
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
-            for &i in &active {
-                let cur = std::mem::take(&mut beams[i]);
-                let lps: Vec<Vec<f64>> = row_lps.by_ref().take(cur.len()).collect();
+            for &s in &active {
+                let cur = std::mem::take(&mut beams[s]);
+                let mut lps: Vec<Vec<f64>> = row_lps.by_ref().take(cur.len()).collect();
+                for (b, lp) in cur.iter().zip(&mut lps) {
+                    opts.bad_endings.mask_logprobs(b.tokens.last().copied(), lp);
+                }
                 if t == opts.max_len {
                     // The state after the last word values a caption cut at the limit.
                     let values = match lookahead {
@@ -211,98 +255,112 @@ impl Decoder {
                     for ((b, lp), value) in cur.iter().zip(&lps).zip(values) {
                         let f: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
                         let hyp = if argmax(&f) == EOS as usize {
-                            b.extend(EOS, lp[EOS as usize])
+                            b.extend(EOS, lp[EOS as usize], 0.0)
                         } else {
                             b.clone()
                         };
-                        finished[i].push(hyp.finish(opts.length_norm, lookahead, value));
+                        finished[s].push(hyp.finish(opts.length_norm, lookahead, value));
                     }
                     row += cur.len();
                     continue;
                 }
-                let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(cur.len() * v);
-                for (j, (b, lp)) in cur.iter().zip(&lps).enumerate() {
-                    let blocked = if opts.block_trigrams {
-                        b.blocked()
-                    } else {
-                        HashSet::new()
-                    };
-                    for (w, &l) in lp.iter().enumerate() {
-                        if !blocked.contains(&(w as u32)) && l > -1e8 {
-                            cand.push((b.logp + l, j, w as u32));
-                        }
-                    }
-                }
-                let m = (2 * k).min(cand.len());
-                if m > 0 && m < cand.len() {
-                    cand.select_nth_unstable_by(m - 1, |a, b| b.0.total_cmp(&a.0));
-                    cand.truncate(m);
-                }
+                let rows_here = cur.len();
                 all.push(Proposals {
-                    input: i,
+                    slot: s,
                     row0: row,
                     cur,
                     lps,
-                    cand,
+                    cand: Vec::new(),
                 });
-                row += all[all.len() - 1].cur.len();
+                row += rows_here;
             }
-            let values = match lookahead {
-                Some(la) => Some(self.proposal_values(&*live_state, &all, la)?),
-                None => None,
-            };
+            // The words each input's groups chose at this step so far, for the penalty.
+            let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n];
+            let mut choices: Vec<Option<Choice>> = (0..all.len()).map(|_| None).collect();
+            for g in 0..groups {
+                let mine: Vec<usize> = (0..all.len())
+                    .filter(|&a| all[a].slot % groups == g)
+                    .collect();
+                let penalties: Vec<Option<Vec<f64>>> = mine
+                    .iter()
+                    .map(|&a| hamming_penalty(&chosen[all[a].slot / groups], lambda, v))
+                    .collect();
+                for (&a, pen) in mine.iter().zip(&penalties) {
+                    propose(&mut all[a], k, opts.block_trigrams, pen.as_deref());
+                }
+                let values = match lookahead {
+                    Some(la) => {
+                        let props: Vec<&Proposals> = mine.iter().map(|&a| &all[a]).collect();
+                        Some(self.proposal_values(&*live_state, &props, la)?)
+                    }
+                    None => None,
+                };
+                let mut at = 0;
+                for (&a, pen) in mine.iter().zip(&penalties) {
+                    let p = &mut all[a];
+                    let s = p.slot;
+                    // The ranking score of each proposal and its value (0 without lookahead).
+                    let mut ranked: Vec<(f64, usize, u32, f32)> = p
+                        .cand
+                        .drain(..)
+                        .map(|(logp, j, w)| match (&values, lookahead) {
+                            (Some(vals), Some(la)) => {
+                                let value = vals[at];
+                                at += 1;
+                                let lambda = la.lambda as f64;
+                                (lambda * logp + (1.0 - lambda) * value as f64, j, w, value)
+                            }
+                            _ => (logp, j, w, 0.0),
+                        })
+                        .collect();
+                    ranked.sort_by(|a, b| {
+                        b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
+                    });
+                    let mut next = Vec::with_capacity(k);
+                    let mut parents = Vec::with_capacity(k);
+                    for &(_, j, w, value) in &ranked {
+                        if next.len() == k {
+                            break;
+                        }
+                        let penalty = pen.as_ref().map_or(0.0, |d| d[w as usize]);
+                        let nb = p.cur[j].extend(w, p.lps[j][w as usize], penalty);
+                        chosen[s / groups].push(w);
+                        if w == EOS {
+                            finished[s].push(nb.finish(opts.length_norm, lookahead, value));
+                        } else {
+                            parents.push((p.row0 + j) as u32);
+                            next.push(nb);
+                        }
+                    }
+                    finished[s].sort_by(|a, b| b.rank.total_cmp(&a.rank));
+                    let enough = finished[s].len() >= k;
+                    // Scores only fall as beams grow, unless normalised or mixed with a value.
+                    let monotone = !opts.length_norm && lookahead.is_none();
+                    let cannot_improve = monotone
+                        && next
+                            .iter()
+                            .map(|b| b.penalised)
+                            .fold(f64::NEG_INFINITY, f64::max)
+                            <= finished[s]
+                                .get(k - 1)
+                                .map_or(f64::INFINITY, |h| h.rank as f64);
+                    let live = !(next.is_empty() || (enough && (!monotone || cannot_improve)));
+                    choices[a] = Some(Choice {
+                        next,
+                        parents,
+                        live,
+                    });
+                }
+            }
             let mut parents: Vec<u32> = Vec::new();
             let mut still: Vec<usize> = Vec::new();
-            let mut at = 0;
-            for mut p in all {
-                let i = p.input;
-                // The ranking score of each proposal and its value (0 without lookahead).
-                let mut ranked: Vec<(f64, usize, u32, f32)> = p
-                    .cand
-                    .drain(..)
-                    .map(|(logp, j, w)| match (&values, lookahead) {
-                        (Some(vals), Some(la)) => {
-                            let value = vals[at];
-                            at += 1;
-                            let lambda = la.lambda as f64;
-                            (lambda * logp + (1.0 - lambda) * value as f64, j, w, value)
-                        }
-                        _ => (logp, j, w, 0.0),
-                    })
-                    .collect();
-                ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-                let mut next = Vec::with_capacity(k);
-                let mut my_parents = Vec::with_capacity(k);
-                for &(_, j, w, value) in &ranked {
-                    if next.len() == k {
-                        break;
-                    }
-                    let nb = p.cur[j].extend(w, p.lps[j][w as usize]);
-                    if w == EOS {
-                        finished[i].push(nb.finish(opts.length_norm, lookahead, value));
-                    } else {
-                        my_parents.push((p.row0 + j) as u32);
-                        next.push(nb);
-                    }
-                }
-                finished[i].sort_by(|a, b| b.score.total_cmp(&a.score));
-                let enough = finished[i].len() >= k;
-                // Scores only fall as beams grow, unless normalised or mixed with a value.
-                let monotone = !opts.length_norm && lookahead.is_none();
-                let cannot_improve = monotone
-                    && next
-                        .iter()
-                        .map(|b| b.logp)
-                        .fold(f64::NEG_INFINITY, f64::max)
-                        <= finished[i]
-                            .get(k - 1)
-                            .map_or(f64::INFINITY, |h| h.score as f64);
-                if next.is_empty() || (enough && (!monotone || cannot_improve)) {
+            for (p, c) in all.iter().zip(choices) {
+                let Some(c) = c.filter(|c| c.live) else {
                     continue;
-                }
-                parents.extend(my_parents);
-                beams[i] = next;
-                still.push(i);
+                };
+                parents.extend(c.parents);
+                beams[p.slot] = c.next;
+                still.push(p.slot);
             }
             if still.is_empty() || t == opts.max_len {
                 break;
@@ -310,23 +368,31 @@ impl Decoder {
             live_state = live_state.select(&parents)?;
             active = still;
         }
-        for f in &mut finished {
-            f.sort_by(|a, b| b.score.total_cmp(&a.score));
-            f.truncate(k);
+        let mut out = Vec::with_capacity(n);
+        let mut slots = finished.into_iter();
+        for _ in 0..n {
+            let mut hyps: Vec<Hypothesis> = Vec::with_capacity(opts.width);
+            for mut f in slots.by_ref().take(groups) {
+                f.sort_by(|a, b| b.rank.total_cmp(&a.rank));
+                f.truncate(k);
+                hyps.extend(f.into_iter().map(|f| f.hyp));
+            }
+            hyps.sort_by(|a, b| b.score.total_cmp(&a.score));
+            out.push(hyps);
         }
-        Ok(finished)
+        Ok(out)
     }
 
     /// `v` of the state after each proposal's word, in proposal order, one batched step.
     fn proposal_values<'a>(
         &self,
         live: &(dyn DecodeState<'a> + 'a),
-        all: &[Proposals],
+        props: &[&Proposals],
         la: &Lookahead,
     ) -> Result<Vec<f32>> {
         let mut parents = Vec::new();
         let mut words = Vec::new();
-        for p in all {
+        for p in props {
             for &(_, j, w) in &p.cand {
                 parents.push((p.row0 + j) as u32);
                 words.push(w);
@@ -338,4 +404,57 @@ impl Decoder {
         let h = self.peek_hidden(live, &parents, &words)?;
         Ok(la.value.forward(&h)?.to_vec1::<f32>()?)
     }
+}
+
+/// The width, groups and λ make sense together, or an error naming the keys to change.
+fn check_options(opts: &BeamOptions) -> Result<()> {
+    if opts.width == 0 {
+        return Err(ModelError::Input(
+            "decode.beam = 0: the beam width must be >= 1".into(),
+        ));
+    }
+    if opts.groups == 0 || !opts.width.is_multiple_of(opts.groups) {
+        return Err(ModelError::Input(format!(
+            "decode.beam = {} is not a multiple of decode.beam_groups = {}: each group gets \
+             beam / beam_groups beams (set beam_groups to a divisor of beam, 1 = plain beam search)",
+            opts.width, opts.groups
+        )));
+    }
+    if !(opts.diversity_lambda >= 0.0 && opts.diversity_lambda.is_finite()) {
+        return Err(ModelError::Input(format!(
+            "decode.diversity_lambda = {}: must be a finite number >= 0",
+            opts.diversity_lambda
+        )));
+    }
+    Ok(())
+}
+
+/// Fills `p.cand` with its best `2k` proposals `(score, beam, word)`: every word of every beam
+/// but trigram repeats and forbidden ones, scored by the beam's penalised `log p` plus the
+/// word's `log π` less its diversity `penalty`.
+fn propose(p: &mut Proposals, k: usize, block_trigrams: bool, penalty: Option<&[f64]>) {
+    let v = p.lps.first().map_or(0, Vec::len);
+    let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(p.cur.len() * v);
+    for (j, (b, lp)) in p.cur.iter().zip(&p.lps).enumerate() {
+        let blocked = if block_trigrams {
+            b.blocked()
+        } else {
+            HashSet::new()
+        };
+        for (w, &l) in lp.iter().enumerate() {
+            if !blocked.contains(&(w as u32)) && l > -1e8 {
+                let score = match penalty {
+                    Some(d) => b.penalised + l - d[w],
+                    None => b.penalised + l,
+                };
+                cand.push((score, j, w as u32));
+            }
+        }
+    }
+    let m = (2 * k).min(cand.len());
+    if m > 0 && m < cand.len() {
+        cand.select_nth_unstable_by(m - 1, |a, b| b.0.total_cmp(&a.0));
+        cand.truncate(m);
+    }
+    p.cand = cand;
 }

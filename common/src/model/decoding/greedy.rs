@@ -1,5 +1,6 @@
 //! Greedy decoding: `w_t = argmax_w log π(w | w_<t, I)`.
 
+use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::rollout::{Decoded, Policy};
 use super::softmax::host_logprob;
@@ -34,6 +35,18 @@ impl Decoder {
     /// Greedy captions of every image in `x`, at most `max_len` words (plus EOS); log-probs at
     /// temperature 1.
     pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {
-        self.rollout(x, None, max_len, &mut Greedy)
+        self.greedy_avoiding(x, max_len, &BadEndings::none())
+    }
+
+    /// [`Decoder::greedy`] that never ends a caption right after a word of `bad_endings`
+    /// (it may still stop there at `max_len`); the log-probs are those of the distribution
+    /// without EOS at such steps, renormalised.
+    pub fn greedy_avoiding(
+        &self,
+        x: &Inputs,
+        max_len: usize,
+        bad_endings: &BadEndings,
+    ) -> Result<Decoded> {
+        self.rollout(x, None, max_len, bad_endings, &mut Greedy)
     }
 }

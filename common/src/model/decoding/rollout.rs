@@ -2,10 +2,13 @@
 //!
 //! Runs on the [`Decoder`]'s prepared weights, whatever the architecture, through its
 //! [`DecodeState`]. Rows that emitted EOS (or reached the length limit) are dropped from the
-//! batch before the next step.
+//! batch before the next step. Where [`BadEndings`] forbid EOS after a row's previous token,
+//! its EOS logit is −∞ before the policy sees the row, so every policy chooses from (and scores
+//! under) the distribution without it.
 
 use candle_core::{Device, Tensor};
 
+use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
@@ -111,10 +114,11 @@ impl Decoder {
         x: &Inputs,
         prefixes: Option<&[Vec<u32>]>,
         max_len: usize,
+        bad_endings: &BadEndings,
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
         on_rayon(&self.device, || {
-            self.rollout_here(x, prefixes, max_len, policy)
+            self.rollout_here(x, prefixes, max_len, bad_endings, policy)
         })
     }
 
@@ -123,6 +127,7 @@ impl Decoder {
         x: &Inputs,
         prefixes: Option<&[Vec<u32>]>,
         max_len: usize,
+        bad_endings: &BadEndings,
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
         let n = x.batch_size()?;
@@ -160,7 +165,13 @@ impl Decoder {
                 .iter()
                 .map(|&r| *tokens[r].last().unwrap_or(&BOS))
                 .collect();
-            let logits = self.step_logits(&mut *live, &inputs)?;
+            let mut logits = self.step_logits(&mut *live, &inputs)?;
+            if !bad_endings.is_empty() {
+                let v = logits.len() / rows.len();
+                for (&r, row) in rows.iter().zip(logits.chunks_exact_mut(v)) {
+                    bad_endings.mask_logits(tokens[r].last().copied(), row);
+                }
+            }
             let forced: Vec<Option<u32>> = rows
                 .iter()
                 .map(|&r| {
@@ -189,7 +200,7 @@ impl Decoder {
                 if tokens[r].is_empty() {
                     if let Some(pre) = p.get(r) {
                         if !pre.is_empty() {
-                            let d = self.rollout_forced(x, r, pre, policy)?;
+                            let d = self.rollout_forced(x, r, pre, bad_endings, policy)?;
                             tokens[r] = d.0;
                             logprobs[r] = d.1;
                         }
@@ -206,6 +217,7 @@ impl Decoder {
         x: &Inputs,
         r: usize,
         pre: &[u32],
+        bad_endings: &BadEndings,
         policy: &mut dyn Policy,
     ) -> Result<(Vec<u32>, Vec<f32>)> {
         let v = self.cfg.vocab_size;
@@ -213,8 +225,10 @@ impl Decoder {
         let mut live = self.steps.start(&x.select(&idx)?)?;
         let mut out = Vec::with_capacity(pre.len());
         let mut prev = BOS;
-        for &w in pre {
-            let logits = self.step_logits(&mut *live, &[prev])?;
+        for (t, &w) in pre.iter().enumerate() {
+            let mut logits = self.step_logits(&mut *live, &[prev])?;
+            let before = t.checked_sub(1).map(|s| pre[s]);
+            bad_endings.mask_logits(before, &mut logits[..v]);
             out.push(policy.logprob(&logits[..v], w));
             prev = w;
             if w == EOS {

@@ -1,11 +1,14 @@
-//! Multinomial sampling with temperature and optional top-k, by the Gumbel-max trick:
-//! `w_t = argmax_w (logit_w / T + g_w)`, `g_w ~ Gumbel(0, 1)`, which draws from
-//! `μ(w) = softmax(logit / T)` restricted to the top k logits when `top_k > 0`.
+//! Multinomial sampling with temperature, optional top-k and optional top-p, by the Gumbel-max
+//! trick: `w_t = argmax_{w ∈ S} (logit_w / T + g_w)`, `g_w ~ Gumbel(0, 1)`, which draws from
+//! `μ(w) = softmax(logit / T)` renormalised on `S`: the top k logits when `top_k > 0`, then
+//! their nucleus of mass `top_p` when `top_p < 1` (see `nucleus`), else every word.
 //!
 //! Every row has its own ChaCha8 stream (seeded from one draw of the caller's RNG, stream = row),
 //! so the same seed and inputs give the same samples on any machine and in any batch layout.
 
+use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
+use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
 use super::softmax::{host_log_softmax, host_logprob};
 use crate::model::error::{ModelError, Result};
@@ -21,6 +24,10 @@ pub struct SampleOptions {
     pub temperature: f32,
     /// Keep only the `k` largest logits; 0 = off.
     pub top_k: usize,
+    /// Keep only the nucleus of probability mass `p ∈ (0, 1]` (after top-k); 1 = off.
+    pub top_p: f32,
+    /// Words after which EOS may not be drawn (`decode.remove_bad_endings`).
+    pub bad_endings: BadEndings,
     /// Maximum words (plus EOS).
     pub max_len: usize,
 }
@@ -28,6 +35,7 @@ pub struct SampleOptions {
 pub(crate) struct Sampler {
     inv_temp: f64,
     top_k: usize,
+    top_p: f64,
     seed: u64,
     rngs: Vec<Option<CaprlRng>>,
 }
@@ -40,25 +48,36 @@ impl Sampler {
                 opts.temperature
             )));
         }
+        if !(opts.top_p > 0.0 && opts.top_p <= 1.0) {
+            return Err(ModelError::Input(format!(
+                "decode.top_p = {}: must be in (0, 1] (1 = no nucleus truncation)",
+                opts.top_p
+            )));
+        }
         Ok(Self {
             inv_temp: 1.0 / opts.temperature as f64,
             top_k: opts.top_k,
+            top_p: opts.top_p as f64,
             seed: rng.next_u64(),
             rngs: vec![None; rows],
         })
     }
 
-    /// Indices the distribution is restricted to: all, or the top k (ties by lower id).
+    /// Indices the distribution is restricted to: all (`None`), the top k (ties by lower id),
+    /// and of those the nucleus of mass `top_p`; ascending.
     fn support(&self, logits: &[f32]) -> Option<Vec<usize>> {
-        if self.top_k == 0 || self.top_k >= logits.len() {
-            return None;
+        let top_k = (self.top_k > 0 && self.top_k < logits.len()).then(|| {
+            let mut idx: Vec<usize> = (0..logits.len()).collect();
+            let cmp = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
+            idx.select_nth_unstable_by(self.top_k - 1, cmp);
+            idx.truncate(self.top_k);
+            idx.sort_unstable();
+            idx
+        });
+        if self.top_p >= 1.0 {
+            return top_k;
         }
-        let mut idx: Vec<usize> = (0..logits.len()).collect();
-        let cmp = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]).then(a.cmp(b));
-        idx.select_nth_unstable_by(self.top_k - 1, cmp);
-        idx.truncate(self.top_k);
-        idx.sort_unstable();
-        Some(idx)
+        Some(nucleus(logits, self.inv_temp, top_k.as_deref(), self.top_p))
     }
 
     fn log_mu(&self, logits: &[f32], support: &Option<Vec<usize>>, w: usize) -> f32 {
@@ -143,11 +162,12 @@ impl Policy for Sampler {
 
 impl Decoder {
     /// `n_per_input` sampled captions per image (rows `i*n + j`), reproducible from `rng`.
-    /// Log-probs are those of the sampling distribution μ (tempered, top-k restricted).
+    /// Log-probs are those of the sampling distribution μ (tempered, top-k and top-p
+    /// restricted, EOS removed after a bad ending), renormalised.
     pub fn sample(&self, x: &Inputs, opts: &SampleOptions, rng: &mut CaprlRng) -> Result<Decoded> {
         let xs = x.repeat_each(opts.n_per_input.max(1))?;
         let mut s = Sampler::new(opts, xs.batch_size()?, rng)?;
-        self.rollout(&xs, None, opts.max_len, &mut s)
+        self.rollout(&xs, None, opts.max_len, &opts.bad_endings, &mut s)
     }
 
     /// Continues each prefix `n_per_input` times by sampling (Monte-Carlo rollouts). `x` has one
@@ -180,6 +200,68 @@ impl Decoder {
             .flat_map(|p| std::iter::repeat_n(p.clone(), n))
             .collect();
         let mut s = Sampler::new(opts, xs.batch_size()?, rng)?;
-        self.rollout(&xs, Some(&pre), opts.max_len, &mut s)
+        self.rollout(&xs, Some(&pre), opts.max_len, &opts.bad_endings, &mut s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(temperature: f32, top_k: usize, top_p: f32) -> Sampler {
+        let opts = SampleOptions {
+            n_per_input: 1,
+            temperature,
+            top_k,
+            top_p,
+            bad_endings: BadEndings::none(),
+            max_len: 4,
+        };
+        Sampler::new(&opts, 1, &mut CaprlRng::new(1)).unwrap()
+    }
+
+    /// softmax([2, 1, 0, -1]) = [0.6439, 0.2369, 0.0871, 0.0321].
+    const LOGITS: [f32; 4] = [1.0, -1.0, 2.0, 0.0];
+
+    #[test]
+    fn nucleus_log_mu_is_the_renormalised_truncated_distribution() {
+        let s = sampler(1.0, 0, 0.7);
+        // The nucleus of 0.7 is {2, 0}: μ = e² / (e² + e) = 0.7311, e / (e² + e) = 0.2689.
+        assert!((s.logprob(&LOGITS, 2) - 0.731_058_6f32.ln()).abs() < 1e-6);
+        assert!((s.logprob(&LOGITS, 0) - 0.268_941_4f32.ln()).abs() < 1e-6);
+        assert_eq!(s.logprob(&LOGITS, 3), f32::NEG_INFINITY);
+        assert_eq!(s.logprob(&LOGITS, 1), f32::NEG_INFINITY);
+        let mass: f32 = (0..4).map(|w| s.logprob(&LOGITS, w).exp()).sum();
+        assert!((mass - 1.0).abs() < 1e-6, "μ sums to {mass}");
+    }
+
+    #[test]
+    fn top_k_is_applied_before_top_p() {
+        // Top 3 = {2, 0, 3}: softmax = [0.6652, 0.2447, 0.0900]; 0.95 needs all three (of all
+        // four words it would need only those three too, but with 0.9 mass left for word 1).
+        let s = sampler(1.0, 3, 0.95);
+        let kept: Vec<u32> = (0..4)
+            .filter(|&w| s.logprob(&LOGITS, w) > f32::NEG_INFINITY)
+            .collect();
+        assert_eq!(kept, vec![0, 2, 3]);
+        assert!(
+            (s.logprob(&LOGITS, 3) - (1.0f32 / (1.0 + 1f32.exp() + 2f32.exp())).ln()).abs() < 1e-6
+        );
+    }
+
+    #[test]
+    fn top_p_outside_zero_one_is_refused_naming_the_key() {
+        for bad in [0.0, -0.5, 1.5, f32::NAN] {
+            let opts = SampleOptions {
+                n_per_input: 1,
+                temperature: 1.0,
+                top_k: 0,
+                top_p: bad,
+                bad_endings: BadEndings::none(),
+                max_len: 4,
+            };
+            let err = Sampler::new(&opts, 1, &mut CaprlRng::new(1)).err().unwrap();
+            assert!(err.to_string().contains("decode.top_p"), "{err}");
+        }
     }
 }

@@ -464,6 +464,8 @@ mod tests {
             n_per_input: 3,
             temperature: 0.9,
             top_k: 0,
+            top_p: 1.0,
+            bad_endings: crate::model::BadEndings::none(),
             max_len: 6,
         };
         let prefixes: Vec<Vec<u32>> = (0..100).map(|i| vec![4 + (i % 7) as u32]).collect();
@@ -472,6 +474,9 @@ mod tests {
             max_len: 6,
             length_norm: false,
             block_trigrams: false,
+            groups: 1,
+            diversity_lambda: 0.0,
+            bad_endings: crate::model::BadEndings::none(),
         };
         (
             d.greedy(x, 6).unwrap(),
