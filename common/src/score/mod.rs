@@ -15,6 +15,7 @@
 //! - [`bleu`] — BLEU-1..4, sentence and corpus.
 //! - [`rouge`] — ROUGE-L.
 //! - [`eval`] — score a REFS file against a CANDS file (`caprl score`).
+//! - [`meteor`] — METEOR 1.5 through the jar pycocoevalcap ships (needs Java).
 //! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
 
 pub mod bleu;
@@ -25,6 +26,7 @@ pub mod diversity;
 pub mod eos;
 pub mod eval;
 pub mod intern;
+pub mod meteor;
 pub mod ngrams;
 pub mod rouge;
 
@@ -35,4 +37,5 @@ pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
 pub use eos::{refs_with_eos, with_eos, EOS_MARK};
 pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
 pub use intern::Interner;
+pub use meteor::{locate_jar, meteor_corpus, Meteor, MeteorError};
 pub use rouge::{rouge_l, rouge_l_corpus};
