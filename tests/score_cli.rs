@@ -1,5 +1,6 @@
-//! `caprl score --meteor`: METEOR beside the other metrics with pycocoevalcap's numbers when
-//! Java and the jar are there, and a clear error saying how to install them when not.
+//! `caprl score --meteor` and `caprl eval --meteor`: METEOR beside the other metrics with
+//! pycocoevalcap's numbers when Java and the jar are there, and a clear error saying how to
+//! install them when not.
 
 #[path = "../common/tests/support/ci.rs"]
 mod ci;
@@ -8,7 +9,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
-use support::caprl;
+use support::{caprl, sets, synth, text};
 
 fn fixture() -> Value {
     let path = concat!(
@@ -114,4 +115,53 @@ fn score_meteor_prints_pycocoevalcap_numbers() {
     assert!(table.status.success());
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("METEOR"), "{text}");
+}
+
+#[test]
+fn eval_meteor_adds_meteor_and_without_the_jar_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q"])
+        .args(sets(&data, &run, 0, &[]))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let eval = || {
+        let mut cmd = caprl();
+        cmd.args([
+            "eval", "--split", "test", "--beam", "1", "--meteor", "--json",
+        ])
+        .arg("--checkpoint")
+        .arg(run.join("best-xe"));
+        cmd
+    };
+
+    let missing = tmp.path().join("nowhere/meteor-1.5.jar");
+    let out = eval().env("CAPRL_METEOR_JAR", &missing).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(stderr.contains("pip install pycocoevalcap"), "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "no metrics without METEOR: {}",
+        text(&out)
+    );
+
+    if ci::tool("java").is_none() {
+        return;
+    }
+    if let Err(e) = caprl_common::score::locate_jar() {
+        ci::unavailable(&format!("no METEOR jar: {e}"));
+        return;
+    }
+    let out = eval().output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = json["metrics"]["meteor"]
+        .as_f64()
+        .expect("meteor in the metrics");
+    assert!((0.0..=1.0).contains(&m), "{m}");
+    assert!(json["metrics"]["cider_d"].as_f64().is_some());
 }
