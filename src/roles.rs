@@ -114,7 +114,7 @@ pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
 /// precomputed training document frequencies.
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
     let items = &data.train.items;
-    let df = Rewarder::training_df(data, items);
+    let df = Rewarder::training_df(data, items, cfg.reward.cider_eos);
     let exploration =
         Objective::from_config(cfg)
             .wants_exploration()

@@ -190,7 +190,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
         &s.data,
         &s.data.train.items,
         &[(RewardName::Cider, 1.0)],
-        Rewarder::training_df(&s.data, &s.data.train.items),
+        Rewarder::training_df(&s.data, &s.data.train.items, true),
         None,
     )
     .unwrap();

@@ -1,11 +1,13 @@
 //! The metrics equal pycocoevalcap (and ruotianluo/cider's CiderD with a
-//! precomputed df) within 1e-6 on the committed fixture made by
-//! `scripts/score/make_fixtures.py`. Its text was tokenised by
+//! precomputed df, with and without self-critical.pytorch's `<eos>`) within 1e-6 on the
+//! committed fixtures made by `scripts/score/make_fixtures.py` and
+//! `make_cider_eos_fixture.py`. Their text was tokenised by
 //! pycocoevalcap's Java PTBTokenizer, so whitespace splitting here sees the
 //! same tokens the reference scorers saw.
 
 use caprl_common::score::{
-    bleu_corpus, cider_corpus, div_n, mbleu4, rouge_l_corpus, CiderD, DocFreq, Interner,
+    bleu_corpus, cider_corpus, div_n, mbleu4, refs_with_eos, rouge_l_corpus, with_eos, CiderD,
+    DocFreq, Interner,
 };
 use serde_json::Value;
 
@@ -139,6 +141,49 @@ fn cider_d_with_training_df_matches_self_critical_scorer() {
         "corpus CIDEr-D (train df)",
         mean,
         f(&fx.json["corpus"]["cider_d_train_df"]),
+    );
+}
+
+#[test]
+fn cider_d_with_eos_matches_self_critical_scorer() {
+    let fx = load();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/score/cider_eos_reference.json"
+    );
+    let text = std::fs::read_to_string(path).expect("fixture present");
+    let eos: Value = serde_json::from_str(&text).expect("fixture is JSON");
+    let images = eos["images"].as_array().expect("images");
+    assert_eq!(images.len(), fx.cands.len());
+    let finished: Vec<bool> = images
+        .iter()
+        .map(|im| im["finished"].as_bool().expect("finished"))
+        .collect();
+    assert!(finished.iter().any(|&f| f) && finished.iter().any(|&f| !f));
+
+    let scorer = CiderD::new(DocFreq::from_refs(&refs_with_eos(&fx.train_refs)));
+    let refs = refs_with_eos(&fx.refs);
+    let cands: Vec<Vec<u32>> = fx
+        .cands
+        .iter()
+        .zip(&finished)
+        .map(|(c, &f)| with_eos(c, f))
+        .collect();
+    let mut sum = 0.0;
+    for (i, im) in images.iter().enumerate() {
+        assert_eq!(im["id"], fx.json["images"][i]["id"], "same images in order");
+        let got = scorer.score(&scorer.prepare(&refs[i]), &cands[i]);
+        close(
+            &format!("CIDEr-D with <eos> of {}", im["id"]),
+            got,
+            f(&im["cider_d_eos"]),
+        );
+        sum += got;
+    }
+    close(
+        "corpus CIDEr-D with <eos>",
+        sum / images.len() as f64,
+        f(&eos["corpus"]["cider_d_eos"]),
     );
 }
 

@@ -26,6 +26,9 @@ pub enum LearnerError {
     /// The text–image encoder of the CLIP rewards.
     #[error(transparent)]
     Clip(#[from] caprl_common::clip::ClipError),
+    /// METEOR's jar (`caprl eval --meteor`).
+    #[error(transparent)]
+    Meteor(#[from] caprl_common::score::MeteorError),
     #[error(transparent)]
     Telemetry(#[from] caprl_common::telemetry::TelemetryError),
     /// A file operation whose path the surrounding [`LearnerError::While`] names.

@@ -9,6 +9,8 @@
 //!   (`_beam`), averaged over images.
 //! - Retrieval (seed 004), when an evaluation encoder is given ([`add_retrieval`]): R@1/5/10
 //!   text→image and image→text of the main captions among the evaluated images.
+//! - METEOR 1.5 of the main captions when asked for ([`add_meteor`]; the jar pycocoevalcap
+//!   runs, so Java is needed).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -103,6 +105,24 @@ pub fn add_retrieval(
         report.metrics.insert(format!("r{k}_t2i"), r.t2i[j]);
         report.metrics.insert(format!("r{k}_i2t"), r.i2t[j]);
     }
+    Ok(())
+}
+
+/// Adds `meteor`, METEOR 1.5 of the main captions of `report` (made from `items`, in order)
+/// against their references, the jar's corpus aggregate as pycocoevalcap reports it.
+pub fn add_meteor(
+    report: &mut EvalReport,
+    meteor: &mut score::Meteor,
+    items: &[Item],
+) -> Result<(), LearnerError> {
+    let refs: Vec<Vec<String>> = items
+        .iter()
+        .take(report.captions.len())
+        .map(|it| it.refs.iter().map(|ws| ws.join(" ")).collect())
+        .collect();
+    let cands: Vec<&str> = report.captions.iter().map(|(_, c)| c.as_str()).collect();
+    let (corpus, _) = meteor.compute_score(&refs, &cands)?;
+    report.metrics.insert("meteor".into(), corpus);
     Ok(())
 }
 

@@ -4,11 +4,23 @@
 //! References of every training image are interned and prepared once
 //! (CIDEr-D tf-idf vectors and norms), so scoring a caption touches only its
 //! own n-grams.
+//!
+//! **`<eos>` in CIDEr-D** (`reward.cider_eos`, on by default): self-critical.pytorch scores
+//! its rewards with `<eos>` appended to every reference and to every sampled caption that
+//! finished (see `caprl_common::score::eos`). When the document frequencies were counted
+//! that way ([`Rewarder::training_df`] with `eos`), the rewarder scores the same way: the
+//! prepared references end with [`EOS_MARK`], and a caption gets it iff its tokens contain
+//! [`EOS`] (a caption cut at `max_len` does not). BLEU and ROUGE-L rewards stay plain. SLE's
+//! CIDEr distance follows the CIDEr reward, as self-critical.pytorch's self-CIDEr does
+//! (its `get_self_cider_scores` uses the same `array_to_str`): both samples carry the marker
+//! iff they finished.
 
 use caprl_common::config::{self, RewardName};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::model::EOS;
-use caprl_common::score::{self, CiderD, Distance, DocFreq, Interner, PreparedRefs};
+use caprl_common::score::{
+    self, with_eos, CiderD, Distance, DocFreq, Interner, PreparedRefs, EOS_MARK,
+};
 use caprl_common::wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
 use crate::clip_reward::{ClipParts, ClipReward};
@@ -18,6 +30,8 @@ use crate::embed::EmbedReward;
 pub struct Rewarder {
     spec: Vec<(RewardName, f32)>,
     cider: CiderD,
+    /// CIDEr-D sees [`EOS_MARK`] (see the module docs).
+    cider_eos: bool,
     /// Indexed by feature row; `None` for rows outside the split.
     refs: Vec<Option<ImageRefs>>,
     exploration: Option<Distance>,
@@ -51,6 +65,10 @@ impl Rewarder {
     /// A rewarder for `items` with document frequencies `df` (the precomputed
     /// training table for SCST, as self-critical.pytorch does).
     /// `exploration` adds SLE's `diversity` component to sampled captions.
+    ///
+    /// CIDEr-D is scored with the `<eos>` marker exactly when `df` was counted with it
+    /// ([`Rewarder::training_df`] with `eos = true`): the table decides, so the df and the
+    /// scored sentences cannot disagree.
     pub fn new(
         data: &Dataset,
         items: &[Item],
@@ -59,6 +77,7 @@ impl Rewarder {
         exploration: Option<Distance>,
     ) -> Result<Self, RewardError> {
         let mut interner = Interner::with_words(data.vocab.words());
+        let cider_eos = df.get(&[EOS_MARK]) > 0;
         let cider = CiderD::new(df);
         let max_row = items.iter().map(|it| it.row).max().unwrap_or(0);
         let mut refs: Vec<Option<ImageRefs>> = (0..=max_row).map(|_| None).collect();
@@ -68,7 +87,12 @@ impl Rewarder {
                 .iter()
                 .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
                 .collect();
-            let prepared = cider.prepare(&tokens);
+            let prepared = match cider_eos {
+                true => {
+                    cider.prepare(&tokens.iter().map(|r| with_eos(r, true)).collect::<Vec<_>>())
+                }
+                false => cider.prepare(&tokens),
+            };
             refs[it.row] = Some(ImageRefs { tokens, prepared });
         }
         let embed = match spec.iter().any(|(n, _)| *n == RewardName::Embed) {
@@ -78,6 +102,7 @@ impl Rewarder {
         Ok(Self {
             spec: spec.to_vec(),
             cider,
+            cider_eos,
             refs,
             exploration,
             embed,
@@ -107,15 +132,20 @@ impl Rewarder {
     }
 
     /// Document frequencies of the training references of `items`, interned in the
-    /// vocabulary's id space (what [`Rewarder::new`] expects).
-    pub fn training_df(data: &Dataset, items: &[Item]) -> DocFreq {
+    /// vocabulary's id space (what [`Rewarder::new`] expects). With `eos` every reference
+    /// ends with [`EOS_MARK`], as self-critical.pytorch's `prepro_ngrams.py` appends `<eos>`
+    /// (`reward.cider_eos`); the df of every other n-gram is the same either way.
+    pub fn training_df(data: &Dataset, items: &[Item], eos: bool) -> DocFreq {
         let mut interner = Interner::with_words(data.vocab.words());
         let refs: Vec<Vec<Vec<u32>>> = items
             .iter()
             .map(|it| {
                 it.refs
                     .iter()
-                    .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
+                    .map(|ws| {
+                        let ids: Vec<u32> = ws.iter().map(|w| interner.intern(w)).collect();
+                        with_eos(&ids, eos)
+                    })
                     .collect()
             })
             .collect();
@@ -132,8 +162,21 @@ impl Rewarder {
             .ok_or(RewardError::UnknownRow(row))
     }
 
-    /// The reward vector of one caption (tokens may end with EOS); `clip` holds its
-    /// clip-family values when the spec needs them.
+    /// True when CIDEr-D is scored with the `<eos>` marker (see the module docs).
+    pub fn cider_eos(&self) -> bool {
+        self.cider_eos
+    }
+
+    /// The caption CIDEr-D scores: `tokens` up to the first [`EOS`], followed by
+    /// [`EOS_MARK`] when the caption finished and the rewarder scores with `<eos>`.
+    fn cider_caption(&self, tokens: &[u32]) -> Vec<u32> {
+        let words: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
+        let finished = words.len() < tokens.len();
+        with_eos(&words, self.cider_eos && finished)
+    }
+
+    /// The reward vector of one caption (tokens may end with EOS; one cut at `max_len` has
+    /// none); `clip` holds its clip-family values when the spec needs them.
     pub fn score_caption(
         &self,
         row: u32,
@@ -147,7 +190,7 @@ impl Rewarder {
         let mut components = Vec::with_capacity(self.spec.len());
         for (name, weight) in &self.spec {
             let value = match name {
-                RewardName::Cider => self.cider.score(&img.prepared, &cand),
+                RewardName::Cider => self.cider.score(&img.prepared, &self.cider_caption(tokens)),
                 RewardName::Rouge => score::rouge_l(&cand, &img.tokens),
                 RewardName::Bleu1 | RewardName::Bleu2 | RewardName::Bleu3 | RewardName::Bleu4 => {
                     let b = *bleu.get_or_insert_with(|| score::bleu_sentence(&cand, &img.tokens));
@@ -216,12 +259,13 @@ impl Rewarder {
                 let caps: Vec<Vec<u32>> = idx
                     .iter()
                     .map(|&i| {
-                        rollout.sequences[i]
-                            .tokens
-                            .iter()
-                            .copied()
-                            .take_while(|&t| t != EOS)
-                            .collect()
+                        let tokens = &rollout.sequences[i].tokens;
+                        match kind {
+                            Distance::Cider => self.cider_caption(tokens),
+                            Distance::Bleu => {
+                                tokens.iter().copied().take_while(|&t| t != EOS).collect()
+                            }
+                        }
                     })
                     .collect();
                 let e =

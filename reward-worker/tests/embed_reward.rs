@@ -49,7 +49,7 @@ fn an_images_own_references_score_higher_than_other_images() {
     assert_eq!(embed.score(items[0].row as u32, &[]), Some(0.0));
 
     // Through the rewarder, as a named component of the weighted sum.
-    let df = Rewarder::training_df(&data, items);
+    let df = Rewarder::training_df(&data, items, true);
     let r = Rewarder::new(
         &data,
         items,

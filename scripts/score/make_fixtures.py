@@ -18,6 +18,10 @@ exactly like pycocoevalcap's, not only pre-tokenised text.
 Usage: pip install pycocoevalcap six; python3 scripts/score/make_fixtures.py
        --ciderd PATH/TO/ruotianluo-cider/pyciderevalcap/ciderD/ciderD_scorer.py
 (the file from github.com/ruotianluo/cider, self-critical.pytorch's submodule).
+
+make_cider_eos_fixture.py (CIDEr-D with self-critical.pytorch's <eos>) and
+make_meteor_fixture.py (pycocoevalcap's METEOR) read this file's tokenised text: rerun them
+after regenerating it.
 """
 import argparse
 import importlib.util

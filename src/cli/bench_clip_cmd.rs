@@ -74,7 +74,8 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         .collect();
     let captions: usize = rollouts.iter().map(|r| r.sequences.len()).sum();
 
-    let df = Rewarder::training_df(&data, items);
+    // Plain CIDEr-D (no `<eos>` marker), so the bare scorer below scores the same sentences.
+    let df = Rewarder::training_df(&data, items, false);
     let cider = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df.clone(), None)?;
     let df_for_scorer = df.clone();
     let clip = ClipReward::new(Box::new(encoder), &data, items, 0.05, 8)?;

@@ -89,7 +89,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Df(a) => {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
-            let df = caprl_reward_worker::Rewarder::training_df(&ds, &ds.train.items);
+            // Without the `<eos>` marker: `caprl score --df` scores plain captions, and the
+            // marked table differs only by the n-grams that end in the marker.
+            let df = caprl_reward_worker::Rewarder::training_df(&ds, &ds.train.items, false);
             let out = a.out.unwrap_or_else(|| a.dir.join("train-df.bin"));
             df.save(&out)
                 .with_context(|| format!("writing {}", out.display()))?;

@@ -60,6 +60,10 @@ pub struct Args {
     /// [clip] reward of the checkpoint's config; none = no retrieval metrics.
     #[arg(long, value_name = "PATH")]
     pub clip: Option<PathBuf>,
+    /// Also METEOR 1.5, with the jar pycocoevalcap ships (needs Java and `pip install
+    /// pycocoevalcap`; CAPRL_METEOR_JAR overrides the jar's path).
+    #[arg(long)]
+    pub meteor: bool,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -129,6 +133,13 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         ),
         None => None,
     };
+    // Started before decoding: a missing jar or Java is reported before the long part.
+    let mut meteor = match args.meteor {
+        true => Some(caprl_common::score::Meteor::start(
+            &caprl_common::score::locate_jar()?,
+        )?),
+        false => None,
+    };
     let mut report = eval::evaluate_with(
         &loaded.model,
         lookahead.as_ref(),
@@ -138,6 +149,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     )?;
     if let Some(enc) = &encoder {
         eval::add_retrieval(&mut report, enc.as_ref(), &loaded.data, items)?;
+    }
+    if let Some(m) = &mut meteor {
+        eval::add_meteor(&mut report, m, items)?;
     }
     if let Some(out) = &args.out {
         write_results(out, &report)?;

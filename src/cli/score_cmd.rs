@@ -1,9 +1,9 @@
-//! `caprl score`: BLEU-1..4, ROUGE-L and CIDEr-D of a caption file.
+//! `caprl score`: BLEU-1..4, ROUGE-L and CIDEr-D (and METEOR with `--meteor`) of a caption file.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use caprl_common::score::{evaluate, load_cands, load_refs, DocFreq, Scores};
+use caprl_common::score::{evaluate, load_cands, load_refs, locate_jar, DocFreq, Meteor, Scores};
 
 /// Score candidate captions against references (pycocoevalcap numbers).
 #[derive(Debug, clap::Args)]
@@ -24,6 +24,10 @@ pub struct ScoreArgs {
     /// Score on one thread only.
     #[arg(long)]
     pub single_thread: bool,
+    /// Also METEOR 1.5, with the jar pycocoevalcap ships (needs Java and `pip install
+    /// pycocoevalcap`; CAPRL_METEOR_JAR overrides the jar's path).
+    #[arg(long)]
+    pub meteor: bool,
 }
 
 /// Runs `caprl score`.
@@ -43,7 +47,17 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         }
         Some(df)
     };
-    let report = evaluate(&args.refs, &refs, &cands, df, !args.single_thread)?;
+    // Before scoring: a missing jar or Java is reported without waiting for the other metrics.
+    let mut meteor = match args.meteor {
+        true => Some(Meteor::start(&locate_jar()?)?),
+        false => None,
+    };
+    let mut report = evaluate(&args.refs, &refs, &cands, df, !args.single_thread)?;
+    if let Some(m) = &mut meteor {
+        report
+            .add_meteor(m, &refs, &cands)
+            .context("computing METEOR")?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -59,5 +73,8 @@ fn print_table(s: &Scores, images: usize) {
     }
     println!("{:<10} {:>8.4}", "ROUGE-L", s.rouge_l);
     println!("{:<10} {:>8.4}", "CIDEr-D", s.cider_d);
+    if let Some(m) = s.meteor {
+        println!("{:<10} {:>8.4}", "METEOR", m);
+    }
     println!("({images} images)");
 }

@@ -364,6 +364,11 @@ pub struct RewardConfig {
     pub df: DfSource,
     /// SLE pairwise distance.
     pub distance: Distance,
+    /// CIDEr-D rewards as self-critical.pytorch computes them: `<eos>` appended to every
+    /// reference (and so counted in the df) and to every sampled caption that finished, none
+    /// to one cut at `max_len` (`score::eos`). Off: pycocoevalcap's plain CIDEr-D. `eval`
+    /// scores are the plain ones either way.
+    pub cider_eos: bool,
 }
 
 impl Default for RewardConfig {
@@ -372,6 +377,7 @@ impl Default for RewardConfig {
             spec: RewardSpec::default(),
             df: DfSource::Train,
             distance: Distance::Bleu,
+            cider_eos: true,
         }
     }
 }

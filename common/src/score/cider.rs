@@ -42,10 +42,13 @@
 //! counts each image once; [`cider_corpus`] follows pycocoevalcap (one entry
 //! per image). (2) ruotianluo supports the precomputed df above.
 //! (3) self-critical.pytorch appends the `<eos>` id (0) to every reference
-//! and candidate (`array_to_str` keeps the terminating 0) before scoring, so
-//! its df tables contain n-grams ending in `<eos>`; a caller that wants
-//! bit-for-bit the same rewards must append its end token the same way
-//! both when building the [`DocFreq`] and when scoring.
+//! and to every candidate that finished (`array_to_str` keeps the
+//! terminating 0) before scoring, so its df tables contain n-grams ending in
+//! `<eos>`; a caller that wants bit-for-bit the same rewards appends
+//! [`EOS_MARK`](super::eos::EOS_MARK) the same way both when building the
+//! [`DocFreq`] and when scoring (the [`eos`](super::eos) module; the reward
+//! worker's `reward.cider_eos`). Evaluation scores stay pycocoevalcap's,
+//! without it.
 //!
 //! **Speed.** References are turned into tf-idf vectors and norms once per
 //! image ([`CiderD::prepare`]) and reused for every sample of that image.

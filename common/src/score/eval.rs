@@ -19,6 +19,7 @@ use super::bleu::BleuStats;
 use super::corpus::{score_corpus, DfSource, FlatCorpus, Metrics};
 use super::df::DocFreq;
 use super::intern::Interner;
+use super::meteor::{Meteor, MeteorError};
 
 /// What is wrong with a REFS or CANDS file.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +64,7 @@ pub enum EvalError {
     },
 }
 
-/// BLEU-1..4, ROUGE-L and CIDEr-D of one image or of the corpus.
+/// BLEU-1..4, ROUGE-L, CIDEr-D (and METEOR when asked for) of one image or of the corpus.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Scores {
     /// BLEU-1..4.
@@ -72,6 +73,9 @@ pub struct Scores {
     pub rouge_l: f64,
     /// CIDEr-D.
     pub cider_d: f64,
+    /// METEOR 1.5 ([`Report::add_meteor`]); the corpus value is the jar's aggregate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meteor: Option<f64>,
 }
 
 /// The scores of one image.
@@ -91,6 +95,29 @@ pub struct Report {
     pub corpus: Scores,
     /// Per-image scores.
     pub images: Vec<ImageScores>,
+}
+
+impl Report {
+    /// Adds METEOR to the report [`evaluate`] made from the same `refs` and `cands`, computed
+    /// by `meteor` (the jar pycocoevalcap runs; see [`super::meteor`]).
+    pub fn add_meteor(
+        &mut self,
+        meteor: &mut Meteor,
+        refs: &BTreeMap<String, Vec<String>>,
+        cands: &[(String, String)],
+    ) -> Result<(), MeteorError> {
+        let sets: Vec<&[String]> = cands
+            .iter()
+            .map(|(id, _)| refs.get(id).map(Vec::as_slice).unwrap_or_default())
+            .collect();
+        let texts: Vec<&str> = cands.iter().map(|(_, c)| c.as_str()).collect();
+        let (corpus, per_image) = meteor.compute_score(&sets, &texts)?;
+        self.corpus.meteor = Some(corpus);
+        for (image, m) in self.images.iter_mut().zip(per_image) {
+            image.scores.meteor = Some(m);
+        }
+        Ok(())
+    }
 }
 
 fn read_json(path: &Path) -> Result<Value, EvalError> {
@@ -269,6 +296,7 @@ pub fn evaluate(
                 bleu: r.bleu.scores(),
                 rouge_l: r.rouge,
                 cider_d: r.cider,
+                meteor: None,
             };
             (r.bleu, s)
         })
@@ -282,6 +310,7 @@ pub fn evaluate(
         bleu: total.scores(),
         rouge_l: per.iter().map(|(_, s)| s.rouge_l).sum::<f64>() / n,
         cider_d: per.iter().map(|(_, s)| s.cider_d).sum::<f64>() / n,
+        meteor: None,
     };
     let images = per
         .into_iter()

@@ -13,7 +13,8 @@ type WordMap = HashMap<String, u32, BuildHasherDefault<KeyHasher>>;
 ///
 /// [`Interner::with_words`] seeds the table with a vocabulary so its ids can
 /// be reused as they are; [`Interner::intern`] adds unseen words after them.
-/// Id `u32::MAX` is never handed out (the n-gram packing reserves it).
+/// Ids `u32::MAX` (reserved by the n-gram packing) and
+/// [`EOS_MARK`](super::eos::EOS_MARK) = `u32::MAX − 1` are never handed out.
 #[derive(Debug, Clone, Default)]
 pub struct Interner {
     ids: WordMap,
@@ -43,15 +44,15 @@ impl Interner {
     /// The id of `word`, adding it if new.
     ///
     /// # Panics
-    /// If more than `u32::MAX - 1` distinct words are interned.
+    /// If more than `u32::MAX - 2` distinct words are interned.
     pub fn intern(&mut self, word: &str) -> u32 {
         if let Some(&id) = self.ids.get(word) {
             return id;
         }
         let id = u32::try_from(self.words.len())
             .ok()
-            .filter(|&id| id != u32::MAX)
-            .expect("more than u32::MAX - 1 distinct words interned");
+            .filter(|&id| id < super::eos::EOS_MARK)
+            .expect("more than u32::MAX - 2 distinct words interned");
         self.ids.insert(word.to_owned(), id);
         self.words.push(word.to_owned());
         id

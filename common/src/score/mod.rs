@@ -11,9 +11,11 @@
 //! already-tokenised text the results are the same.
 //!
 //! - [`cider`] — CIDEr-D, corpus or precomputed df ([`DocFreq`]).
+//! - [`eos`] — the `<eos>` marker of self-critical.pytorch's training CIDEr-D.
 //! - [`bleu`] — BLEU-1..4, sentence and corpus.
 //! - [`rouge`] — ROUGE-L.
 //! - [`eval`] — score a REFS file against a CANDS file (`caprl score`).
+//! - [`meteor`] — METEOR 1.5 through the jar pycocoevalcap ships (needs Java).
 //! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
 
 pub mod bleu;
@@ -21,8 +23,10 @@ pub mod cider;
 mod corpus;
 pub mod df;
 pub mod diversity;
+pub mod eos;
 pub mod eval;
 pub mod intern;
+pub mod meteor;
 pub mod ngrams;
 pub mod rouge;
 
@@ -30,6 +34,8 @@ pub use bleu::{bleu_corpus, bleu_sentence, BleuStats};
 pub use cider::{cider_corpus, cider_corpus_parallel, CiderD, PreparedRefs, SIGMA};
 pub use df::{DfError, DocFreq};
 pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
+pub use eos::{refs_with_eos, with_eos, EOS_MARK};
 pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
 pub use intern::Interner;
+pub use meteor::{locate_jar, meteor_corpus, Meteor, MeteorError};
 pub use rouge::{rouge_l, rouge_l_corpus};

@@ -1,0 +1,112 @@
+//! METEOR through the jar equals pycocoevalcap's own `Meteor().compute_score` within 1e-4
+//! (corpus aggregate and every image) on the committed fixture made by
+//! `scripts/score/make_meteor_fixture.py`. Needs Java and `pip install pycocoevalcap`: skipped
+//! with a printed reason where they are missing, a failure in CI (`support/ci.rs`).
+
+#[path = "support/ci.rs"]
+mod ci;
+
+use std::path::PathBuf;
+
+use caprl_common::score::{locate_jar, Meteor, MeteorError};
+use serde_json::Value;
+
+const TOL: f64 = 1e-4;
+
+/// The jar, or None after [`ci::unavailable`] when it or Java is missing.
+fn jar() -> Option<PathBuf> {
+    ci::tool("java")?;
+    match locate_jar() {
+        Ok(jar) => Some(jar),
+        Err(e) => {
+            ci::unavailable(&format!("no METEOR jar: {e}"));
+            None
+        }
+    }
+}
+
+fn fixture() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/score/meteor_reference.json"
+    );
+    let text = std::fs::read_to_string(path).expect("fixture present");
+    serde_json::from_str(&text).expect("fixture is JSON")
+}
+
+#[test]
+fn meteor_matches_pycocoevalcap_per_image_and_corpus() {
+    let Some(jar) = jar() else { return };
+    let fx = fixture();
+    let images = fx["images"].as_array().expect("images");
+    let refs: Vec<Vec<String>> = images
+        .iter()
+        .map(|im| {
+            im["refs"]
+                .as_array()
+                .expect("refs")
+                .iter()
+                .map(|r| r.as_str().expect("ref").to_string())
+                .collect()
+        })
+        .collect();
+    let cands: Vec<&str> = images
+        .iter()
+        .map(|im| im["cand"].as_str().expect("cand"))
+        .collect();
+    let mut meteor = Meteor::start(&jar).expect("the jar starts");
+    let (corpus, per_image) = meteor.compute_score(&refs, &cands).expect("scores");
+    let want = fx["corpus"]["meteor"].as_f64().expect("corpus");
+    assert!(
+        (corpus - want).abs() <= TOL,
+        "corpus METEOR {corpus}, pycocoevalcap {want}"
+    );
+    let mean = per_image.iter().sum::<f64>() / per_image.len() as f64;
+    assert!(
+        (mean - corpus).abs() > 1e-3,
+        "the corpus score is the jar's aggregate, not the mean of the images ({mean})"
+    );
+    for (im, got) in images.iter().zip(&per_image) {
+        let want = im["meteor"].as_f64().expect("meteor");
+        assert!(
+            (got - want).abs() <= TOL,
+            "METEOR of {}: {got}, pycocoevalcap {want}",
+            im["id"]
+        );
+    }
+
+    // The same process scores a second set (pycocoevalcap keeps one jar per Meteor()).
+    let (again, _) = meteor
+        .compute_score(&refs[..4], &cands[..4])
+        .expect("second set");
+    assert!((0.0..=1.0).contains(&again));
+}
+
+#[test]
+fn missing_jar_is_an_error_naming_the_install_command() {
+    let err = Meteor::start(std::path::Path::new("/nonexistent/dir/meteor-1.5.jar"))
+        .err()
+        .expect("no jar there");
+    assert!(matches!(err, MeteorError::NoJar { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("pip install pycocoevalcap"), "{msg}");
+    assert!(msg.contains("CAPRL_METEOR_JAR"), "{msg}");
+}
+
+#[test]
+fn a_file_that_is_not_the_jar_is_a_protocol_error_quoting_java() {
+    if ci::tool("java").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fake = dir.path().join("meteor-1.5.jar");
+    std::fs::write(&fake, b"not a jar").expect("write");
+    let mut meteor = Meteor::start(&fake).expect("java starts");
+    let err = meteor
+        .compute_score(&[vec!["a dog".to_string()]], &["a dog"])
+        .expect_err("java cannot run it");
+    let msg = err.to_string();
+    assert!(matches!(err, MeteorError::Protocol { .. }), "{msg}");
+    assert!(msg.contains("stopped before"), "{msg}");
+    assert!(msg.to_lowercase().contains("jar"), "{msg}");
+}
