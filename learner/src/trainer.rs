@@ -269,10 +269,7 @@ impl Trainer {
                 .token_logprobs(&x, &seqs, Some(&mut self.dropout_rng))?;
             (xe::nll(&logp, &mask)?, mask)
         };
-        let tokens = mask
-            .sum_all()?
-            .to_dtype(candle_core::DType::F32)?
-            .to_scalar::<f32>()? as usize;
+        let tokens = token_count(&mask)?;
         let stats = self.update(loss, opts, tokens)?;
         if !stats.skipped {
             self.advance();
@@ -492,10 +489,7 @@ impl Trainer {
             parts.push(("kl", scalar(&kl)?));
             loss = (loss + (kl * opts.kl_coef as f64)?)?;
         }
-        let tokens = mask
-            .sum_all()?
-            .to_dtype(candle_core::DType::F32)?
-            .to_scalar::<f32>()? as usize;
+        let tokens = token_count(&mask)?;
         Ok(PgLoss {
             loss,
             parts,
@@ -651,6 +645,11 @@ impl Trainer {
             state,
         })
     }
+}
+
+/// The unmasked tokens of a `[N, T]` mask.
+fn token_count(mask: &candle_core::Tensor) -> Result<usize, LearnerError> {
+    Ok(scalar(&mask.sum_all()?)? as usize)
 }
 
 fn scalar(t: &candle_core::Tensor) -> Result<f32, LearnerError> {

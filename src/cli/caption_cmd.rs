@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use caprl_common::model::{BadEndings, BeamOptions, Inputs, EOS};
 use caprl_learner::run::load_checkpoint;
 
+use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 
@@ -21,18 +22,9 @@ pub struct Args {
     /// Beam width; 1 = greedy.
     #[arg(long, default_value_t = 3)]
     pub beam: usize,
-    /// Diverse beam search: groups the beam is split into; must divide --beam (default:
-    /// decode.beam_groups of the checkpoint's config).
-    #[arg(long, value_name = "G")]
-    pub beam_groups: Option<usize>,
-    /// Diverse beam search: penalty per earlier group's choice of the same word (default:
-    /// decode.diversity_lambda of the checkpoint's config).
-    #[arg(long, value_name = "LAMBDA")]
-    pub diversity_lambda: Option<f32>,
-    /// Never end a caption right after "a", "the", "of", ... (also on when the checkpoint's
-    /// config has decode.remove_bad_endings).
-    #[arg(long)]
-    pub remove_bad_endings: bool,
+    /// Diverse beam search and bad endings; the beam groups must divide --beam.
+    #[command(flatten)]
+    pub diverse: DiverseBeamArgs,
     #[command(flatten)]
     pub compute: ComputeArgs,
 }
@@ -90,16 +82,16 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let ids = read_ids(&args.features, n)?;
-    let decode = &loaded.cfg.decode;
-    let groups = args.beam_groups.unwrap_or(decode.beam_groups as usize);
-    if args.beam > 1 && (groups == 0 || !args.beam.is_multiple_of(groups)) {
+    let diverse = args.diverse.resolve(&loaded.cfg.decode)?;
+    let groups = diverse.groups;
+    if args.beam > 1 && !args.beam.is_multiple_of(groups) {
         bail!(
             "--beam {} is not a multiple of the beam groups {groups} (--beam-groups, default \
              decode.beam_groups): give a --beam-groups that divides --beam, 1 = plain beam search",
             args.beam
         );
     }
-    let bad_endings = if args.remove_bad_endings || decode.remove_bad_endings {
+    let bad_endings = if diverse.remove_bad_endings {
         BadEndings::from_vocab(&loaded.data.vocab)
     } else {
         BadEndings::none()
@@ -129,9 +121,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
                         length_norm: loaded.cfg.decode.length_norm,
                         block_trigrams: loaded.cfg.decode.block_trigrams,
                         groups,
-                        diversity_lambda: args
-                            .diversity_lambda
-                            .unwrap_or(decode.diversity_lambda as f32),
+                        diversity_lambda: diverse.lambda,
                         bad_endings: bad_endings.clone(),
                     },
                 )?

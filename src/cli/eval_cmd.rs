@@ -8,6 +8,7 @@ use caprl_common::model::Lookahead;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::run::load_checkpoint;
 
+use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;
 use super::{write_stdout, Global};
 
@@ -22,18 +23,9 @@ pub struct Args {
     /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
     #[arg(long)]
     pub beam: Option<usize>,
-    /// Diverse beam search: groups the beam is split into (default: decode.beam_groups of the
-    /// checkpoint's config); the beam is rounded up to a multiple of them.
-    #[arg(long, value_name = "G")]
-    pub beam_groups: Option<usize>,
-    /// Diverse beam search: penalty per earlier group's choice of the same word (default:
-    /// decode.diversity_lambda of the checkpoint's config).
-    #[arg(long, value_name = "LAMBDA")]
-    pub diversity_lambda: Option<f32>,
-    /// Never end a caption right after "a", "the", "of", ... (also on when the checkpoint's
-    /// config has decode.remove_bad_endings).
-    #[arg(long)]
-    pub remove_bad_endings: bool,
+    /// Diverse beam search and bad endings; the beam is rounded up to a multiple of the groups.
+    #[command(flatten)]
+    pub diverse: DiverseBeamArgs,
     /// Nucleus mass of the samples of the diversity metrics, in (0, 1] (default:
     /// decode.top_p of the checkpoint's config).
     #[arg(long, value_name = "P")]
@@ -80,32 +72,20 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--split {}: {e}", args.split))?;
     let items = &loaded.data.split(split).items;
+    let diverse = args.diverse.resolve(&loaded.cfg.decode)?;
     let opts = EvalOptions {
         beam: args.beam.unwrap_or(loaded.cfg.decode.beam as usize),
         length_norm: loaded.cfg.decode.length_norm,
         block_trigrams: loaded.cfg.decode.block_trigrams,
-        beam_groups: args
-            .beam_groups
-            .unwrap_or(loaded.cfg.decode.beam_groups as usize),
-        diversity_lambda: args
-            .diversity_lambda
-            .unwrap_or(loaded.cfg.decode.diversity_lambda as f32),
-        remove_bad_endings: args.remove_bad_endings || loaded.cfg.decode.remove_bad_endings,
+        beam_groups: diverse.groups,
+        diversity_lambda: diverse.lambda,
+        remove_bad_endings: diverse.remove_bad_endings,
         top_p: args.top_p.unwrap_or(loaded.cfg.decode.top_p as f32),
         limit: args.limit.unwrap_or(0),
         seed: loaded.cfg.seed,
         progress: true,
         ..EvalOptions::default()
     };
-    if opts.beam_groups == 0 {
-        anyhow::bail!("--beam-groups 0: give 1 (plain beam search) or more");
-    }
-    if !(opts.diversity_lambda >= 0.0 && opts.diversity_lambda.is_finite()) {
-        anyhow::bail!(
-            "--diversity-lambda {}: λ must be a finite number >= 0",
-            opts.diversity_lambda
-        );
-    }
     if !(opts.top_p > 0.0 && opts.top_p <= 1.0) {
         anyhow::bail!("--top-p {}: p must be in (0, 1] (1 = off)", opts.top_p);
     }

@@ -7,6 +7,7 @@
 
 mod actor_cmd;
 mod audio_data_cmd;
+mod beam_args;
 mod bench_all;
 mod bench_audio_cmd;
 mod bench_clip_cmd;

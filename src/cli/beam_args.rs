@@ -1,0 +1,53 @@
+//! The diverse-beam and bad-ending flags that `caprl eval` and `caprl caption` share, resolved
+//! against the checkpoint's `[decode]` keys.
+
+use anyhow::{bail, Result};
+use caprl_common::config::DecodeConfig;
+
+#[derive(Debug, clap::Args)]
+pub struct DiverseBeamArgs {
+    /// Diverse beam search: groups the beam is split into (default: decode.beam_groups of the
+    /// checkpoint's config).
+    #[arg(long, value_name = "G")]
+    pub beam_groups: Option<usize>,
+    /// Diverse beam search: penalty per earlier group's choice of the same word (default:
+    /// decode.diversity_lambda of the checkpoint's config).
+    #[arg(long, value_name = "LAMBDA")]
+    pub diversity_lambda: Option<f32>,
+    /// Never end a caption right after "a", "the", "of", ... (also on when the checkpoint's
+    /// config has decode.remove_bad_endings).
+    #[arg(long)]
+    pub remove_bad_endings: bool,
+}
+
+/// The flags over the config's keys.
+#[derive(Debug, Clone, Copy)]
+pub struct DiverseBeam {
+    pub groups: usize,
+    pub lambda: f32,
+    pub remove_bad_endings: bool,
+}
+
+impl DiverseBeamArgs {
+    /// Each flag, or its key in `decode` when not given; 0 groups and a negative or non-finite
+    /// λ are errors.
+    pub fn resolve(&self, decode: &DecodeConfig) -> Result<DiverseBeam> {
+        let out = DiverseBeam {
+            groups: self.beam_groups.unwrap_or(decode.beam_groups as usize),
+            lambda: self
+                .diversity_lambda
+                .unwrap_or(decode.diversity_lambda as f32),
+            remove_bad_endings: self.remove_bad_endings || decode.remove_bad_endings,
+        };
+        if out.groups == 0 {
+            bail!("--beam-groups 0: give 1 (plain beam search) or more");
+        }
+        if !(out.lambda >= 0.0 && out.lambda.is_finite()) {
+            bail!(
+                "--diversity-lambda {}: λ must be a finite number >= 0",
+                out.lambda
+            );
+        }
+        Ok(out)
+    }
+}
