@@ -794,7 +794,24 @@ fn diverse_beam_without_a_penalty_is_beam_search_per_group() {
                     .flat_map(|h| std::iter::repeat_n(h.clone(), 3))
                     .collect();
                 want.sort_by(|a, b| b.score.total_cmp(&a.score));
-                assert_eq!(hyps, &want, "{:?} input {i}", cfg.kind);
+                // The same words; log-probs up to rounding (the graph ops of other devices
+                // compute a batch of 6 rows and one of 2 in different orders).
+                assert_eq!(
+                    tokens_of(hyps),
+                    tokens_of(&want),
+                    "{:?} input {i}",
+                    cfg.kind
+                );
+                for (h, w) in hyps.iter().zip(&want) {
+                    let close = |a: &[f32], b: &[f32]| {
+                        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+                    };
+                    assert!(
+                        close(&h.logprobs, &w.logprobs) && (h.score - w.score).abs() < 1e-5,
+                        "{:?} input {i}: {h:?} vs {w:?}",
+                        cfg.kind
+                    );
+                }
             }
         }
     }

@@ -28,6 +28,16 @@ LABELS = {
 }
 
 
+def label(variant):
+    """The table's name of a variant (`ppoKmM`: K passes of M minibatches)."""
+    if variant in LABELS:
+        return LABELS[variant]
+    if variant.startswith("ppo") and "m" in variant:
+        k, m = variant[3:].split("m")
+        return f"PPO K={k}, {m} minibatches, leave-one-out"
+    return variant
+
+
 # self-critical.pytorch's `bad_endings` (captioning/utils/misc.py).
 BAD_ENDINGS = {"a", "an", "the", "in", "for", "at", "of", "with", "before", "after", "on", "upon",
                "near", "to", "is", "are", "am"}
@@ -116,7 +126,7 @@ def main():
                 extra.append(f"{statistics.mean(reached.values()):,.0f} ({100 * share:.0f}%)")
         else:
             extra.append("")
-        row(LABELS.get(v, v), v, final, extra)
+        row(label(v), v, final, extra)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # The README's RL-algorithm table: advantage estimators and PPO-style sample reuse at the same
 # number of actor decodes. For each seed: one XE model, then from it SCST with each estimator
 # (greedy, leave-one-out mean, GRPO, Dr. GRPO) and PPO with K = 1, 2, 4 passes (2 minibatches
-# each, leave-one-out mean baseline), all for the same RL epochs and the same actor decodes per
+# each, leave-one-out mean baseline; variant ppoKmM: K passes of M minibatches), all for the
+# same RL epochs and the same actor decodes per
 # image: 5 samples + the greedy caption for the greedy baseline, 6 samples for the others. The
 # variant greedy-noeos is the greedy baseline with CIDEr-D scored without <eos>
 # (reward.cider_eos = false). Each is evaluated on the test split with beam 3. Prints the table
@@ -32,7 +33,10 @@ variant_sets() { # variant -> its [train] keys
     greedy-noeos) echo "--set train.baseline=greedy --set reward.cider_eos=false" ;;
     grpo|dr-grpo) echo "--set train.baseline=$1 --set train.samples=6" ;;
     rloo) echo "--set train.baseline=mean --set train.samples=6" ;;
-    ppo1|ppo2|ppo4) echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=${1#ppo} --set train.ppo_minibatches=2" ;;
+    ppo*m*) # ppoKmM: K passes of M minibatches
+      k=${1#ppo}; m=${k#*m}; k=${k%m*}
+      echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=$k --set train.ppo_minibatches=$m" ;;
+    ppo*) echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=${1#ppo} --set train.ppo_minibatches=2" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
