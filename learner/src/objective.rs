@@ -218,6 +218,8 @@ mod tests {
         assert_eq!(d("scst", "greedy"), sampled(true, 0));
         assert_eq!(d("scst", "mean"), sampled(false, 0));
         assert_eq!(d("sle", "greedy"), sampled(true, 0));
+        assert_eq!(d("sle", "mean"), sampled(false, 0));
+        assert_eq!(d("scst", "grpo"), sampled(false, 0));
         assert_eq!(d("mc-pg", "greedy"), sampled(false, 3));
         assert_eq!(d("actor-critic", "greedy"), sampled(false, 0));
         assert_eq!(d("xe", "greedy"), sampled(false, 0));

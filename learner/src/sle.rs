@@ -15,7 +15,7 @@ use caprl_common::config::{RunConfig, DIVERSITY};
 use caprl_common::wire::ScoredRollout;
 
 use crate::advantage::{self, Baseline};
-use crate::objective::{Decodes, Rule};
+use crate::objective::{uses_clip, Decodes, Rule};
 use crate::targets::{per_image_samples, PgBatch};
 use crate::LearnerError;
 
@@ -32,12 +32,12 @@ impl Rule for Sle {
         "sle"
     }
 
-    /// The greedy caption is the quality term's baseline (and a rival in the contrastive
-    /// reward's text pool, seed 004).
+    /// The greedy caption is the quality term's baseline under `baseline = "greedy"` (and a
+    /// rival in the contrastive reward's text pool, seed 004); a group baseline needs none.
     fn decodes(&self, cfg: &RunConfig) -> Decodes {
         Decodes {
             samples: cfg.train.samples,
-            greedy: true,
+            greedy: self.baseline == Baseline::Greedy || uses_clip(cfg),
             ..Decodes::default()
         }
     }
