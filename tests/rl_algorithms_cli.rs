@@ -4,18 +4,21 @@
 
 mod support;
 
-use std::path::Path;
-
 use support::{caprl, sets, steps, synth, text};
 
-fn train(data: &Path, run: &Path, objective: &str, keys: &[&str]) -> Vec<serde_json::Value> {
+/// `caprl train --objective OBJECTIVE` of a tiny run (1 XE + 1 RL epoch) with `keys`; its RL
+/// step records.
+fn train(objective: &str, keys: &[&str]) -> Vec<serde_json::Value> {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
     let out = caprl()
         .args(["train", "-q", "--objective", objective])
-        .args(sets(data, run, 1, keys))
+        .args(sets(&data, &run, 1, keys))
         .output()
         .expect("caprl runs");
     assert!(out.status.success(), "{keys:?}: {}", text(&out));
-    let rl = steps(run, "rl");
+    let rl = steps(&run, "rl");
     assert!(!rl.is_empty(), "{keys:?}: no RL step");
     rl
 }
@@ -28,11 +31,7 @@ fn stat(step: &serde_json::Value, name: &str) -> f64 {
 
 #[test]
 fn grpo_with_ppo_passes_and_a_kl_reward_penalty_trains_and_reports() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
     let rl = train(
-        &data,
-        &tmp.path().join("run"),
         "scst",
         &[
             "train.baseline=\"grpo\"",
@@ -69,14 +68,7 @@ fn grpo_with_ppo_passes_and_a_kl_reward_penalty_trains_and_reports() {
 /// the difference between the actors' decoding and the learner's teacher-forced pass.
 #[test]
 fn one_ppo_pass_in_sync_mode_sees_ratios_of_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
-    let rl = train(
-        &data,
-        &tmp.path().join("run"),
-        "scst",
-        &["train.baseline=\"rloo\"", "train.ppo_epochs=1"],
-    );
+    let rl = train("scst", &["train.baseline=\"rloo\"", "train.ppo_epochs=1"]);
     for s in &rl {
         assert!(
             (stat(s, "ratio_min") - 1.0).abs() < 1e-3 && (stat(s, "ratio_max") - 1.0).abs() < 1e-3,
@@ -88,11 +80,7 @@ fn one_ppo_pass_in_sync_mode_sees_ratios_of_one() {
 
 #[test]
 fn sle_with_dr_grpo_and_a_sampled_kl_loss_trains() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
     let rl = train(
-        &data,
-        &tmp.path().join("run"),
         "sle",
         &[
             "train.baseline=\"dr-grpo\"",
@@ -111,11 +99,7 @@ fn sle_with_dr_grpo_and_a_sampled_kl_loss_trains() {
 /// importance weight is not applied (`importance_weight` stays empty).
 #[test]
 fn ppo_runs_in_async_mode_without_the_sequence_importance_weight() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
     let rl = train(
-        &data,
-        &tmp.path().join("run"),
         "scst",
         &[
             "runtime.mode=\"async\"",
