@@ -27,6 +27,7 @@ pub fn bus_options(cfg: &RunConfig) -> BusOptions {
         run_id: cfg.runtime.run_id.clone(),
         ack_wait_secs: cfg.runtime.ack_wait_secs,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
+        replicas: cfg.nats.replicas as usize,
         ..BusOptions::default()
     }
 }

@@ -214,6 +214,26 @@ async fn a_server_list_connects_past_a_server_that_is_down() {
     round_trip(&bus).await;
 }
 
+/// `nats.replicas = 3` needs a JetStream cluster: against one server the bus refuses to set up
+/// and says why, instead of running unreplicated.
+#[tokio::test]
+async fn replicated_streams_on_a_single_server_are_a_clear_error() {
+    let server = LocalNatsServer::start_default().unwrap();
+    let opts = BusOptions {
+        replicas: 3,
+        ..BusOptions::default()
+    };
+    let err = NatsBus::connect(&connect_cfg(&server), &opts)
+        .await
+        .err()
+        .expect("3 replicas on one server");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("nats.replicas") && msg.contains("set nats.replicas = 1"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn missing_server_binary_says_how_to_install_it() {
     let err = LocalNatsServer::start(LocalNatsServerOptions {

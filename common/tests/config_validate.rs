@@ -363,3 +363,16 @@ fn ppo_and_kl_settings_are_checked() {
     );
     assert!(ok.is_ok(), "{ok:?}");
 }
+
+#[test]
+fn nats_replicas_are_one_to_five() {
+    for bad in ["0", "6"] {
+        let msg = refused_with(&[&format!("nats.replicas={bad}")]);
+        assert!(
+            msg.contains("nats.replicas") && msg.contains("1..=5"),
+            "{msg}"
+        );
+    }
+    let cfg = RunConfig::load(None, &["nats.replicas=3".into()]).unwrap();
+    assert_eq!(cfg.nats.replicas, 3);
+}

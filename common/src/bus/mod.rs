@@ -212,7 +212,7 @@ impl BusOptions {
         }
         if self.replicas == 0 || self.replicas > 5 {
             return Err(BusError::Config {
-                key: "bus.replicas",
+                key: "nats.replicas",
                 problem: format!("{} must be in 1..=5", self.replicas),
             });
         }

@@ -115,13 +115,33 @@ async fn ensure_stream(
         return Ok(stream);
     }
     let name = config.name.clone();
+    let replicas = config.num_replicas;
     match js.create_stream(config).await {
         Ok(stream) => Ok(stream),
+        Err(e) if needs_a_cluster(&e) => Err(BusError::Config {
+            key: "nats.replicas",
+            problem: format!(
+                "{replicas} replicas need a JetStream cluster, and the server is not one ({e}): \
+                 set nats.replicas = 1 for a single server, or connect to a cluster"
+            ),
+        }),
         // Created by someone else between our get and create.
         Err(create_err) => js
             .get_stream(&name)
             .await
             .map_err(|_| BusError::js(op, create_err)),
+    }
+}
+
+/// Whether the server refused a replicated stream because it runs without a cluster.
+fn needs_a_cluster(err: &async_nats::jetstream::context::CreateStreamError) -> bool {
+    use async_nats::jetstream::context::CreateStreamErrorKind;
+    use async_nats::jetstream::ErrorCode;
+    match err.kind() {
+        CreateStreamErrorKind::JetStream(e) => {
+            e.error_code() == ErrorCode::STREAM_REPLICAS_NOT_SUPPORTED
+        }
+        _ => false,
     }
 }
 

@@ -537,6 +537,9 @@ pub struct NatsConfig {
     pub max_message_bytes: u64,
     /// >= 1.
     pub connect_timeout_secs: u64,
+    /// JetStream replicas of the run's streams, KV and object store: 1 on a single server, 3
+    /// on a 3-node JetStream cluster (survives losing one node); 1..=5.
+    pub replicas: u32,
 }
 
 impl Default for NatsConfig {
@@ -553,6 +556,7 @@ impl Default for NatsConfig {
             tls_key: String::new(),
             max_message_bytes: 8_388_608,
             connect_timeout_secs: 5,
+            replicas: 1,
         }
     }
 }

@@ -158,6 +158,7 @@ const RULES: &[Rule] = &[
         allowed: "1024..=67108864 (64 MiB, the largest payload NATS accepts)",
         violation: |c| outside(c.nats.max_message_bytes, 1024..=64 * 1024 * 1024),
     },
+    Rule { key: "nats.replicas", allowed: "1..=5 (1 on a single server, 3 on a 3-node JetStream cluster)", violation: |c| outside(c.nats.replicas, 1..=5) },
     Rule { key: "nats.connect_timeout_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.nats.connect_timeout_secs, 1..=i64::MAX as u64) },
     Rule {
         key: "nats.tls_key",
