@@ -8,7 +8,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::{caprl, checkpoint_dirs, sets, synth, text};
+use support::{caprl, checkpoint_dirs, text, train_tiny_xe};
 
 fn eval(checkpoint: &Path) -> Output {
     caprl()
@@ -51,14 +51,7 @@ fn assert_damage_named(target: &Path, file: &Path, why: &str) {
 #[test]
 fn eval_of_a_damaged_checkpoint_names_the_damage_in_its_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
-    let run = tmp.path().join("run");
-    let out = caprl()
-        .args(["train", "--objective", "xe", "-q"])
-        .args(sets(&data, &run, 0, &[]))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let run = train_tiny_xe(tmp.path());
     let best = run.join("best-xe");
     // The control: intact, it evaluates.
     let out = eval(&best);

@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
-use support::{caprl, sets, synth, text};
+use support::{caprl, text, train_tiny_xe};
 
 fn fixture() -> Value {
     let path = concat!(
@@ -120,14 +120,7 @@ fn score_meteor_prints_pycocoevalcap_numbers() {
 #[test]
 fn eval_meteor_adds_meteor_and_without_the_jar_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = synth(tmp.path());
-    let run = tmp.path().join("run");
-    let out = caprl()
-        .args(["train", "--objective", "xe", "-q"])
-        .args(sets(&data, &run, 0, &[]))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let run = train_tiny_xe(tmp.path());
     let eval = || {
         let mut cmd = caprl();
         cmd.args([

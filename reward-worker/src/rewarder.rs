@@ -170,9 +170,12 @@ impl Rewarder {
     /// The caption CIDEr-D scores: `tokens` up to the first [`EOS`], followed by
     /// [`EOS_MARK`] when the caption finished and the rewarder scores with `<eos>`.
     fn cider_caption(&self, tokens: &[u32]) -> Vec<u32> {
-        let words: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
-        let finished = words.len() < tokens.len();
-        with_eos(&words, self.cider_eos && finished)
+        let mut words = Vec::with_capacity(tokens.len() + 1);
+        words.extend(tokens.iter().copied().take_while(|&t| t != EOS));
+        if self.cider_eos && words.len() < tokens.len() {
+            words.push(EOS_MARK);
+        }
+        words
     }
 
     /// The reward vector of one caption (tokens may end with EOS; one cut at `max_len` has

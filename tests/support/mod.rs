@@ -25,6 +25,20 @@ pub fn synth(dir: &Path) -> PathBuf {
     data
 }
 
+/// Trains the tiny XE run of [`sets`] (no RL) on the synthetic data in `dir/data` into
+/// `dir/run`; returns the run directory (its best checkpoint is `run/best-xe`).
+pub fn train_tiny_xe(dir: &Path) -> PathBuf {
+    let data = synth(dir);
+    let run = dir.join("run");
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q"])
+        .args(sets(&data, &run, 0, &[]))
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", text(&out));
+    run
+}
+
 /// `--set` arguments of a tiny run: hidden 32, batch 16 in tasks of 4 images,
 /// one XE and `rl_epochs` RL epochs, plus `extra` keys.
 pub fn sets(data: &Path, run_dir: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<String> {
