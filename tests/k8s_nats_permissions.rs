@@ -322,3 +322,42 @@ async fn reward_worker_may_pull_rollouts_and_publish_scored_only() {
     )
     .await;
 }
+
+/// The StatefulSet's `nats-cluster.conf` (nats.conf plus a 3-route cluster) as nats-server
+/// reads it in the pod, with the env the pod gets: it parses, and without `POD_NAME` (the
+/// server name JetStream places replicas by) it is refused.
+#[test]
+fn the_statefulset_cluster_config_parses_with_the_pods_env() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for file in ["nats.conf", "nats-cluster.conf"] {
+        std::fs::copy(
+            repo_file(&format!("k8s/base/{file}")),
+            dir.path().join(file),
+        )
+        .expect("copy the shipped config");
+    }
+    let check = |pod_name: Option<&str>| {
+        let mut cmd = std::process::Command::new("nats-server");
+        cmd.arg("-t")
+            .arg("-c")
+            .arg(dir.path().join("nats-cluster.conf"))
+            .env_remove("POD_NAME");
+        for (var, _, password) in PASSWORDS {
+            cmd.env(var.trim_start_matches('$'), password);
+        }
+        if let Some(name) = pod_name {
+            cmd.env("POD_NAME", name);
+        }
+        let out = cmd.output().expect("nats-server runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let (ok, text) = check(Some("nats-1"));
+    assert!(ok, "nats-cluster.conf does not parse:\n{text}");
+    let (ok, text) = check(None);
+    assert!(!ok && text.contains("POD_NAME"), "{text}");
+}
