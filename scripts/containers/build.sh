@@ -20,7 +20,9 @@ build() {
   local image=$1 file=$2 start=$SECONDS
   shift 2
   echo "build: $(stamp) podman build -f $file -t $image $*"
-  (cd "$repo" && nice -n "$NICE" podman build --pull=never -f "$file" "$@" -t "$image" .)
+  # Docker's image format: the OCI format has no SHELL, and podman would run Dockerfile.cuda's RUN
+  # lines with /bin/sh instead of its `bash -o pipefail`.
+  (cd "$repo" && nice -n "$NICE" podman build --pull=never --format docker -f "$file" "$@" -t "$image" .)
   echo "build: $image built in $((SECONDS - start)) s"
   echo "build: $image runs as user $(podman image inspect --format '{{.Config.User}}' "$image"):" \
     "$(podman run --rm "$image" --version 2>&1 | head -n 1)"

@@ -1,6 +1,6 @@
 # Shared by the scripts in scripts/containers/: podman with this folder's containers.conf,
 # the repository root, and the names of the public images the Dockerfiles and manifests use.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # the variables are for the scripts that source this
 containers_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$containers_dir/../.." && pwd)
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$containers_dir/containers.conf}

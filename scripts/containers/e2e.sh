@@ -133,26 +133,31 @@ ready() {
     sleep 0.5
   done
 }
+# The probes the manifests declare, read from the host through the published ports.
+probe() {
+  local base=http://127.0.0.1:${port[$1]} path
+  for path in healthz readyz; do
+    echo "e2e: $1 /$path: $(curl -s -w ' (HTTP %{http_code})' "$base/$path")"
+  done
+  echo "e2e: $1 /metrics: $(curl -s "$base/metrics" | grep -c '^caprl_') caprl_ samples, e.g.:"
+  curl -s "$base/metrics" | grep '^caprl_' | head -n 3 | sed 's/^/    /'
+}
 start=$SECONDS
-# The learner creates the run's streams; the workers start once it is ready (in a cluster they
-# would be restarted until then: --restart on-failure stands for the Deployments' restarts).
+# The learner creates the run's streams and is ready once it has published its first snapshot
+# (after the XE epoch); it is probed then, before the workers start (the tiny run ends seconds
+# after they do). In a cluster the workers would be restarted until the learner is up:
+# --restart on-failure stands for the Deployments' restarts.
 role learner learner -v "$p-state:/var/lib/caprl:U"
 ready learner
+probe learner
 for i in 0 1; do role "actor-$i" actor --restart on-failure; done
 for i in 0 1; do role "reward-worker-$i" reward-worker --restart on-failure; done
-
-# The probes the manifests declare, from the host through the published ports, while the run is on.
-for name in learner actor-0 reward-worker-0; do
+for name in actor-0 reward-worker-0; do
   ready "$name"
-  base=http://127.0.0.1:${port[$name]}
-  for path in healthz readyz; do
-    echo "e2e: $name /$path: $(curl -s -w ' (HTTP %{http_code})' "$base/$path")"
-  done
-  echo "e2e: $name /metrics: $(curl -s "$base/metrics" | grep -c '^caprl_') caprl_ samples, e.g.:"
-  curl -s "$base/metrics" | grep '^caprl_' | head -n 3 | sed 's/^/    /'
+  probe "$name"
 done
-echo "e2e: learner's uid and root filesystem, seen from inside:"
-podman exec "$p-learner" sh -c 'id; touch /x 2>&1 | sed "s/^/    /"; touch /tmp/x && echo "    /tmp is writable"' \
+echo "e2e: actor-0's uid and root filesystem, seen from inside:"
+podman exec "$p-actor-0" sh -c 'id; touch /x 2>&1 | sed "s/^/    /"; touch /tmp/x && echo "    /tmp is writable"' \
   || true
 
 learner_rc=$(podman wait "$p-learner")

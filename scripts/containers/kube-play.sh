@@ -22,7 +22,7 @@ done
 down() {
   local f
   for f in "$work/dev.yaml" "$work/dev-podman.yaml"; do
-    [ -f "$f" ] && podman kube down "$f" >/dev/null 2>&1 || true
+    if [ -f "$f" ]; then podman kube down "$f" >/dev/null 2>&1 || true; fi
   done
   for v in state-learner-0 data-nats-0; do podman volume rm -f "$v" >/dev/null 2>&1 || true; done
   podman network rm -f "$net" >/dev/null 2>&1 || true
