@@ -11,7 +11,7 @@
 #
 # HOST_CAPRL is the host binary for the `caprl local` run (default target/release/caprl, built
 # with nice if missing). E2E_WORK (default /var/tmp/caprl-e2e) holds the config and the local run.
-set -euo pipefail
+set -Eeuo pipefail
 # shellcheck source=scripts/containers/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -137,10 +137,12 @@ ready() {
 probe() {
   local base=http://127.0.0.1:${port[$1]} path
   for path in healthz readyz; do
-    echo "e2e: $1 /$path: $(curl -s -w ' (HTTP %{http_code})' "$base/$path")"
+    echo "e2e: $1 /$path: $(curl -s -w ' (HTTP %{http_code})' "$base/$path" | tr -d '\n')"
   done
-  echo "e2e: $1 /metrics: $(curl -s "$base/metrics" | grep -c '^caprl_') caprl_ samples, e.g.:"
-  curl -s "$base/metrics" | grep '^caprl_' | head -n 3 | sed 's/^/    /'
+  local metrics
+  metrics=$(curl -s "$base/metrics" | grep '^caprl_' || true)
+  echo "e2e: $1 /metrics: $(wc -l <<<"$metrics") caprl_ samples, e.g.:"
+  sed -n '1,3s/^/    /p' <<<"$metrics"
 }
 start=$SECONDS
 # The learner creates the run's streams and is ready once it has published its first snapshot

@@ -24,7 +24,12 @@ down() {
   for f in "$work/dev.yaml" "$work/dev-podman.yaml"; do
     if [ -f "$f" ]; then podman kube down "$f" >/dev/null 2>&1 || true; fi
   done
-  for v in state-learner-0 data-nats-0; do podman volume rm -f "$v" >/dev/null 2>&1 || true; done
+  podman pod ls --filter "network=$net" --format '{{.Name}}' | xargs -r podman pod rm -f -t 2 >/dev/null 2>&1 || true
+  # podman makes named volumes of the PVCs, the emptyDirs and the ConfigMaps; kube down leaves them.
+  local v
+  for v in $(podman volume ls --format '{{.Name}}' | grep -E '^(state-learner-0|data-nats-0|data|tmp|caprl-config-.*|nats-config-.*|(actor|reward-worker)-[0-9]+-(data|tmp)|learner-(data|tmp))$'); do
+    podman volume rm -f "$v" >/dev/null 2>&1 || true
+  done
   podman network rm -f "$net" >/dev/null 2>&1 || true
 }
 down
@@ -40,12 +45,15 @@ podman kube play --start=false --network "$net" "$work/dev.yaml" 2>&1 | sed 's/^
 echo "kube-play: what podman made of it:"
 podman pod ls --format '    pod {{.Name}}: {{.NumberOfContainers}} containers' | sort
 podman volume ls --format '    volume {{.Name}}' | grep -v -E 'caprl-e2e' || true
-podman kube down "$work/dev.yaml" >/dev/null 2>&1 || true
+podman pod ls --filter "network=$net" --format '{{.Name}}' | xargs -r podman pod rm -f -t 2 >/dev/null 2>&1 || true
+podman volume ls --format '{{.Name}}' | grep -E '^(data|tmp|caprl-config-.*|nats-config-.*)$' \
+  | xargs -r podman volume rm -f >/dev/null 2>&1 || true
 
 echo "kube-play: $(stamp) 2. rewritten by kube_adapt.py, started:"
-python3 "$containers_dir/kube_adapt.py" "$work/dev.yaml" >"$work/dev-podman.yaml" 2> >(sed 's/^/    /')
+python3 "$containers_dir/kube_adapt.py" "$work/dev.yaml" >"$work/dev-podman.yaml" 2>"$work/dropped.txt"
+sed 's/^/    /' "$work/dropped.txt"
 podman kube play --network "$net" "$work/dev-podman.yaml" 2>&1 | grep -v -E '^(Trying|Getting|Copying|Writing|Storing)' \
-  | sed 's/^/    /'
+  | sed 's/^/    /' || true
 sleep "$wait_s"
 echo "kube-play: $(stamp) after ${wait_s} s:"
 podman ps -a --filter "network=$net" --format '    {{.Names}}: {{.Status}}' | sort
@@ -56,7 +64,7 @@ ip_of() {
 }
 learner_ip=$(ip_of learner)
 for path in healthz readyz; do
-  echo "kube-play: learner /$path: $(curl -s -m 5 -w ' (HTTP %{http_code})' "http://$learner_ip:9100/$path" || true)"
+  echo "kube-play: learner /$path: $(curl -s -m 5 -w ' (HTTP %{http_code})' "http://$learner_ip:9100/$path" | tr -d '\n' || true)"
 done
 echo "kube-play: learner /metrics: $(curl -s -m 5 "http://$learner_ip:9100/metrics" | grep -c '^caprl_' || true) caprl_ samples"
 echo "kube-play: nats /healthz: $(curl -s -m 5 "http://$(ip_of nats):8222/healthz?js-enabled-only=true" || true)"
