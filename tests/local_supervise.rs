@@ -101,7 +101,12 @@ fn caprl_local_gives_up_on_a_role_that_keeps_failing_and_shows_its_last_lines() 
     // The bus is fine (`caprl local` checks it before it starts any role); the learner and the
     // actor then fail at once on a GPU that no machine has.
     let mut args = vec!["local".to_string(), "--nats-url".into(), server.url()];
-    args.extend(sets(&data, &dir.path().join("run"), 1, &["device=\"cuda:99\""]));
+    args.extend(sets(
+        &data,
+        &dir.path().join("run"),
+        1,
+        &["device=\"cuda:99\""],
+    ));
     let started = Instant::now();
     let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(150));
     assert!(!ok, "caprl local succeeded on device cuda:99:\n{out}");

@@ -75,7 +75,11 @@ fn runs_to_the_end(url: &str, toml: &Path, data: &Path, run: &Path) {
 fn local_fails_fast(url: &str, toml: &Path, data: &Path, says: &[&str]) {
     let run = toml.with_extension("run");
     let (out, took) = local(url, toml, data, &run);
-    assert!(!out.status.success(), "caprl local succeeded: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "caprl local succeeded: {}",
+        text(&out)
+    );
     assert!(took < FAILS_WITHIN, "took {took:?}: {}", text(&out));
     expect_error(&out, says);
     let all = text(&out);
@@ -96,7 +100,11 @@ fn actor_fails_fast(url: &str, toml: &Path, data: &Path, says: &[&str]) {
         .output()
         .expect("caprl runs");
     let took = started.elapsed();
-    assert!(!out.status.success(), "caprl actor succeeded: {}", text(&out));
+    assert!(
+        !out.status.success(),
+        "caprl actor succeeded: {}",
+        text(&out)
+    );
     assert!(took < FAILS_WITHIN, "took {took:?}: {}", text(&out));
     expect_error(&out, says);
 }
@@ -104,7 +112,11 @@ fn actor_fails_fast(url: &str, toml: &Path, data: &Path, says: &[&str]) {
 fn expect_error(out: &Output, says: &[&str]) {
     let err = String::from_utf8_lossy(&out.stderr);
     for s in says {
-        assert!(err.contains(s), "the error does not say {s:?}: {}", text(out));
+        assert!(
+            err.contains(s),
+            "the error does not say {s:?}: {}",
+            text(out)
+        );
     }
 }
 

@@ -16,8 +16,8 @@ use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::config::RunConfig;
 
 use super::Global;
-use crate::{roles, setup};
 use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
+use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
