@@ -1,8 +1,9 @@
 //! `caprl local` keeps its roles running: an actor and a reward worker are killed with -9
 //! mid-run (the learner held meanwhile), then the learner; each is restarted (the learner with
 //! `--resume`), the command exits 0, its log says what died and what was restarted, and the
-//! weights equal an undisturbed run's. A role that keeps dying right after each start (a NATS server that refuses the
-//! role's password) makes it give up with that role's name and last lines.
+//! weights equal an undisturbed run's. A role that keeps dying right after each start (a GPU
+//! that is not there) makes it give up with that role's name and last lines; a password the NATS
+//! server refuses fails the command at once, before any role starts.
 
 mod support;
 
@@ -96,6 +97,36 @@ fn caprl_local_gives_up_on_a_role_that_keeps_failing_and_shows_its_last_lines() 
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    // The bus is fine (`caprl local` checks it before it starts any role); the learner and the
+    // actor then fail at once on a GPU that no machine has.
+    let mut args = vec!["local".to_string(), "--nats-url".into(), server.url()];
+    args.extend(sets(
+        &data,
+        &dir.path().join("run"),
+        1,
+        &["device=\"cuda:99\""],
+    ));
+    let started = Instant::now();
+    let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(150));
+    assert!(!ok, "caprl local succeeded on device cuda:99:\n{out}");
+    assert!(
+        out.contains("keeps failing: it exited with exit status: 1 6 times in a row"),
+        "{out}"
+    );
+    let tail = &out[out.find("keeps failing").unwrap()..];
+    assert!(
+        tail.contains("Its last lines:") && tail.contains("cuda:99"),
+        "the last lines of the failing role are missing:\n{out}"
+    );
+    eprintln!("gave up after {:?}", started.elapsed());
+}
+
+#[test]
+fn caprl_local_with_a_password_the_server_refuses_exits_before_starting_any_role() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
     let auth = dir.path().join("auth.conf");
     std::fs::write(
         &auth,
@@ -119,20 +150,18 @@ fn caprl_local_gives_up_on_a_role_that_keeps_failing_and_shows_its_last_lines() 
     ];
     args.extend(sets(&data, &run, 1, &[]));
     let started = Instant::now();
-    let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(150));
+    let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(60));
+    let took = started.elapsed();
     assert!(!ok, "caprl local succeeded with a wrong password:\n{out}");
+    assert!(took < Duration::from_secs(15), "took {took:?}:\n{out}");
     assert!(
-        out.contains("keeps failing: it exited with exit status: 1 6 times in a row"),
+        out.contains("connecting to NATS") && out.contains("rejected the credentials"),
         "{out}"
     );
-    let tail = &out[out.find("keeps failing").unwrap()..];
-    assert!(
-        tail.contains("Its last lines:") && tail.contains("connecting to NATS"),
-        "the last lines of the failing role are missing:\n{out}"
-    );
+    assert!(!out.contains("started (pid"), "roles were started:\n{out}");
+    assert!(!run.exists(), "the run directory was made:\n{out}");
     assert!(
         !out.contains("not-the-password"),
         "the password reached the log:\n{out}"
     );
-    eprintln!("gave up after {:?}", started.elapsed());
 }

@@ -1,11 +1,12 @@
 //! NATS-only behaviour: authentication, TLS, the local server, and a broker that goes
 //! away and comes back.
 
+#[path = "support/certs.rs"]
+mod certs;
 #[path = "support/ci.rs"]
 mod ci;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -313,105 +314,15 @@ async fn broker_down_surfaces_errors_and_restart_keeps_messages() {
     assert_eq!(got[0].payload(), "kept");
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl runs");
-    assert!(status.success(), "openssl {args:?} failed");
-}
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
-fn make_certs(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=caprl-test-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    openssl(dir, &ca);
-    for (name, ext) in [
-        (
-            "server",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        ),
-        (
-            "client",
-            "subjectAltName=DNS:caprl-client\nextendedKeyUsage=clientAuth\n",
-        ),
-    ] {
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        let (key, csr, pem, extfile) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("{name}.ext"),
-        );
-        let subj = format!("/CN={name}");
-        let mut req = vec!["req"];
-        req.extend(ec);
-        req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
-        openssl(dir, &req);
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-                "-days",
-                "1",
-                "-extfile",
-                &extfile,
-            ],
-        );
-    }
-}
-
 #[tokio::test]
 async fn mutual_tls_connects_with_ca_and_client_cert_only() {
     if ci::tool("openssl").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
+    certs::make_certs(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let server = server_with_config(
-        dir.path(),
-        &format!(
-            "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: true }}\n",
-            p("server.pem"),
-            p("server.key"),
-            p("ca.pem")
-        ),
-    );
+    let server = server_with_config(dir.path(), &certs::server_tls_block(dir.path(), true));
     let opts = BusOptions::for_run("tls");
     let mtls = NatsConnect {
         tls_ca: p("ca.pem"),

@@ -5,16 +5,19 @@
 //! logs with a `[role]` prefix, and keeps them running: a role that dies is
 //! restarted (the learner with `--resume`), and so is the nats-server it started.
 //! Stops everything when the learner is done or on Ctrl-C; exits non-zero only
-//! when a role keeps failing (see [`crate::supervise`]).
+//! when a role keeps failing (see [`crate::supervise`]). Before it starts any role it connects
+//! to the server once the way the roles do, so that a wrong URL, credential or certificate is
+//! one clear error at once rather than roles that die and are restarted until it gives up.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+use caprl_common::config::RunConfig;
 
 use super::Global;
-use crate::setup;
 use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
+use crate::{roles, setup};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -50,6 +53,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             (Some(s), url)
         }
     };
+    check_bus(&cfg, &url)?;
     let interrupted = interrupt_flag();
     let mut sup = Supervisor::start(
         role_specs(args.actors, args.reward_workers),
@@ -85,6 +89,16 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         }
         Progress::Finished => Ok(()),
     }
+}
+
+/// Connects to the run's bus once, as every role will (same settings, same code), and lets go:
+/// the bus's own error (TLS, rejected credentials, unreachable server, no JetStream) before
+/// anything is started or written.
+fn check_bus(cfg: &RunConfig, url: &str) -> Result<()> {
+    let rt = roles::runtime()?;
+    let bus = rt.block_on(roles::connect(cfg, Some(url), &[]))?;
+    drop(bus);
+    Ok(())
 }
 
 /// The roles of a local run: the learner (restarted with `--resume`), `actors` actors and
