@@ -105,7 +105,7 @@ fn alert_rules_cover_the_failure_modes() {
 
 /// `$PROMTOOL`, else `promtool` on the PATH. Debian's `prometheus` package
 /// ships it: `apt-get download prometheus && dpkg -x prometheus_*.deb DIR`
-/// (`scripts/ci/install-promtool.sh` does that).
+/// (`scripts/ci/install-prometheus.sh` does that).
 fn promtool() -> Option<PathBuf> {
     let candidate = match std::env::var_os("PROMTOOL") {
         Some(path) => PathBuf::from(path),

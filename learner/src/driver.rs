@@ -183,6 +183,10 @@ fn snapshot_bytes(
 impl Driver {
     /// A driver on `bus`, calling it through `rt`; stops waiting on `shutdown`.
     pub fn new(bus: Arc<dyn Bus>, rt: Handle, shutdown: Shutdown, opts: DriverOptions) -> Driver {
+        if !opts.sync {
+            // The bound CaprlPolicyLagAboveBound and the dashboard's lag panel compare against.
+            tm::set_max_policy_lag(opts.max_policy_lag);
+        }
         Driver {
             bus,
             rt,

@@ -151,6 +151,12 @@ async fn handle(
     bus.publish(Queue::Scored, Bytes::from(bytes)).await?;
     delivery.ack().await?;
     telemetry::metrics::observe_reward_latency(started.elapsed());
+    for reward in &scored.rewards {
+        telemetry::metrics::observe_reward("total", f64::from(reward.total));
+        for (component, value) in &reward.components {
+            telemetry::metrics::observe_reward(component, f64::from(*value));
+        }
+    }
     stats.scored += 1;
     Ok(())
 }

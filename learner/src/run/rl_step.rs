@@ -62,6 +62,7 @@ pub(super) fn rl_step(
         let s = disc.step(data, &real, &fake)?;
         record.losses.insert("disc".into(), s.loss as f64);
         record.losses.insert("disc_acc".into(), s.accuracy as f64);
+        caprl_common::telemetry::metrics::set_discriminator_accuracy(s.accuracy as f64);
         record.losses.insert("p_d_real".into(), s.p_real as f64);
         record.losses.insert("p_d_fake".into(), s.p_fake as f64);
     }
