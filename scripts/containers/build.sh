@@ -24,8 +24,11 @@ build() {
   # lines with /bin/sh instead of its `bash -o pipefail`.
   (cd "$repo" && nice -n "$NICE" podman build --pull=never --format docker -f "$file" "$@" -t "$image" .)
   echo "build: $image built in $((SECONDS - start)) s"
-  echo "build: $image runs as user $(podman image inspect --format '{{.Config.User}}' "$image"):" \
-    "$(podman run --rm "$image" --version 2>&1 | head -n 1)"
+  echo "build: $image runs as user $(podman image inspect --format '{{.Config.User}}' "$image")"
+  # The CUDA binary links libcuda.so.1, the NVIDIA driver's: it starts only on a GPU host.
+  if [ "$image" = "$cpu_image" ]; then
+    echo "build: $image: $(podman run --rm "$image" --version 2>&1 | head -n 1)"
+  fi
 }
 
 case $what in
