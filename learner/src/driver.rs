@@ -379,6 +379,7 @@ impl Driver {
                 }
             }
             self.outstanding.retain(|id| !wanted.contains(id));
+            tm::set_tasks_in_flight(self.outstanding.len() as u64);
             out.tasks_issued = issued.len() as u64;
             out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
             out.scored = got.into_values().collect();
