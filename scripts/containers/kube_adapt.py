@@ -29,11 +29,16 @@ plain Pods named as Kubernetes would name the StatefulSet's or Deployment's pods
   script reads the probe endpoints itself from the pod IPs;
 - env from a Secret (secretKeyRef) becomes the literal value: podman 4.3 turns the Secret into a
   podman secret and then fails to read it ("secret nats-credentials is not valid JSON");
+- the NATS StatefulSet (a 3-node cluster) becomes one Pod, so that Pod runs `nats.conf` (the
+  users and permissions) without `nats-cluster.conf`'s routes, and the run config asks that
+  single server for `nats.replicas = 1`; the 3-node cluster itself is proven with real servers
+  on loopback (tests/runtime_cluster.rs);
 - Service, NetworkPolicy, PodDisruptionBudget and Namespace are dropped (nothing to map to),
   and so are ConfigMaps no pod mounts (the Grafana dashboard, the Prometheus rules).
 """
 import base64
 import copy
+import re
 import sys
 
 import yaml
@@ -95,8 +100,23 @@ def main(path):
         meta.setdefault("annotations", {})["io.podman.annotations.init.container.type"] = "once"
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
+    def single_nats_server(d):
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            c["command"] = [a.replace("nats-cluster.conf", "nats.conf") for a in c.get("command", [])]
+        return d
+
+    def one_replica(d):
+        for key, text in (d.get("data") or {}).items():
+            if key.endswith(".toml"):
+                d["data"][key] = re.sub(r"(?m)^replicas = \d+.*$", "replicas = 1  # one nats Pod under podman kube play", text)
+        return d
+
     for d in docs:
         kind, name = d["kind"], d["metadata"]["name"]
+        if kind == "StatefulSet" and name == "nats":
+            d = single_nats_server(d)
+        if kind == "ConfigMap":
+            d = one_replica(d)
         if kind == "ConfigMap" and name in mounted or kind == "PersistentVolumeClaim":
             out.append(d)
         elif kind == "StatefulSet":
