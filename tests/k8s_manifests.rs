@@ -350,3 +350,39 @@ fn the_shipped_run_configs_and_every_set_override_in_the_manifests_resolve() {
         }
     }
 }
+
+/// Kubernetes runs a pod's init containers again when its sandbox restarts, with its emptyDir
+/// kept: the `synth` initContainer's command must succeed on its own output and leave it as it
+/// is, while a directory holding anything else is still refused.
+#[test]
+fn the_synth_init_container_command_runs_again_on_its_own_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("synth");
+    let synth = |seed: &str| {
+        Command::new(CAPRL)
+            .args([
+                "data", "synth", "--train", "20", "--val", "5", "--test", "5",
+            ])
+            .args(["--seed", seed, "--quiet", "--out"])
+            .arg(&out)
+            .output()
+            .expect("caprl runs")
+    };
+    let first = synth("42");
+    assert!(first.status.success(), "{first:?}");
+    let captions = std::fs::read(out.join("captions.json")).expect("captions");
+    let again = synth("42");
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(again.status.success(), "{again:?}");
+    assert!(said.contains("already holds this data set"), "{said}");
+    assert_eq!(
+        std::fs::read(out.join("captions.json")).expect("captions"),
+        captions
+    );
+    let other = synth("7");
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        !other.status.success() && err.contains("already exists and is not empty"),
+        "{err}"
+    );
+}

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use caprl_common::data::{synth, DataError, Dataset, SynthConfig};
+use caprl_common::data::{already_generated, synth, DataError, Dataset, SynthConfig};
 
 fn small(seed: u64) -> SynthConfig {
     SynthConfig {
@@ -137,4 +137,22 @@ fn failed_synth_leaves_no_partial_output() {
     std::fs::remove_file(out.join("keep.txt")).unwrap();
     synth(&out, &small(1)).unwrap();
     assert_eq!(entries(root.path()), ["synth"]);
+}
+
+#[test]
+fn a_directory_holding_the_same_set_is_recognised_and_any_other_is_not() {
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("synth");
+    assert!(!already_generated(&out, &small(1)));
+    synth(&out, &small(1)).unwrap();
+    assert!(already_generated(&out, &small(1)));
+    assert!(!already_generated(&out, &small(2)), "another seed");
+    let more = SynthConfig {
+        train: 51,
+        ..small(1)
+    };
+    assert!(!already_generated(&out, &more), "another size");
+    // A set that no longer opens is not taken for a finished one.
+    std::fs::remove_file(out.join("captions.json")).unwrap();
+    assert!(!already_generated(&out, &small(1)));
 }

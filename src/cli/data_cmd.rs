@@ -74,6 +74,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 test: a.test,
                 progress: true,
             };
+            if data::already_generated(&a.out, &config) {
+                println!(
+                    "{} already holds this data set (same generator version, seed and sizes); \
+                     left as it is",
+                    a.out.display()
+                );
+                return Ok(());
+            }
             let summary = data::synth(&a.out, &config).with_context(|| {
                 format!("generating the synthetic data set in {}", a.out.display())
             })?;

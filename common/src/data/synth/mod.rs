@@ -131,6 +131,39 @@ struct GeneratorRecord {
     att_dim: usize,
 }
 
+/// The generator record's file in a synthetic data set.
+const GENERATOR_JSON: &str = "synth.json";
+
+impl GeneratorRecord {
+    fn of(config: &SynthConfig) -> GeneratorRecord {
+        GeneratorRecord {
+            generator: "caprl-synth",
+            version: GENERATOR_VERSION,
+            seed: config.seed,
+            train: config.train,
+            val: config.val,
+            test: config.test,
+            refs_per_image: REFS_PER_IMAGE,
+            fc_dim: features::FC_DIM,
+            att_regions: SLOTS,
+            att_dim: features::ATT_DIM,
+        }
+    }
+}
+
+/// Whether `out` already holds the data set [`synth`] would write for `config`: its generator
+/// record names the same generator version, seed and sizes, and the set opens. The generator is
+/// deterministic, so such a directory is what a new run would write, byte for byte (an init
+/// container that runs again on its own output may leave it as it is).
+pub fn already_generated(out: &Path, config: &SynthConfig) -> bool {
+    let Ok(text) = std::fs::read_to_string(out.join(GENERATOR_JSON)) else {
+        return false;
+    };
+    let found: Result<serde_json::Value, _> = serde_json::from_str(&text);
+    let wanted = serde_json::to_value(GeneratorRecord::of(config));
+    matches!((found, wanted), (Ok(f), Ok(w)) if f == w) && Dataset::open(out).is_ok()
+}
+
 /// Generate the synthetic data set into `out` (which must not exist or be empty).
 pub fn synth(out: &Path, config: &SynthConfig) -> Result<SynthSummary, DataError> {
     let started = Instant::now();
@@ -301,20 +334,6 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
     vocab.save(&dir.join(VOCAB_JSON))?;
     write_json_atomic(&dir.join("descriptions.json"), &descriptions)?;
     write_json_atomic(&dir.join("scenes.json"), &records)?;
-    write_json_atomic(
-        &dir.join("synth.json"),
-        &GeneratorRecord {
-            generator: "caprl-synth",
-            version: GENERATOR_VERSION,
-            seed: config.seed,
-            train: config.train,
-            val: config.val,
-            test: config.test,
-            refs_per_image: REFS_PER_IMAGE,
-            fc_dim: features::FC_DIM,
-            att_regions: SLOTS,
-            att_dim: features::ATT_DIM,
-        },
-    )?;
+    write_json_atomic(&dir.join(GENERATOR_JSON), &GeneratorRecord::of(config))?;
     Ok(features::recoverability(&emb, &scenes, &fc, &att))
 }
