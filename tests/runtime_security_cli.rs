@@ -16,23 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+use caprl_common::bus::LocalNatsServer;
 use support::{caprl, final_weights, sets, synth, text};
 
 /// How long a refused connection may take to fail through the CLI (the client's connect
 /// timeout is 5 s; a refusal is much quicker).
 const FAILS_WITHIN: Duration = Duration::from_secs(15);
-
-/// A nats-server configured by `config` (written to `dir/server.conf`).
-fn server(dir: &Path, config: &str) -> LocalNatsServer {
-    let path = dir.join("server.conf");
-    std::fs::write(&path, config).unwrap();
-    LocalNatsServer::start(LocalNatsServerOptions {
-        config_file: Some(path),
-        ..LocalNatsServerOptions::default()
-    })
-    .expect("nats-server starts with the config")
-}
 
 /// `dir/<name>`: a `caprl.toml` whose `[nats]` table has these keys (string values).
 fn caprl_toml(dir: &Path, name: &str, nats: &[(&str, &str)]) -> PathBuf {
@@ -136,7 +125,7 @@ fn server_tls_verified_with_the_ca_from_caprl_toml() {
     let pki = d.join("pki");
     std::fs::create_dir(&pki).unwrap();
     certs::make_certs(&pki);
-    let server = server(d, &certs::server_tls_block(&pki, false));
+    let server = certs::server_with_config(d, &certs::server_tls_block(&pki, false));
     let data = synth(d);
     let ca = pki.join("ca.pem").display().to_string();
     let toml = caprl_toml(d, "caprl.toml", &[("tls_ca", &ca)]);
@@ -171,7 +160,7 @@ fn mutual_tls_from_caprl_toml_and_what_a_wrong_certificate_or_key_says() {
         std::fs::create_dir(p).unwrap();
         certs::make_certs(p);
     }
-    let server = server(d, &certs::server_tls_block(&pki, true));
+    let server = certs::server_with_config(d, &certs::server_tls_block(&pki, true));
     let data = synth(d);
     let file = |dir: &Path, f: &str| dir.join(f).display().to_string();
     let ca = file(&pki, "ca.pem");
@@ -244,7 +233,7 @@ fn nkey_seed_from_caprl_toml_and_a_wrong_seed() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let user = nkeys::KeyPair::new_user();
-    let server = server(
+    let server = certs::server_with_config(
         d,
         &format!(
             "authorization {{ users = [ {{ nkey: {:?} }} ] }}\n",
@@ -273,7 +262,7 @@ fn creds_file_from_caprl_toml_in_operator_mode() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let operator = nats_jwt::Operator::new();
-    let server = server(d, &operator.server_config());
+    let server = certs::server_with_config(d, &operator.server_config());
     let data = synth(d);
     let creds = d.join("user.creds");
     std::fs::write(&creds, operator.user_creds()).unwrap();

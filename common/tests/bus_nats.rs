@@ -6,23 +6,12 @@ mod certs;
 #[path = "support/ci.rs"]
 mod ci;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusError, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-
-fn server_with_config(dir: &Path, config: &str) -> LocalNatsServer {
-    let path = dir.join("server.conf");
-    std::fs::write(&path, config).unwrap();
-    LocalNatsServer::start(LocalNatsServerOptions {
-        config_file: Some(path),
-        ..LocalNatsServerOptions::default()
-    })
-    .expect("nats-server starts with the config")
-}
 
 fn connect_cfg(server: &LocalNatsServer) -> NatsConnect {
     NatsConnect {
@@ -46,7 +35,7 @@ async fn round_trip(bus: &NatsBus) {
 #[tokio::test]
 async fn user_password_right_credentials_connect_wrong_ones_fail_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server_with_config(
+    let server = certs::server_with_config(
         dir.path(),
         "authorization { user: alice, password: \"s3cret\" }\n",
     );
@@ -92,7 +81,7 @@ async fn user_password_right_credentials_connect_wrong_ones_fail_fast() {
 #[tokio::test]
 async fn token_auth_accepts_the_token_and_rejects_others() {
     let dir = tempfile::tempdir().unwrap();
-    let server = server_with_config(dir.path(), "authorization { token: \"t0ken-42\" }\n");
+    let server = certs::server_with_config(dir.path(), "authorization { token: \"t0ken-42\" }\n");
     let opts = BusOptions::for_run("token");
     let good = NatsConnect {
         token: "t0ken-42".into(),
@@ -322,7 +311,7 @@ async fn mutual_tls_connects_with_ca_and_client_cert_only() {
     let dir = tempfile::tempdir().unwrap();
     certs::make_certs(dir.path());
     let p = |f: &str| dir.path().join(f).display().to_string();
-    let server = server_with_config(dir.path(), &certs::server_tls_block(dir.path(), true));
+    let server = certs::server_with_config(dir.path(), &certs::server_tls_block(dir.path(), true));
     let opts = BusOptions::for_run("tls");
     let mtls = NatsConnect {
         tls_ca: p("ca.pem"),

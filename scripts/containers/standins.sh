@@ -90,14 +90,10 @@ debian_base() {
   need "$debian_image" || return 0
   debootstrap_image "$debian_image" bookworm "$debian_mirror" ""
   # debootstrap writes only the main suite; add updates and security as the official image has.
-  local c
-  c=$(podman run -d "$debian_image" sleep 600)
-  podman exec "$c" sh -c 'printf "%s\n" \
+  apt_sources "$debian_image" \
     "deb http://deb.debian.org/debian bookworm main" \
     "deb http://deb.debian.org/debian bookworm-updates main" \
-    "deb http://deb.debian.org/debian-security bookworm-security main" >/etc/apt/sources.list'
-  podman commit -q "$c" "$debian_image" >/dev/null
-  podman rm -f -t 0 "$c" >/dev/null
+    "deb http://deb.debian.org/debian-security bookworm-security main"
 }
 
 ubuntu_base() {
@@ -107,13 +103,19 @@ ubuntu_base() {
   # later with the ubuntu-keyring that debootstrap puts in it).
   debootstrap_image "$ubuntu_image" noble "$ubuntu_mirror" /usr/share/debootstrap/scripts/gutsy \
     --no-check-gpg --components=main,universe
-  local c
-  c=$(podman run -d "$ubuntu_image" sleep 600)
-  podman exec "$c" sh -c "printf '%s\n' \
-    'deb $ubuntu_mirror noble main universe' \
-    'deb $ubuntu_mirror noble-updates main universe' \
-    'deb $ubuntu_mirror noble-security main universe' >/etc/apt/sources.list"
-  podman commit -q "$c" "$ubuntu_image" >/dev/null
+  apt_sources "$ubuntu_image" \
+    "deb $ubuntu_mirror noble main universe" \
+    "deb $ubuntu_mirror noble-updates main universe" \
+    "deb $ubuntu_mirror noble-security main universe"
+}
+
+# $1 image, then the lines of its /etc/apt/sources.list: written inside and committed.
+apt_sources() {
+  local image=$1 c
+  shift
+  c=$(podman run -d "$image" sleep 600)
+  printf '%s\n' "$@" | podman exec -i "$c" sh -c 'cat >/etc/apt/sources.list'
+  podman commit -q "$c" "$image" >/dev/null
   podman rm -f -t 0 "$c" >/dev/null
 }
 

@@ -1,12 +1,26 @@
 //! Certificates for the TLS tests, made with `openssl`: a CA, a server certificate for
 //! 127.0.0.1 and a client certificate signed by it. Callers check first that `openssl` is
-//! there (`ci::tool("openssl")`).
+//! there (`ci::tool("openssl")`). Also a nats-server started with a config of the test's
+//! (TLS, auth).
 //!
 //! Included with `#[path]` by the test files that run TLS servers.
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Command;
+
+use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+
+/// A nats-server configured by `config` (written to `dir/server.conf`).
+pub fn server_with_config(dir: &Path, config: &str) -> LocalNatsServer {
+    let path = dir.join("server.conf");
+    std::fs::write(&path, config).unwrap();
+    LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(path),
+        ..LocalNatsServerOptions::default()
+    })
+    .expect("nats-server starts with the config")
+}
 
 fn openssl(dir: &Path, args: &[&str]) {
     let status = Command::new("openssl")
