@@ -18,9 +18,12 @@ plain Pods named as Kubernetes would name the StatefulSet's or Deployment's pods
 - an emptyDir volume becomes <pod>-<volume>: podman 4.3 makes an emptyDir a named volume of the
   volume's name, shared by every pod that names it (the second pod's synth then finds /data/synth
   already written and fails);
-- init containers run once per pod (podman's annotation io.podman.annotations.init.container.type
-  = once): podman 4.3 reruns "always" init containers whenever a container of the pod restarts,
-  and `caprl data synth` refuses to overwrite the set it wrote the first time;
+- init containers are of podman's type "always" (annotation
+  io.podman.annotations.init.container.type): they run again whenever a container of the pod
+  restarts, as Kubernetes reruns them after a sandbox restart, and `caprl data synth` leaves a
+  directory that already holds its data set as it is. podman 4.3's default for kube play,
+  "once", fails to remove the finished init container here ("cannot remove container") and
+  stops the play;
 - the pods come in dependency order (nats, the learner, then the workers): podman creates and
   starts them one by one and stops at the first that fails;
 - containers lose `ports` and their probes: podman 4.3 publishes every containerPort on the host
@@ -97,7 +100,7 @@ def main(path):
         spec["restartPolicy"] = "OnFailure" if name.startswith("learner") else "Always"
         meta = copy.deepcopy(template.get("metadata", {}))
         meta["name"] = name
-        meta.setdefault("annotations", {})["io.podman.annotations.init.container.type"] = "once"
+        meta.setdefault("annotations", {})["io.podman.annotations.init.container.type"] = "always"
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     def single_nats_server(d):
