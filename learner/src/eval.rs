@@ -164,12 +164,7 @@ pub fn evaluate_with(
     let mut interner = Interner::with_words(data.vocab.words());
     let refs: Vec<Vec<Vec<u32>>> = items
         .iter()
-        .map(|it| {
-            it.refs
-                .iter()
-                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
-                .collect()
-        })
+        .map(|it| interner.intern_refs(&it.refs))
         .collect();
 
     let mut main: Vec<Vec<u32>> = Vec::with_capacity(items.len());

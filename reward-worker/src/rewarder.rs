@@ -82,11 +82,7 @@ impl Rewarder {
         let max_row = items.iter().map(|it| it.row).max().unwrap_or(0);
         let mut refs: Vec<Option<ImageRefs>> = (0..=max_row).map(|_| None).collect();
         for it in items {
-            let tokens: Vec<Vec<u32>> = it
-                .refs
-                .iter()
-                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
-                .collect();
+            let tokens = interner.intern_refs(&it.refs);
             let prepared = match cider_eos {
                 true => {
                     cider.prepare(&tokens.iter().map(|r| with_eos(r, true)).collect::<Vec<_>>())
@@ -140,12 +136,10 @@ impl Rewarder {
         let refs: Vec<Vec<Vec<u32>>> = items
             .iter()
             .map(|it| {
-                it.refs
+                interner
+                    .intern_refs(&it.refs)
                     .iter()
-                    .map(|ws| {
-                        let ids: Vec<u32> = ws.iter().map(|w| interner.intern(w)).collect();
-                        with_eos(&ids, eos)
-                    })
+                    .map(|ids| with_eos(ids, eos))
                     .collect()
             })
             .collect();

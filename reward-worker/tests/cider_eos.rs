@@ -33,12 +33,7 @@ fn training_refs(data: &Dataset) -> Vec<Vec<Vec<u32>>> {
     data.train
         .items
         .iter()
-        .map(|it| {
-            it.refs
-                .iter()
-                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
-                .collect()
-        })
+        .map(|it| interner.intern_refs(&it.refs))
         .collect()
 }
 

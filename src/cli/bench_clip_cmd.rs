@@ -92,11 +92,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
     let prepared: HashMap<usize, PreparedRefs> = items
         .iter()
         .map(|it| {
-            let refs: Vec<Vec<u32>> = it
-                .refs
-                .iter()
-                .map(|ws| ws.iter().map(|w| interner.intern(w)).collect())
-                .collect();
+            let refs = interner.intern_refs(&it.refs);
             (it.row, scorer.prepare(&refs))
         })
         .collect();

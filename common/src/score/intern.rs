@@ -58,6 +58,13 @@ impl Interner {
         id
     }
 
+    /// One image's references (each a list of words) as ids, adding new words.
+    pub fn intern_refs(&mut self, refs: &[Vec<String>]) -> Vec<Vec<u32>> {
+        refs.iter()
+            .map(|ws| ws.iter().map(|w| self.intern(w)).collect())
+            .collect()
+    }
+
     /// Splits `text` on whitespace (the reference scorers' `str.split()`)
     /// and interns each word.
     pub fn intern_sentence(&mut self, text: &str) -> Vec<u32> {
@@ -101,5 +108,10 @@ mod tests {
         assert_eq!(it.intern_sentence("a  cat\tdog"), vec![1, 3, 2]);
         assert_eq!(it.word(3), Some("cat"));
         assert_eq!(it.get("bird"), None);
+        let refs = vec![
+            vec!["a".to_string(), "bird".to_string()],
+            vec!["dog".to_string()],
+        ];
+        assert_eq!(it.intern_refs(&refs), vec![vec![1, 4], vec![2]]);
     }
 }
