@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use caprl_common::data::{already_generated, synth, DataError, Dataset, SynthConfig};
+use caprl_common::data::{
+    already_generated, synth, synth_profile, DataError, Dataset, SynthConfig, SynthProfile,
+};
 
 fn small(seed: u64) -> SynthConfig {
     SynthConfig {
@@ -82,9 +84,10 @@ fn synth_output_is_a_valid_karpathy_data_set_with_readable_features() {
         summary.files.iter().map(|f| f.1).sum::<u64>()
     );
     // Colour and shape of the main object are readable; material less so.
-    let [colour, shape, _size, material] = summary.recover_fc;
-    assert!(colour > 0.8 && shape > 0.8, "{:?}", summary.recover_fc);
-    assert!(material < colour, "{:?}", summary.recover_fc);
+    let (fc, _att) = summary.recover.expect("scenes report recoverability");
+    let [colour, shape, _size, material] = fc;
+    assert!(colour > 0.8 && shape > 0.8, "{:?}", fc);
+    assert!(material < colour, "{:?}", fc);
     let text = summary.to_string();
     assert!(
         text.contains("captions.json") && text.contains("caption length"),
@@ -143,16 +146,87 @@ fn failed_synth_leaves_no_partial_output() {
 fn a_directory_holding_the_same_set_is_recognised_and_any_other_is_not() {
     let root = tempfile::tempdir().unwrap();
     let out = root.path().join("synth");
-    assert!(!already_generated(&out, &small(1)));
+    assert!(!already_generated(&out, SynthProfile::Scenes, &small(1)));
     synth(&out, &small(1)).unwrap();
-    assert!(already_generated(&out, &small(1)));
-    assert!(!already_generated(&out, &small(2)), "another seed");
+    assert!(already_generated(&out, SynthProfile::Scenes, &small(1)));
+    assert!(
+        !already_generated(&out, SynthProfile::Scenes, &small(2)),
+        "another seed"
+    );
     let more = SynthConfig {
         train: 51,
         ..small(1)
     };
-    assert!(!already_generated(&out, &more), "another size");
+    assert!(
+        !already_generated(&out, SynthProfile::Scenes, &more),
+        "another size"
+    );
     // A set that no longer opens is not taken for a finished one.
     std::fs::remove_file(out.join("captions.json")).unwrap();
-    assert!(!already_generated(&out, &small(1)));
+    assert!(!already_generated(&out, SynthProfile::Scenes, &small(1)));
+}
+
+#[test]
+fn the_coco_profile_has_cocos_shapes_and_zipfian_words_and_is_deterministic() {
+    let root = tempfile::tempdir().unwrap();
+    let config = SynthConfig {
+        seed: 3,
+        train: 40,
+        val: 4,
+        test: 4,
+        progress: false,
+    };
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    let summary = synth_profile(&a, SynthProfile::Coco, &config).unwrap();
+    synth_profile(&b, SynthProfile::Coco, &config).unwrap();
+    assert_eq!(snapshot(&a), snapshot(&b), "same seed, same bytes");
+    assert!(summary.recover.is_none());
+    assert!(
+        summary.to_string().contains("fc 2048, att 36 x 2048"),
+        "{summary}"
+    );
+
+    let ds = Dataset::open(&a).unwrap();
+    assert_eq!(ds.fc_dim(), 2048);
+    assert_eq!(ds.att_shape(), Some((36, 2048)));
+    let rows: Vec<usize> = ds.train.items.iter().map(|it| it.row).collect();
+    let fc = ds.fc_rows(&rows).unwrap();
+    let att = ds.att_rows(&rows[..2]).unwrap().unwrap();
+    assert_eq!((fc.len(), att.len()), (40 * 2048, 2 * 36 * 2048));
+    assert!(fc.iter().chain(&att).all(|&x| (0.0..4.0).contains(&x)));
+    // A region that holds a topic carries its pattern: well above the noise-only level.
+    let region_mean = |r: usize| att[r * 2048..(r + 1) * 2048].iter().sum::<f32>() / 2048.0;
+    assert!(region_mean(0) > 0.15, "{}", region_mean(0));
+
+    let mut counts: std::collections::HashMap<&str, usize> = Default::default();
+    for it in &ds.train.items {
+        assert_eq!(it.refs.len(), 5);
+        for r in &it.refs {
+            assert!((8..=15).contains(&r.len()), "{r:?}");
+            for w in r {
+                *counts.entry(w.as_str()).or_default() += 1;
+            }
+        }
+    }
+    // COCO's commonest word is among the leaders (the others are topic words shared by many
+    // images), and most words are rare (a long Zipfian tail).
+    let mut ranked: Vec<(&str, usize)> = counts.iter().map(|(w, c)| (*w, *c)).collect();
+    ranked.sort_by_key(|w| std::cmp::Reverse(w.1));
+    assert!(
+        ranked[..3].iter().any(|(w, _)| *w == "a"),
+        "{:?}",
+        &ranked[..5]
+    );
+    let once = counts.values().filter(|&&c| c == 1).count();
+    assert!(
+        once * 2 > counts.len(),
+        "{once} of {} words seen once",
+        counts.len()
+    );
+
+    assert!(already_generated(&a, SynthProfile::Coco, &config));
+    assert!(
+        !already_generated(&a, SynthProfile::Scenes, &config),
+        "another profile"
+    );
 }

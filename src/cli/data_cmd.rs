@@ -1,10 +1,10 @@
-//! `caprl data synth --out DIR [--seed S] [--train N --val N --test N]` and
+//! `caprl data synth --out DIR [--profile scenes|coco] [--seed S] [--train N --val N --test N]` and
 //! `caprl data stats DIR`; the audio commands are in `audio_data_cmd`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use caprl_common::data::{self, Dataset, SynthConfig};
+use caprl_common::data::{self, Dataset, SynthConfig, SynthProfile};
 
 use super::audio_data_cmd::{self, AudioArgs, SynthAudioArgs};
 
@@ -44,18 +44,38 @@ pub struct SynthArgs {
     /// Output directory; must not exist or be empty.
     #[arg(long)]
     pub out: PathBuf,
+    /// `scenes`: coloured objects, 66 words, small features (trains in minutes). `coco`:
+    /// COCO's sizes and word statistics (about 10,000 words, 8–15-word captions, 2,048-d fc
+    /// and 36 x 2,048-d regions, about 300 KB of features per image).
+    #[arg(long, value_enum, default_value = "scenes")]
+    pub profile: ProfileArg,
     /// Random seed; the same seed gives byte-identical files.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Training images.
-    #[arg(long, default_value_t = 10_000)]
-    pub train: usize,
-    /// Validation images.
-    #[arg(long, default_value_t = 1_000)]
-    pub val: usize,
-    /// Test images.
-    #[arg(long, default_value_t = 1_000)]
-    pub test: usize,
+    /// Training images [default: 10000 for scenes, 5000 for coco].
+    #[arg(long)]
+    pub train: Option<usize>,
+    /// Validation images [default: 1000 for scenes, 500 for coco].
+    #[arg(long)]
+    pub val: Option<usize>,
+    /// Test images [default: 1000 for scenes, 500 for coco].
+    #[arg(long)]
+    pub test: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ProfileArg {
+    Scenes,
+    Coco,
+}
+
+impl From<ProfileArg> for SynthProfile {
+    fn from(p: ProfileArg) -> Self {
+        match p {
+            ProfileArg::Scenes => SynthProfile::Scenes,
+            ProfileArg::Coco => SynthProfile::Coco,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,17 +84,20 @@ pub struct StatsArgs {
     pub dir: PathBuf,
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// `quiet`: the global `-q` (no progress bar).
+pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
     match args.command {
         Command::Synth(a) => {
+            let profile = SynthProfile::from(a.profile);
+            let (train, val, test) = profile.default_sizes();
             let config = SynthConfig {
                 seed: a.seed,
-                train: a.train,
-                val: a.val,
-                test: a.test,
-                progress: true,
+                train: a.train.unwrap_or(train),
+                val: a.val.unwrap_or(val),
+                test: a.test.unwrap_or(test),
+                progress: !quiet,
             };
-            if data::already_generated(&a.out, &config) {
+            if data::already_generated(&a.out, profile, &config) {
                 println!(
                     "{} already holds this data set (same generator version, seed and sizes); \
                      left as it is",
@@ -82,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            let summary = data::synth(&a.out, &config).with_context(|| {
+            let summary = data::synth_profile(&a.out, profile, &config).with_context(|| {
                 format!("generating the synthetic data set in {}", a.out.display())
             })?;
             print!("{summary}");

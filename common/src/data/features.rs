@@ -532,3 +532,63 @@ pub fn write_safetensors(
     super::atomic::write_atomic(&path, &bytes)?;
     super::atomic::write_json_atomic(&dir.join(super::dataset::FEATURES_IDS), &ids)
 }
+
+/// [`write_safetensors`] for stores too large to hold twice in memory (the COCO-shaped set's
+/// regions): `fill(i, fc_row, att_row)` writes image `i`'s rows (`att_row` is empty without
+/// regions). The regions go to the file as they are made; the fc rows, small, are kept and
+/// written after them (`att` at data offset 0, then `fc`). Both files are written atomically.
+pub(crate) fn write_safetensors_streamed(
+    dir: &Path,
+    ids: &[String],
+    fc_dim: usize,
+    att: Option<(usize, usize)>,
+    mut fill: impl FnMut(usize, &mut [f32], &mut [f32]) -> Result<(), DataError>,
+) -> Result<(), DataError> {
+    use std::io::Write;
+    let path = dir.join(super::dataset::FEATURES_SAFETENSORS);
+    let io = |e: std::io::Error| DataError::io(&path, e);
+    let n = ids.len();
+    let att_len = att.map_or(0, |(r, d)| r * d);
+    let att_bytes = n * att_len * 4;
+    let fc_bytes = n * fc_dim * 4;
+    let mut header = serde_json::Map::new();
+    let entry = |shape: Vec<usize>, start: usize, end: usize| serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, end]});
+    if let Some((r, d)) = att {
+        header.insert("att".into(), entry(vec![n, r, d], 0, att_bytes));
+    }
+    header.insert(
+        "fc".into(),
+        entry(vec![n, fc_dim], att_bytes, att_bytes + fc_bytes),
+    );
+    let mut header = serde_json::to_vec(&header)
+        .map_err(|e| st_err(&path, format!("cannot serialize the header: {e}")))?;
+    // The data starts 8-byte aligned, as safetensors' own writer pads it.
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix(".features.safetensors.tmp-")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, tmp.as_file());
+    out.write_all(&(header.len() as u64).to_le_bytes())
+        .map_err(io)?;
+    out.write_all(&header).map_err(io)?;
+    let mut fc = vec![0f32; n * fc_dim];
+    let mut att_row = vec![0f32; att_len];
+    let mut row_bytes = Vec::with_capacity(att_len * 4);
+    for (i, fc_row) in fc.chunks_exact_mut(fc_dim.max(1)).enumerate().take(n) {
+        fill(i, fc_row, &mut att_row)?;
+        row_bytes.clear();
+        row_bytes.extend(att_row.iter().flat_map(|x| x.to_le_bytes()));
+        out.write_all(&row_bytes).map_err(io)?;
+    }
+    for x in &fc {
+        out.write_all(&x.to_le_bytes()).map_err(io)?;
+    }
+    out.flush().map_err(io)?;
+    drop(out);
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(&path).map_err(|e| io(e.error))?;
+    super::atomic::write_json_atomic(&dir.join(super::dataset::FEATURES_IDS), &ids)
+}

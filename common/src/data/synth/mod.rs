@@ -7,12 +7,16 @@
 //! fact of each image in words), `scenes.json` (the facts as data) and `synth.json` (the
 //! generator settings).
 //!
+//! `--profile coco` ([`coco`]) writes a set of the same format with COCO's sizes and word
+//! statistics instead: about 10,000 words, 8–15-word captions, 2,048-d features.
+//!
 //! Output is byte-for-byte the same for a seed: one ChaCha8 stream per purpose, no hash-map
 //! iteration in any output, integers and fixed strings only in JSON, little-endian floats in
 //! safetensors. It is written into `DIR.tmp-XXXX` beside `DIR` and renamed at the end, so a
 //! failed run leaves nothing behind.
 
 mod captions;
+mod coco;
 mod features;
 mod world;
 
@@ -28,7 +32,7 @@ use serde::Serialize;
 use super::atomic::write_json_atomic;
 use super::dataset::{Dataset, CAPTIONS_JSON, VOCAB_JSON};
 use super::error::DataError;
-use super::features::write_safetensors;
+use super::features::{write_safetensors, write_safetensors_streamed};
 use super::karpathy::{KarpathyFile, KarpathyImage, KarpathySentence};
 use super::stats::{stats, DatasetStats};
 use super::tokenize::tokenize;
@@ -39,6 +43,28 @@ use world::{Scene, SLOTS};
 pub const REFS_PER_IMAGE: usize = 5;
 /// Bumped whenever the generator's output for a seed changes.
 pub const GENERATOR_VERSION: u32 = 1;
+
+/// Which data set `caprl data synth` generates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SynthProfile {
+    /// Scenes of coloured objects: 66 words, 256-d fc and 4 × 128-d regions; learnable in
+    /// minutes on a laptop.
+    #[default]
+    Scenes,
+    /// COCO's sizes and word statistics: about 10,000 words, 8–15-word captions, 2,048-d fc
+    /// and 36 × 2,048-d regions (about 300 KB of features per image).
+    Coco,
+}
+
+impl SynthProfile {
+    /// The split sizes used when none are given: (train, val, test).
+    pub fn default_sizes(self) -> (usize, usize, usize) {
+        match self {
+            SynthProfile::Scenes => (10_000, 1_000, 1_000),
+            SynthProfile::Coco => (5_000, 500, 500),
+        }
+    }
+}
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +98,9 @@ pub struct SynthSummary {
     pub files: Vec<(String, u64)>,
     pub bytes: u64,
     pub seconds: f64,
-    /// Matched-filter accuracy of colour, shape, size, material of the main object from fc.
-    pub recover_fc: [f64; 4],
-    /// The same from attention region 0.
-    pub recover_att: [f64; 4],
+    /// Scenes: matched-filter accuracy of colour, shape, size, material of the main object
+    /// from fc, and the same from attention region 0 (`None` for the COCO-shaped profile).
+    pub recover: Option<([f64; 4], [f64; 4])>,
     /// The data set as opened back from disk.
     pub stats: DatasetStats,
 }
@@ -100,12 +125,14 @@ impl fmt::Display for SynthSummary {
                 .collect::<Vec<_>>()
                 .join(" / ")
         };
-        writeln!(
-            f,
-            "main-object attributes readable by a matched filter (colour / shape / size / material): fc {}, att {}",
-            pct(self.recover_fc),
-            pct(self.recover_att)
-        )?;
+        if let Some((fc, att)) = self.recover {
+            writeln!(
+                f,
+                "main-object attributes readable by a matched filter (colour / shape / size / material): fc {}, att {}",
+                pct(fc),
+                pct(att)
+            )?;
+        }
         write!(f, "{}", self.stats)
     }
 }
@@ -120,6 +147,8 @@ struct DescriptionRecord {
 #[derive(Serialize)]
 struct GeneratorRecord {
     generator: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'static str>,
     version: u32,
     seed: u64,
     train: usize,
@@ -135,18 +164,25 @@ struct GeneratorRecord {
 const GENERATOR_JSON: &str = "synth.json";
 
 impl GeneratorRecord {
-    fn of(config: &SynthConfig) -> GeneratorRecord {
+    fn of(profile: SynthProfile, config: &SynthConfig) -> GeneratorRecord {
+        // The scenes record keeps the form it had before profiles, so sets made then are
+        // still recognised.
+        let (name, fc_dim, att_regions, att_dim) = match profile {
+            SynthProfile::Scenes => (None, features::FC_DIM, SLOTS, features::ATT_DIM),
+            SynthProfile::Coco => (Some("coco"), coco::FC_DIM, coco::REGIONS, coco::ATT_DIM),
+        };
         GeneratorRecord {
             generator: "caprl-synth",
+            profile: name,
             version: GENERATOR_VERSION,
             seed: config.seed,
             train: config.train,
             val: config.val,
             test: config.test,
             refs_per_image: REFS_PER_IMAGE,
-            fc_dim: features::FC_DIM,
-            att_regions: SLOTS,
-            att_dim: features::ATT_DIM,
+            fc_dim,
+            att_regions,
+            att_dim,
         }
     }
 }
@@ -155,17 +191,27 @@ impl GeneratorRecord {
 /// record names the same generator version, seed and sizes, and the set opens. The generator is
 /// deterministic, so such a directory is what a new run would write, byte for byte (an init
 /// container that runs again on its own output may leave it as it is).
-pub fn already_generated(out: &Path, config: &SynthConfig) -> bool {
+pub fn already_generated(out: &Path, profile: SynthProfile, config: &SynthConfig) -> bool {
     let Ok(text) = std::fs::read_to_string(out.join(GENERATOR_JSON)) else {
         return false;
     };
     let found: Result<serde_json::Value, _> = serde_json::from_str(&text);
-    let wanted = serde_json::to_value(GeneratorRecord::of(config));
+    let wanted = serde_json::to_value(GeneratorRecord::of(profile, config));
     matches!((found, wanted), (Ok(f), Ok(w)) if f == w) && Dataset::open(out).is_ok()
 }
 
-/// Generate the synthetic data set into `out` (which must not exist or be empty).
+/// Generate the synthetic data set (the scenes profile) into `out` (which must not exist or be
+/// empty).
 pub fn synth(out: &Path, config: &SynthConfig) -> Result<SynthSummary, DataError> {
+    synth_profile(out, SynthProfile::Scenes, config)
+}
+
+/// Generate the data set of `profile` into `out` (which must not exist or be empty).
+pub fn synth_profile(
+    out: &Path,
+    profile: SynthProfile,
+    config: &SynthConfig,
+) -> Result<SynthSummary, DataError> {
     let started = Instant::now();
     for (flag, n) in [
         ("--train", config.train),
@@ -205,7 +251,13 @@ pub fn synth(out: &Path, config: &SynthConfig) -> Result<SynthSummary, DataError
         .tempdir_in(&parent)
         .map_err(|e| DataError::io(&parent, e))?;
 
-    let (recover_fc, recover_att) = generate(tmp.path(), config)?;
+    let recover = match profile {
+        SynthProfile::Scenes => Some(generate(tmp.path(), config)?),
+        SynthProfile::Coco => {
+            generate_coco(tmp.path(), config)?;
+            None
+        }
+    };
     // Open it back: validates everything and writes vocab.json.
     Dataset::open(tmp.path())?;
 
@@ -234,8 +286,7 @@ pub fn synth(out: &Path, config: &SynthConfig) -> Result<SynthSummary, DataError
         files,
         bytes,
         seconds: started.elapsed().as_secs_f64(),
-        recover_fc,
-        recover_att,
+        recover,
         stats: stats(&ds),
     })
 }
@@ -255,17 +306,7 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
     let mut rng_noise = stream(config.seed, 3);
     let emb = features::Embeddings::new(&mut rng_embed);
 
-    let bar = if config.progress && std::io::stderr().is_terminal() {
-        let bar = indicatif::ProgressBar::new(n as u64);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "synth {bar:40} {pos}/{len} images ({eta} left)",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress_bar(config.progress, n);
 
     let mut scenes: Vec<Scene> = Vec::with_capacity(n);
     let mut images = Vec::with_capacity(n);
@@ -275,13 +316,7 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
     let mut fc = Vec::with_capacity(n * features::FC_DIM);
     let mut att = Vec::with_capacity(n * SLOTS * features::ATT_DIM);
     for i in 0..n {
-        let split = if i < config.train {
-            "train"
-        } else if i < config.train + config.val {
-            "val"
-        } else {
-            "test"
-        };
+        let split = split_of(i, config);
         let id = i.to_string();
         let scene = world::sample_scene(&mut rng_scene);
         let refs = captions::references(&mut rng_text, &scene, REFS_PER_IMAGE);
@@ -334,6 +369,89 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
     vocab.save(&dir.join(VOCAB_JSON))?;
     write_json_atomic(&dir.join("descriptions.json"), &descriptions)?;
     write_json_atomic(&dir.join("scenes.json"), &records)?;
-    write_json_atomic(&dir.join(GENERATOR_JSON), &GeneratorRecord::of(config))?;
+    write_json_atomic(
+        &dir.join(GENERATOR_JSON),
+        &GeneratorRecord::of(SynthProfile::Scenes, config),
+    )?;
     Ok(features::recoverability(&emb, &scenes, &fc, &att))
+}
+
+/// A progress bar over `n` images on stderr when it is a terminal and `progress` is set.
+fn progress_bar(progress: bool, n: usize) -> indicatif::ProgressBar {
+    if !(progress && std::io::stderr().is_terminal()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(n as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("synth {bar:40} {pos}/{len} images ({eta} left)")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The split of image `i`: the first `train` images, then `val`, then `test`.
+fn split_of(i: usize, config: &SynthConfig) -> &'static str {
+    if i < config.train {
+        "train"
+    } else if i < config.train + config.val {
+        "val"
+    } else {
+        "test"
+    }
+}
+
+fn generate_coco(dir: &Path, config: &SynthConfig) -> Result<(), DataError> {
+    let n = config.train + config.val + config.test;
+    let mut captions = coco::Captions::new(config.seed);
+    let drawn: Vec<coco::CocoImage> = (0..n).map(|_| captions.image(REFS_PER_IMAGE)).collect();
+    let images: Vec<KarpathyImage> = drawn
+        .iter()
+        .enumerate()
+        .map(|(i, img)| KarpathyImage {
+            imgid: Some(serde_json::Value::from(i as u64)),
+            cocoid: None,
+            filename: format!("coco_synth_{i:06}.jpg"),
+            split: split_of(i, config).to_string(),
+            sentences: img
+                .captions
+                .iter()
+                .map(|raw| KarpathySentence {
+                    tokens: tokenize(raw),
+                    raw: raw.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    let train_refs: Vec<Vec<String>> = images[..config.train]
+        .iter()
+        .flat_map(|img| img.sentences.iter().map(|s| s.tokens.clone()))
+        .collect();
+    let vocab = Vocab::build(train_refs.iter().map(Vec::as_slice), 1);
+    write_json_atomic(
+        &dir.join(CAPTIONS_JSON),
+        &KarpathyFile {
+            dataset: Some("synth-coco".to_string()),
+            images,
+        },
+    )?;
+    let ids: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    let mut feats = coco::Features::new(config.seed);
+    let bar = progress_bar(config.progress, n);
+    write_safetensors_streamed(
+        dir,
+        &ids,
+        coco::FC_DIM,
+        Some((coco::REGIONS, coco::ATT_DIM)),
+        |i, fc, att| {
+            bar.inc(1);
+            feats.render(&drawn[i], fc, att)
+        },
+    )?;
+    bar.finish_and_clear();
+    vocab.save(&dir.join(VOCAB_JSON))?;
+    write_json_atomic(
+        &dir.join(GENERATOR_JSON),
+        &GeneratorRecord::of(SynthProfile::Coco, config),
+    )
 }
