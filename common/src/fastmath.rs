@@ -27,3 +27,58 @@ pub fn exp_f32(x: f32) -> f32 {
     let n = (t.to_bits() as i32).wrapping_sub(ROUND_BITS);
     e * f32::from_bits(((n + 127) as u32) << 23)
 }
+
+/// The widest build of a host loop this CPU runs (std checks the features once and caches
+/// them): loops that take it are compiled for AVX-512, AVX2/FMA and baseline x86-64 from one
+/// body, with the same bits (Rust never fuses `a * b + c` on its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simd {
+    Avx512,
+    Avx2,
+    Baseline,
+}
+
+/// See [`Simd`].
+#[inline(always)]
+pub fn simd() -> Simd {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512vl") && has!("avx2") && has!("fma") {
+            return Simd::Avx512;
+        }
+        if has!("avx2") && has!("fma") {
+            return Simd::Avx2;
+        }
+    }
+    Simd::Baseline
+}
+
+/// Defines `$name` to run the body of `$plain` (an `#[inline(always)]` function of the same
+/// signature) compiled for the widest [`Simd`] level of this CPU.
+macro_rules! simd_dispatch {
+    ($(#[$doc:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty = $plain:ident) => {
+        $(#[$doc])*
+        $vis fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) -> $ret {
+                    $plain($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
+                    $plain($($arg),*)
+                }
+                match $crate::fastmath::simd() {
+                    // SAFETY: the CPU has the features of the build (checked by `simd`).
+                    $crate::fastmath::Simd::Avx512 => return unsafe { avx512($($arg),*) },
+                    $crate::fastmath::Simd::Avx2 => return unsafe { avx2($($arg),*) },
+                    $crate::fastmath::Simd::Baseline => {}
+                }
+            }
+            $plain($($arg),*)
+        }
+    };
+}
+pub(crate) use simd_dispatch;

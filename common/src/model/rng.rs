@@ -69,12 +69,6 @@ impl CaprlRng {
         }
     }
 
-    /// Standard Gumbel noise `g = -ln(-ln u)`, `u ~ U(0, 1)`: `argmax(logits / T + g)` is a sample
-    /// from `softmax(logits / T)` (the Gumbel-max trick).
-    pub fn gumbel(&mut self) -> f64 {
-        -(-self.uniform_open().ln()).ln()
-    }
-
     /// Inverted-dropout mask values: `1 / (1 - p)` with probability `1 - p`, else 0.
     ///
     /// Element `i` keeps when the `i`-th `u32` of the stream, as rand's uniform `f32`

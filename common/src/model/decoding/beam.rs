@@ -16,34 +16,67 @@
 //! `g` ranks by `log p(y) − λ · Σ_t h_t(w_t)`, the Hamming diversity penalty of `diversity.rs`
 //! (`h_t(w)`: how often groups `0..g` chose `w` at step `t`). One group is plain beam search.
 
-use std::collections::HashSet;
+use std::cmp::Ordering;
 
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::diversity::hamming_penalty;
 use super::greedy::argmax;
 use super::rollout::{on_rayon, PARALLEL_MIN_LOGITS};
-use super::softmax::host_log_softmax;
+use super::softmax::host_log_sum_exp;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
 use crate::model::value_head::ValueHead;
 use crate::model::{BOS, EOS};
 
-/// [`host_log_softmax`] of every row of `logits` `[rows, v]`, on rayon's threads when there are
-/// several and enough rows (each row is computed the same way either way).
-fn rows_log_softmax(logits: &[f32], v: usize) -> Vec<Vec<f64>> {
-    use rayon::prelude::*;
-    if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
-        logits
-            .par_chunks_exact(v)
-            .map(|l| host_log_softmax(l, 1.0))
-            .collect()
-    } else {
-        logits
-            .chunks_exact(v)
-            .map(|l| host_log_softmax(l, 1.0))
-            .collect()
+/// One step's log-probabilities `log π(w | y)` of every live beam, read from its logits
+/// `[rows, v]` and each row's log-sum-exp: the rows are never copied or widened to f64 (at a
+/// 10,000-word vocabulary, building them was a large share of a beam step).
+struct StepLogProbs<'a> {
+    logits: &'a [f32],
+    v: usize,
+    lse: Vec<f64>,
+    /// Rows where bad endings forbid EOS (its log-prob is −∞).
+    no_eos: Vec<bool>,
+}
+
+impl<'a> StepLogProbs<'a> {
+    /// The log-sum-exp of every row, on rayon's threads when there are several and enough rows
+    /// (each row is computed the same way either way).
+    fn new(logits: &'a [f32], v: usize) -> Self {
+        use rayon::prelude::*;
+        let lse: Vec<f64> =
+            if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
+                logits
+                    .par_chunks_exact(v)
+                    .map(|l| host_log_sum_exp(l, 1.0))
+                    .collect()
+            } else {
+                logits
+                    .chunks_exact(v)
+                    .map(|l| host_log_sum_exp(l, 1.0))
+                    .collect()
+            };
+        let no_eos = vec![false; lse.len()];
+        StepLogProbs {
+            logits,
+            v,
+            lse,
+            no_eos,
+        }
+    }
+
+    fn row(&self, r: usize) -> &'a [f32] {
+        &self.logits[r * self.v..(r + 1) * self.v]
+    }
+
+    /// `log π(w)` of row `r`.
+    fn lp(&self, r: usize, w: u32) -> f64 {
+        if w == EOS && self.no_eos[r] {
+            return f64::NEG_INFINITY;
+        }
+        self.row(r)[w as usize] as f64 - self.lse[r]
     }
 }
 
@@ -124,11 +157,11 @@ impl Beam {
     }
 
     /// Tokens that would repeat a trigram of this beam.
-    fn blocked(&self) -> HashSet<u32> {
+    fn blocked(&self) -> Vec<u32> {
         let t = &self.tokens;
         let n = t.len();
         if n < 2 {
-            return HashSet::new();
+            return Vec::new();
         }
         let (a, b) = (t[n - 2], t[n - 1]);
         t.windows(3)
@@ -152,9 +185,9 @@ pub struct Lookahead<'a> {
 struct Proposals {
     /// Index of the group among all inputs' groups (`input · G + group`).
     slot: usize,
+    /// The step's row of its first beam.
     row0: usize,
     cur: Vec<Beam>,
-    lps: Vec<Vec<f64>>,
     cand: Vec<(f64, usize, u32)>,
 }
 
@@ -234,15 +267,19 @@ impl Decoder {
                 .flat_map(|&s| beams[s].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
             let logits = self.step_logits(&mut *live_state, &inputs)?;
-            let mut row_lps = rows_log_softmax(&logits, v).into_iter();
+            let mut lps = StepLogProbs::new(&logits, v);
+            let mut row = 0;
+            for &s in &active {
+                for b in &beams[s] {
+                    lps.no_eos[row] = opts.bad_endings.forbids_eos_after(b.tokens.last().copied());
+                    row += 1;
+                }
+            }
+            let lps = lps;
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
             for &s in &active {
                 let cur = std::mem::take(&mut beams[s]);
-                let mut lps: Vec<Vec<f64>> = row_lps.by_ref().take(cur.len()).collect();
-                for (b, lp) in cur.iter().zip(&mut lps) {
-                    opts.bad_endings.mask_logprobs(b.tokens.last().copied(), lp);
-                }
                 if t == opts.max_len {
                     // The state after the last word values a caption cut at the limit.
                     let values = match lookahead {
@@ -252,10 +289,11 @@ impl Decoder {
                         }
                         None => vec![0.0; cur.len()],
                     };
-                    for ((b, lp), value) in cur.iter().zip(&lps).zip(values) {
-                        let f: Vec<f32> = lp.iter().map(|&x| x as f32).collect();
+                    for (j, (b, value)) in cur.iter().zip(values).enumerate() {
+                        let r = row + j;
+                        let f: Vec<f32> = (0..v as u32).map(|w| lps.lp(r, w) as f32).collect();
                         let hyp = if argmax(&f) == EOS as usize {
-                            b.extend(EOS, lp[EOS as usize], 0.0)
+                            b.extend(EOS, lps.lp(r, EOS), 0.0)
                         } else {
                             b.clone()
                         };
@@ -269,7 +307,6 @@ impl Decoder {
                     slot: s,
                     row0: row,
                     cur,
-                    lps,
                     cand: Vec::new(),
                 });
                 row += rows_here;
@@ -286,7 +323,7 @@ impl Decoder {
                     .map(|&a| hamming_penalty(&chosen[all[a].slot / groups], lambda, v))
                     .collect();
                 for (&a, pen) in mine.iter().zip(&penalties) {
-                    propose(&mut all[a], k, opts.block_trigrams, pen.as_deref());
+                    propose(&mut all[a], &lps, k, opts.block_trigrams, pen.as_deref());
                 }
                 let values = match lookahead {
                     Some(la) => {
@@ -323,7 +360,7 @@ impl Decoder {
                             break;
                         }
                         let penalty = pen.as_ref().map_or(0.0, |d| d[w as usize]);
-                        let nb = p.cur[j].extend(w, p.lps[j][w as usize], penalty);
+                        let nb = p.cur[j].extend(w, lps.lp(p.row0 + j, w), penalty);
                         chosen[s / groups].push(w);
                         if w == EOS {
                             finished[s].push(nb.finish(opts.length_norm, lookahead, value));
@@ -431,30 +468,78 @@ fn check_options(opts: &BeamOptions) -> Result<()> {
 
 /// Fills `p.cand` with its best `2k` proposals `(score, beam, word)`: every word of every beam
 /// but trigram repeats and forbidden ones, scored by the beam's penalised `log p` plus the
-/// word's `log π` less its diversity `penalty`.
-fn propose(p: &mut Proposals, k: usize, block_trigrams: bool, penalty: Option<&[f64]>) {
-    let v = p.lps.first().map_or(0, Vec::len);
-    let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(p.cur.len() * v);
-    for (j, (b, lp)) in p.cur.iter().zip(&p.lps).enumerate() {
+/// word's `log π` less its diversity `penalty`. Ranked by score, then beam, then word.
+///
+/// Each beam keeps its own best `2k` in a small sorted list while it reads its row once (the
+/// best `2k` of the group are among them); the group's are then chosen from those `k · 2k`.
+fn propose(
+    p: &mut Proposals,
+    lps: &StepLogProbs,
+    k: usize,
+    block_trigrams: bool,
+    penalty: Option<&[f64]>,
+) {
+    let m = 2 * k;
+    let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(p.cur.len() * m);
+    let mut best: Vec<(f64, usize, u32)> = Vec::with_capacity(m + 1);
+    for (j, b) in p.cur.iter().enumerate() {
+        let r = p.row0 + j;
         let blocked = if block_trigrams {
             b.blocked()
         } else {
-            HashSet::new()
+            Vec::new()
         };
-        for (w, &l) in lp.iter().enumerate() {
-            if !blocked.contains(&(w as u32)) && l > -1e8 {
-                let score = match penalty {
-                    Some(d) => b.penalised + l - d[w],
-                    None => b.penalised + l,
-                };
-                cand.push((score, j, w as u32));
+        let (row, lse) = (lps.row(r), lps.lse[r]);
+        best.clear();
+        // Once the list is full, a logit below `floor` cannot make the list (a bound a little
+        // under the exact one, so that only the f64 test below decides); words are skipped on
+        // an f32 comparison. Diversity penalties differ per word: no bound then.
+        let mut floor = f32::NEG_INFINITY;
+        for (w, &x) in row.iter().enumerate() {
+            if x < floor {
+                continue;
+            }
+            let l = x as f64 - lse;
+            let score = match penalty {
+                Some(d) => b.penalised + l - d[w],
+                None => b.penalised + l,
+            };
+            // Words are read in order, so a tie with the list's last entry ranks below it.
+            if best.len() == m && score.partial_cmp(&best[m - 1].0) != Some(Ordering::Greater) {
+                continue;
+            }
+            let w = w as u32;
+            if l <= -1e8 || (w == EOS && lps.no_eos[r]) || blocked.contains(&w) {
+                continue;
+            }
+            let at = best.partition_point(|c| c.0 >= score);
+            best.insert(at, (score, j, w));
+            best.truncate(m);
+            if best.len() == m && penalty.is_none() {
+                floor = logit_floor(best[m - 1].0 - b.penalised + lse);
             }
         }
+        cand.extend_from_slice(&best);
     }
-    let m = (2 * k).min(cand.len());
-    if m > 0 && m < cand.len() {
-        cand.select_nth_unstable_by(m - 1, |a, b| b.0.total_cmp(&a.0));
+    if cand.len() > m {
+        cand.select_nth_unstable_by(m - 1, ranked);
         cand.truncate(m);
     }
     p.cand = cand;
+}
+
+/// An f32 at or below every logit `x` with `x as f64 > bound` (rounding margins included).
+fn logit_floor(bound: f64) -> f32 {
+    let bound = bound - 1e-6 * (1.0 + bound.abs());
+    let f = bound as f32;
+    if f as f64 > bound {
+        f.next_down()
+    } else {
+        f
+    }
+}
+
+/// Higher score first, then lower beam, then lower word.
+fn ranked(a: &(f64, usize, u32), b: &(f64, usize, u32)) -> Ordering {
+    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
 }

@@ -5,12 +5,22 @@
 //!
 //! Every row has its own ChaCha8 stream (seeded from one draw of the caller's RNG, stream = row),
 //! so the same seed and inputs give the same samples on any machine and in any batch layout.
+//!
+//! Each word takes one uniform number `u` from the stream, but the two logarithms of its Gumbel
+//! number `g(u)` are taken only for words that might win ([`gumbel_argmax`]): with `y_lb` the
+//! score of the word of the largest logit or of the largest `u` (the winner scores at least
+//! that), `x + g(u) < y_lb` exactly when `u < exp(−exp(x − y_lb))`, a test of two polynomial
+//! exponentials that runs vectorised over the row. The tokens and log-probs are those of
+//! computing every Gumbel number; at a 10,000-word vocabulary the logarithms were most of a
+//! sampling step.
 
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
+use super::greedy::argmax;
 use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
 use super::softmax::{host_log_softmax, host_logprob};
+use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
@@ -98,20 +108,92 @@ impl Sampler {
         let seed = self.seed;
         let rng = rng.get_or_insert_with(|| CaprlRng::with_stream(seed, row as u64));
         let support = self.support(logits);
-        let candidates: Box<dyn Iterator<Item = usize>> = match &support {
-            None => Box::new(0..logits.len()),
-            Some(s) => Box::new(s.clone().into_iter()),
+        let xs: Vec<f32> = match &support {
+            None => Vec::new(),
+            Some(s) => s.iter().map(|&i| logits[i]).collect(),
         };
-        let mut best = (0usize, f64::NEG_INFINITY);
-        for i in candidates {
-            let y = logits[i] as f64 * self.inv_temp + rng.gumbel();
-            if y > best.1 {
-                best = (i, y);
-            }
-        }
-        (best.0 as u32, self.log_mu(logits, &support, best.0))
+        let xs = if support.is_some() { &xs[..] } else { logits };
+        let us: Vec<f64> = xs.iter().map(|_| rng.uniform_open()).collect();
+        let k = gumbel_argmax(xs, &us, self.inv_temp);
+        let w = support.as_ref().map_or(k, |s| s[k]);
+        (w as u32, self.log_mu(logits, &support, w))
     }
 }
+
+/// Standard Gumbel noise of `u ~ U(0, 1)`: `g = −ln(−ln u)`.
+fn gumbel(u: f64) -> f64 {
+    -(-u.ln()).ln()
+}
+
+/// `argmax_i (x_i / T + g(u_i))`, the first index on ties, computing `g` only where it may
+/// win (see the module docs).
+fn gumbel_argmax(xs: &[f32], us: &[f64], inv_temp: f64) -> usize {
+    if xs.is_empty() {
+        return 0;
+    }
+    let score = |i: usize| xs[i] as f64 * inv_temp + gumbel(us[i]);
+    let by_logit = argmax(xs);
+    let by_noise = us
+        .iter()
+        .enumerate()
+        .fold(0, |b, (i, &u)| if u > us[b] { i } else { b });
+    let floor = score(by_logit).max(score(by_noise));
+    let may_win = may_win(xs, us, inv_temp, floor);
+    let mut best = (0usize, f64::NEG_INFINITY);
+    for (i, _) in may_win.iter().enumerate().filter(|(_, &m)| m) {
+        let y = score(i);
+        if y > best.1 {
+            best = (i, y);
+        }
+    }
+    best.0
+}
+
+crate::fastmath::simd_dispatch!(
+    /// Per word, whether `x / T + g(u) ≥ floor` is possible: `false` only where `u` lies below
+    /// a bound a little under `exp(−exp(x / T − floor))` (room for the f32 polynomials and the
+    /// rounding of the exact comparison), so such a word scores below `floor`.
+    fn may_win(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> = may_win_plain
+);
+
+#[inline(always)]
+fn may_win_plain(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> {
+    // In f32: the rounding of `d` (at most a few 1e-7 of |x / T| + |floor|)
+    // goes into the margin on e^d, with the polynomial's 2e-7 and 1e-5 to spare; exp(−e^d) is
+    // then lowered by 1e-5, far more than the rounding of `u` to f32 and of the exact scores.
+    let (inv, fl) = (inv_temp as f32, floor as f32);
+    let slack = 1e-6 * fl.abs();
+    let one = |x: f32, u: f64| -> bool {
+        let xi = x * inv;
+        let d = xi - fl;
+        let margin = 1.0 + 1e-5 + 1e-6 * xi.abs() + slack + 1e-7 * d.abs();
+        let e = exp_f32(d.clamp(-80.0, 4.0)) * margin;
+        let bound = exp_f32(-e) * (1.0 - 1e-5);
+        // No bound above d = 4 (or for NaN): the word may win.
+        !((d < 4.0) & ((u as f32) < bound))
+    };
+    let n = xs.len();
+    let us = &us[..n];
+    let mut out = vec![true; n];
+    // Fixed chunks without bounds checks, so that the loop vectorises.
+    let mut o = out.chunks_exact_mut(LANES);
+    for ((o, x), u) in (&mut o)
+        .zip(xs.chunks_exact(LANES))
+        .zip(us.chunks_exact(LANES))
+    {
+        for k in 0..LANES {
+            o[k] = one(x[k], u[k]);
+        }
+    }
+    let done = n / LANES * LANES;
+    for (k, o) in o.into_remainder().iter_mut().enumerate() {
+        *o = one(xs[done + k], us[done + k]);
+    }
+    out
+}
+
+/// Words per step of [`may_win_plain`]'s loop.
+const LANES: usize = 16;
 
 impl Policy for Sampler {
     fn choose(&mut self, row: usize, logits: &[f32]) -> (u32, f32) {
@@ -247,6 +329,32 @@ mod tests {
         assert!(
             (s.logprob(&LOGITS, 3) - (1.0f32 / (1.0 + 1f32.exp() + 2f32.exp())).ln()).abs() < 1e-6
         );
+    }
+
+    #[test]
+    fn the_filtered_gumbel_argmax_is_the_plain_one() {
+        let mut rng = CaprlRng::new(5);
+        for case in 0..400 {
+            let n = 1 + case % 37 * 50;
+            let spread = [0.01, 1.0, 8.0, 40.0][case % 4];
+            let mut xs: Vec<f32> = (0..n)
+                .map(|_| ((rng.uniform_open() - 0.5) * spread) as f32)
+                .collect();
+            if case % 5 == 0 {
+                xs[n / 2] = f32::NEG_INFINITY;
+            }
+            let us: Vec<f64> = (0..n).map(|_| rng.uniform_open()).collect();
+            for inv_temp in [1.0, 0.5, 3.0] {
+                let mut plain = (0, f64::NEG_INFINITY);
+                for (i, (&x, &u)) in xs.iter().zip(&us).enumerate() {
+                    let y = x as f64 * inv_temp + gumbel(u);
+                    if y > plain.1 {
+                        plain = (i, y);
+                    }
+                }
+                assert_eq!(gumbel_argmax(&xs, &us, inv_temp), plain.0, "case {case}");
+            }
+        }
     }
 
     #[test]
