@@ -1,8 +1,13 @@
 //! The recurrent captioner's step decoder.
 //!
-//! Runs on detached weights (no graph). The first layer's word term comes from the table
-//! `W_ih E + b_ih` `[V, G]` computed with them, so a step is one row lookup. On the CPU in f32
-//! (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as graph ops.
+//! Runs on detached weights (no graph). Up to [`WORD_TABLE_MAX_VOCAB`] words, the first layer's
+//! word term comes from the table `W_ih E + b_ih` `[V, G]` computed with them, so a step is one
+//! row lookup; with a larger vocabulary only the rows of the words a step feeds are made (on
+//! the host path once each, kept for the decoder's life; on the graph path at each step): at
+//! COCO's 10,000 words the whole table is `V · E · G` ≈ 8 G multiply-adds, more than a whole
+//! decode of 10 images, and an actor prepares a decoder for every policy version. On the
+//! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as
+//! graph ops.
 
 use candle_core::{Device, Tensor};
 
@@ -51,21 +56,52 @@ impl Live {
     }
 }
 
-/// Detached weights, the fused word table and (CPU f32, no attention) their host layout, built
-/// once per snapshot.
+/// Vocabularies up to this size get a word table (see the module docs).
+pub(crate) const WORD_TABLE_MAX_VOCAB: usize = 2048;
+
+/// Rows `ids` of the word table `W_ih E + b_ih`, with the table's bits: the product runs on at
+/// least [`WORD_ROWS_MIN`] rows (repeating the first), because gemm takes another summation
+/// order for a single row.
+pub(super) fn word_rows(
+    embed: &Tensor,
+    w_ih: &Tensor,
+    b_ih: &Tensor,
+    ids: &[u32],
+) -> Result<Tensor> {
+    let mut padded = ids.to_vec();
+    while padded.len() < WORD_ROWS_MIN {
+        padded.push(ids[0]);
+    }
+    let idx = Tensor::from_slice(&padded, padded.len(), embed.device())?;
+    Ok(linear(&embed.index_select(&idx, 0)?, w_ih, b_ih)?.narrow(0, 0, ids.len())?)
+}
+
+/// See [`word_rows`].
+const WORD_ROWS_MIN: usize = 8;
+
+/// Detached weights, the fused word table (small vocabularies) and (CPU f32, no attention)
+/// their host layout, built once per snapshot.
 pub(crate) struct RnnSteps {
     /// A handle on the captioner (its weights' storage is shared): the encoder and the config.
     model: RnnCaptioner,
     w: Prepared,
-    word_table: Tensor,
+    word_table: Option<Tensor>,
     pub(super) host: Option<HostWeights>,
 }
 
 impl RnnSteps {
     pub(crate) fn new(model: &RnnCaptioner) -> Result<Self> {
+        Self::with_word_table(model, model.cfg.vocab_size <= WORD_TABLE_MAX_VOCAB)
+    }
+
+    /// [`RnnSteps::new`] with or without the word table, whatever the vocabulary.
+    pub(crate) fn with_word_table(model: &RnnCaptioner, table: bool) -> Result<Self> {
         let w = model.prepare(true)?;
-        let word_table = linear(&w.embed, &w.w_ih0, &w.b_ih0)?;
-        let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, &word_table)?;
+        let word_table = match table {
+            true => Some(linear(&w.embed, &w.w_ih0, &w.b_ih0)?),
+            false => None,
+        };
+        let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, word_table.as_ref())?;
         Ok(Self {
             model: model.share()?,
             w,
@@ -104,10 +140,13 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
     fn advance(&mut self, tokens: &[u32]) -> Result<()> {
         let s = self.steps;
         match (&mut self.live, &s.host) {
-            (Live::Host(l), Some(h)) => h.advance(l, tokens),
+            (Live::Host(l), Some(h)) => h.advance(l, tokens)?,
             (Live::Graph { enc, states }, _) => {
                 let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
-                let gx = s.word_table.index_select(&ids, 0)?;
+                let gx = match &s.word_table {
+                    Some(table) => table.index_select(&ids, 0)?,
+                    None => word_rows(&s.w.embed, &s.w.w_ih0, &s.w.b_ih0, tokens)?,
+                };
                 *states = s.model.step(&s.w, enc, states, &gx, None)?;
             }
             (Live::Host(_), None) => {

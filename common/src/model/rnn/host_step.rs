@@ -16,16 +16,22 @@
 //! paths give the same bits, on any number of threads.
 
 use std::ops::Range;
+use std::sync::RwLock;
 
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 
 use super::cell::{CellWeights, LayerState};
+use super::decode::word_rows;
 use super::gates;
 use super::{Encoded, Prepared};
 use crate::model::config::{ModelKind, RnnKind};
-use crate::model::error::Result;
+use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{gemm_into, Mat, SendPtr};
 use crate::model::kernels::kernels_enabled;
+
+fn poisoned() -> ModelError {
+    ModelError::Internal("a decoder's word-row lock was poisoned".into())
+}
 
 /// Below this many multiply-adds a region's blocks run one after the other on the calling
 /// thread: waking another thread costs more than it saves.
@@ -39,13 +45,28 @@ pub(crate) struct HostWeights {
     vocab: usize,
     /// Block `p` holds units `units[p]..units[p + 1]`.
     units: Vec<usize>,
-    /// Layer 0's word term `W_ih e(w) + b_ih` of every word `[V, G]`, columns in block order.
-    words: Vec<f32>,
+    /// Layer 0's word term `W_ih e(w) + b_ih`.
+    words: WordTerm,
     layers: Vec<HostLayer>,
     /// The output layer's `Wᵀ` columns of each vocabulary block `[H, v1 - v0]`.
     logit_w: Vec<(Range<usize>, Vec<f32>)>,
     /// Its bias, PAD and BOS banned `[V]`.
     logit_b: Vec<f32>,
+}
+
+/// Where layer 0's word term comes from (see `decode`'s module docs).
+enum WordTerm {
+    /// Every word's `[V, G]`, columns in block order.
+    Table(Vec<f32>),
+    /// The table's rows, each made the first time a step feeds its word (with the kernel that
+    /// makes the whole table, so with its bits) and kept for the decoder's life: a decode of a
+    /// 10,000-word vocabulary feeds a few hundred distinct words.
+    Lazy {
+        embed: Tensor,
+        w_ih: Tensor,
+        b_ih: Tensor,
+        rows: RwLock<Vec<Option<Box<[f32]>>>>,
+    },
 }
 
 struct HostLayer {
@@ -123,17 +144,21 @@ fn read<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
 }
 
 impl HostWeights {
-    /// The host layout of `w` and the word table `[V, G]`, in as many blocks as rayon has
-    /// threads; `None` where the graph step must run (other devices and dtypes, attention).
+    /// The host layout of `w` and the word table `[V, G]` (or, without one, of the weights
+    /// that make the word term), in as many blocks as rayon has threads; `None` where the graph
+    /// step must run (other devices and dtypes, attention).
     pub fn new(
         kind: ModelKind,
         rnn: RnnKind,
         w: &Prepared,
-        word_table: &Tensor,
+        word_table: Option<&Tensor>,
     ) -> Result<Option<Self>> {
         let on_host =
             |t: &Tensor| t.dtype() == DType::F32 && kernels_enabled(t.device(), t.dtype());
-        if kind == ModelKind::Att || !on_host(word_table) || !on_host(&w.logit_w_t) {
+        if kind == ModelKind::Att
+            || !on_host(word_table.unwrap_or(&w.embed))
+            || !on_host(&w.logit_w_t)
+        {
             return Ok(None);
         }
         let (hidden, vocab) = w.logit_w_t.dims2()?;
@@ -146,12 +171,20 @@ impl HostWeights {
             gates,
             vocab,
             units,
-            words: Vec::new(),
+            words: WordTerm::Table(Vec::new()),
             layers: Vec::new(),
             logit_w: Vec::new(),
             logit_b: host(&w.logit_b)?,
         };
-        this.words = read(word_table, |m| this.block_order(m))?;
+        this.words = match word_table {
+            Some(table) => WordTerm::Table(read(table, |m| this.block_order(m))?),
+            None => WordTerm::Lazy {
+                embed: w.embed.clone(),
+                w_ih: w.w_ih0.clone(),
+                b_ih: w.b_ih0.clone(),
+                rows: RwLock::new(vec![None; vocab]),
+            },
+        };
         for (l, cell) in w.cells.iter().enumerate() {
             let CellWeights::Fused { b_hh, w_hh_t, .. } = cell else {
                 return Ok(None);
@@ -247,12 +280,49 @@ impl HostWeights {
     }
 
     /// Feeds `tokens` (one per live row) through every layer.
-    pub fn advance(&self, live: &mut HostLive, tokens: &[u32]) {
+    pub fn advance(&self, live: &mut HostLive, tokens: &[u32]) -> Result<()> {
         let (n, h, gates) = (live.rows, self.hidden, self.gates);
         let g = gates * h;
         let lstm = self.kind == RnnKind::Lstm;
         let mut scratch = std::mem::take(&mut live.scratch);
         scratch.resize_with(self.blocks(), Scratch::default);
+        // Layer 0's word term of each token: rows of the table, made where missing.
+        let lazy_rows = match &self.words {
+            WordTerm::Lazy {
+                embed,
+                w_ih,
+                b_ih,
+                rows,
+            } => {
+                let mut missing: Vec<u32> = {
+                    let made = rows.read().map_err(|_| poisoned())?;
+                    tokens
+                        .iter()
+                        .copied()
+                        .filter(|&t| made[t as usize].is_none())
+                        .collect()
+                };
+                missing.sort_unstable();
+                missing.dedup();
+                if !missing.is_empty() {
+                    let new = word_rows(embed, w_ih, b_ih, &missing)?;
+                    let new = read(&new.contiguous()?, |m| self.block_order(m))?;
+                    let mut made = rows.write().map_err(|_| poisoned())?;
+                    for (&t, row) in missing.iter().zip(new.chunks_exact(g)) {
+                        made[t as usize] = Some(row.into());
+                    }
+                }
+                Some(rows.read().map_err(|_| poisoned())?)
+            }
+            WordTerm::Table(_) => None,
+        };
+        let word = |t: u32| -> &[f32] {
+            match (&self.words, &lazy_rows) {
+                (WordTerm::Table(table), _) => &table[t as usize * g..(t as usize + 1) * g],
+                (_, Some(made)) => made[t as usize].as_deref().unwrap_or_default(),
+                _ => &[],
+            }
+        };
         for (l, layer) in self.layers.iter().enumerate() {
             let mut h_out = vec![0f32; n * h];
             let mut c_out = vec![0f32; if lstm { n * h } else { 0 }];
@@ -286,7 +356,7 @@ impl HostWeights {
                 match &layer.w_ih {
                     None => {
                         for (i, &t) in tokens.iter().enumerate() {
-                            let word = &self.words[t as usize * g + off..t as usize * g + off + w];
+                            let word = &word(t)[off..off + w];
                             let r = now.image[i] as usize * g;
                             let image = &now.fx[r + off..r + off + w];
                             s.gx.extend(word.iter().zip(image).map(|(a, b)| a + b));
@@ -348,6 +418,7 @@ impl HostWeights {
             }
         }
         live.scratch = scratch;
+        Ok(())
     }
 
     /// The next-token logits of every live row `[rows, V]`.
@@ -438,7 +509,12 @@ mod tests {
     /// A decoder of `m`'s weights, on host arrays or (`host` false) graph ops, and the number
     /// of blocks its host step splits the batch into.
     fn decoder(m: &RnnCaptioner, host: bool) -> (Decoder, Option<usize>) {
-        let mut steps = RnnSteps::new(m).unwrap();
+        decoder_with(m, host, true)
+    }
+
+    /// [`decoder`] with or without the word table.
+    fn decoder_with(m: &RnnCaptioner, host: bool, table: bool) -> (Decoder, Option<usize>) {
+        let mut steps = RnnSteps::with_word_table(m, table).unwrap();
         if !host {
             steps.host = None;
         }
@@ -509,6 +585,31 @@ mod tests {
                 assert_eq!(blocks, Some(threads), "{rnn:?} x {layers}");
                 let got = pool.install(|| decode_all(&host, &x));
                 assert!(got == expected, "{rnn:?} x {layers} on {threads} threads");
+            }
+        }
+    }
+
+    /// Without a word table (large vocabularies) the word term is computed at each step from
+    /// the embeddings, with the table's bits: the same tokens and log-probs on host arrays and
+    /// graph ops, on one and three threads.
+    #[test]
+    fn the_word_term_per_step_gives_the_bits_of_the_word_table() {
+        for (rnn, layers) in [(RnnKind::Gru, 1), (RnnKind::Lstm, 2)] {
+            let (m, x) = model(rnn, layers);
+            let expected = decode_all(&decoder(&m, false).0, &x);
+            for host in [false, true] {
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let (d, _) = pool.install(|| decoder_with(&m, host, false));
+                    let got = pool.install(|| decode_all(&d, &x));
+                    assert!(
+                        got == expected,
+                        "{rnn:?} x {layers}, host {host}, {threads} threads"
+                    );
+                }
             }
         }
     }
