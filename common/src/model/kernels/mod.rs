@@ -9,12 +9,14 @@
 //!
 //! The kernels themselves know nothing of captioning or of any one architecture:
 //! - `linear`: `y = x Wᵀ + b` as one node; `bias`: adding a row bias; `transpose`: blocked
-//!   transposed copies; `dropout`: inverted dropout from the seeded RNG;
+//!   transposed copies; `dropout`: inverted dropout from the seeded RNG; `attention`: additive
+//!   attention over regions with its backward;
 //!   `token_logp`: the log-softmax of the taken tokens only; `layer_norm`: the Transformer's
 //!   layer norm with its backward.
 //! - `real`: the element types (f32, f64) and the helpers they share; `host_gemm`: host
 //!   matrix products and row-parallel loops.
 
+pub(crate) mod attention;
 pub(crate) mod bias;
 pub(crate) mod dropout;
 pub(crate) mod host_gemm;

@@ -7,6 +7,7 @@ use candle_core::{Tensor, D};
 use candle_nn::ops::softmax;
 
 use crate::model::error::Result;
+use crate::model::kernels::attention::additive_attention;
 
 /// Attention weights, transposed once per pass.
 #[derive(Debug, Clone)]
@@ -34,10 +35,15 @@ impl AttKeys {
     }
 }
 
-/// Context vector `[B, Da]` for the query `h` `[B, H]`.
+/// Context vector `[B, Da]` for the query `h` `[B, H]`: one fused node on the CPU
+/// ([`additive_attention`]), graph ops elsewhere.
 pub(crate) fn attend(keys: &AttKeys, w: &AttWeights, h: &Tensor) -> Result<Tensor> {
     let (b, r, a) = keys.proj.dims3()?;
-    let q = h.matmul(&w.w_hid_t)?.unsqueeze(1)?; // [B, 1, A]
+    let q = h.matmul(&w.w_hid_t)?; // [B, A]
+    if let Some(ctx) = additive_attention(&keys.proj, &q, &w.w_score_t, &keys.feats)? {
+        return Ok(ctx);
+    }
+    let q = q.unsqueeze(1)?; // [B, 1, A]
     let e = keys.proj.broadcast_add(&q)?.tanh()?; // [B, R, A]
     let scores = e
         .reshape((b * r, a))?
