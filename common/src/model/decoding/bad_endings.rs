@@ -3,8 +3,9 @@
 //!
 //! The reference sets the EOS log-prob to −∞ for every row whose previous token is in
 //! `bad_endings` (`AttModel._sample`, and `CaptionModel.beam_search` for beams), which is what
-//! [`BadEndings::mask_logits`] and [`BadEndings::mask_logprobs`] do. A caption that reaches the
-//! length limit is cut there, as in the reference, and may still end on such a word.
+//! [`BadEndings::mask_logits`] does (beam search gives EOS the log-prob −∞ where
+//! [`BadEndings::forbids_eos_after`] says so). A caption that reaches the length limit is cut
+//! there, as in the reference, and may still end on such a word.
 
 use crate::data::Vocab;
 use crate::model::EOS;
@@ -68,14 +69,6 @@ impl BadEndings {
             logits[EOS as usize] = f32::NEG_INFINITY;
         }
     }
-
-    /// Sets EOS's log-prob to −∞ when it may not follow `prev`, leaving the others as they are
-    /// (beam search ranks by the model's own `log π`).
-    pub fn mask_logprobs(&self, prev: Option<u32>, logprobs: &mut [f64]) {
-        if self.forbids_eos_after(prev) {
-            logprobs[EOS as usize] = f64::NEG_INFINITY;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -111,9 +104,6 @@ mod tests {
             .iter()
             .enumerate()
             .all(|(w, &l)| w == EOS as usize || l == 0.5));
-        let mut lps = vec![-1.0f64; 9];
-        bad.mask_logprobs(Some(7), &mut lps);
-        assert_eq!(lps[EOS as usize], f64::NEG_INFINITY);
-        assert_eq!(lps[3], -1.0);
+        assert!(bad.forbids_eos_after(Some(7)) && !bad.forbids_eos_after(Some(6)));
     }
 }

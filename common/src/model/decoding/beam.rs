@@ -43,8 +43,8 @@ struct StepLogProbs<'a> {
 
 impl<'a> StepLogProbs<'a> {
     /// The log-sum-exp of every row, on rayon's threads when there are several and enough rows
-    /// (each row is computed the same way either way).
-    fn new(logits: &'a [f32], v: usize) -> Self {
+    /// (each row is computed the same way either way); `no_eos` per row.
+    fn new(logits: &'a [f32], v: usize, no_eos: Vec<bool>) -> Self {
         use rayon::prelude::*;
         let lse: Vec<f64> =
             if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
@@ -58,7 +58,6 @@ impl<'a> StepLogProbs<'a> {
                     .map(|l| host_log_sum_exp(l, 1.0))
                     .collect()
             };
-        let no_eos = vec![false; lse.len()];
         StepLogProbs {
             logits,
             v,
@@ -267,15 +266,12 @@ impl Decoder {
                 .flat_map(|&s| beams[s].iter().map(|b| *b.tokens.last().unwrap_or(&BOS)))
                 .collect();
             let logits = self.step_logits(&mut *live_state, &inputs)?;
-            let mut lps = StepLogProbs::new(&logits, v);
-            let mut row = 0;
-            for &s in &active {
-                for b in &beams[s] {
-                    lps.no_eos[row] = opts.bad_endings.forbids_eos_after(b.tokens.last().copied());
-                    row += 1;
-                }
-            }
-            let lps = lps;
+            let no_eos = active
+                .iter()
+                .flat_map(|&s| &beams[s])
+                .map(|b| opts.bad_endings.forbids_eos_after(b.tokens.last().copied()))
+                .collect();
+            let lps = StepLogProbs::new(&logits, v, no_eos);
             let mut row = 0;
             let mut all: Vec<Proposals> = Vec::with_capacity(active.len());
             for &s in &active {

@@ -589,11 +589,11 @@ mod tests {
         }
     }
 
-    /// Without a word table (large vocabularies) the word term is computed at each step from
-    /// the embeddings, with the table's bits: the same tokens and log-probs on host arrays and
-    /// graph ops, on one and three threads.
+    /// Without a word table (large vocabularies) the word term's rows are made as steps feed
+    /// their words (on host arrays; graph steps make them at each step), with the table's bits:
+    /// the same tokens and log-probs on host arrays and graph ops, on one and three threads.
     #[test]
-    fn the_word_term_per_step_gives_the_bits_of_the_word_table() {
+    fn word_rows_made_on_demand_give_the_bits_of_the_word_table() {
         for (rnn, layers) in [(RnnKind::Gru, 1), (RnnKind::Lstm, 2)] {
             let (m, x) = model(rnn, layers);
             let expected = decode_all(&decoder(&m, false).0, &x);
