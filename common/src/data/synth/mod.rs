@@ -346,19 +346,7 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
     }
     bar.finish_and_clear();
 
-    let train_refs: Vec<Vec<String>> = images[..config.train]
-        .iter()
-        .flat_map(|img| img.sentences.iter().map(|s| s.tokens.clone()))
-        .collect();
-    let vocab = Vocab::build(train_refs.iter().map(Vec::as_slice), 1);
-
-    write_json_atomic(
-        &dir.join(CAPTIONS_JSON),
-        &KarpathyFile {
-            dataset: Some("synth".to_string()),
-            images,
-        },
-    )?;
+    let vocab = write_captions(dir, "synth", images, config.train)?;
     write_safetensors(
         dir,
         &ids,
@@ -374,6 +362,29 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
         &GeneratorRecord::of(SynthProfile::Scenes, config),
     )?;
     Ok(features::recoverability(&emb, &scenes, &fc, &att))
+}
+
+/// Writes `captions.json` and returns the vocabulary of the first `train` images' references
+/// (every word seen once; written by the caller once the features are).
+fn write_captions(
+    dir: &Path,
+    dataset: &str,
+    images: Vec<KarpathyImage>,
+    train: usize,
+) -> Result<Vocab, DataError> {
+    let train_refs: Vec<Vec<String>> = images[..train]
+        .iter()
+        .flat_map(|img| img.sentences.iter().map(|s| s.tokens.clone()))
+        .collect();
+    let vocab = Vocab::build(train_refs.iter().map(Vec::as_slice), 1);
+    write_json_atomic(
+        &dir.join(CAPTIONS_JSON),
+        &KarpathyFile {
+            dataset: Some(dataset.to_string()),
+            images,
+        },
+    )?;
+    Ok(vocab)
 }
 
 /// A progress bar over `n` images on stderr when it is a terminal and `progress` is set.
@@ -423,18 +434,7 @@ fn generate_coco(dir: &Path, config: &SynthConfig) -> Result<(), DataError> {
                 .collect(),
         })
         .collect();
-    let train_refs: Vec<Vec<String>> = images[..config.train]
-        .iter()
-        .flat_map(|img| img.sentences.iter().map(|s| s.tokens.clone()))
-        .collect();
-    let vocab = Vocab::build(train_refs.iter().map(Vec::as_slice), 1);
-    write_json_atomic(
-        &dir.join(CAPTIONS_JSON),
-        &KarpathyFile {
-            dataset: Some("synth-coco".to_string()),
-            images,
-        },
-    )?;
+    let vocab = write_captions(dir, "synth-coco", images, config.train)?;
     let ids: Vec<String> = (0..n).map(|i| i.to_string()).collect();
     let mut feats = coco::Features::new(config.seed);
     let bar = progress_bar(config.progress, n);
