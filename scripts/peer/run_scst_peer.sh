@@ -12,7 +12,7 @@ ROUNDS="${ROUNDS:-3}"
 DATA=target/bench-data/coco-synth
 out="$(mktemp -d)"
 [ -f "$DATA/captions.json" ] ||
-  cargo run --release -- data synth --profile coco --train 2000 --val 10 --test 10 --out "$DATA" -q
+  cargo run --release -- data synth --profile coco --train 5000 --val 10 --test 10 --out "$DATA" -q
 cargo bench --bench scst --no-run
 for r in $(seq "$ROUNDS"); do
   for n in 1 2; do
