@@ -4,13 +4,14 @@
 use crate::model::config::RnnKind;
 use crate::model::kernels::real::Real;
 
-/// Whether the row kernels may run compiled for AVX2 and FMA (checked once by std, then cached).
-/// The build targets baseline x86-64 (SSE2), so without this the gate loops run 4 lanes wide.
-/// Rust never fuses `a * b + c` on its own, so both builds give the same bits.
+/// Whether the row kernels may run compiled for AVX2 and FMA ([`crate::fastmath::simd`]; an
+/// AVX-512 CPU has both). The build targets baseline x86-64 (SSE2), so without this the gate
+/// loops run 4 lanes wide. Rust never fuses `a * b + c` on its own, so both builds give the
+/// same bits.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    crate::fastmath::simd() != crate::fastmath::Simd::Baseline
 }
 
 /// Defines a row kernel three times over one body: `$plain` (baseline build), `$vector` (the
