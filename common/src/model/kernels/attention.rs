@@ -84,61 +84,19 @@ fn with_cpu<T: Real, R>(
 }
 
 impl Attention {
-    fn fwd_typed<T: Real>(
+    fn fwd_typed<T: RowKernels>(
         &self,
         (s1, l1): (&CpuStorage, &Layout),
         (s2, l2): (&CpuStorage, &Layout),
         (s3, l3): (&CpuStorage, &Layout),
     ) -> candle_core::Result<Vec<T>> {
-        let (b, r, a, d) = sizes(l1, l2, l3, &self.feats)?;
+        let dims = sizes(l1, l2, l3, &self.feats)?;
         let proj = contiguous::<T>(s1, l1, "proj")?;
         let q = contiguous::<T>(s2, l2, "q")?;
         let w = contiguous::<T>(s3, l3, "w")?;
-        with_cpu::<T, _>(&self.feats, "feats", |feats| {
-            self.forward(proj, q, w, feats, (b, r, a, d))
-        })
-    }
-
-    fn forward<T: Real>(
-        &self,
-        proj: &[T],
-        q: &[T],
-        w: &[T],
-        feats: &[T],
-        (b, r, a, d): (usize, usize, usize, usize),
-    ) -> candle_core::Result<Vec<T>> {
-        let mut e = vec![T::ZERO; b * r * a];
-        let mut alpha = vec![T::ZERO; b * r];
-        let mut ctx = vec![T::ZERO; b * d];
-        for i in 0..b {
-            let qi = &q[i * a..(i + 1) * a];
-            let al = &mut alpha[i * r..(i + 1) * r];
-            for (j, s) in al.iter_mut().enumerate() {
-                let at = (i * r + j) * a;
-                let ej = &mut e[at..at + a];
-                let mut dot = T::ZERO;
-                for (((x, &p), &qa), &wa) in ej.iter_mut().zip(&proj[at..at + a]).zip(qi).zip(w) {
-                    *x = (p + qa).tanh_();
-                    dot += *x * wa;
-                }
-                *s = dot;
-            }
-            let max = al.iter().fold(T::NEG_INFINITY, |m, &s| m.max_(s));
-            let mut sum = T::ZERO;
-            for s in al.iter_mut() {
-                *s = (*s - max).exp_();
-                sum += *s;
-            }
-            let inv = T::from_f64(1.0 / sum.to_f64());
-            let ci = &mut ctx[i * d..(i + 1) * d];
-            for (j, s) in al.iter_mut().enumerate() {
-                *s *= inv;
-                let f = &feats[(i * r + j) * d..(i * r + j + 1) * d];
-                for (c, &x) in ci.iter_mut().zip(f) {
-                    *c += *s * x;
-                }
-            }
-        }
+        let (ctx, e, alpha) = with_cpu::<T, _>(&self.feats, "feats", |feats| {
+            Ok(T::forward(proj, q, w, feats, dims))
+        })?;
         let mut saved = self
             .saved
             .lock()
@@ -147,7 +105,7 @@ impl Attention {
         Ok(ctx)
     }
 
-    fn bwd_typed<T: Real>(
+    fn bwd_typed<T: RowKernels>(
         &self,
         proj: &Tensor,
         q: &Tensor,
@@ -169,7 +127,7 @@ impl Attention {
         let (dproj, dq, dw) = with_cpu::<T, _>(&self.feats, "feats", |feats| {
             with_cpu::<T, _>(w, "w", |w| {
                 with_cpu::<T, _>(&dctx, "output gradient", |g| {
-                    Ok(backward(e, alpha, feats, w, g, (b, r, a, d)))
+                    Ok(T::backward(e, alpha, feats, w, g, (b, r, a, d)))
                 })
             })
         })?;
@@ -181,14 +139,125 @@ impl Attention {
     }
 }
 
-/// `(dproj, dq, dw)` from the saved `e`, `α` and the context's gradient `g` (module docs).
-fn backward<T: Real>(
+/// `(B, R, A, D)`: images, regions, attention size, region size.
+type Dims = (usize, usize, usize, usize);
+
+/// The passes over the rows, built for this CPU's widest vector unit (`fastmath::simd`): the
+/// tanh and the context sums run over whole vectors, and every dot product over `A` or `D`
+/// keeps [`LANES`] partial sums, added in a fixed order (so a CPU gives the same bits whatever
+/// its vector width).
+trait RowKernels: Real {
+    /// `(ctx, e, α)`.
+    fn forward(
+        proj: &[Self],
+        q: &[Self],
+        w: &[Self],
+        feats: &[Self],
+        dims: Dims,
+    ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
+    /// `(dproj, dq, dw)` from the saved `e`, `α` and the context's gradient `g` (module docs).
+    fn backward(
+        e: &[Self],
+        alpha: &[Self],
+        feats: &[Self],
+        w: &[Self],
+        g: &[Self],
+        dims: Dims,
+    ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
+}
+
+macro_rules! row_kernels {
+    ($t:ty, $fwd:ident, $bwd:ident) => {
+        crate::fastmath::simd_dispatch!(
+            fn $fwd(proj: &[$t], q: &[$t], w: &[$t], feats: &[$t], dims: Dims)
+                -> (Vec<$t>, Vec<$t>, Vec<$t>) = forward_plain
+        );
+        crate::fastmath::simd_dispatch!(
+            fn $bwd(e: &[$t], alpha: &[$t], feats: &[$t], w: &[$t], g: &[$t], dims: Dims)
+                -> (Vec<$t>, Vec<$t>, Vec<$t>) = backward_plain
+        );
+        impl RowKernels for $t {
+            fn forward(proj: &[$t], q: &[$t], w: &[$t], feats: &[$t], dims: Dims)
+                -> (Vec<$t>, Vec<$t>, Vec<$t>) {
+                $fwd(proj, q, w, feats, dims)
+            }
+            fn backward(e: &[$t], alpha: &[$t], feats: &[$t], w: &[$t], g: &[$t], dims: Dims)
+                -> (Vec<$t>, Vec<$t>, Vec<$t>) {
+                $bwd(e, alpha, feats, w, g, dims)
+            }
+        }
+    };
+}
+row_kernels!(f32, forward_f32, backward_f32);
+row_kernels!(f64, forward_f64, backward_f64);
+
+/// Partial sums of [`dot`].
+const LANES: usize = 16;
+
+/// `Σ xᵢ yᵢ` in [`LANES`] partial sums, so that it vectorises.
+#[inline(always)]
+fn dot<T: Real>(x: &[T], y: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let rest = xs.remainder().iter().zip(ys.remainder());
+    for (cx, cy) in xs.zip(ys) {
+        for ((a, &u), &v) in acc.iter_mut().zip(cx).zip(cy) {
+            *a += u * v;
+        }
+    }
+    let tail = rest.fold(T::ZERO, |s, (&u, &v)| s + u * v);
+    acc.iter().fold(tail, |s, &a| s + a)
+}
+
+#[inline(always)]
+fn forward_plain<T: Real>(
+    proj: &[T],
+    q: &[T],
+    w: &[T],
+    feats: &[T],
+    (b, r, a, d): Dims,
+) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let mut e = vec![T::ZERO; b * r * a];
+    let mut alpha = vec![T::ZERO; b * r];
+    let mut ctx = vec![T::ZERO; b * d];
+    for i in 0..b {
+        let qi = &q[i * a..(i + 1) * a];
+        let al = &mut alpha[i * r..(i + 1) * r];
+        for (j, s) in al.iter_mut().enumerate() {
+            let at = (i * r + j) * a;
+            let ej = &mut e[at..at + a];
+            for ((x, &p), &qa) in ej.iter_mut().zip(&proj[at..at + a]).zip(qi) {
+                *x = (p + qa).tanh_();
+            }
+            *s = dot(ej, w);
+        }
+        let max = al.iter().fold(T::NEG_INFINITY, |m, &s| m.max_(s));
+        let mut sum = T::ZERO;
+        for s in al.iter_mut() {
+            *s = (*s - max).exp_();
+            sum += *s;
+        }
+        let inv = T::from_f64(1.0 / sum.to_f64());
+        let ci = &mut ctx[i * d..(i + 1) * d];
+        for (j, s) in al.iter_mut().enumerate() {
+            *s *= inv;
+            let f = &feats[(i * r + j) * d..(i * r + j + 1) * d];
+            for (c, &x) in ci.iter_mut().zip(f) {
+                *c += *s * x;
+            }
+        }
+    }
+    (ctx, e, alpha)
+}
+
+#[inline(always)]
+fn backward_plain<T: Real>(
     e: &[T],
     alpha: &[T],
     feats: &[T],
     w_v: &[T],
     g: &[T],
-    (b, r, a, d): (usize, usize, usize, usize),
+    (b, r, a, d): Dims,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let mut dproj = vec![T::ZERO; b * r * a];
     let mut dq = vec![T::ZERO; b * a];
@@ -199,8 +268,7 @@ fn backward<T: Real>(
         let al = &alpha[i * r..(i + 1) * r];
         let mut mean = T::ZERO;
         for (j, s) in ds.iter_mut().enumerate() {
-            let f = &feats[(i * r + j) * d..(i * r + j + 1) * d];
-            let da = f.iter().zip(gi).fold(T::ZERO, |acc, (&x, &y)| acc + x * y);
+            let da = dot(&feats[(i * r + j) * d..(i * r + j + 1) * d], gi);
             *s = da;
             mean += al[j] * da;
         }
@@ -274,7 +342,13 @@ mod tests {
 
     #[test]
     fn fused_attention_matches_the_graph_ops_with_gradients() {
-        let (b, r, a, d) = (3, 5, 4, 6);
+        // Sizes below one vector of partial sums, and whole vectors plus a remainder.
+        for dims in [(3, 5, 4, 6), (2, 7, 37, 70)] {
+            check_against_graph_ops(dims);
+        }
+    }
+
+    fn check_against_graph_ops((b, r, a, d): Dims) {
         let proj = Var::from_tensor(&values(&[b, r, a], 1, 1.0)).unwrap();
         let q = Var::from_tensor(&values(&[b, a], 2, 1.0)).unwrap();
         let w = Var::from_tensor(&values(&[a, 1], 3, 1.0)).unwrap();
