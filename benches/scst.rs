@@ -169,6 +169,7 @@ impl Iteration {
 
 fn bench(c: &mut Criterion) {
     caprl_common::model::keep_elementwise_ops_on_one_thread();
+    caprl_common::allocator::keep_freed_pages();
     let threads = std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())

@@ -17,7 +17,9 @@
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 //! - [`selftest`]: a device's results against the CPU's (`caprl selftest`).
 //! - [`telemetry`]: Prometheus metrics, the run log, TensorBoard event files and the HTML report.
+//! - [`allocator`]: settings of the allocator the binary and benchmarks run on.
 
+pub mod allocator;
 pub mod bus;
 pub mod clip;
 pub mod config;
