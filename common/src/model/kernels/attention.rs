@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, Real, Saved};
+use super::real::{contiguous, dot, err, Real, Saved};
 use crate::model::error::Result;
 
 /// The context `[B, D]`, or `None` where the graph ops must run (other devices and dtypes).
@@ -144,7 +144,7 @@ type Dims = (usize, usize, usize, usize);
 
 /// The passes over the rows, built for this CPU's widest vector unit (`fastmath::simd`): the
 /// tanh and the context sums run over whole vectors, and every dot product over `A` or `D`
-/// keeps [`LANES`] partial sums, added in a fixed order (so a CPU gives the same bits whatever
+/// keeps [`dot`]'s partial sums, added in a fixed order (so a CPU gives the same bits whatever
 /// its vector width).
 trait RowKernels: Real {
     /// `(ctx, e, α)`.
@@ -190,24 +190,6 @@ macro_rules! row_kernels {
 }
 row_kernels!(f32, forward_f32, backward_f32);
 row_kernels!(f64, forward_f64, backward_f64);
-
-/// Partial sums of [`dot`].
-const LANES: usize = 16;
-
-/// `Σ xᵢ yᵢ` in [`LANES`] partial sums, so that it vectorises.
-#[inline(always)]
-fn dot<T: Real>(x: &[T], y: &[T]) -> T {
-    let mut acc = [T::ZERO; LANES];
-    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
-    let rest = xs.remainder().iter().zip(ys.remainder());
-    for (cx, cy) in xs.zip(ys) {
-        for ((a, &u), &v) in acc.iter_mut().zip(cx).zip(cy) {
-            *a += u * v;
-        }
-    }
-    let tail = rest.fold(T::ZERO, |s, (&u, &v)| s + u * v);
-    acc.iter().fold(tail, |s, &a| s + a)
-}
 
 #[inline(always)]
 fn forward_plain<T: Real>(

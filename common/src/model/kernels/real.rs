@@ -5,6 +5,25 @@ use candle_core::{CpuStorage, Layout};
 
 use crate::fastmath::exp_f32;
 
+/// Partial sums of [`dot`].
+const LANES: usize = 16;
+
+/// `Σ xᵢ yᵢ` in 16 partial sums added in a fixed order, so that it vectorises (inline it into a
+/// loop built through `fastmath::simd_dispatch!`); the same bits on any vector width.
+#[inline(always)]
+pub(crate) fn dot<T: Real>(x: &[T], y: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let rest = xs.remainder().iter().zip(ys.remainder());
+    for (cx, cy) in xs.zip(ys) {
+        for ((a, &u), &v) in acc.iter_mut().zip(cx).zip(cy) {
+            *a += u * v;
+        }
+    }
+    let tail = rest.fold(T::ZERO, |s, (&u, &v)| s + u * v);
+    acc.iter().fold(tail, |s, &a| s + a)
+}
+
 /// Element types the CPU kernels run on.
 pub(crate) trait Real:
     Copy

@@ -30,8 +30,10 @@ const PARALLEL_MIN_MACS: usize = 1 << 20;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
+use crate::fastmath::exp_f32;
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::norm_row;
+use crate::model::kernels::real::dot;
 
 /// A projection and its bias on the host, the weight transposed: `Wᵀ` `[in, out]` row-major,
 /// which the gemm reads as it is (a `[out, in]` weight read column by column would be
@@ -319,8 +321,6 @@ impl HostWeights {
         v: &[f32],
     ) -> Vec<f32> {
         let (d, heads) = (self.d, self.heads);
-        let dk = d / heads;
-        let scale = 1.0 / (dk as f32).sqrt();
         let mut out = vec![0f32; n * d];
         let dst = SendPtr(out.as_mut_ptr());
         let per_row = at(0).len().max(1) * d * 2;
@@ -331,31 +331,7 @@ impl HostWeights {
         for_each_row(threads, n, per_row, |i| {
             // SAFETY: each row `i` is written by one call only, inside `out`.
             let o = unsafe { dst.row(i, d) };
-            let qi = q(i);
-            let offsets = at(i);
-            let mut w = vec![0f32; offsets.len()];
-            for h in 0..heads {
-                let qh = &qi[h * dk..(h + 1) * dk];
-                let mut max = f32::NEG_INFINITY;
-                for (s, &off) in w.iter_mut().zip(&offsets) {
-                    let kh = &k[off + h * dk..off + (h + 1) * dk];
-                    *s = qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f32>() * scale;
-                    max = max.max(*s);
-                }
-                let mut sum = 0f32;
-                for s in w.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let oh = &mut o[h * dk..(h + 1) * dk];
-                for (s, &off) in w.iter().zip(&offsets) {
-                    let p = s / sum;
-                    let vh = &v[off + h * dk..off + (h + 1) * dk];
-                    for (acc, &val) in oh.iter_mut().zip(vh) {
-                        *acc += p * val;
-                    }
-                }
-            }
+            attend_row(q(i), &at(i), k, v, heads, o);
         });
         out
     }
@@ -399,6 +375,53 @@ impl HostLive {
             .as_ref()
             .map(|t| Ok(Tensor::from_slice(t, (n, t.len() / n.max(1)), device)?))
             .transpose()
+    }
+}
+
+crate::fastmath::simd_dispatch!(
+    /// One row of [`HostWeights::attend`]: the query `q` `[d]` over the keys and values at
+    /// `offsets` of `k` and `v`, into `o` `[d]`, built for this CPU's widest vector unit.
+    fn attend_row(
+        q: &[f32],
+        offsets: &[usize],
+        k: &[f32],
+        v: &[f32],
+        heads: usize,
+        o: &mut [f32],
+    ) -> () = attend_row_plain
+);
+
+#[inline(always)]
+fn attend_row_plain(
+    q: &[f32],
+    offsets: &[usize],
+    k: &[f32],
+    v: &[f32],
+    heads: usize,
+    o: &mut [f32],
+) {
+    let dk = q.len() / heads;
+    let scale = 1.0 / (dk as f32).sqrt();
+    let mut w = vec![0f32; offsets.len()];
+    for h in 0..heads {
+        let qh = &q[h * dk..(h + 1) * dk];
+        let mut max = f32::NEG_INFINITY;
+        for (s, &off) in w.iter_mut().zip(offsets) {
+            *s = dot(qh, &k[off + h * dk..off + (h + 1) * dk]) * scale;
+            max = max.max(*s);
+        }
+        let mut sum = 0f32;
+        for s in w.iter_mut() {
+            *s = exp_f32(*s - max);
+            sum += *s;
+        }
+        let oh = &mut o[h * dk..(h + 1) * dk];
+        for (s, &off) in w.iter().zip(offsets) {
+            let p = s / sum;
+            for (acc, &val) in oh.iter_mut().zip(&v[off + h * dk..off + (h + 1) * dk]) {
+                *acc += p * val;
+            }
+        }
     }
 }
 
