@@ -19,6 +19,7 @@
 pub(crate) mod attention;
 pub(crate) mod bias;
 pub(crate) mod dropout;
+pub(crate) mod few_rows;
 pub(crate) mod host_gemm;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;

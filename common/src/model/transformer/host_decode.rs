@@ -30,7 +30,10 @@ const PARALLEL_MIN_MACS: usize = 1 << 20;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
+/// Up to this many rows a projection runs on [`Panels`], above it on gemm.
+const FEW_ROWS_MAX: usize = 64;
 use crate::fastmath::exp_f32;
+use crate::model::kernels::few_rows::Panels;
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::norm_row;
 use crate::model::kernels::real::dot;
@@ -40,6 +43,8 @@ use crate::model::kernels::real::dot;
 /// repacked at every call, which costs as much as a product over a few rows).
 struct HostLinear {
     w_t: Vec<f32>,
+    /// `Wᵀ` in column panels, for products of at most [`FEW_ROWS_MAX`] rows.
+    panels: Panels,
     b: Vec<f32>,
     inp: usize,
     out: usize,
@@ -48,8 +53,10 @@ struct HostLinear {
 impl HostLinear {
     fn new(l: &Linear) -> Result<Self> {
         let (out, inp) = l.w.dims2()?;
+        let w_t = host(&l.w.t()?.contiguous()?)?;
         Ok(Self {
-            w_t: host(&l.w.t()?.contiguous()?)?,
+            panels: Panels::new(&w_t, inp, out),
+            w_t,
             b: host(&l.b)?,
             inp,
             out,
@@ -66,6 +73,14 @@ impl HostLinear {
             true => PARALLEL_MIN_MACS,
             false => usize::MAX,
         };
+        if n <= FEW_ROWS_MAX {
+            let threads = match n * self.w_t.len() >= min_macs {
+                true => candle_core::utils::get_num_threads(),
+                false => 1,
+            };
+            self.panels.mul_into(x, &mut y, threads);
+            return y;
+        }
         // SAFETY: `x` holds `n × inp` values, `w_t` `inp × out`, `y` `n × out`; `y` is new.
         unsafe {
             gemm_into_from(

@@ -1,0 +1,273 @@
+//! `y += x W` for the few rows of a decoding step (one per live caption), with `W` packed once
+//! per policy snapshot in column panels, vectorised along the output columns.
+//!
+//! gemm repacks the weight for every call: at 10–50 rows the repacking of the decoder's weights
+//! costs about as much as the product. Here `W` `[k, n]` is stored as panels of [`COLS`]
+//! columns, each panel `k × COLS` contiguous, so a tile of up to 8 rows × [`COLS`] columns
+//! stays in registers while it reads its panel front to back (the panel stays in cache for the
+//! next row tile), and nothing is copied per call. The sums run over `k` in order with fused
+//! multiply-adds (correctly rounded in every build), so a value does not depend on the tile it
+//! falls in, the thread count or the vector width.
+
+use super::host_gemm::SendPtr;
+
+/// Rows of a tile.
+const ROWS: usize = 8;
+/// Columns of a panel.
+const COLS: usize = 32;
+
+/// A `[k, n]` weight in column panels (the last one padded with zeros).
+pub(crate) struct Panels {
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl Panels {
+    /// From `w` `[k, n]` row-major.
+    pub(crate) fn new(w: &[f32], k: usize, n: usize) -> Self {
+        let panels = n.div_ceil(COLS);
+        let mut data = vec![0f32; panels * k * COLS];
+        for (p, panel) in data.chunks_mut(k * COLS).enumerate() {
+            let (c0, c1) = (p * COLS, ((p + 1) * COLS).min(n));
+            for (kk, dst) in panel.chunks_mut(COLS).enumerate() {
+                dst[..c1 - c0].copy_from_slice(&w[kk * n + c0..kk * n + c1]);
+            }
+        }
+        Self { k, n, data }
+    }
+
+    /// `y[m, n] += x[m, k] · W` (row-major), the panels split over `threads`.
+    pub(crate) fn mul_into(&self, x: &[f32], y: &mut [f32], threads: usize) {
+        let (k, n) = (self.k, self.n);
+        let m = y.len() / n;
+        assert!(
+            x.len() == m * k && y.len() == m * n,
+            "few-rows product: shapes do not fit"
+        );
+        let panels = n.div_ceil(COLS);
+        let blocks = threads.clamp(1, panels);
+        let dst = SendPtr(y.as_mut_ptr());
+        let run = |p0: usize, p1: usize| panels_into(x, &self.data, k, n, dst.at(0), p0, p1);
+        if blocks == 1 {
+            run(0, panels);
+            return;
+        }
+        let per = panels.div_ceil(blocks);
+        use rayon::prelude::*;
+        // Blocks write disjoint columns of `y`.
+        (0..blocks)
+            .into_par_iter()
+            .for_each(|b| run(b * per, ((b + 1) * per).min(panels)));
+    }
+}
+
+/// Panels `p0..p1` into `y` (`m` rows of stride `n`): with AVX-512 the tiles' accumulators are
+/// registers ([`avx512`]), elsewhere the portable tile (the same sums in the same order).
+fn panels_into(x: &[f32], w: &[f32], k: usize, n: usize, y: *mut f32, p0: usize, p1: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::fastmath::simd() == crate::fastmath::Simd::Avx512 {
+        // SAFETY: the CPU has AVX-512F (checked by `simd`).
+        unsafe { panels_with(x, w, k, n, y, p0, p1, avx512::tile) };
+        return;
+    }
+    // SAFETY: the portable tile needs no CPU feature; the callers' bounds as above.
+    unsafe { panels_with(x, w, k, n, y, p0, p1, tile) };
+}
+
+/// A tile kernel: rows `i..i + rows` (their inputs), a panel's first `width` columns from `c0`.
+type Tile = unsafe fn(&[f32], &[f32], usize, usize, usize, *mut f32, usize, usize, usize);
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panels_with(
+    x: &[f32],
+    w: &[f32],
+    k: usize,
+    n: usize,
+    y: *mut f32,
+    p0: usize,
+    p1: usize,
+    tile: Tile,
+) {
+    let m = x.len() / k;
+    for p in p0..p1 {
+        let panel = &w[p * k * COLS..(p + 1) * k * COLS];
+        let (c0, width) = (p * COLS, (n - p * COLS).min(COLS));
+        let mut i = 0;
+        while i < m {
+            let rows = (m - i).min(ROWS);
+            // SAFETY: rows `i..i + rows` < m, columns `c0..c0 + width` ≤ n of `y`.
+            unsafe {
+                tile(
+                    &x[i * k..(i + rows) * k],
+                    panel,
+                    rows,
+                    k,
+                    n,
+                    y,
+                    i,
+                    c0,
+                    width,
+                )
+            };
+            i += rows;
+        }
+    }
+}
+
+/// The portable tile (see [`Tile`]).
+///
+/// # Safety
+/// `y` holds rows `i..i + rows` of stride `n`, and `c0 + width ≤ n`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    xs: &[f32],
+    panel: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    y: *mut f32,
+    i: usize,
+    c0: usize,
+    width: usize,
+) {
+    for r in 0..rows {
+        let mut acc = [0f32; COLS];
+        for (kk, wr) in panel.chunks_exact(COLS).enumerate() {
+            let xv = xs[r * k + kk];
+            for (a, &wv) in acc.iter_mut().zip(wr) {
+                *a = xv.mul_add(wv, *a);
+            }
+        }
+        for (c, &v) in acc[..width].iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { *y.add((i + r) * n + c0 + c) += v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::{COLS, ROWS};
+
+    /// The AVX-512 tile: up to 8 rows × 32 columns in 16 registers.
+    ///
+    /// # Safety
+    /// As [`super::tile`], and the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile(
+        xs: &[f32],
+        panel: &[f32],
+        rows: usize,
+        k: usize,
+        n: usize,
+        y: *mut f32,
+        i: usize,
+        c0: usize,
+        width: usize,
+    ) {
+        debug_assert!(rows <= ROWS && xs.len() == rows * k && panel.len() == k * COLS);
+        let z = _mm512_setzero_ps();
+        let mut acc = [[z; 2]; ROWS];
+        let wp = panel.as_ptr();
+        let xp = xs.as_ptr();
+        macro_rules! rows_loop {
+            ($r:literal) => {
+                for kk in 0..k {
+                    // SAFETY: `kk < k`: within the panel (`k × 32`) and each row's `k` inputs.
+                    let (w0, w1) = unsafe {
+                        (
+                            _mm512_loadu_ps(wp.add(kk * COLS)),
+                            _mm512_loadu_ps(wp.add(kk * COLS + 16)),
+                        )
+                    };
+                    for r in 0..$r {
+                        let xv = _mm512_set1_ps(unsafe { *xp.add(r * k + kk) });
+                        acc[r][0] = _mm512_fmadd_ps(xv, w0, acc[r][0]);
+                        acc[r][1] = _mm512_fmadd_ps(xv, w1, acc[r][1]);
+                    }
+                }
+            };
+        }
+        match rows {
+            8 => rows_loop!(8),
+            7 => rows_loop!(7),
+            6 => rows_loop!(6),
+            5 => rows_loop!(5),
+            4 => rows_loop!(4),
+            3 => rows_loop!(3),
+            2 => rows_loop!(2),
+            _ => rows_loop!(1),
+        }
+        let mut out = [0f32; COLS];
+        for (r, a) in acc.iter().enumerate().take(rows) {
+            // SAFETY: `out` holds 32 values.
+            unsafe {
+                _mm512_storeu_ps(out.as_mut_ptr(), a[0]);
+                _mm512_storeu_ps(out.as_mut_ptr().add(16), a[1]);
+            }
+            for (c, &v) in out[..width].iter().enumerate() {
+                // SAFETY: the caller's contract.
+                unsafe { *y.add((i + r) * n + c0 + c) += v };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_rows_match_the_plain_product_on_any_thread_count() {
+        for (m, k, n) in [(1, 3, 5), (10, 37, 70), (7, 64, 129), (4, 16, 32)] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|v| ((v * 7 % 13) as f32 - 6.0) / 5.0)
+                .collect();
+            let w: Vec<f32> = (0..k * n)
+                .map(|v| ((v * 5 % 11) as f32 - 5.0) / 7.0)
+                .collect();
+            let bias: Vec<f32> = (0..m * n).map(|v| (v % 3) as f32).collect();
+            let mut want = bias.clone();
+            for i in 0..m {
+                for c in 0..n {
+                    want[i * n + c] += (0..k).fold(0f32, |s, kk| s + x[i * k + kk] * w[kk * n + c]);
+                }
+            }
+            let panels = Panels::new(&w, k, n);
+            let mut first = None;
+            for threads in [1, 2, 3] {
+                let mut y = bias.clone();
+                panels.mul_into(&x, &mut y, threads);
+                for (a, b) in y.iter().zip(&want) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                        "{m}x{k}x{n}: {a} vs {b}"
+                    );
+                }
+                // The same bits whatever the thread count.
+                assert_eq!(*first.get_or_insert_with(|| y.clone()), y);
+            }
+            // The portable tile gives the AVX-512 tile's bits (both fuse every multiply-add).
+            let mut y = bias.clone();
+            // SAFETY: `y` holds `m` rows of `n`; all panels.
+            unsafe {
+                panels_with(
+                    &x,
+                    &panels.data,
+                    k,
+                    n,
+                    y.as_mut_ptr(),
+                    0,
+                    n.div_ceil(COLS),
+                    tile,
+                )
+            };
+            assert_eq!(first.unwrap(), y);
+        }
+    }
+}
