@@ -49,8 +49,9 @@ fn composite(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tenso
 }
 
 /// Appends one row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, to `out`, hands each `x̂` to
-/// `xhat`, and returns `(σ, σ + eps)`; the statistics are accumulated in f64 ([`lane_sum`]). The one place the
-/// formula is written: the graph node and the host decoding steps both call it.
+/// `xhat`, and returns `(σ, σ + eps)`; the statistics are accumulated in f64 ([`lane_sum`]).
+/// The one place the formula is written: the graph node and the host decoding steps both call
+/// it.
 pub(crate) fn norm_row<T: Real>(
     row: &[T],
     g: &[T],
