@@ -19,10 +19,10 @@
 pub(crate) mod attention;
 pub(crate) mod bias;
 pub(crate) mod dropout;
-pub(crate) mod few_rows;
 pub(crate) mod host_gemm;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
+pub(crate) mod panels;
 pub(crate) mod real;
 pub(crate) mod token_logp;
 pub(crate) mod transpose;

@@ -1,7 +1,8 @@
 //! Decoding steps on host arrays (CPU, f32): the Transformer's fast path.
 //!
 //! A graph step is some forty small ops per layer, each allocating its output; here a step
-//! is a few matrix products ([`gemm_into_from`], on candle's thread count) and loops over rows.
+//! is a few matrix products (on weights packed once per snapshot: [`Panels`]) and loops over
+//! rows.
 //!
 //! The self-attention caches live in an append-only arena per decode: every step writes each
 //! live row's key and value into a fresh slot, and a row keeps the list of its slots. Dropping
@@ -18,47 +19,40 @@ use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
-use crate::model::kernels::host_gemm::{for_each_row, gemm_into_from, Mat, SendPtr};
+use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 
-/// A step's product runs on several threads (split over its output columns) when its weight
-/// has this many values — more than one core's L2 cache holds, so that each core streams half
-/// — and it has [`PARALLEL_MIN_MACS`] multiply-adds: at COCO's width a `[10, 512] × [512, 512]`
-/// product is faster on two threads, at the synthetic task's a `[32, 128] × [128, 512]` one
-/// slower (measured with `caprl bench transformer`).
+/// A step's product runs on several threads (split over its output columns) when it has
+/// [`PARALLEL_MIN_MACS`] multiply-adds and a weight of [`PARALLEL_MIN_WEIGHTS`] values — more
+/// than one core's L2 cache holds, so that each core streams half: at COCO's width a
+/// `[10, 512] × [512, 512]` product is faster on two threads — or, with a smaller weight,
+/// [`PARALLEL_MIN_MACS_SMALL_WEIGHT`] multiply-adds: at the synthetic task's width 32 rows are
+/// faster on one thread, 160 (5 samples or beams of 32 images) on two (measured with `caprl bench
+/// transformer`).
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
 const PARALLEL_MIN_MACS: usize = 1 << 20;
+const PARALLEL_MIN_MACS_SMALL_WEIGHT: usize = 4 << 20;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
-/// Up to this many rows a projection runs on [`Panels`], above it on gemm.
-const FEW_ROWS_MAX: usize = 64;
 use crate::fastmath::exp_f32;
-use crate::model::kernels::few_rows::Panels;
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::norm_row;
+use crate::model::kernels::panels::Panels;
 use crate::model::kernels::real::dot;
 
-/// A projection and its bias on the host, the weight transposed: `Wᵀ` `[in, out]` row-major,
-/// which the gemm reads as it is (a `[out, in]` weight read column by column would be
-/// repacked at every call, which costs as much as a product over a few rows).
+/// A projection and its bias on the host, the weight packed for [`Panels`] once per snapshot.
 struct HostLinear {
-    w_t: Vec<f32>,
-    /// `Wᵀ` in column panels, for products of at most [`FEW_ROWS_MAX`] rows.
-    panels: Panels,
+    w: Panels,
     b: Vec<f32>,
-    inp: usize,
     out: usize,
 }
 
 impl HostLinear {
     fn new(l: &Linear) -> Result<Self> {
         let (out, inp) = l.w.dims2()?;
-        let w_t = host(&l.w.t()?.contiguous()?)?;
         Ok(Self {
-            panels: Panels::new(&w_t, inp, out),
-            w_t,
+            w: Panels::new(&host(&l.w.t()?.contiguous()?)?, inp, out),
             b: host(&l.b)?,
-            inp,
             out,
         })
     }
@@ -69,32 +63,16 @@ impl HostLinear {
         for _ in 0..n {
             y.extend_from_slice(&self.b);
         }
-        let min_macs = match self.w_t.len() >= PARALLEL_MIN_WEIGHTS {
+        let weights = self.w.len();
+        let min_macs = match weights >= PARALLEL_MIN_WEIGHTS {
             true => PARALLEL_MIN_MACS,
-            false => usize::MAX,
+            false => PARALLEL_MIN_MACS_SMALL_WEIGHT,
         };
-        if n <= FEW_ROWS_MAX {
-            let threads = match n * self.w_t.len() >= min_macs {
-                true => candle_core::utils::get_num_threads(),
-                false => 1,
-            };
-            self.panels.mul_into(x, &mut y, threads);
-            return y;
-        }
-        // SAFETY: `x` holds `n × inp` values, `w_t` `inp × out`, `y` `n × out`; `y` is new.
-        unsafe {
-            gemm_into_from(
-                min_macs,
-                n,
-                self.out,
-                self.inp,
-                y.as_mut_ptr(),
-                self.out,
-                true,
-                Mat::rows(x, self.inp),
-                Mat::rows(&self.w_t, self.out),
-            );
-        }
+        let threads = match n * weights >= min_macs {
+            true => candle_core::utils::get_num_threads(),
+            false => 1,
+        };
+        self.w.mul_into(x, &mut y, threads);
         y
     }
 }

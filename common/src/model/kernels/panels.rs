@@ -1,5 +1,5 @@
-//! `y += x W` for the few rows of a decoding step (one per live caption), with `W` packed once
-//! per policy snapshot in column panels, vectorised along the output columns.
+//! `y += x W` for the rows of a decoding step (one per live caption), with `W` packed once per
+//! policy snapshot in column panels, vectorised along the output columns.
 //!
 //! gemm repacks the weight for every call: at 10–50 rows the repacking of the decoder's weights
 //! costs about as much as the product. Here `W` `[k, n]` is stored as panels of [`COLS`]
@@ -37,13 +37,18 @@ impl Panels {
         Self { k, n, data }
     }
 
+    /// The weight's values, `k · n`.
+    pub(crate) fn len(&self) -> usize {
+        self.k * self.n
+    }
+
     /// `y[m, n] += x[m, k] · W` (row-major), the panels split over `threads`.
     pub(crate) fn mul_into(&self, x: &[f32], y: &mut [f32], threads: usize) {
         let (k, n) = (self.k, self.n);
         let m = y.len() / n;
         assert!(
             x.len() == m * k && y.len() == m * n,
-            "few-rows product: shapes do not fit"
+            "panel product: shapes do not fit"
         );
         let panels = n.div_ceil(COLS);
         let blocks = threads.clamp(1, panels);
@@ -223,7 +228,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn few_rows_match_the_plain_product_on_any_thread_count() {
+    fn panel_products_match_the_plain_product_on_any_thread_count() {
         for (m, k, n) in [(1, 3, 5), (10, 37, 70), (7, 64, 129), (4, 16, 32)] {
             let x: Vec<f32> = (0..m * k)
                 .map(|v| ((v * 7 % 13) as f32 - 6.0) / 5.0)
