@@ -18,27 +18,27 @@ use candle_core::{DType, Device, Tensor};
 use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
+use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
+use crate::model::kernels::kernels_enabled;
+use crate::model::kernels::layer_norm::norm_row;
+use crate::model::kernels::panels::Panels;
+use crate::model::kernels::real::dot;
 
 /// A step's product runs on several threads (split over its output columns) when it has
 /// [`PARALLEL_MIN_MACS`] multiply-adds and a weight of [`PARALLEL_MIN_WEIGHTS`] values — more
 /// than one core's L2 cache holds, so that each core streams half: at COCO's width a
 /// `[10, 512] × [512, 512]` product is faster on two threads — or, with a smaller weight,
 /// [`PARALLEL_MIN_MACS_SMALL_WEIGHT`] multiply-adds: at the synthetic task's width 32 rows are
-/// faster on one thread, 160 (5 samples or beams of 32 images) on two (measured with `caprl bench
-/// transformer`).
+/// faster on one thread, 160 (5 samples or beams of 32 images) on two (measured with
+/// `caprl bench transformer`).
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
 const PARALLEL_MIN_MACS: usize = 1 << 20;
 const PARALLEL_MIN_MACS_SMALL_WEIGHT: usize = 4 << 20;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
-use crate::fastmath::exp_f32;
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::layer_norm::norm_row;
-use crate::model::kernels::panels::Panels;
-use crate::model::kernels::real::dot;
 
 /// A projection and its bias on the host, the weight packed for [`Panels`] once per snapshot.
 struct HostLinear {
