@@ -27,6 +27,8 @@ use serde::Deserialize;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod support;
+
 /// Samples per image and beam width of the decoding rows.
 const FIVE: usize = 5;
 
@@ -227,12 +229,7 @@ fn bench_shape(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, s: 
 }
 
 fn bench(c: &mut Criterion) {
-    caprl_common::model::keep_elementwise_ops_on_one_thread();
-    caprl_common::allocator::keep_freed_pages();
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(0);
+    let threads = support::set_up_as_the_binary();
     let mut g = c.benchmark_group(format!("model/threads={threads}"));
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))

@@ -31,6 +31,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod support;
+
 const IMAGES: usize = 10;
 const SAMPLES: usize = 5;
 const MAX_LEN: usize = 16;
@@ -168,12 +170,7 @@ impl Iteration {
 }
 
 fn bench(c: &mut Criterion) {
-    caprl_common::model::keep_elementwise_ops_on_one_thread();
-    caprl_common::allocator::keep_freed_pages();
-    let threads = std::env::var("RAYON_NUM_THREADS")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(0);
+    let threads = support::set_up_as_the_binary();
     let (data, _tmp) = data();
     let mut it = Iteration::new(data);
     let mut g = c.benchmark_group(format!("scst/threads={threads}/coco-10x5"));
