@@ -48,27 +48,38 @@ fn composite(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tenso
         .broadcast_add(bias)?)
 }
 
-/// Appends one row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, to `out`, hands each `x̂` to
-/// `xhat`, and returns `(σ, σ + eps)`; the statistics are accumulated in f64 ([`lane_sum`]).
-/// The one place the formula is written: the graph node and the host decoding steps both call
-/// it.
-pub(crate) fn norm_row<T: Real>(
+/// One row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, into `y` (and each `x̂` into
+/// `xhat` when given); returns `(σ, σ + eps)`. The statistics are accumulated in f64
+/// ([`lane_sum`]). The one place the formula is written: the graph node and the host decoding
+/// steps both run it, through [`NormKernels::norm_rows`].
+#[inline(always)]
+fn norm_row<T: Real>(
     row: &[T],
     g: &[T],
     b: &[T],
     eps: f64,
-    out: &mut Vec<T>,
-    mut xhat: impl FnMut(T),
+    y: &mut [T],
+    xhat: Option<&mut [T]>,
 ) -> (f64, f64) {
     let d = row.len();
     let mean = lane_sum(row, |v| v) / d as f64;
     let var = lane_sum(row, |v| (v - mean) * (v - mean)) / (d.max(2) - 1) as f64;
     let sigma = var.sqrt();
     let s = sigma + eps;
-    for ((v, gi), bi) in row.iter().zip(g).zip(b) {
-        let h = T::from_f64((v.to_f64() - mean) / s);
-        xhat(h);
-        out.push(*gi * h + *bi);
+    let inv = 1.0 / s;
+    let x_hat = |v: &T| T::from_f64((v.to_f64() - mean) * inv);
+    match xhat {
+        Some(xh) => {
+            for ((((yi, hi), v), gi), bi) in y.iter_mut().zip(xh).zip(row).zip(g).zip(b) {
+                *hi = x_hat(v);
+                *yi = *gi * *hi + *bi;
+            }
+        }
+        None => {
+            for (((yi, v), gi), bi) in y.iter_mut().zip(row).zip(g).zip(b) {
+                *yi = *gi * x_hat(v) + *bi;
+            }
+        }
     }
     (sigma, s)
 }
@@ -92,6 +103,138 @@ fn lane_sum<T: Real>(row: &[T], f: impl Fn(f64) -> f64) -> f64 {
     acc.iter().fold(tail, |s, &a| s + a)
 }
 
+/// The layer norm's row loops, built for this CPU's widest vector unit
+/// (`fastmath::simd_dispatch!`), for f32 and f64.
+pub(crate) trait NormKernels: Real {
+    /// Every row of `d = g.len()` values of `x` normed into `y`, with each row's `x̂` into
+    /// `xhat` and `(σ, σ + eps)` into `stats` when given (the graph node keeps them for its
+    /// backward pass; decoding does not).
+    fn norm_rows(
+        x: &[Self],
+        g: &[Self],
+        b: &[Self],
+        eps: f64,
+        y: &mut [Self],
+        xhat: Option<&mut [Self]>,
+        stats: Option<&mut [f64]>,
+    );
+    /// `(dx, dg, db)` from `dy` and the forward pass's `x̂` and stats (module docs); `dg`, `db`
+    /// are added to.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_grads(
+        dy: &[Self],
+        g: &[Self],
+        xhat: &[Self],
+        stats: &[f64],
+        dx: &mut [Self],
+        dg: &mut [Self],
+        db: &mut [Self],
+    );
+}
+
+macro_rules! norm_kernels {
+    ($t:ty, $fwd:ident, $bwd:ident) => {
+        crate::fastmath::simd_dispatch!(
+            #[allow(clippy::too_many_arguments)]
+            fn $fwd(x: &[$t], g: &[$t], b: &[$t], eps: f64, y: &mut [$t],
+                xhat: Option<&mut [$t]>, stats: Option<&mut [f64]>) -> () = norm_rows_plain
+        );
+        crate::fastmath::simd_dispatch!(
+            #[allow(clippy::too_many_arguments)]
+            fn $bwd(dy: &[$t], g: &[$t], xhat: &[$t], stats: &[f64], dx: &mut [$t],
+                dg: &mut [$t], db: &mut [$t]) -> () = norm_grads_plain
+        );
+        impl NormKernels for $t {
+            fn norm_rows(x: &[$t], g: &[$t], b: &[$t], eps: f64, y: &mut [$t],
+                xhat: Option<&mut [$t]>, stats: Option<&mut [f64]>) {
+                $fwd(x, g, b, eps, y, xhat, stats)
+            }
+            fn norm_grads(dy: &[$t], g: &[$t], xhat: &[$t], stats: &[f64], dx: &mut [$t],
+                dg: &mut [$t], db: &mut [$t]) {
+                $bwd(dy, g, xhat, stats, dx, dg, db)
+            }
+        }
+    };
+}
+norm_kernels!(f32, norm_rows_f32, norm_grads_f32);
+norm_kernels!(f64, norm_rows_f64, norm_grads_f64);
+
+#[inline(always)]
+fn norm_rows_plain<T: Real>(
+    x: &[T],
+    g: &[T],
+    b: &[T],
+    eps: f64,
+    y: &mut [T],
+    mut xhat: Option<&mut [T]>,
+    mut stats: Option<&mut [f64]>,
+) {
+    let d = g.len();
+    for (r, (row, yr)) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).enumerate() {
+        let hr = xhat.as_deref_mut().map(|h| &mut h[r * d..(r + 1) * d]);
+        let (sigma, s) = norm_row(row, g, b, eps, yr, hr);
+        if let Some(st) = stats.as_deref_mut() {
+            st[2 * r] = sigma;
+            st[2 * r + 1] = s;
+        }
+    }
+}
+
+#[inline(always)]
+fn norm_grads_plain<T: Real>(
+    dy: &[T],
+    g: &[T],
+    xhat: &[T],
+    stats: &[f64],
+    dx: &mut [T],
+    dg: &mut [T],
+    db: &mut [T],
+) {
+    let d = g.len();
+    let denom = (d.max(2) - 1) as f64;
+    let rows = dy
+        .chunks_exact(d)
+        .zip(xhat.chunks_exact(d))
+        .zip(dx.chunks_exact_mut(d));
+    for (r, ((dyr, hr), dxr)) in rows.enumerate() {
+        let (sigma, s) = (stats[2 * r], stats[2 * r + 1]);
+        // With ĝ = dy ⊙ g: Σ ĝ, Σ ĝ ⊙ x̂ and Σ x̂ in 8 f64 lanes each.
+        let (mut sg, mut sgh, mut sh) = ([0f64; LANES], [0f64; LANES], [0f64; LANES]);
+        let lanes = dyr.chunks(LANES).zip(g.chunks(LANES)).zip(hr.chunks(LANES));
+        for ((cy, cg), ch) in lanes {
+            for (l, ((&u, &w), &h)) in cy.iter().zip(cg).zip(ch).enumerate() {
+                let (gh, h) = ((u * w).to_f64(), h.to_f64());
+                sg[l] += gh;
+                sgh[l] += gh * h;
+                sh[l] += h;
+            }
+        }
+        let total = |a: [f64; LANES]| a.iter().fold(0f64, |t, &v| t + v);
+        let (sg, sgh, sh) = (total(sg), total(sgh), total(sh));
+        // xc = x̂ · s, so dσ = −Σ ĝ ⊙ xc / s² = −Σ ĝ ⊙ x̂ / s, and
+        // dxc = ĝ / s + x̂ · s · dσ / (σ (d − 1)) = ĝ / s + k x̂; a constant row (σ = 0) passes
+        // ĝ / s only. dx = dxc − mean(dxc).
+        let inv = 1.0 / s;
+        let k = if sigma > 0.0 {
+            -sgh / (sigma * denom)
+        } else {
+            0.0
+        };
+        let mean = (sg * inv + sh * k) / d as f64;
+        for ((((o, &u), &w), &h), (a, c)) in dxr
+            .iter_mut()
+            .zip(dyr)
+            .zip(g)
+            .zip(hr)
+            .zip(dg.iter_mut().zip(db.iter_mut()))
+        {
+            *o = T::from_f64((u * w).to_f64() * inv + h.to_f64() * k - mean);
+            *a += u * h;
+            *c += u;
+        }
+    }
+}
+
 struct LayerNorm {
     eps: f64,
     /// From the forward pass: each row's `x̂` and `(σ, s)`.
@@ -100,7 +243,7 @@ struct LayerNorm {
 
 impl LayerNorm {
     /// The rows' statistics are accumulated in f64 whatever `T` is.
-    fn forward<T: Real>(&self, x: &[T], g: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
+    fn forward<T: NormKernels>(&self, x: &[T], g: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
         let d = g.len();
         if d == 0 || b.len() != d || !x.len().is_multiple_of(d) {
             return Err(err(format!(
@@ -109,14 +252,10 @@ impl LayerNorm {
                 b.len()
             )));
         }
-        let mut y = Vec::with_capacity(x.len());
-        let mut xhat = Vec::with_capacity(x.len());
-        let mut stats = Vec::with_capacity(2 * x.len() / d);
-        for row in x.chunks_exact(d) {
-            let (sigma, s) = norm_row(row, g, b, self.eps, &mut y, |h| xhat.push(h));
-            stats.push(sigma);
-            stats.push(s);
-        }
+        let mut y = vec![T::ZERO; x.len()];
+        let mut xhat = vec![T::ZERO; x.len()];
+        let mut stats = vec![0f64; 2 * x.len() / d];
+        T::norm_rows(x, g, b, self.eps, &mut y, Some(&mut xhat), Some(&mut stats));
         *self
             .saved
             .lock()
@@ -126,7 +265,7 @@ impl LayerNorm {
     }
 
     /// `(dx, dg, db)` from `dy`.
-    fn backward<T: Real>(
+    fn backward<T: NormKernels>(
         &self,
         dy: &[T],
         g: &[T],
@@ -141,35 +280,17 @@ impl LayerNorm {
         let xhat = T::unwrap(xhat).ok_or_else(|| err("layer norm: saved dtype".into()))?;
         let stats = f64::unwrap(stats).ok_or_else(|| err("layer norm: saved dtype".into()))?;
         let d = g.len();
-        let denom = (d.max(2) - 1) as f64;
-        let mut dx = Vec::with_capacity(dy.len());
+        if dy.len() != xhat.len() || stats.len() != 2 * dy.len() / d {
+            return Err(err(format!(
+                "layer norm: a gradient of {} values for {} normed ones",
+                dy.len(),
+                xhat.len()
+            )));
+        }
+        let mut dx = vec![T::ZERO; dy.len()];
         let mut dg = vec![T::ZERO; d];
         let mut db = vec![T::ZERO; d];
-        let mut dxc = vec![0f64; d];
-        for (r, (dyr, hr)) in dy.chunks_exact(d).zip(xhat.chunks_exact(d)).enumerate() {
-            let (sigma, s) = (stats[2 * r], stats[2 * r + 1]);
-            // xc = x̂ · s, so dσ = −Σ ĝ · xc / s² = −Σ ĝ · x̂ / s.
-            let mut dsigma = 0f64;
-            for i in 0..d {
-                let gh = (dyr[i] * g[i]).to_f64();
-                dsigma -= gh * hr[i].to_f64() / s;
-                dg[i] += dyr[i] * hr[i];
-                db[i] += dyr[i];
-            }
-            // dxc = ĝ/s + x̂ · s · dσ / (σ (d − 1)); a constant row (σ = 0) passes ĝ/s only.
-            let k = if sigma > 0.0 {
-                dsigma * s / (sigma * denom)
-            } else {
-                0.0
-            };
-            let mut mean = 0f64;
-            for i in 0..d {
-                dxc[i] = (dyr[i] * g[i]).to_f64() / s + hr[i].to_f64() * k;
-                mean += dxc[i];
-            }
-            let mean = mean / d as f64;
-            dx.extend(dxc.iter().map(|&v| T::from_f64(v - mean)));
-        }
+        T::norm_grads(dy, g, xhat, stats, &mut dx, &mut dg, &mut db);
         Ok((dx, dg, db))
     }
 }

@@ -12,7 +12,8 @@
 //!   transposed copies; `dropout`: inverted dropout from the seeded RNG; `attention`: additive
 //!   attention over regions with its backward;
 //!   `token_logp`: the log-softmax of the taken tokens only; `layer_norm`: the Transformer's
-//!   layer norm with its backward.
+//!   layer norm with its backward; `softmax`: scaled, optionally causal attention weights;
+//!   `relu`: the rectifier with a one-pass backward.
 //! - `real`: the element types (f32, f64) and the helpers they share; `host_gemm`: host
 //!   matrix products and row-parallel loops.
 
@@ -24,6 +25,8 @@ pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod panels;
 pub(crate) mod real;
+pub(crate) mod relu;
+pub(crate) mod softmax;
 pub(crate) mod token_logp;
 pub(crate) mod transpose;
 

@@ -1,7 +1,7 @@
 //! The element types the CPU kernels run on (f32, f64) and the small helpers every kernel
 //! shares: reading a contiguous host slice out of a storage, and the kernels' error value.
 
-use candle_core::{CpuStorage, Layout};
+use candle_core::{CpuStorage, Layout, Shape, Tensor};
 
 use crate::fastmath::exp_f32;
 
@@ -43,6 +43,8 @@ pub(crate) trait Real:
     fn sigmoid(self) -> Self;
     /// `eˣ` and `ln x` (the library functions: log-softmax needs them exact).
     fn exp_(self) -> Self;
+    /// `eˣ` fast where exactness is not needed (f32: `fastmath::exp_f32`, which vectorises).
+    fn exp_fast(self) -> Self;
     fn ln_(self) -> Self;
     fn max_(self, other: Self) -> Self;
     fn tanh_(self) -> Self;
@@ -57,6 +59,10 @@ impl Real for f32 {
     const NEG_INFINITY: Self = f32::NEG_INFINITY;
     fn exp_(self) -> Self {
         self.exp()
+    }
+    #[inline(always)]
+    fn exp_fast(self) -> Self {
+        exp_f32(self)
     }
     fn ln_(self) -> Self {
         self.ln()
@@ -96,6 +102,9 @@ impl Real for f64 {
     const ONE: Self = 1.0;
     const NEG_INFINITY: Self = f64::NEG_INFINITY;
     fn exp_(self) -> Self {
+        self.exp()
+    }
+    fn exp_fast(self) -> Self {
         self.exp()
     }
     fn ln_(self) -> Self {
@@ -151,6 +160,48 @@ pub(crate) fn contiguous<'a, T: Real>(
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&all[a..b]),
         None => Err(err(format!("cpu kernel: {what} is not contiguous"))),
+    }
+}
+
+/// A host function of two CPU tensors of one shape and dtype (f32 or f64), such as a
+/// backward pass from a node's output and its gradient.
+pub(crate) trait HostMap2 {
+    fn apply<T: Real>(&self, a: &[T], b: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
+}
+
+/// `f(a, b)` as a CPU tensor shaped like `a`; `what` names the kernel in errors.
+pub(crate) fn host_map2(
+    f: &impl HostMap2,
+    a: &Tensor,
+    b: &Tensor,
+    what: &str,
+) -> candle_core::Result<Tensor> {
+    let (a, b) = (a.contiguous()?, b.contiguous()?);
+    if a.shape() != b.shape() {
+        return Err(err(format!(
+            "{what}: shapes {:?} and {:?} differ",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let (sa, la) = a.storage_and_layout();
+    let (sb, lb) = b.storage_and_layout();
+    let (candle_core::Storage::Cpu(ca), candle_core::Storage::Cpu(cb)) = (&*sa, &*sb) else {
+        return Err(err(format!("{what}: CPU tensors expected")));
+    };
+    let shape = a.shape();
+    match (ca, cb) {
+        (CpuStorage::F32(_), CpuStorage::F32(_)) => {
+            let v = f.apply(contiguous(ca, la, what)?, contiguous(cb, lb, what)?, shape)?;
+            Tensor::from_vec::<_, f32>(v, shape, a.device())
+        }
+        (CpuStorage::F64(_), CpuStorage::F64(_)) => {
+            let v = f.apply(contiguous(ca, la, what)?, contiguous(cb, lb, what)?, shape)?;
+            Tensor::from_vec::<_, f64>(v, shape, a.device())
+        }
+        _ => Err(err(format!(
+            "{what}: f32 or f64 tensors of one dtype expected"
+        ))),
     }
 }
 

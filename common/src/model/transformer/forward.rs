@@ -4,11 +4,12 @@
 
 use candle_core::{Tensor, D};
 
-use super::layers::{attention, causal_mask, layer_norm, merge_heads, positions, split_heads};
+use super::layers::{attention, layer_norm, merge_heads, positions, split_heads};
 use super::{source_dim, DecoderLayer, EncoderLayer, SelfAttention, TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::kernels::dropout::dropout;
+use crate::model::kernels::relu::relu;
 use crate::model::rng::CaprlRng;
 
 /// The encoded images as the decoder reads them.
@@ -74,9 +75,9 @@ impl TransformerCaptioner {
             let t = if detach { t.detach() } else { t };
             Ok(t.to_dtype(self.cfg.compute_dtype)?)
         };
-        let mut h = w.src.forward(&prepare(regions)?)?.relu()?;
+        let mut h = relu(&w.src.forward(&prepare(regions)?)?)?;
         if let Some(src_fc) = &w.src_fc {
-            let g = src_fc.forward(&prepare(global)?)?.relu()?;
+            let g = relu(&src_fc.forward(&prepare(global)?)?)?;
             h = Tensor::cat(&[&h, &g], 1)?;
         }
         let p = self.cfg.dropout;
@@ -110,7 +111,7 @@ impl TransformerCaptioner {
     ) -> Result<Tensor> {
         let p = self.cfg.dropout;
         let y = layer_norm(x, &l.norm1)?;
-        let a = self.self_attention(&l.attn, &y, None, None, drop.as_deref_mut())?;
+        let a = self.self_attention(&l.attn, &y, false, None, drop.as_deref_mut())?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
         let y = layer_norm(&x, &l.norm2)?;
         let f = l.ff.forward(&y, p, drop.as_deref_mut())?;
@@ -139,8 +140,8 @@ impl TransformerCaptioner {
 
     /// The decoder over the word inputs `x` `[B, T, d]`, `cross` each layer's memory keys and
     /// values for these rows ([`Memory::for_rows`]): every layer, then the final norm;
-    /// `[B, T, d]`. Teacher forcing passes no caches (the causal mask keeps each position to its
-    /// prefix); a decoding step passes each layer's cache, which the step's keys and values are
+    /// `[B, T, d]`. Teacher forcing passes no caches (the causal attention keeps each position to
+    /// its prefix); a decoding step passes each layer's cache, which the step's keys and values are
     /// appended to.
     pub(crate) fn decoder(
         &self,
@@ -150,21 +151,10 @@ impl TransformerCaptioner {
         mut caches: Option<&mut [KvCache]>,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let t = x.dim(1)?;
-        let mask = match caches {
-            None if t > 1 => Some(causal_mask(t, x.dtype(), &self.device)?),
-            _ => None,
-        };
+        let causal = caches.is_none();
         for (l, layer) in w.decoder.iter().enumerate() {
             let cache = caches.as_deref_mut().map(|c| &mut c[l]);
-            x = self.decoder_layer(
-                layer,
-                &x,
-                &cross[l],
-                mask.as_ref(),
-                cache,
-                drop.as_deref_mut(),
-            )?;
+            x = self.decoder_layer(layer, &x, &cross[l], causal, cache, drop.as_deref_mut())?;
         }
         layer_norm(&x, &w.dec_norm)
     }
@@ -176,17 +166,17 @@ impl TransformerCaptioner {
         l: &DecoderLayer,
         x: &Tensor,
         cross: &(Tensor, Tensor),
-        mask: Option<&Tensor>,
+        causal: bool,
         cache: Option<&mut KvCache>,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
         let (p, heads) = (self.cfg.dropout, self.shape().heads);
         let y = layer_norm(x, &l.norm1)?;
-        let a = self.self_attention(&l.attn, &y, mask, cache, drop.as_deref_mut())?;
+        let a = self.self_attention(&l.attn, &y, causal, cache, drop.as_deref_mut())?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
         let y = layer_norm(&x, &l.norm2)?;
         let q = split_heads(&l.cross.q.forward(&y)?, heads)?;
-        let a = attention(&q, &cross.0, &cross.1, None, p, drop.as_deref_mut())?;
+        let a = attention(&q, &cross.0, &cross.1, false, p, drop.as_deref_mut())?;
         let a = l.cross.out.forward(&merge_heads(&a)?)?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
         let y = layer_norm(&x, &l.norm3)?;
@@ -194,14 +184,14 @@ impl TransformerCaptioner {
         Ok((x + dropout(&f, p, drop)?)?)
     }
 
-    /// Multi-head self-attention of the normed inputs `y` `[B, T, d]`, with the causal `mask`
-    /// or, for a decoding step, the keys and values of the tokens before appended from `cache`
+    /// Multi-head self-attention of the normed inputs `y` `[B, T, d]`, `causal` in teacher
+    /// forcing or, for a decoding step, the keys and values of the tokens before appended from `cache`
     /// (which then holds these too).
     fn self_attention(
         &self,
         attn: &SelfAttention,
         y: &Tensor,
-        mask: Option<&Tensor>,
+        causal: bool,
         cache: Option<&mut KvCache>,
         drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
@@ -218,7 +208,7 @@ impl TransformerCaptioner {
             c.k = Some(k.clone());
             c.v = Some(v.clone());
         }
-        let a = attention(&q, &k, &v, mask, self.cfg.dropout, drop)?;
+        let a = attention(&q, &k, &v, causal, self.cfg.dropout, drop)?;
         attn.out.forward(&merge_heads(&a)?)
     }
 }

@@ -18,13 +18,13 @@ use candle_core::{DType, Device, Tensor};
 use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
-use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::layer_norm::norm_row;
+use crate::model::kernels::layer_norm::NormKernels;
 use crate::model::kernels::panels::Panels;
 use crate::model::kernels::real::dot;
+use crate::model::kernels::softmax::softmax_in_place;
 
 /// A step's product runs on several threads (split over its output columns) when it has
 /// [`PARALLEL_MIN_MACS`] multiply-adds and a weight of [`PARALLEL_MIN_WEIGHTS`] values — more
@@ -93,10 +93,8 @@ impl HostNorm {
 
     /// The Annotated Transformer's norm of every row of `x` (unbiased std, `eps` added to it).
     fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let mut y = Vec::with_capacity(x.len());
-        for row in x.chunks(self.gain.len()) {
-            norm_row(row, &self.gain, &self.bias, NORM_EPS, &mut y, |_| {});
-        }
+        let mut y = vec![0f32; x.len()];
+        f32::norm_rows(x, &self.gain, &self.bias, NORM_EPS, &mut y, None, None);
         y
     }
 }
@@ -398,19 +396,12 @@ fn attend_row_plain(
     let mut w = vec![0f32; offsets.len()];
     for h in 0..heads {
         let qh = &q[h * dk..(h + 1) * dk];
-        let mut max = f32::NEG_INFINITY;
         for (s, &off) in w.iter_mut().zip(offsets) {
             *s = dot(qh, &k[off + h * dk..off + (h + 1) * dk]) * scale;
-            max = max.max(*s);
         }
-        let mut sum = 0f32;
-        for s in w.iter_mut() {
-            *s = exp_f32(*s - max);
-            sum += *s;
-        }
+        softmax_in_place(&mut w);
         let oh = &mut o[h * dk..(h + 1) * dk];
-        for (s, &off) in w.iter().zip(offsets) {
-            let p = s / sum;
+        for (&p, &off) in w.iter().zip(offsets) {
             for (acc, &val) in oh.iter_mut().zip(&v[off + h * dk..off + (h + 1) * dk]) {
                 *acc += p * val;
             }

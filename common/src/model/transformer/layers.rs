@@ -2,13 +2,15 @@
 //! the feed-forward sublayer and the sinusoidal positions. The same functions serve teacher
 //! forcing (with gradients) and the graph path of decoding (detached weights).
 
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{Tensor, D};
 
 use super::FeedForward;
 use crate::model::error::Result;
 use crate::model::kernels;
 use crate::model::kernels::dropout::dropout;
 use crate::model::kernels::linear::linear;
+use crate::model::kernels::relu::relu;
+use crate::model::kernels::softmax::attention_weights;
 use crate::model::rng::CaprlRng;
 
 /// Added to the std in the layer norm (the Annotated Transformer's `eps`).
@@ -39,14 +41,6 @@ pub(crate) fn layer_norm(x: &Tensor, n: &Norm) -> Result<Tensor> {
     kernels::layer_norm::layer_norm(x, &n.gain, &n.bias, NORM_EPS)
 }
 
-/// Softmax over the last dimension, with gradients (candle's fused softmax has none). The
-/// maximum subtracted for stability is a constant for the gradient, as it cancels.
-pub(crate) fn softmax(x: &Tensor) -> Result<Tensor> {
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let e = x.broadcast_sub(&max)?.exp()?;
-    Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?)
-}
-
 /// `[B, T, h·dk]` → `[B, h, T, dk]` (contiguous).
 pub(crate) fn split_heads(x: &Tensor, heads: usize) -> Result<Tensor> {
     let (b, t, d) = x.dims3()?;
@@ -61,34 +55,21 @@ pub(crate) fn merge_heads(x: &Tensor) -> Result<Tensor> {
     Ok(x.transpose(1, 2)?.contiguous()?.reshape((b, t, h * dk))?)
 }
 
-/// `softmax(Q Kᵀ / √dk + mask) V` per head, `q` `[B, h, Tq, dk]`, `k`, `v` `[B, h, Tk, dk]`,
-/// `mask` `[Tq, Tk]` added to the scores (the causal mask), dropout on the attention weights.
+/// `softmax(Q Kᵀ / √dk) V` per head, `q` `[B, h, Tq, dk]`, `k`, `v` `[B, h, Tk, dk]`, each query
+/// seeing only the keys up to its own position when `causal` (teacher forcing's mask), dropout
+/// on the attention weights.
 pub(crate) fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
+    causal: bool,
     p: f32,
     drop: Option<&mut CaprlRng>,
 ) -> Result<Tensor> {
     let dk = q.dim(D::Minus1)?;
-    let q = (q * (1.0 / (dk as f64).sqrt()))?;
-    let mut scores = q.matmul(&k.t()?)?;
-    if let Some(m) = mask {
-        scores = scores.broadcast_add(m)?;
-    }
-    let weights = dropout(&softmax(&scores)?, p, drop)?;
-    Ok(weights.matmul(v)?)
-}
-
-/// The causal mask `[T, T]`: 0 on and below the diagonal, a large negative above it (finite,
-/// so that an f16 pass stays finite).
-pub(crate) fn causal_mask(t: usize, dtype: DType, device: &Device) -> Result<Tensor> {
-    let never = if dtype == DType::F16 { -1e4f32 } else { -1e9 };
-    let m: Vec<f32> = (0..t * t)
-        .map(|i| if i % t > i / t { never } else { 0.0 })
-        .collect();
-    Ok(Tensor::from_vec(m, (t, t), device)?.to_dtype(dtype)?)
+    let scores = q.matmul(&k.t()?)?;
+    let weights = attention_weights(&scores, 1.0 / (dk as f64).sqrt(), causal)?;
+    Ok(dropout(&weights, p, drop)?.matmul(v)?)
 }
 
 /// The sinusoidal positions `PE[pos, 2i] = sin(pos / 10000^(2i/d))`, `PE[pos, 2i+1] = cos(…)`
@@ -115,7 +96,7 @@ impl FeedForward {
         p: f32,
         drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let h = self.w1.forward(x)?.relu()?;
+        let h = relu(&self.w1.forward(x)?)?;
         self.w2.forward(&dropout(&h, p, drop)?)
     }
 }
