@@ -67,6 +67,55 @@ impl Panels {
     }
 }
 
+/// A step's product runs on several threads (split over its output columns) when it has
+/// [`PARALLEL_MIN_MACS`] multiply-adds and a weight of [`PARALLEL_MIN_WEIGHTS`] values — more
+/// than one core's L2 cache holds, so that each core streams half: at COCO's width a
+/// `[10, 512] × [512, 512]` product is faster on two threads — or, with a smaller weight,
+/// [`PARALLEL_MIN_MACS_SMALL_WEIGHT`] multiply-adds: at the synthetic task's width 32 rows are
+/// faster on one thread, 160 (5 samples or beams of 32 images) on two (measured with
+/// `caprl bench transformer`).
+const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
+const PARALLEL_MIN_MACS: usize = 1 << 20;
+const PARALLEL_MIN_MACS_SMALL_WEIGHT: usize = 4 << 20;
+
+/// `x W + b` for the rows of a decoding step, `W` `[k, n]` packed in [`Panels`] once per
+/// snapshot.
+pub(crate) struct PackedLinear {
+    w: Panels,
+    b: Vec<f32>,
+    out: usize,
+}
+
+impl PackedLinear {
+    /// From `w` `[k, n]` row-major (`Wᵀ` of a `[n, k]` parameter) and the bias `[n]`.
+    pub(crate) fn new(w: &[f32], b: Vec<f32>, k: usize, n: usize) -> Self {
+        Self {
+            w: Panels::new(w, k, n),
+            b,
+            out: n,
+        }
+    }
+
+    /// `x W + b` for `n` rows of `x`.
+    pub(crate) fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
+        let mut y: Vec<f32> = Vec::with_capacity(n * self.out);
+        for _ in 0..n {
+            y.extend_from_slice(&self.b);
+        }
+        let weights = self.w.len();
+        let min_macs = match weights >= PARALLEL_MIN_WEIGHTS {
+            true => PARALLEL_MIN_MACS,
+            false => PARALLEL_MIN_MACS_SMALL_WEIGHT,
+        };
+        let threads = match n * weights >= min_macs {
+            true => candle_core::utils::get_num_threads(),
+            false => 1,
+        };
+        self.w.mul_into(x, &mut y, threads);
+        y
+    }
+}
+
 /// Panels `p0..p1` into `y` (`m` rows of stride `n`): with AVX-512 the tiles' accumulators are
 /// registers ([`avx512`]), elsewhere the portable tile (the same sums in the same order).
 fn panels_into(x: &[f32], w: &[f32], k: usize, n: usize, y: *mut f32, p0: usize, p1: usize) {

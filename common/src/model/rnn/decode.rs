@@ -7,16 +7,19 @@
 //! COCO's 10,000 words the whole table is `V · E · G` ≈ 8 G multiply-adds, more than a whole
 //! decode of 10 images, and an actor prepares a decoder for every policy version. On the
 //! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as
-//! graph ops.
+//! graph ops; on the CPU in f32 the graph path's output projection (the att model's) runs on a
+//! weight packed once per snapshot ([`PackedLinear`]).
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::cell::LayerState;
 use super::host_step::{HostLive, HostWeights};
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
+use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::linear::{linear, linear_t};
+use crate::model::kernels::panels::PackedLinear;
 use crate::model::seam::{DecodeState, StepDecoder};
 
 /// Decoder state of the live rows: graph tensors, or host arrays for [`HostWeights`].
@@ -56,6 +59,11 @@ impl Live {
     }
 }
 
+/// Whether `t` is an f32 CPU tensor the kernels may run on.
+fn on_host_f32(t: &Tensor) -> bool {
+    t.dtype() == DType::F32 && kernels_enabled(t.device(), t.dtype())
+}
+
 /// Vocabularies up to this size get a word table (see the module docs).
 pub(crate) const WORD_TABLE_MAX_VOCAB: usize = 2048;
 
@@ -87,6 +95,9 @@ pub(crate) struct RnnSteps {
     w: Prepared,
     word_table: Option<Tensor>,
     pub(super) host: Option<HostWeights>,
+    /// The output projection packed for the graph path's steps on the CPU in f32 (the att
+    /// model): gemm would repack its `H × V` weight at every step.
+    packed_logits: Option<PackedLinear>,
 }
 
 impl RnnSteps {
@@ -102,11 +113,21 @@ impl RnnSteps {
             false => None,
         };
         let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, word_table.as_ref())?;
+        let packed_logits = match host.is_none() && on_host_f32(&w.logit_w_t) {
+            true => {
+                let (hidden, vocab) = w.logit_w_t.dims2()?;
+                let w_t = w.logit_w_t.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+                let b = w.logit_b.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                Some(PackedLinear::new(&w_t, b, hidden, vocab))
+            }
+            false => None,
+        };
         Ok(Self {
             model: model.share()?,
             w,
             word_table,
             host,
+            packed_logits,
         })
     }
 }
@@ -170,6 +191,11 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
             (Live::Host(l), Some(h)) => Ok(h.logits(l)),
             _ => {
                 let top = self.live.top_hidden()?;
+                if let Some(packed) = &s.packed_logits {
+                    let rows = top.dim(0)?;
+                    let top = top.flatten_all()?.to_vec1::<f32>()?;
+                    return Ok(packed.forward(&top, rows));
+                }
                 let logits = linear_t(&top, &s.w.logit_w_t, &s.w.logit_b)?;
                 let logits = logits.to_dtype(candle_core::DType::F32)?;
                 Ok(logits.flatten_all()?.to_vec1::<f32>()?)

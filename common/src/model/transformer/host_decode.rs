@@ -1,7 +1,7 @@
 //! Decoding steps on host arrays (CPU, f32): the Transformer's fast path.
 //!
 //! A graph step is some forty small ops per layer, each allocating its output; here a step
-//! is a few matrix products (on weights packed once per snapshot: [`Panels`]) and loops over
+//! is a few matrix products (on weights packed once per snapshot: [`PackedLinear`]) and loops over
 //! rows.
 //!
 //! The self-attention caches live in an append-only arena per decode: every step writes each
@@ -22,58 +22,26 @@ use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::NormKernels;
-use crate::model::kernels::panels::Panels;
+use crate::model::kernels::panels::PackedLinear;
 use crate::model::kernels::real::dot;
 use crate::model::kernels::softmax::softmax_in_place;
-
-/// A step's product runs on several threads (split over its output columns) when it has
-/// [`PARALLEL_MIN_MACS`] multiply-adds and a weight of [`PARALLEL_MIN_WEIGHTS`] values — more
-/// than one core's L2 cache holds, so that each core streams half: at COCO's width a
-/// `[10, 512] × [512, 512]` product is faster on two threads — or, with a smaller weight,
-/// [`PARALLEL_MIN_MACS_SMALL_WEIGHT`] multiply-adds: at the synthetic task's width 32 rows are
-/// faster on one thread, 160 (5 samples or beams of 32 images) on two (measured with
-/// `caprl bench transformer`).
-const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
-const PARALLEL_MIN_MACS: usize = 1 << 20;
-const PARALLEL_MIN_MACS_SMALL_WEIGHT: usize = 4 << 20;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
 
-/// A projection and its bias on the host, the weight packed for [`Panels`] once per snapshot.
-struct HostLinear {
-    w: Panels,
-    b: Vec<f32>,
-    out: usize,
-}
+/// A projection and its bias on the host, the weight packed once per snapshot.
+struct HostLinear(PackedLinear);
 
 impl HostLinear {
     fn new(l: &Linear) -> Result<Self> {
         let (out, inp) = l.w.dims2()?;
-        Ok(Self {
-            w: Panels::new(&host(&l.w.t()?.contiguous()?)?, inp, out),
-            b: host(&l.b)?,
-            out,
-        })
+        let w_t = host(&l.w.t()?.contiguous()?)?;
+        Ok(Self(PackedLinear::new(&w_t, host(&l.b)?, inp, out)))
     }
 
     /// `x Wᵀ + b` for `n` rows of `x`.
     fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
-        let mut y: Vec<f32> = Vec::with_capacity(n * self.out);
-        for _ in 0..n {
-            y.extend_from_slice(&self.b);
-        }
-        let weights = self.w.len();
-        let min_macs = match weights >= PARALLEL_MIN_WEIGHTS {
-            true => PARALLEL_MIN_MACS,
-            false => PARALLEL_MIN_MACS_SMALL_WEIGHT,
-        };
-        let threads = match n * weights >= min_macs {
-            true => candle_core::utils::get_num_threads(),
-            false => 1,
-        };
-        self.w.mul_into(x, &mut y, threads);
-        y
+        self.0.forward(x, n)
     }
 }
 
