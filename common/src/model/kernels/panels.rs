@@ -9,7 +9,10 @@
 //! multiply-adds (correctly rounded in every build), so a value does not depend on the tile it
 //! falls in, the thread count or the vector width.
 
+use candle_core::Tensor;
+
 use super::host_gemm::SendPtr;
+use crate::model::error::Result;
 
 /// Rows of a tile.
 const ROWS: usize = 8;
@@ -94,6 +97,17 @@ impl PackedLinear {
             b,
             out: n,
         }
+    }
+
+    /// `x W + b` for an f32 CPU tensor `x` `[rows, k]`, as one.
+    pub(crate) fn forward_tensor(&self, x: &Tensor) -> Result<Tensor> {
+        let rows = x.dim(0)?;
+        let host = x.flatten_all()?.to_vec1::<f32>()?;
+        Ok(Tensor::from_vec(
+            self.forward(&host, rows),
+            (rows, self.out),
+            x.device(),
+        )?)
     }
 
     /// `x W + b` for `n` rows of `x`.

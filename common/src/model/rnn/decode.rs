@@ -7,8 +7,9 @@
 //! COCO's 10,000 words the whole table is `V · E · G` ≈ 8 G multiply-adds, more than a whole
 //! decode of 10 images, and an actor prepares a decoder for every policy version. On the
 //! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as
-//! graph ops; on the CPU in f32 the graph path's output projection (the att model's) runs on a
-//! weight packed once per snapshot ([`PackedLinear`]).
+//! graph ops; on the CPU in f32 the graph path's products with fixed weights (the att model's
+//! output layer, word term and context term) run on weights packed once per snapshot
+//! ([`PackedSteps`]).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -95,9 +96,48 @@ pub(crate) struct RnnSteps {
     w: Prepared,
     word_table: Option<Tensor>,
     pub(super) host: Option<HostWeights>,
-    /// The output projection packed for the graph path's steps on the CPU in f32 (the att
-    /// model): gemm would repack its `H × V` weight at every step.
-    packed_logits: Option<PackedLinear>,
+    /// The graph path's step weights packed once per snapshot on the CPU in f32 (the att
+    /// model): gemm would repack them at every step.
+    packed: Option<PackedSteps>,
+}
+
+/// See [`RnnSteps::packed`].
+pub(crate) struct PackedSteps {
+    /// The output layer `Wᵀ` `[H, V]` and its bias.
+    logits: PackedLinear,
+    /// The first layer's word term `W_ih0ᵀ` `[E, G]` and `b_ih0`, when there is no word table.
+    word: Option<PackedLinear>,
+    /// The attention context's term `[D, G]` of the first layer's input (the att model).
+    pub(super) context: Option<PackedLinear>,
+}
+
+impl PackedSteps {
+    /// `None` unless the weights are f32 on the CPU with the kernels on.
+    fn new(w: &Prepared, word_table: bool) -> Result<Option<Self>> {
+        if !on_host_f32(&w.logit_w_t) {
+            return Ok(None);
+        }
+        let pack = |w_t: &Tensor, b: Option<&Tensor>| -> Result<PackedLinear> {
+            let (k, n) = w_t.dims2()?;
+            let b = match b {
+                Some(b) => b.flatten_all()?.to_vec1::<f32>()?,
+                None => vec![0.0; n],
+            };
+            let w_t = w_t.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+            Ok(PackedLinear::new(&w_t, b, k, n))
+        };
+        Ok(Some(Self {
+            logits: pack(&w.logit_w_t, Some(&w.logit_b))?,
+            word: match word_table {
+                true => None,
+                false => Some(pack(&w.w_ih0.t()?, Some(&w.b_ih0))?),
+            },
+            context: match &w.att {
+                Some((_, _, ctx_w_t, _)) => Some(pack(ctx_w_t, None)?),
+                None => None,
+            },
+        }))
+    }
 }
 
 impl RnnSteps {
@@ -113,21 +153,16 @@ impl RnnSteps {
             false => None,
         };
         let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, word_table.as_ref())?;
-        let packed_logits = match host.is_none() && on_host_f32(&w.logit_w_t) {
-            true => {
-                let (hidden, vocab) = w.logit_w_t.dims2()?;
-                let w_t = w.logit_w_t.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-                let b = w.logit_b.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-                Some(PackedLinear::new(&w_t, b, hidden, vocab))
-            }
-            false => None,
+        let packed = match host {
+            None => PackedSteps::new(&w, word_table.is_some())?,
+            Some(_) => None,
         };
         Ok(Self {
             model: model.share()?,
             w,
             word_table,
             host,
-            packed_logits,
+            packed,
         })
     }
 }
@@ -164,11 +199,13 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
             (Live::Host(l), Some(h)) => h.advance(l, tokens)?,
             (Live::Graph { enc, states }, _) => {
                 let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
-                let gx = match &s.word_table {
-                    Some(table) => table.index_select(&ids, 0)?,
-                    None => word_rows(&s.w.embed, &s.w.w_ih0, &s.w.b_ih0, tokens)?,
+                let packed = s.packed.as_ref();
+                let gx = match (&s.word_table, packed.and_then(|p| p.word.as_ref())) {
+                    (Some(table), _) => table.index_select(&ids, 0)?,
+                    (None, Some(word)) => word.forward_tensor(&s.w.embed.index_select(&ids, 0)?)?,
+                    (None, None) => word_rows(&s.w.embed, &s.w.w_ih0, &s.w.b_ih0, tokens)?,
                 };
-                *states = s.model.step(&s.w, enc, states, &gx, None)?;
+                *states = s.model.step(&s.w, enc, states, &gx, packed, None)?;
             }
             (Live::Host(_), None) => {
                 return Err(ModelError::Internal(
@@ -191,10 +228,10 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
             (Live::Host(l), Some(h)) => Ok(h.logits(l)),
             _ => {
                 let top = self.live.top_hidden()?;
-                if let Some(packed) = &s.packed_logits {
+                if let Some(packed) = &s.packed {
                     let rows = top.dim(0)?;
                     let top = top.flatten_all()?.to_vec1::<f32>()?;
-                    return Ok(packed.forward(&top, rows));
+                    return Ok(packed.logits.forward(&top, rows));
                 }
                 let logits = linear_t(&top, &s.w.logit_w_t, &s.w.logit_b)?;
                 let logits = logits.to_dtype(candle_core::DType::F32)?;
@@ -205,5 +242,67 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
 
     fn decoder_state(&self) -> Result<Tensor> {
         self.live.top_hidden()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RnnSteps;
+    use crate::model::rnn::RnnCaptioner;
+    use crate::model::{BeamOptions, CaptionerConfig, Decoder, Device, Inputs, ModelKind};
+
+    /// The att model's steps on packed weights (output layer, word term without a table, context
+    /// term) give the graph ops' tokens, and log-probs within rounding, for greedy and beam.
+    #[test]
+    fn packed_att_steps_match_the_graph_steps() {
+        let (b, regions, dim) = (6, 3, 10);
+        let mut cfg = CaptionerConfig::new(ModelKind::Att, 40, 12, Some((regions, dim)));
+        cfg.embed = 16;
+        cfg.hidden = 24;
+        cfg.att_hidden = 8;
+        cfg.max_len = 7;
+        let m = RnnCaptioner::new(&cfg, &Device::Cpu, 3).unwrap();
+        let wave = |n: usize, k: usize| -> Vec<f32> {
+            (0..n).map(|i| ((i * k % 29) as f32 - 14.0) / 6.0).collect()
+        };
+        let (fc, att) = (wave(b * 12, 7919), wave(b * regions * dim, 104_729));
+        let x = Inputs::from_host(&fc, Some(&att), b, &cfg, &Device::Cpu).unwrap();
+        let decoder = |packed: bool| {
+            let mut steps = RnnSteps::with_word_table(&m, false).unwrap();
+            assert!(steps.host.is_none() && steps.packed.is_some());
+            if !packed {
+                steps.packed = None;
+            }
+            Decoder {
+                cfg: m.cfg.clone(),
+                device: m.device.clone(),
+                steps: Box::new(steps),
+            }
+        };
+        let beam = BeamOptions {
+            width: 3,
+            max_len: 7,
+            length_norm: false,
+            block_trigrams: false,
+            groups: 1,
+            diversity_lambda: 0.0,
+            bad_endings: crate::model::BadEndings::none(),
+        };
+        let (graph, packed) = (decoder(false), decoder(true));
+        let (g, p) = (graph.greedy(&x, 7).unwrap(), packed.greedy(&x, 7).unwrap());
+        assert_eq!(g.tokens, p.tokens);
+        for (a, c) in g.logprobs.iter().flatten().zip(p.logprobs.iter().flatten()) {
+            assert!((a - c).abs() < 1e-5, "greedy log-prob {a} vs {c}");
+        }
+        let (g, p) = (
+            graph.beam(&x, &beam).unwrap(),
+            packed.beam(&x, &beam).unwrap(),
+        );
+        for (gi, pi) in g.iter().zip(&p) {
+            for (a, c) in gi.iter().zip(pi) {
+                assert_eq!(a.tokens, c.tokens);
+                assert!((a.logp - c.logp).abs() < 1e-4, "beam {a:?} vs {c:?}");
+            }
+        }
     }
 }

@@ -8,6 +8,7 @@ use candle_core::{DType, Tensor, D};
 use super::attention::{attend, AttKeys, AttWeights};
 use super::cell::{cell_step, CellWeights, LayerState};
 use super::crnn;
+use super::decode::PackedSteps;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::config::{ModelKind, RnnKind};
 use crate::model::error::{ModelError, Result};
@@ -176,20 +177,26 @@ impl RnnCaptioner {
         Ok((Encoded { fx, keys }, states))
     }
 
-    /// One decoder step from the word term `gx_word = W_ih e(w) + b_ih` `[B, G]`.
+    /// One decoder step from the word term `gx_word = W_ih e(w) + b_ih` `[B, G]`; decoding
+    /// passes its `packed` weights for the context term.
     pub(crate) fn step(
         &self,
         w: &Prepared,
         enc: &Encoded,
         states: &[LayerState],
         gx_word: &Tensor,
+        packed: Option<&PackedSteps>,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Vec<LayerState>> {
         let mut gx = (gx_word + &enc.fx)?;
         if let (Some(keys), Some((_, _, ctx_w_t, aw))) = (&enc.keys, &w.att) {
             let top = &states[states.len() - 1].h;
             let ctx = attend(keys, aw, top)?;
-            gx = (gx + ctx.matmul(ctx_w_t)?)?;
+            let term = match packed.and_then(|p| p.context.as_ref()) {
+                Some(context) => context.forward_tensor(&ctx)?,
+                None => ctx.matmul(ctx_w_t)?,
+            };
+            gx = (gx + term)?;
         }
         let mut out = Vec::with_capacity(states.len());
         out.push(cell_step(self.cfg.rnn, &gx, &states[0], &w.cells[0])?);

@@ -157,7 +157,7 @@ impl RnnCaptioner {
                 let mut hs = Vec::with_capacity(t);
                 for s in 0..t {
                     let gx = gx_all.get(s)?;
-                    states = self.step(&w, &enc, &states, &gx, dropout_rng.as_deref_mut())?;
+                    states = self.step(&w, &enc, &states, &gx, None, dropout_rng.as_deref_mut())?;
                     hs.push(states[states.len() - 1].h.clone());
                 }
                 Tensor::stack(&hs, 0)? // [T, B, H]
