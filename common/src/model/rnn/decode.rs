@@ -28,6 +28,10 @@ enum Live {
     Graph {
         enc: Encoded,
         states: Vec<LayerState>,
+        /// The input row each live row was started from: a selection that leaves every
+        /// position on rows of the same input (a beam step reordering an image's beams) keeps
+        /// `enc` as it is instead of copying its regions.
+        source: Vec<u32>,
     },
     Host(HostLive),
 }
@@ -37,14 +41,23 @@ impl Live {
     /// reorders beams.
     fn select(&self, rows: &[u32]) -> Result<Self> {
         Ok(match self {
-            Live::Graph { enc, states } => {
+            Live::Graph {
+                enc,
+                states,
+                source,
+            } => {
                 let idx = Tensor::from_slice(rows, rows.len(), enc.fx.device())?;
+                let picked: Vec<u32> = rows.iter().map(|&r| source[r as usize]).collect();
                 Live::Graph {
-                    enc: enc.select(&idx)?,
+                    enc: match picked == *source {
+                        true => enc.clone(),
+                        false => enc.select(&idx)?,
+                    },
                     states: states
                         .iter()
                         .map(|s| s.select(&idx))
                         .collect::<Result<_>>()?,
+                    source: picked,
                 }
             }
             Live::Host(h) => Live::Host(h.select(rows)),
@@ -172,7 +185,11 @@ impl StepDecoder for RnnSteps {
         let (enc, states) = self.model.encode(&self.w, x, true)?;
         let live = match &self.host {
             Some(h) => Live::Host(h.start(&enc, &states)?),
-            None => Live::Graph { enc, states },
+            None => Live::Graph {
+                source: (0..enc.fx.dim(0)? as u32).collect(),
+                enc,
+                states,
+            },
         };
         Ok(Box::new(RnnLive { steps: self, live }))
     }
@@ -197,7 +214,7 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
         let s = self.steps;
         match (&mut self.live, &s.host) {
             (Live::Host(l), Some(h)) => h.advance(l, tokens)?,
-            (Live::Graph { enc, states }, _) => {
+            (Live::Graph { enc, states, .. }, _) => {
                 let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
                 let packed = s.packed.as_ref();
                 let gx = match (&s.word_table, packed.and_then(|p| p.word.as_ref())) {
