@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, Real};
+use super::real::{contiguous, err, host_map1, HostMap1, Real};
 use crate::model::error::Result;
 use crate::model::rng::CaprlRng;
 
@@ -54,18 +54,19 @@ impl MaskMul {
     }
 }
 
+impl HostMap1 for MaskMul {
+    fn apply<T: Real>(&self, x: &[T], _: &Shape) -> candle_core::Result<Vec<T>> {
+        self.times(x)
+    }
+}
+
 impl CustomOp1 for MaskMul {
     fn name(&self) -> &'static str {
         "dropout"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = match s {
-            CpuStorage::F32(_) => CpuStorage::F32(self.times(contiguous::<f32>(s, l, "x")?)?),
-            CpuStorage::F64(_) => CpuStorage::F64(self.times(contiguous::<f64>(s, l, "x")?)?),
-            _ => return Err(err("dropout: f32 or f64 expected".into())),
-        };
-        Ok((out, l.shape().clone()))
+        host_map1(self, s, l, "dropout")
     }
 
     fn bwd(

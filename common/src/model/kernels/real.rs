@@ -163,6 +163,27 @@ pub(crate) fn contiguous<'a, T: Real>(
     }
 }
 
+/// A host function of one contiguous f32 or f64 storage, such as a node's forward pass.
+pub(crate) trait HostMap1 {
+    fn apply<T: Real>(&self, x: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
+}
+
+/// `f(x)` as a storage of `x`'s dtype and shape (a `CustomOp1`'s `cpu_fwd`); `what` names the
+/// kernel in errors.
+pub(crate) fn host_map1(
+    f: &impl HostMap1,
+    s: &CpuStorage,
+    l: &Layout,
+    what: &str,
+) -> candle_core::Result<(CpuStorage, Shape)> {
+    let out = match s {
+        CpuStorage::F32(_) => CpuStorage::F32(f.apply(contiguous::<f32>(s, l, what)?, l.shape())?),
+        CpuStorage::F64(_) => CpuStorage::F64(f.apply(contiguous::<f64>(s, l, what)?, l.shape())?),
+        _ => return Err(err(format!("{what}: f32 or f64 expected"))),
+    };
+    Ok((out, l.shape().clone()))
+}
+
 /// A host function of two CPU tensors of one shape and dtype (f32 or f64), such as a
 /// backward pass from a node's output and its gradient.
 pub(crate) trait HostMap2 {

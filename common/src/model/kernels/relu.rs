@@ -6,7 +6,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, host_map2, HostMap2, Real};
+use super::real::{host_map1, host_map2, HostMap1, HostMap2, Real};
 use crate::model::error::Result;
 
 /// `max(x, 0)` elementwise.
@@ -19,8 +19,10 @@ pub(crate) fn relu(x: &Tensor) -> Result<Tensor> {
 
 struct Relu;
 
-fn positive_part<T: Real>(x: &[T]) -> Vec<T> {
-    x.iter().map(|&v| v.max_(T::ZERO)).collect()
+impl HostMap1 for Relu {
+    fn apply<T: Real>(&self, x: &[T], _: &Shape) -> candle_core::Result<Vec<T>> {
+        Ok(x.iter().map(|&v| v.max_(T::ZERO)).collect())
+    }
 }
 
 impl HostMap2 for Relu {
@@ -39,12 +41,7 @@ impl CustomOp1 for Relu {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = match s {
-            CpuStorage::F32(_) => CpuStorage::F32(positive_part(contiguous::<f32>(s, l, "x")?)),
-            CpuStorage::F64(_) => CpuStorage::F64(positive_part(contiguous::<f64>(s, l, "x")?)),
-            _ => return Err(err("relu: f32 or f64 expected".into())),
-        };
-        Ok((out, l.shape().clone()))
+        host_map1(self, s, l, "relu")
     }
 
     fn bwd(&self, _x: &Tensor, y: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {

@@ -9,7 +9,7 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, D};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, host_map2, HostMap2, Real};
+use super::real::{err, host_map1, host_map2, HostMap1, HostMap2, Real};
 use crate::model::error::Result;
 
 /// `softmax(scale · scores)` over the last dimension of `scores` `[.., Tq, Tk]`, keys after
@@ -82,12 +82,16 @@ impl ScaledSoftmax {
             n => Ok((d[n - 2], d[n - 1])),
         }
     }
+}
 
-    fn forward<T: Real>(&self, s: &[T], tq: usize, tk: usize) -> Vec<T> {
+impl HostMap1 for ScaledSoftmax {
+    /// The weights from the scores `s`.
+    fn apply<T: Real>(&self, s: &[T], shape: &Shape) -> candle_core::Result<Vec<T>> {
+        let (tq, tk) = Self::dims(shape)?;
         let scale = T::from_f64(self.scale);
         let mut y: Vec<T> = s.iter().map(|&v| v * scale).collect();
         if tk == 0 {
-            return y;
+            return Ok(y);
         }
         for (r, row) in y.chunks_exact_mut(tk).enumerate() {
             let seen = match self.causal {
@@ -97,7 +101,7 @@ impl ScaledSoftmax {
             softmax_in_place(&mut row[..seen]);
             row[seen..].iter_mut().for_each(|w| *w = T::ZERO);
         }
-        y
+        Ok(y)
     }
 }
 
@@ -121,17 +125,7 @@ impl CustomOp1 for ScaledSoftmax {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (tq, tk) = Self::dims(l.shape())?;
-        let out = match s {
-            CpuStorage::F32(_) => {
-                CpuStorage::F32(self.forward(contiguous::<f32>(s, l, "scores")?, tq, tk))
-            }
-            CpuStorage::F64(_) => {
-                CpuStorage::F64(self.forward(contiguous::<f64>(s, l, "scores")?, tq, tk))
-            }
-            _ => return Err(err("attention weights: f32 or f64 expected".into())),
-        };
-        Ok((out, l.shape().clone()))
+        host_map1(self, s, l, "attention weights")
     }
 
     fn bwd(&self, _s: &Tensor, y: &Tensor, dy: &Tensor) -> candle_core::Result<Option<Tensor>> {
