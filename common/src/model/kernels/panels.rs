@@ -9,7 +9,9 @@
 //! multiply-adds (correctly rounded in every build), so a value does not depend on the tile it
 //! falls in, the thread count or the vector width.
 
-use candle_core::Tensor;
+use std::ops::Range;
+
+use candle_core::{DType, Tensor};
 
 use super::host_gemm::SendPtr;
 use crate::model::error::Result;
@@ -20,7 +22,7 @@ const ROWS: usize = 8;
 const COLS: usize = 32;
 
 /// A `[k, n]` weight in column panels (the last one padded with zeros).
-pub(crate) struct Panels {
+struct Panels {
     k: usize,
     n: usize,
     data: Vec<f32>,
@@ -28,7 +30,7 @@ pub(crate) struct Panels {
 
 impl Panels {
     /// From `w` `[k, n]` row-major.
-    pub(crate) fn new(w: &[f32], k: usize, n: usize) -> Self {
+    fn new(w: &[f32], k: usize, n: usize) -> Self {
         let panels = n.div_ceil(COLS);
         let mut data = vec![0f32; panels * k * COLS];
         for (p, panel) in data.chunks_mut(k * COLS).enumerate() {
@@ -41,12 +43,12 @@ impl Panels {
     }
 
     /// The weight's values, `k · n`.
-    pub(crate) fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.k * self.n
     }
 
     /// `y[m, n] += x[m, k] · W` (row-major), the panels split over `threads`.
-    pub(crate) fn mul_into(&self, x: &[f32], y: &mut [f32], threads: usize) {
+    fn mul_into(&self, x: &[f32], y: &mut [f32], threads: usize) {
         let (k, n) = (self.k, self.n);
         let m = y.len() / n;
         assert!(
@@ -56,7 +58,7 @@ impl Panels {
         let panels = n.div_ceil(COLS);
         let blocks = threads.clamp(1, panels);
         let dst = SendPtr(y.as_mut_ptr());
-        let run = |p0: usize, p1: usize| panels_into(x, &self.data, k, n, dst.at(0), p0, p1);
+        let run = |p0: usize, p1: usize| self.mul_panels(x, dst.at(0), p0..p1);
         if blocks == 1 {
             run(0, panels);
             return;
@@ -91,12 +93,26 @@ pub(crate) struct PackedLinear {
 
 impl PackedLinear {
     /// From `w` `[k, n]` row-major (`Wᵀ` of a `[n, k]` parameter) and the bias `[n]`.
-    pub(crate) fn new(w: &[f32], b: Vec<f32>, k: usize, n: usize) -> Self {
+    fn new(w: &[f32], b: Vec<f32>, k: usize, n: usize) -> Self {
         Self {
             w: Panels::new(w, k, n),
             b,
             out: n,
         }
+    }
+
+    /// From tensors: `w_t` `[k, n]` (`Wᵀ` of a `[n, k]` parameter) and the bias `[n]`, zeros
+    /// when `None`; read as f32.
+    pub(crate) fn from_tensors(w_t: &Tensor, b: Option<&Tensor>) -> Result<Self> {
+        let (k, n) = w_t.dims2()?;
+        let host = |t: &Tensor| -> Result<Vec<f32>> {
+            Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+        };
+        let b = match b {
+            Some(b) => host(b)?,
+            None => vec![0.0; n],
+        };
+        Ok(Self::new(&host(&w_t.contiguous()?)?, b, k, n))
     }
 
     /// `x W + b` for an f32 CPU tensor `x` `[rows, k]`, as one.
@@ -130,77 +146,86 @@ impl PackedLinear {
     }
 }
 
-/// Panels `p0..p1` into `y` (`m` rows of stride `n`): with AVX-512 the tiles' accumulators are
-/// registers ([`avx512`]), elsewhere the portable tile (the same sums in the same order).
-fn panels_into(x: &[f32], w: &[f32], k: usize, n: usize, y: *mut f32, p0: usize, p1: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::fastmath::simd() == crate::fastmath::Simd::Avx512 {
-        // SAFETY: the CPU has AVX-512F (checked by `simd`).
-        unsafe { panels_with(x, w, k, n, y, p0, p1, avx512::tile) };
-        return;
+impl Panels {
+    /// Panels `panels` of `x W` added into `y` (`m` rows of stride `n`): with AVX-512 the
+    /// tiles' accumulators are registers ([`avx512`]), elsewhere the portable tile (the same sums
+    /// in the same order).
+    fn mul_panels(&self, x: &[f32], y: *mut f32, panels: Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::fastmath::simd() == crate::fastmath::Simd::Avx512 {
+            // SAFETY: the CPU has AVX-512F (checked by `simd`).
+            unsafe { self.mul_with(x, y, panels, avx512::tile) };
+            return;
+        }
+        // SAFETY: the portable tile needs no CPU feature; the callers' bounds as above.
+        unsafe { self.mul_with(x, y, panels, tile) };
     }
-    // SAFETY: the portable tile needs no CPU feature; the callers' bounds as above.
-    unsafe { panels_with(x, w, k, n, y, p0, p1, tile) };
-}
 
-/// A tile kernel: rows `i..i + rows` (their inputs), a panel's first `width` columns from `c0`.
-type Tile = unsafe fn(&[f32], &[f32], usize, usize, usize, *mut f32, usize, usize, usize);
-
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn panels_with(
-    x: &[f32],
-    w: &[f32],
-    k: usize,
-    n: usize,
-    y: *mut f32,
-    p0: usize,
-    p1: usize,
-    tile: Tile,
-) {
-    let m = x.len() / k;
-    for p in p0..p1 {
-        let panel = &w[p * k * COLS..(p + 1) * k * COLS];
-        let (c0, width) = (p * COLS, (n - p * COLS).min(COLS));
-        let mut i = 0;
-        while i < m {
-            let rows = (m - i).min(ROWS);
-            // SAFETY: rows `i..i + rows` < m, columns `c0..c0 + width` ≤ n of `y`.
-            unsafe {
-                tile(
-                    &x[i * k..(i + rows) * k],
-                    panel,
-                    rows,
-                    k,
-                    n,
+    /// [`Panels::mul_panels`] with the tile kernel `tile`.
+    ///
+    /// # Safety
+    /// `y` holds `x.len() / k` rows of stride `n`; `tile` runs on this CPU.
+    #[inline(always)]
+    unsafe fn mul_with(&self, x: &[f32], y: *mut f32, panels: Range<usize>, tile: Tile) {
+        let (k, n) = (self.k, self.n);
+        let m = x.len() / k;
+        for p in panels {
+            let panel = &self.data[p * k * COLS..(p + 1) * k * COLS];
+            let (c0, width) = (p * COLS, (n - p * COLS).min(COLS));
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(ROWS);
+                let dst = TileDst {
                     y,
+                    n,
                     i,
+                    rows,
                     c0,
                     width,
-                )
-            };
-            i += rows;
+                };
+                // SAFETY: rows `i..i + rows` < m, columns `c0..c0 + width` ≤ n of `y`.
+                unsafe { tile(&x[i * k..(i + rows) * k], panel, k, dst) };
+                i += rows;
+            }
         }
     }
 }
 
+/// Where a tile adds its sums: `rows` rows of `y` (row stride `n`) from row `i`, the columns
+/// `c0..c0 + width`.
+#[derive(Clone, Copy)]
+struct TileDst {
+    y: *mut f32,
+    n: usize,
+    i: usize,
+    rows: usize,
+    c0: usize,
+    width: usize,
+}
+
+impl TileDst {
+    /// Adds a tile row's sums (the first `width` of them) into row `r` of the tile.
+    ///
+    /// # Safety
+    /// `y` holds the tile's rows and columns (the tile kernels' contract).
+    #[inline(always)]
+    unsafe fn add_row(&self, r: usize, sums: &[f32; COLS]) {
+        for (c, &v) in sums[..self.width].iter().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { *self.y.add((self.i + r) * self.n + self.c0 + c) += v };
+        }
+    }
+}
+
+/// A tile kernel: the tile's rows of `x` (`rows × k`), its panel (`k × COLS`), where it adds.
+type Tile = unsafe fn(&[f32], &[f32], usize, TileDst);
+
 /// The portable tile (see [`Tile`]).
 ///
 /// # Safety
-/// `y` holds rows `i..i + rows` of stride `n`, and `c0 + width ≤ n`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile(
-    xs: &[f32],
-    panel: &[f32],
-    rows: usize,
-    k: usize,
-    n: usize,
-    y: *mut f32,
-    i: usize,
-    c0: usize,
-    width: usize,
-) {
-    for r in 0..rows {
+/// `dst` addresses valid rows and columns of `y`.
+unsafe fn tile(xs: &[f32], panel: &[f32], k: usize, dst: TileDst) {
+    for r in 0..dst.rows {
         let mut acc = [0f32; COLS];
         for (kk, wr) in panel.chunks_exact(COLS).enumerate() {
             let xv = xs[r * k + kk];
@@ -208,10 +233,8 @@ unsafe fn tile(
                 *a = xv.mul_add(wv, *a);
             }
         }
-        for (c, &v) in acc[..width].iter().enumerate() {
-            // SAFETY: the caller's contract.
-            unsafe { *y.add((i + r) * n + c0 + c) += v };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { dst.add_row(r, &acc) };
     }
 }
 
@@ -219,25 +242,15 @@ unsafe fn tile(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::{COLS, ROWS};
+    use super::{TileDst, COLS, ROWS};
 
     /// The AVX-512 tile: up to 8 rows × 32 columns in 16 registers.
     ///
     /// # Safety
     /// As [`super::tile`], and the CPU has AVX-512F.
     #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn tile(
-        xs: &[f32],
-        panel: &[f32],
-        rows: usize,
-        k: usize,
-        n: usize,
-        y: *mut f32,
-        i: usize,
-        c0: usize,
-        width: usize,
-    ) {
+    pub(super) unsafe fn tile(xs: &[f32], panel: &[f32], k: usize, dst: TileDst) {
+        let rows = dst.rows;
         debug_assert!(rows <= ROWS && xs.len() == rows * k && panel.len() == k * COLS);
         let z = _mm512_setzero_ps();
         let mut acc = [[z; 2]; ROWS];
@@ -273,14 +286,11 @@ mod avx512 {
         }
         let mut out = [0f32; COLS];
         for (r, a) in acc.iter().enumerate().take(rows) {
-            // SAFETY: `out` holds 32 values.
+            // SAFETY: `out` holds 32 values; `dst` as the caller's contract.
             unsafe {
                 _mm512_storeu_ps(out.as_mut_ptr(), a[0]);
                 _mm512_storeu_ps(out.as_mut_ptr().add(16), a[1]);
-            }
-            for (c, &v) in out[..width].iter().enumerate() {
-                // SAFETY: the caller's contract.
-                unsafe { *y.add((i + r) * n + c0 + c) += v };
+                dst.add_row(r, &out);
             }
         }
     }
@@ -323,18 +333,7 @@ mod tests {
             // The portable tile gives the AVX-512 tile's bits (both fuse every multiply-add).
             let mut y = bias.clone();
             // SAFETY: `y` holds `m` rows of `n`; all panels.
-            unsafe {
-                panels_with(
-                    &x,
-                    &panels.data,
-                    k,
-                    n,
-                    y.as_mut_ptr(),
-                    0,
-                    n.div_ceil(COLS),
-                    tile,
-                )
-            };
+            unsafe { panels.mul_with(&x, y.as_mut_ptr(), 0..n.div_ceil(COLS), tile) };
             assert_eq!(first.unwrap(), y);
         }
     }

@@ -130,15 +130,7 @@ impl PackedSteps {
         if !on_host_f32(&w.logit_w_t) {
             return Ok(None);
         }
-        let pack = |w_t: &Tensor, b: Option<&Tensor>| -> Result<PackedLinear> {
-            let (k, n) = w_t.dims2()?;
-            let b = match b {
-                Some(b) => b.flatten_all()?.to_vec1::<f32>()?,
-                None => vec![0.0; n],
-            };
-            let w_t = w_t.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-            Ok(PackedLinear::new(&w_t, b, k, n))
-        };
+        let pack = PackedLinear::from_tensors;
         Ok(Some(Self {
             logits: pack(&w.logit_w_t, Some(&w.logit_b))?,
             word: match word_table {

@@ -23,26 +23,15 @@ use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::NormKernels;
 use crate::model::kernels::panels::PackedLinear;
-use crate::model::kernels::real::dot;
+use crate::model::kernels::real::{dot, Real};
 use crate::model::kernels::softmax::softmax_in_place;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
 
-/// A projection and its bias on the host, the weight packed once per snapshot.
-struct HostLinear(PackedLinear);
-
-impl HostLinear {
-    fn new(l: &Linear) -> Result<Self> {
-        let (out, inp) = l.w.dims2()?;
-        let w_t = host(&l.w.t()?.contiguous()?)?;
-        Ok(Self(PackedLinear::new(&w_t, host(&l.b)?, inp, out)))
-    }
-
-    /// `x Wᵀ + b` for `n` rows of `x`.
-    fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
-        self.0.forward(x, n)
-    }
+/// A projection `x Wᵀ + b` on the host, the weight packed once per snapshot.
+fn packed(l: &Linear) -> Result<PackedLinear> {
+    PackedLinear::from_tensors(&l.w.t()?, Some(&l.b))
 }
 
 /// A layer norm's gain and bias on the host.
@@ -69,14 +58,14 @@ impl HostNorm {
 
 struct HostLayer {
     norm1: HostNorm,
-    qkv: HostLinear,
-    out: HostLinear,
+    qkv: PackedLinear,
+    out: PackedLinear,
     norm2: HostNorm,
-    cross_q: HostLinear,
-    cross_out: HostLinear,
+    cross_q: PackedLinear,
+    cross_out: PackedLinear,
     norm3: HostNorm,
-    ff1: HostLinear,
-    ff2: HostLinear,
+    ff1: PackedLinear,
+    ff2: PackedLinear,
 }
 
 /// The decoder's weights on the host.
@@ -89,7 +78,7 @@ pub(crate) struct HostWeights {
     positions: Vec<f32>,
     layers: Vec<HostLayer>,
     norm: HostNorm,
-    logit: HostLinear,
+    logit: PackedLinear,
 }
 
 /// Keys and values `[slots, d]` per layer, appended to, never moved.
@@ -141,14 +130,14 @@ impl HostWeights {
             .map(|l| {
                 Ok(HostLayer {
                     norm1: HostNorm::new(&l.norm1)?,
-                    qkv: HostLinear::new(&l.attn.qkv)?,
-                    out: HostLinear::new(&l.attn.out)?,
+                    qkv: packed(&l.attn.qkv)?,
+                    out: packed(&l.attn.out)?,
                     norm2: HostNorm::new(&l.norm2)?,
-                    cross_q: HostLinear::new(&l.cross.q)?,
-                    cross_out: HostLinear::new(&l.cross.out)?,
+                    cross_q: packed(&l.cross.q)?,
+                    cross_out: packed(&l.cross.out)?,
                     norm3: HostNorm::new(&l.norm3)?,
-                    ff1: HostLinear::new(&l.ff.w1)?,
-                    ff2: HostLinear::new(&l.ff.w2)?,
+                    ff1: packed(&l.ff.w1)?,
+                    ff2: packed(&l.ff.w2)?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -159,7 +148,7 @@ impl HostWeights {
             positions: positions(0, model.cfg.max_len + 2, d),
             layers,
             norm: HostNorm::new(&w.dec_norm)?,
-            logit: HostLinear::new(&w.logit)?,
+            logit: packed(&w.logit)?,
         }))
     }
 
@@ -367,7 +356,7 @@ fn attend_row_plain(
         for (s, &off) in w.iter_mut().zip(offsets) {
             *s = dot(qh, &k[off + h * dk..off + (h + 1) * dk]) * scale;
         }
-        softmax_in_place(&mut w);
+        softmax_in_place(&mut w, f32::exp_fast);
         let oh = &mut o[h * dk..(h + 1) * dk];
         for (&p, &off) in w.iter().zip(offsets) {
             for (acc, &val) in oh.iter_mut().zip(&v[off + h * dk..off + (h + 1) * dk]) {
