@@ -66,9 +66,9 @@ impl<T> SendPtr<T> {
 /// saves (a `[32, 512] × [512, 200]` product is twice as slow on two threads).
 pub(crate) const PARALLEL_MIN_MACS: usize = 8 << 20;
 
-fn parallelism(m: usize, n: usize, k: usize, min_macs: usize) -> gemm::Parallelism {
+fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
     let threads = candle_core::utils::get_num_threads();
-    if threads > 1 && m * n * k >= min_macs {
+    if threads > 1 && m * n * k >= PARALLEL_MIN_MACS {
         gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
@@ -120,37 +120,6 @@ pub(crate) unsafe fn gemm_into<T: Real>(
     lhs: Mat<T>,
     rhs: Mat<T>,
 ) {
-    gemm_into_from(
-        PARALLEL_MIN_MACS,
-        m,
-        n,
-        k,
-        dst,
-        dst_rs,
-        accumulate,
-        lhs,
-        rhs,
-    )
-}
-
-/// [`gemm_into`], on several threads from `min_macs` multiply-adds: products with few rows
-/// and many columns (decoding steps) split well over their columns well below
-/// [`PARALLEL_MIN_MACS`].
-///
-/// # Safety
-/// As for [`gemm_into`].
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_into_from<T: Real>(
-    min_macs: usize,
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: *mut T,
-    dst_rs: usize,
-    accumulate: bool,
-    lhs: Mat<T>,
-    rhs: Mat<T>,
-) {
     if m == 0 || n == 0 {
         return;
     }
@@ -183,6 +152,6 @@ pub(crate) unsafe fn gemm_into_from<T: Real>(
         false,
         false,
         false,
-        parallelism(m, n, k, min_macs),
+        parallelism(m, n, k),
     );
 }
