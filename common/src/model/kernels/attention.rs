@@ -16,6 +16,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
 use super::real::{contiguous, dot, err, Real, Saved};
+use super::softmax::softmax_in_place;
 use crate::model::error::Result;
 
 /// The context `[B, D]`, or `None` where the graph ops must run (other devices and dtypes).
@@ -213,16 +214,9 @@ fn forward_plain<T: Real>(
             }
             *s = dot(ej, w);
         }
-        let max = al.iter().fold(T::NEG_INFINITY, |m, &s| m.max_(s));
-        let mut sum = T::ZERO;
-        for s in al.iter_mut() {
-            *s = (*s - max).exp_();
-            sum += *s;
-        }
-        let inv = T::from_f64(1.0 / sum.to_f64());
+        softmax_in_place(al, T::exp_);
         let ci = &mut ctx[i * d..(i + 1) * d];
-        for (j, s) in al.iter_mut().enumerate() {
-            *s *= inv;
+        for (j, s) in al.iter().enumerate() {
             let f = &feats[(i * r + j) * d..(i * r + j + 1) * d];
             for (c, &x) in ci.iter_mut().zip(f) {
                 *c += *s * x;

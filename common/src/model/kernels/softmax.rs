@@ -53,14 +53,15 @@ fn sees(i: usize, j: usize, tq: usize, tk: usize) -> bool {
     j + tq <= i + tk
 }
 
-/// Turns scores into softmax weights in place: `w_j ← e^(w_j − max) / Σ_k e^(w_k − max)`
-/// ([`Real::exp_fast`]); inline it into a loop built through `fastmath::simd_dispatch!`.
+/// Turns scores into softmax weights in place: `w_j ← e^(w_j − max) / Σ_k e^(w_k − max)`,
+/// `e` from `exp` ([`Real::exp_fast`] or the exact [`Real::exp_`]); inline it into a loop
+/// built through `fastmath::simd_dispatch!`.
 #[inline(always)]
-pub(crate) fn softmax_in_place<T: Real>(w: &mut [T]) {
+pub(crate) fn softmax_in_place<T: Real>(w: &mut [T], exp: impl Fn(T) -> T) {
     let max = w.iter().fold(T::NEG_INFINITY, |m, &s| m.max_(s));
     let mut sum = T::ZERO;
     for s in w.iter_mut() {
-        *s = (*s - max).exp_fast();
+        *s = exp(*s - max);
         sum += *s;
     }
     let inv = T::from_f64(1.0 / sum.to_f64());
@@ -98,7 +99,7 @@ impl HostMap1 for ScaledSoftmax {
                 true => (0..tk).take_while(|&j| sees(r % tq, j, tq, tk)).count(),
                 false => tk,
             };
-            softmax_in_place(&mut row[..seen]);
+            softmax_in_place(&mut row[..seen], T::exp_fast);
             row[seen..].iter_mut().for_each(|w| *w = T::ZERO);
         }
         Ok(y)
