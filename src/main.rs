@@ -12,13 +12,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// mimalloc: glibc's malloc returns the step's multi-megabyte buffers to the OS and faults them
-/// back in every step (see the workspace Cargo.toml); `keep_freed_pages` stops mimalloc doing it.
+/// back in every step (see the workspace Cargo.toml); `process::set_up` stops mimalloc doing it.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    caprl_common::model::keep_elementwise_ops_on_one_thread();
-    caprl_common::allocator::keep_freed_pages();
+    caprl_common::process::set_up();
     // A file-size limit (RLIMIT_FSIZE, a full quota) then fails the write with an error that
     // names the file, instead of killing the process.
     // SAFETY: setting a signal's disposition to SIG_IGN at start-up, before any thread exists.

@@ -4,8 +4,7 @@
 /// Applies the binary's settings (element-wise ops on one thread, freed pages kept) and returns
 /// the thread count the rows are named by: `RAYON_NUM_THREADS`, 0 when unset (rayon's default).
 pub fn set_up_as_the_binary() -> usize {
-    caprl_common::model::keep_elementwise_ops_on_one_thread();
-    caprl_common::allocator::keep_freed_pages();
+    caprl_common::process::set_up();
     std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())

@@ -17,9 +17,8 @@
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 //! - [`selftest`]: a device's results against the CPU's (`caprl selftest`).
 //! - [`telemetry`]: Prometheus metrics, the run log, TensorBoard event files and the HTML report.
-//! - [`allocator`]: settings of the allocator the binary and benchmarks run on.
+//! - [`process`]: the process-wide settings the binary and benchmarks start with.
 
-pub mod allocator;
 pub mod bus;
 pub mod clip;
 pub mod config;
@@ -27,6 +26,7 @@ pub mod data;
 pub mod fastmath;
 pub mod model;
 pub mod optim;
+pub mod process;
 pub mod progress;
 pub mod role;
 pub mod score;

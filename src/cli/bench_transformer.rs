@@ -132,7 +132,6 @@ struct Row {
 
 pub fn run(args: TransformerBenchArgs) -> Result<()> {
     anyhow::ensure!(args.reps >= 1, "--reps must be >= 1");
-    caprl_common::model::keep_elementwise_ops_on_one_thread();
     let threads = candle_core::utils::get_num_threads();
     let mut out = String::new();
     if !args.json {

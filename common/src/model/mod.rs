@@ -56,7 +56,8 @@ pub use decoding::{
     on_rayon, BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
 };
-pub use device::{keep_elementwise_ops_on_one_thread, parse_device};
+pub(crate) use device::keep_elementwise_ops_on_one_thread;
+pub use device::parse_device;
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};
 pub use kernels::{
