@@ -35,10 +35,20 @@ fn loss(m: &Captioner, x: &Inputs, seqs: &Tensor) -> Tensor {
 }
 
 fn check(kind: ModelKind, rnn: RnnKind, layers: usize) {
+    check_rows(kind, rnn, layers, None);
+}
+
+/// As [`check`], on the batch's `rows` (an image repeated, as for its captions) when given.
+fn check_rows(kind: ModelKind, rnn: RnnKind, layers: usize, rows: Option<&[usize]>) {
     let cfg = tiny(kind, rnn, layers);
     let m = Captioner::new(&cfg, &Device::Cpu, 7).unwrap();
-    let x = inputs(&cfg);
-    let seqs = batch_tokens(&[vec![4, 5, 6, 2], vec![7, 2]], &Device::Cpu).unwrap();
+    let mut x = inputs(&cfg);
+    let mut seqs = vec![vec![4, 5, 6, 2], vec![7, 2]];
+    if let Some(rows) = rows {
+        x = x.select_rows(rows).unwrap();
+        seqs = (0..rows.len()).map(|i| seqs[i % 2][i / 2..].to_vec()).collect();
+    }
+    let seqs = batch_tokens(&seqs, &Device::Cpu).unwrap();
     let grads = loss(&m, &x, &seqs).backward().unwrap();
     let data = m.varmap().data().lock().unwrap();
     let mut names: Vec<&String> = data.keys().collect();
@@ -112,6 +122,12 @@ fn fc_gru_two_layer_gradients_match_finite_differences() {
 #[test]
 fn fc_lstm_two_layer_gradients_match_finite_differences() {
     check(ModelKind::Fc, RnnKind::Lstm, 2);
+}
+
+#[test]
+fn att_gru_gradients_match_finite_differences_when_rows_share_an_image() {
+    // Rows of one image attend over its regions, stored and differentiated once.
+    check_rows(ModelKind::Att, RnnKind::Gru, 1, Some(&[0, 1, 0, 1, 0]));
 }
 
 #[test]

@@ -1,14 +1,18 @@
 //! Additive (Bahdanau) attention as one graph node (CPU, f32/f64):
-//! `e = tanh(proj + q)`, `s = e w`, `α = softmax(s)`, `ctx = α · feats`, from the region
-//! projections `proj` `[B, R, A]`, the query term `q` `[B, A]` and the score weights `w`
-//! `[A, 1]`, over the regions `feats` `[B, R, D]` (a constant: no gradient). As graph ops this
-//! was a broadcast add, a tanh, a product, a softmax and a batched product per decoder step,
-//! each with its own buffers and gradient sums, and the att model's teacher-forced pass ran
-//! at half PyTorch's speed; here a step is one pass over each image's regions forward and one
-//! backward, with the tanh of `fastmath` and `e` and `α` kept between them.
+//! `e = tanh(key + q)`, `s = e w`, `α = softmax(s)`, `out = α · values`, from the query term
+//! `q` `[B, A]`, the score weights `w` `[A, 1]` and each image's regions as one tensor `kv`
+//! `[U, R, A + D]`: per region its key (the region projection, `A` wide) then its value (`D`
+//! wide). Row `i` of the batch attends over image `image[i]`'s regions, so an image shared by
+//! several rows (its captions, samples or beams) is stored and differentiated once, and
+//! reordering rows only remaps `image`. As graph ops this was a broadcast add, a tanh, a product,
+//! a softmax and a batched product per decoder step, each with its own buffers and gradient
+//! sums, and the att model's teacher-forced pass ran at half PyTorch's speed; here a step is one
+//! pass over each row's regions forward and one backward, with the tanh of `fastmath` and `e`
+//! and `α` kept between them.
 //!
-//! Backward: `dα = dctx · featsᵀ`, `ds = α ⊙ (dα − Σ α dα)`, `dw = Σ ds e`,
-//! `dproj = ds wᵀ ⊙ (1 − e²)`, `dq = Σ_r dproj`.
+//! Backward: `dα = dout · valuesᵀ`, `ds = α ⊙ (dα − Σ α dα)`, `dw = Σ ds e`,
+//! `dkey = ds wᵀ ⊙ (1 − e²)`, `dq = Σ_r dkey`, `dvalue = α dout`; the key and value gradients
+//! of rows that share an image add up in that image's rows of `dkv`.
 
 use std::sync::Mutex;
 
@@ -19,25 +23,28 @@ use super::real::{contiguous, dot, err, Real, Saved};
 use super::softmax::softmax_in_place;
 use crate::model::error::Result;
 
-/// The context `[B, D]`, or `None` where the graph ops must run (other devices and dtypes).
+/// The attended values `[B, D]` for the keys of width `a` in `kv` `[U, R, a + D]`, or `None`
+/// where the graph ops must run (other devices and dtypes).
 pub(crate) fn additive_attention(
-    proj: &Tensor,
+    kv: &Tensor,
+    a: usize,
+    image: &[u32],
     q: &Tensor,
     w: &Tensor,
-    feats: &Tensor,
 ) -> Result<Option<Tensor>> {
-    let native = kernels_enabled(proj.device(), proj.dtype())
-        && [q, w, feats]
+    let native = kernels_enabled(kv.device(), kv.dtype())
+        && [q, w]
             .iter()
-            .all(|t| t.dtype() == proj.dtype() && t.device().is_cpu());
+            .all(|t| t.dtype() == kv.dtype() && t.device().is_cpu());
     if !native {
         return Ok(None);
     }
     let op = Attention {
-        feats: feats.detach().contiguous()?,
+        a,
+        image: image.to_vec(),
         saved: Mutex::new(None),
     };
-    Ok(Some(proj.contiguous()?.apply_op3(
+    Ok(Some(kv.contiguous()?.apply_op3(
         &q.contiguous()?,
         &w.contiguous()?,
         op,
@@ -45,30 +52,104 @@ pub(crate) fn additive_attention(
 }
 
 struct Attention {
-    feats: Tensor,
+    /// Width of a key: the values start at column `a` of `kv`.
+    a: usize,
+    /// The image (row of `kv`) each row of the batch attends over.
+    image: Vec<u32>,
     /// `e` `[B, R, A]` and `α` `[B, R]`, kept by the forward pass for the backward one.
     saved: Mutex<Option<(Saved, Saved)>>,
 }
 
-/// `(B, R, A, D)` of a call.
-fn sizes(
-    proj: &Layout,
-    q: &Layout,
-    w: &Layout,
-    feats: &Tensor,
-) -> candle_core::Result<(usize, usize, usize, usize)> {
-    let (b, r, a) = proj.shape().dims3()?;
-    let (fb, fr, d) = feats.dims3()?;
-    if q.shape().dims() != [b, a] || w.shape().elem_count() != a || (fb, fr) != (b, r) {
-        return Err(err(format!(
-            "attention: shapes proj {:?}, q {:?}, w {:?}, feats {:?} do not fit",
-            proj.shape(),
-            q.shape(),
-            w.shape(),
-            feats.shape()
-        )));
+/// Sizes of one call: `b` rows, `u` images of `r` regions, keys `a` and values `d` wide.
+#[derive(Clone, Copy)]
+struct Dims {
+    b: usize,
+    u: usize,
+    r: usize,
+    a: usize,
+    d: usize,
+}
+
+impl Attention {
+    fn dims(&self, kv: &Layout, q: &Layout, w: &Layout) -> candle_core::Result<Dims> {
+        let (u, r, width) = kv.shape().dims3()?;
+        let (b, a) = q.shape().dims2()?;
+        let fits = a == self.a
+            && width > a
+            && w.shape().elem_count() == a
+            && self.image.len() == b
+            && self.image.iter().all(|&i| (i as usize) < u);
+        if !fits {
+            return Err(err(format!(
+                "attention: shapes kv {:?} (keys {} wide), q {:?}, w {:?} and {} row images do \
+                 not fit",
+                kv.shape(),
+                self.a,
+                q.shape(),
+                w.shape(),
+                self.image.len()
+            )));
+        }
+        Ok(Dims {
+            b,
+            u,
+            r,
+            a,
+            d: width - a,
+        })
     }
-    Ok((b, r, a, d))
+
+    fn fwd_typed<T: RowKernels>(
+        &self,
+        (s1, l1): (&CpuStorage, &Layout),
+        (s2, l2): (&CpuStorage, &Layout),
+        (s3, l3): (&CpuStorage, &Layout),
+    ) -> candle_core::Result<Vec<T>> {
+        let dims = self.dims(l1, l2, l3)?;
+        let kv = contiguous::<T>(s1, l1, "kv")?;
+        let q = contiguous::<T>(s2, l2, "q")?;
+        let w = contiguous::<T>(s3, l3, "w")?;
+        let (out, e, alpha) = T::forward(kv, q, w, &self.image, dims);
+        let mut saved = self
+            .saved
+            .lock()
+            .map_err(|_| err("attention: lock poisoned".into()))?;
+        *saved = Some((T::wrap(e), T::wrap(alpha)));
+        Ok(out)
+    }
+
+    fn bwd_typed<T: RowKernels>(
+        &self,
+        kv: &Tensor,
+        q: &Tensor,
+        w: &Tensor,
+        dout: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let dims = self.dims(kv.layout(), q.layout(), w.layout())?;
+        let saved = self
+            .saved
+            .lock()
+            .map_err(|_| err("attention: lock poisoned".into()))?;
+        let missing = || err("attention: backward without a forward pass".into());
+        let (e, alpha) = saved.as_ref().ok_or_else(missing)?;
+        let (e, alpha) = (
+            T::unwrap(e).ok_or_else(missing)?,
+            T::unwrap(alpha).ok_or_else(missing)?,
+        );
+        let dout = dout.contiguous()?;
+        let (dkv, dq, dw) = with_cpu::<T, _>(kv, "kv", |kv| {
+            with_cpu::<T, _>(w, "w", |w| {
+                with_cpu::<T, _>(&dout, "output gradient", |g| {
+                    Ok(T::backward(e, alpha, kv, w, g, &self.image, dims))
+                })
+            })
+        })?;
+        Ok((
+            Tensor::from_vec(dkv, kv.shape(), kv.device())?,
+            Tensor::from_vec(dq, q.shape(), q.device())?,
+            Tensor::from_vec(dw, w.shape(), w.device())?,
+        ))
+    }
 }
 
 /// `f` of the values of the contiguous CPU tensor `t`, read in place.
@@ -84,85 +165,27 @@ fn with_cpu<T: Real, R>(
     }
 }
 
-impl Attention {
-    fn fwd_typed<T: RowKernels>(
-        &self,
-        (s1, l1): (&CpuStorage, &Layout),
-        (s2, l2): (&CpuStorage, &Layout),
-        (s3, l3): (&CpuStorage, &Layout),
-    ) -> candle_core::Result<Vec<T>> {
-        let dims = sizes(l1, l2, l3, &self.feats)?;
-        let proj = contiguous::<T>(s1, l1, "proj")?;
-        let q = contiguous::<T>(s2, l2, "q")?;
-        let w = contiguous::<T>(s3, l3, "w")?;
-        let (ctx, e, alpha) = with_cpu::<T, _>(&self.feats, "feats", |feats| {
-            Ok(T::forward(proj, q, w, feats, dims))
-        })?;
-        let mut saved = self
-            .saved
-            .lock()
-            .map_err(|_| err("attention: lock poisoned".into()))?;
-        *saved = Some((T::wrap(e), T::wrap(alpha)));
-        Ok(ctx)
-    }
-
-    fn bwd_typed<T: RowKernels>(
-        &self,
-        proj: &Tensor,
-        q: &Tensor,
-        w: &Tensor,
-        dctx: &Tensor,
-    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let (b, r, a, d) = sizes(proj.layout(), q.layout(), w.layout(), &self.feats)?;
-        let saved = self
-            .saved
-            .lock()
-            .map_err(|_| err("attention: lock poisoned".into()))?;
-        let missing = || err("attention: backward without a forward pass".into());
-        let (e, alpha) = saved.as_ref().ok_or_else(missing)?;
-        let (e, alpha) = (
-            T::unwrap(e).ok_or_else(missing)?,
-            T::unwrap(alpha).ok_or_else(missing)?,
-        );
-        let dctx = dctx.contiguous()?;
-        let (dproj, dq, dw) = with_cpu::<T, _>(&self.feats, "feats", |feats| {
-            with_cpu::<T, _>(w, "w", |w| {
-                with_cpu::<T, _>(&dctx, "output gradient", |g| {
-                    Ok(T::backward(e, alpha, feats, w, g, (b, r, a, d)))
-                })
-            })
-        })?;
-        Ok((
-            Tensor::from_vec(dproj, proj.shape(), proj.device())?,
-            Tensor::from_vec(dq, q.shape(), q.device())?,
-            Tensor::from_vec(dw, w.shape(), w.device())?,
-        ))
-    }
-}
-
-/// `(B, R, A, D)`: images, regions, attention size, region size.
-type Dims = (usize, usize, usize, usize);
-
 /// The passes over the rows, built for this CPU's widest vector unit (`fastmath::simd`): the
-/// tanh and the context sums run over whole vectors, and every dot product over `A` or `D`
+/// tanh and the value sums run over whole vectors, and every dot product over `A` or `D`
 /// keeps [`dot`]'s partial sums, added in a fixed order (so a CPU gives the same bits whatever
 /// its vector width).
 trait RowKernels: Real {
-    /// `(ctx, e, α)`.
+    /// `(out, e, α)`.
     fn forward(
-        proj: &[Self],
+        kv: &[Self],
         q: &[Self],
         w: &[Self],
-        feats: &[Self],
+        image: &[u32],
         dims: Dims,
     ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
-    /// `(dproj, dq, dw)` from the saved `e`, `α` and the context's gradient `g` (module docs).
+    /// `(dkv, dq, dw)` from the saved `e`, `α` and the output's gradient `g` (module docs).
     fn backward(
         e: &[Self],
         alpha: &[Self],
-        feats: &[Self],
+        kv: &[Self],
         w: &[Self],
         g: &[Self],
+        image: &[u32],
         dims: Dims,
     ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
 }
@@ -170,21 +193,21 @@ trait RowKernels: Real {
 macro_rules! row_kernels {
     ($t:ty, $fwd:ident, $bwd:ident) => {
         crate::fastmath::simd_dispatch!(
-            fn $fwd(proj: &[$t], q: &[$t], w: &[$t], feats: &[$t], dims: Dims)
+            fn $fwd(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims)
                 -> (Vec<$t>, Vec<$t>, Vec<$t>) = forward_plain
         );
         crate::fastmath::simd_dispatch!(
-            fn $bwd(e: &[$t], alpha: &[$t], feats: &[$t], w: &[$t], g: &[$t], dims: Dims)
-                -> (Vec<$t>, Vec<$t>, Vec<$t>) = backward_plain
+            fn $bwd(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
+                dims: Dims) -> (Vec<$t>, Vec<$t>, Vec<$t>) = backward_plain
         );
         impl RowKernels for $t {
-            fn forward(proj: &[$t], q: &[$t], w: &[$t], feats: &[$t], dims: Dims)
+            fn forward(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims)
                 -> (Vec<$t>, Vec<$t>, Vec<$t>) {
-                $fwd(proj, q, w, feats, dims)
+                $fwd(kv, q, w, image, dims)
             }
-            fn backward(e: &[$t], alpha: &[$t], feats: &[$t], w: &[$t], g: &[$t], dims: Dims)
-                -> (Vec<$t>, Vec<$t>, Vec<$t>) {
-                $bwd(e, alpha, feats, w, g, dims)
+            fn backward(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
+                dims: Dims) -> (Vec<$t>, Vec<$t>, Vec<$t>) {
+                $bwd(e, alpha, kv, w, g, image, dims)
             }
         }
     };
@@ -192,81 +215,103 @@ macro_rules! row_kernels {
 row_kernels!(f32, forward_f32, backward_f32);
 row_kernels!(f64, forward_f64, backward_f64);
 
+/// Row `i`'s image: its `r` regions, each `[key | value]`.
+#[inline(always)]
+fn regions_of<'k, T>(kv: &'k [T], image: &[u32], i: usize, Dims { r, a, d, .. }: Dims) -> &'k [T] {
+    let at = image[i] as usize * r * (a + d);
+    &kv[at..at + r * (a + d)]
+}
+
 #[inline(always)]
 fn forward_plain<T: Real>(
-    proj: &[T],
+    kv: &[T],
     q: &[T],
     w: &[T],
-    feats: &[T],
-    (b, r, a, d): Dims,
+    image: &[u32],
+    dims: Dims,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
+    let Dims { b, r, a, d, .. } = dims;
     let mut e = vec![T::ZERO; b * r * a];
     let mut alpha = vec![T::ZERO; b * r];
-    let mut ctx = vec![T::ZERO; b * d];
+    let mut out = vec![T::ZERO; b * d];
     for i in 0..b {
+        let regions = regions_of(kv, image, i, dims);
         let qi = &q[i * a..(i + 1) * a];
         let al = &mut alpha[i * r..(i + 1) * r];
-        for (j, s) in al.iter_mut().enumerate() {
-            let at = (i * r + j) * a;
-            let ej = &mut e[at..at + a];
-            for ((x, &p), &qa) in ej.iter_mut().zip(&proj[at..at + a]).zip(qi) {
-                *x = (p + qa).tanh_();
+        for ((s, region), ej) in al
+            .iter_mut()
+            .zip(regions.chunks_exact(a + d))
+            .zip(e[i * r * a..(i + 1) * r * a].chunks_exact_mut(a))
+        {
+            for ((x, &k), &qa) in ej.iter_mut().zip(&region[..a]).zip(qi) {
+                *x = (k + qa).tanh_();
             }
             *s = dot(ej, w);
         }
         softmax_in_place(al, T::exp_);
-        let ci = &mut ctx[i * d..(i + 1) * d];
-        for (j, s) in al.iter().enumerate() {
-            let f = &feats[(i * r + j) * d..(i * r + j + 1) * d];
-            for (c, &x) in ci.iter_mut().zip(f) {
-                *c += *s * x;
+        let oi = &mut out[i * d..(i + 1) * d];
+        for (&s, region) in al.iter().zip(regions.chunks_exact(a + d)) {
+            for (o, &v) in oi.iter_mut().zip(&region[a..]) {
+                *o += s * v;
             }
         }
     }
-    (ctx, e, alpha)
+    (out, e, alpha)
 }
 
 #[inline(always)]
 fn backward_plain<T: Real>(
     e: &[T],
     alpha: &[T],
-    feats: &[T],
+    kv: &[T],
     w_v: &[T],
     g: &[T],
-    (b, r, a, d): Dims,
+    image: &[u32],
+    dims: Dims,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let mut dproj = vec![T::ZERO; b * r * a];
+    let Dims { b, u, r, a, d } = dims;
+    let mut dkv = vec![T::ZERO; u * r * (a + d)];
     let mut dq = vec![T::ZERO; b * a];
     let mut dw = vec![T::ZERO; a];
     let mut ds = vec![T::ZERO; r];
     for i in 0..b {
+        let regions = regions_of(kv, image, i, dims);
         let gi = &g[i * d..(i + 1) * d];
         let al = &alpha[i * r..(i + 1) * r];
         let mut mean = T::ZERO;
-        for (j, s) in ds.iter_mut().enumerate() {
-            let da = dot(&feats[(i * r + j) * d..(i * r + j + 1) * d], gi);
-            *s = da;
-            mean += al[j] * da;
+        for ((s, region), &aj) in ds.iter_mut().zip(regions.chunks_exact(a + d)).zip(al) {
+            *s = dot(&region[a..], gi);
+            mean += aj * *s;
         }
+        let at = image[i] as usize * r * (a + d);
+        let dregions = &mut dkv[at..at + r * (a + d)];
         let dqi = &mut dq[i * a..(i + 1) * a];
-        for (j, s) in ds.iter_mut().enumerate() {
-            *s = al[j] * (*s - mean);
-            let at = (i * r + j) * a;
-            let ej = &e[at..at + a];
-            for ((((dp, dqa), dwa), &x), &wa) in dproj[at..at + a]
+        for (((s, dregion), &aj), ej) in ds
+            .iter_mut()
+            .zip(dregions.chunks_exact_mut(a + d))
+            .zip(al)
+            .zip(e[i * r * a..(i + 1) * r * a].chunks_exact(a))
+        {
+            *s = aj * (*s - mean);
+            let (dkey, dvalue) = dregion.split_at_mut(a);
+            for ((((dk, dqa), dwa), &x), &wa) in dkey
                 .iter_mut()
                 .zip(dqi.iter_mut())
                 .zip(dw.iter_mut())
                 .zip(ej)
                 .zip(w_v)
             {
+                let dp = *s * wa * (T::ONE - x * x);
                 *dwa += *s * x;
-                *dp = *s * wa * (T::ONE - x * x);
-                *dqa += *dp;
+                *dk += dp;
+                *dqa += dp;
+            }
+            for (dv, &gd) in dvalue.iter_mut().zip(gi) {
+                *dv += aj * gd;
             }
         }
     }
-    (dproj, dq, dw)
+    (dkv, dq, dw)
 }
 
 impl CustomOp3 for Attention {
@@ -283,7 +328,7 @@ impl CustomOp3 for Attention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, _, _, d) = sizes(l1, l2, l3, &self.feats)?;
+        let Dims { b, d, .. } = self.dims(l1, l2, l3)?;
         let args = ((s1, l1), (s2, l2), (s3, l3));
         let out = match s1 {
             CpuStorage::F32(_) => CpuStorage::F32(self.fwd_typed::<f32>(args.0, args.1, args.2)?),
@@ -295,18 +340,18 @@ impl CustomOp3 for Attention {
 
     fn bwd(
         &self,
-        proj: &Tensor,
+        kv: &Tensor,
         q: &Tensor,
         w: &Tensor,
         _res: &Tensor,
-        dctx: &Tensor,
+        dout: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dp, dq, dw) = match proj.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(proj, q, w, dctx)?,
-            DType::F64 => self.bwd_typed::<f64>(proj, q, w, dctx)?,
+        let (dkv, dq, dw) = match kv.dtype() {
+            DType::F32 => self.bwd_typed::<f32>(kv, q, w, dout)?,
+            DType::F64 => self.bwd_typed::<f64>(kv, q, w, dout)?,
             other => return Err(err(format!("attention: dtype {other:?} (f32 or f64)"))),
         };
-        Ok((Some(dp), Some(dq), Some(dw)))
+        Ok((Some(dkv), Some(dq), Some(dw)))
     }
 }
 
@@ -318,23 +363,27 @@ mod tests {
 
     #[test]
     fn fused_attention_matches_the_graph_ops_with_gradients() {
-        // Sizes below one vector of partial sums, and whole vectors plus a remainder.
-        for dims in [(3, 5, 4, 6), (2, 7, 37, 70)] {
-            check_against_graph_ops(dims);
-        }
+        // Sizes below one vector of partial sums, and whole vectors plus a remainder; rows with
+        // an image each, and images shared by several rows in any order.
+        check_against_graph_ops(5, 4, 6, &[0, 1, 2]);
+        check_against_graph_ops(7, 37, 70, &[1, 0, 1, 1, 0]);
     }
 
-    fn check_against_graph_ops((b, r, a, d): Dims) {
-        let proj = Var::from_tensor(&values(&[b, r, a], 1, 1.0)).unwrap();
+    fn check_against_graph_ops(r: usize, a: usize, d: usize, image: &[u32]) {
+        let b = image.len();
+        let u = *image.iter().max().unwrap() as usize + 1;
+        let kv = Var::from_tensor(&values(&[u, r, a + d], 1, 1.0)).unwrap();
         let q = Var::from_tensor(&values(&[b, a], 2, 1.0)).unwrap();
         let w = Var::from_tensor(&values(&[a, 1], 3, 1.0)).unwrap();
-        let feats = values(&[b, r, d], 4, 1.0);
         let up = values(&[b, d], 5, 1.0);
-        let fused = additive_attention(proj.as_tensor(), q.as_tensor(), w.as_tensor(), &feats)
+        let fused = additive_attention(kv.as_tensor(), a, image, q.as_tensor(), w.as_tensor())
             .unwrap()
             .unwrap();
-        let e = proj
-            .as_tensor()
+        let rows = Tensor::from_slice(image, b, &candle_core::Device::Cpu).unwrap();
+        let regions = kv.as_tensor().index_select(&rows, 0).unwrap();
+        let keys = regions.narrow(2, 0, a).unwrap();
+        let vals = regions.narrow(2, a, d).unwrap();
+        let e = keys
             .broadcast_add(&q.as_tensor().unsqueeze(1).unwrap())
             .unwrap()
             .tanh()
@@ -347,11 +396,11 @@ mod tests {
             .reshape((b, 1, r))
             .unwrap();
         let alpha = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
-        let graph = alpha.matmul(&feats).unwrap().squeeze(1).unwrap();
+        let graph = alpha.matmul(&vals).unwrap().squeeze(1).unwrap();
         close(&fused, &graph);
         let gf = grads_of_weighted_sum(&fused, &up);
         let gg = grads_of_weighted_sum(&graph, &up);
-        for v in [&proj, &q, &w] {
+        for v in [&kv, &q, &w] {
             close(
                 gf.get(v.as_tensor()).unwrap(),
                 gg.get(v.as_tensor()).unwrap(),
@@ -361,10 +410,14 @@ mod tests {
 
     #[test]
     fn attention_refuses_shapes_that_do_not_fit() {
-        let proj = values(&[2, 3, 4], 1, 1.0);
-        let feats = values(&[2, 3, 5], 4, 1.0);
-        let bad_q = values(&[2, 3], 2, 1.0);
+        let kv = values(&[2, 3, 9], 1, 1.0);
+        let q = values(&[2, 4], 2, 1.0);
         let w = values(&[4, 1], 3, 1.0);
-        assert!(additive_attention(&proj, &bad_q, &w, &feats).is_err());
+        assert!(additive_attention(&kv, 4, &[0, 1], &q, &w).is_ok());
+        let bad_q = values(&[2, 3], 2, 1.0);
+        assert!(additive_attention(&kv, 4, &[0, 1], &bad_q, &w).is_err());
+        // An image past the stored ones, and one image for two rows' queries.
+        assert!(additive_attention(&kv, 4, &[0, 2], &q, &w).is_err());
+        assert!(additive_attention(&kv, 4, &[0], &q, &w).is_err());
     }
 }

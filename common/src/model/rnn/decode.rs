@@ -28,10 +28,6 @@ enum Live {
     Graph {
         enc: Encoded,
         states: Vec<LayerState>,
-        /// The input row each live row was started from: a selection that leaves every
-        /// position on rows of the same input (a beam step reordering an image's beams) keeps
-        /// `enc` as it is instead of copying its regions.
-        source: Vec<u32>,
     },
     Host(HostLive),
 }
@@ -41,23 +37,14 @@ impl Live {
     /// reorders beams.
     fn select(&self, rows: &[u32]) -> Result<Self> {
         Ok(match self {
-            Live::Graph {
-                enc,
-                states,
-                source,
-            } => {
+            Live::Graph { enc, states } => {
                 let idx = Tensor::from_slice(rows, rows.len(), enc.fx.device())?;
-                let picked: Vec<u32> = rows.iter().map(|&r| source[r as usize]).collect();
                 Live::Graph {
-                    enc: match picked == *source {
-                        true => enc.clone(),
-                        false => enc.select(&idx)?,
-                    },
+                    enc: enc.select(rows)?,
                     states: states
                         .iter()
                         .map(|s| s.select(&idx))
                         .collect::<Result<_>>()?,
-                    source: picked,
                 }
             }
             Live::Host(h) => Live::Host(h.select(rows)),
@@ -177,11 +164,7 @@ impl StepDecoder for RnnSteps {
         let (enc, states) = self.model.encode(&self.w, x, true)?;
         let live = match &self.host {
             Some(h) => Live::Host(h.start(&enc, &states)?),
-            None => Live::Graph {
-                source: (0..enc.fx.dim(0)? as u32).collect(),
-                enc,
-                states,
-            },
+            None => Live::Graph { enc, states },
         };
         Ok(Box::new(RnnLive { steps: self, live }))
     }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use candle_core::{DType, Tensor, D};
 
-use super::attention::{attend, AttKeys, AttWeights};
+use super::attention::{attend, AttKeys, AttValues, AttWeights};
 use super::cell::{cell_step, CellWeights, LayerState};
 use super::crnn;
 use super::decode::PackedSteps;
@@ -14,6 +14,7 @@ use crate::model::config::{ModelKind, RnnKind};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::kernels::dropout::dropout;
+use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::linear::linear;
 use crate::model::kernels::transpose::transposed_copy;
 use crate::model::rng::CaprlRng;
@@ -108,12 +109,12 @@ impl RnnCaptioner {
         x: &Inputs,
         detach: bool,
     ) -> Result<(Encoded, Vec<LayerState>)> {
-        let x = if detach { x.detach() } else { x.clone() };
+        let given = if detach { x.detach() } else { x.clone() };
         let compute = self.cfg.compute_dtype;
         let x = Inputs {
-            fc: x.fc.to_dtype(compute)?,
-            att: x.att.map(|a| a.to_dtype(compute)).transpose()?,
-            expand: x.expand,
+            fc: given.fc.to_dtype(compute)?,
+            att: given.att.clone().map(|a| a.to_dtype(compute)).transpose()?,
+            expand: given.expand.clone(),
             images: None,
         };
         if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
@@ -155,16 +156,28 @@ impl RnnCaptioner {
             states.push(LayerState { h, c });
         }
         let keys = match (&w.att, &x.att) {
-            (Some((feat_w_t, feat_b, _, _)), Some(a)) => {
-                let (b, r, da) = a.dims3()?;
-                let proj = a
-                    .reshape((b * r, da))?
-                    .matmul(feat_w_t)?
-                    .broadcast_add(feat_b)?
-                    .reshape((b, r, ()))?;
+            (Some((feat_w_t, feat_b, ctx_w_t, _)), Some(_)) => {
+                // Each image's regions once, whatever the rows repeating them.
+                let (_, regions, image) = given.distinct()?;
+                let regions = regions
+                    .ok_or_else(|| ModelError::Internal("att model: no regions to attend".into()))?
+                    .to_dtype(compute)?;
+                let (u, r, da) = regions.dims3()?;
+                let regions = regions.reshape((u * r, da))?;
+                let proj = regions.matmul(feat_w_t)?.broadcast_add(feat_b)?;
+                let values = match !detach && kernels_enabled(&self.device, compute) {
+                    true => AttValues::ContextTerms,
+                    false => AttValues::Regions,
+                };
+                let v = match values {
+                    AttValues::ContextTerms => regions.matmul(ctx_w_t)?,
+                    AttValues::Regions => regions,
+                };
                 Some(AttKeys {
-                    feats: a.clone(),
-                    proj,
+                    keys: proj.dim(1)?,
+                    kv: Tensor::cat(&[&proj, &v], 1)?.reshape((u, r, ()))?,
+                    values,
+                    image,
                 })
             }
             (Some(_), None) => {
@@ -191,10 +204,11 @@ impl RnnCaptioner {
         let mut gx = (gx_word + &enc.fx)?;
         if let (Some(keys), Some((_, _, ctx_w_t, aw))) = (&enc.keys, &w.att) {
             let top = &states[states.len() - 1].h;
-            let ctx = attend(keys, aw, top)?;
-            let term = match packed.and_then(|p| p.context.as_ref()) {
-                Some(context) => context.forward_tensor(&ctx)?,
-                None => ctx.matmul(ctx_w_t)?,
+            let attended = attend(keys, aw, top)?;
+            let term = match (keys.values, packed.and_then(|p| p.context.as_ref())) {
+                (AttValues::ContextTerms, _) => attended,
+                (AttValues::Regions, Some(context)) => context.forward_tensor(&attended)?,
+                (AttValues::Regions, None) => attended.matmul(ctx_w_t)?,
             };
             gx = (gx + term)?;
         }

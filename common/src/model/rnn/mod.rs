@@ -111,13 +111,12 @@ pub(crate) struct Encoded {
 }
 
 impl Encoded {
-    pub fn select(&self, idx: &Tensor) -> Result<Self> {
+    /// Keeps rows `rows` of the batch (repeats allowed).
+    pub fn select(&self, rows: &[u32]) -> Result<Self> {
+        let idx = Tensor::from_slice(rows, rows.len(), self.fx.device())?;
         Ok(Self {
-            fx: self.fx.index_select(idx, 0)?,
-            keys: match &self.keys {
-                Some(k) => Some(k.select(idx)?),
-                None => None,
-            },
+            fx: self.fx.index_select(&idx, 0)?,
+            keys: self.keys.as_ref().map(|k| k.select(rows)),
         })
     }
 }
