@@ -46,7 +46,9 @@ fn check_rows(kind: ModelKind, rnn: RnnKind, layers: usize, rows: Option<&[usize
     let mut seqs = vec![vec![4, 5, 6, 2], vec![7, 2]];
     if let Some(rows) = rows {
         x = x.select_rows(rows).unwrap();
-        seqs = (0..rows.len()).map(|i| seqs[i % 2][i / 2..].to_vec()).collect();
+        seqs = (0..rows.len())
+            .map(|i| seqs[i % 2][i / 2..].to_vec())
+            .collect();
     }
     let seqs = batch_tokens(&seqs, &Device::Cpu).unwrap();
     let grads = loss(&m, &x, &seqs).backward().unwrap();
@@ -128,6 +130,11 @@ fn fc_lstm_two_layer_gradients_match_finite_differences() {
 fn att_gru_gradients_match_finite_differences_when_rows_share_an_image() {
     // Rows of one image attend over its regions, stored and differentiated once.
     check_rows(ModelKind::Att, RnnKind::Gru, 1, Some(&[0, 1, 0, 1, 0]));
+}
+
+#[test]
+fn att_lstm_one_layer_gradients_match_finite_differences_when_rows_share_an_image() {
+    check_rows(ModelKind::Att, RnnKind::Lstm, 1, Some(&[1, 0, 1]));
 }
 
 #[test]

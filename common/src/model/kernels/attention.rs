@@ -62,12 +62,12 @@ struct Attention {
 
 /// Sizes of one call: `b` rows, `u` images of `r` regions, keys `a` and values `d` wide.
 #[derive(Clone, Copy)]
-struct Dims {
-    b: usize,
-    u: usize,
-    r: usize,
-    a: usize,
-    d: usize,
+pub(crate) struct Dims {
+    pub b: usize,
+    pub u: usize,
+    pub r: usize,
+    pub a: usize,
+    pub d: usize,
 }
 
 impl Attention {
@@ -109,7 +109,13 @@ impl Attention {
         let kv = contiguous::<T>(s1, l1, "kv")?;
         let q = contiguous::<T>(s2, l2, "q")?;
         let w = contiguous::<T>(s3, l3, "w")?;
-        let (out, e, alpha) = T::forward(kv, q, w, &self.image, dims);
+        let Dims { b, r, a, d, .. } = dims;
+        let (mut out, mut e, mut alpha) = (
+            vec![T::ZERO; b * d],
+            vec![T::ZERO; b * r * a],
+            vec![T::ZERO; b * r],
+        );
+        T::forward(kv, q, w, &self.image, dims, (&mut out, &mut e, &mut alpha));
         let mut saved = self
             .saved
             .lock()
@@ -137,10 +143,18 @@ impl Attention {
             T::unwrap(alpha).ok_or_else(missing)?,
         );
         let dout = dout.contiguous()?;
-        let (dkv, dq, dw) = with_cpu::<T, _>(kv, "kv", |kv| {
+        let Dims { b, u, r, a, d } = dims;
+        let (mut dkv, mut dq, mut dw) = (
+            vec![T::ZERO; u * r * (a + d)],
+            vec![T::ZERO; b * a],
+            vec![T::ZERO; a],
+        );
+        with_cpu::<T, _>(kv, "kv", |kv| {
             with_cpu::<T, _>(w, "w", |w| {
                 with_cpu::<T, _>(&dout, "output gradient", |g| {
-                    Ok(T::backward(e, alpha, kv, w, g, &self.image, dims))
+                    let grads = (&mut dkv[..], &mut dq[..], &mut dw[..]);
+                    T::backward(e, alpha, kv, w, g, &self.image, dims, grads);
+                    Ok(())
                 })
             })
         })?;
@@ -165,20 +179,20 @@ fn with_cpu<T: Real, R>(
     }
 }
 
+/// `(out [B, D], e [B, R, A], α [B, R])`, written by [`RowKernels::forward`].
+pub(crate) type Outputs<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
+/// `(dkv [U, R, A + D], dq [B, A], dw [A])`: [`RowKernels::backward`] adds into `dkv` and
+/// `dw` and writes `dq`.
+pub(crate) type Grads<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
+
 /// The passes over the rows, built for this CPU's widest vector unit (`fastmath::simd`): the
 /// tanh and the value sums run over whole vectors, and every dot product over `A` or `D`
 /// keeps [`dot`]'s partial sums, added in a fixed order (so a CPU gives the same bits whatever
-/// its vector width).
-trait RowKernels: Real {
-    /// `(out, e, α)`.
-    fn forward(
-        kv: &[Self],
-        q: &[Self],
-        w: &[Self],
-        image: &[u32],
-        dims: Dims,
-    ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
-    /// `(dkv, dq, dw)` from the saved `e`, `α` and the output's gradient `g` (module docs).
+/// its vector width). Also run by the att model's fused recurrent layer, one step at a time.
+pub(crate) trait RowKernels: Real {
+    fn forward(kv: &[Self], q: &[Self], w: &[Self], image: &[u32], dims: Dims, out: Outputs<Self>);
+    /// The gradients from the saved `e`, `α` and the output's gradient `g` (module docs).
+    #[allow(clippy::too_many_arguments)]
     fn backward(
         e: &[Self],
         alpha: &[Self],
@@ -187,27 +201,29 @@ trait RowKernels: Real {
         g: &[Self],
         image: &[u32],
         dims: Dims,
-    ) -> (Vec<Self>, Vec<Self>, Vec<Self>);
+        grads: Grads<Self>,
+    );
 }
 
 macro_rules! row_kernels {
     ($t:ty, $fwd:ident, $bwd:ident) => {
         crate::fastmath::simd_dispatch!(
-            fn $fwd(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims)
-                -> (Vec<$t>, Vec<$t>, Vec<$t>) = forward_plain
+            fn $fwd(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims, out: Outputs<$t>)
+                -> () = forward_plain
         );
         crate::fastmath::simd_dispatch!(
+            #[allow(clippy::too_many_arguments)]
             fn $bwd(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
-                dims: Dims) -> (Vec<$t>, Vec<$t>, Vec<$t>) = backward_plain
+                dims: Dims, grads: Grads<$t>) -> () = backward_plain
         );
         impl RowKernels for $t {
-            fn forward(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims)
-                -> (Vec<$t>, Vec<$t>, Vec<$t>) {
-                $fwd(kv, q, w, image, dims)
+            fn forward(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims,
+                out: Outputs<$t>) {
+                $fwd(kv, q, w, image, dims, out)
             }
             fn backward(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
-                dims: Dims) -> (Vec<$t>, Vec<$t>, Vec<$t>) {
-                $bwd(e, alpha, kv, w, g, image, dims)
+                dims: Dims, grads: Grads<$t>) {
+                $bwd(e, alpha, kv, w, g, image, dims, grads)
             }
         }
     };
@@ -229,11 +245,9 @@ fn forward_plain<T: Real>(
     w: &[T],
     image: &[u32],
     dims: Dims,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
+    (out, e, alpha): Outputs<T>,
+) {
     let Dims { b, r, a, d, .. } = dims;
-    let mut e = vec![T::ZERO; b * r * a];
-    let mut alpha = vec![T::ZERO; b * r];
-    let mut out = vec![T::ZERO; b * d];
     for i in 0..b {
         let regions = regions_of(kv, image, i, dims);
         let qi = &q[i * a..(i + 1) * a];
@@ -250,15 +264,16 @@ fn forward_plain<T: Real>(
         }
         softmax_in_place(al, T::exp_);
         let oi = &mut out[i * d..(i + 1) * d];
+        oi.fill(T::ZERO);
         for (&s, region) in al.iter().zip(regions.chunks_exact(a + d)) {
             for (o, &v) in oi.iter_mut().zip(&region[a..]) {
                 *o += s * v;
             }
         }
     }
-    (out, e, alpha)
 }
 
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn backward_plain<T: Real>(
     e: &[T],
@@ -268,11 +283,9 @@ fn backward_plain<T: Real>(
     g: &[T],
     image: &[u32],
     dims: Dims,
-) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let Dims { b, u, r, a, d } = dims;
-    let mut dkv = vec![T::ZERO; u * r * (a + d)];
-    let mut dq = vec![T::ZERO; b * a];
-    let mut dw = vec![T::ZERO; a];
+    (dkv, dq, dw): Grads<T>,
+) {
+    let Dims { b, r, a, d, .. } = dims;
     let mut ds = vec![T::ZERO; r];
     for i in 0..b {
         let regions = regions_of(kv, image, i, dims);
@@ -286,6 +299,7 @@ fn backward_plain<T: Real>(
         let at = image[i] as usize * r * (a + d);
         let dregions = &mut dkv[at..at + r * (a + d)];
         let dqi = &mut dq[i * a..(i + 1) * a];
+        dqi.fill(T::ZERO);
         for (((s, dregion), &aj), ej) in ds
             .iter_mut()
             .zip(dregions.chunks_exact_mut(a + d))
@@ -311,7 +325,6 @@ fn backward_plain<T: Real>(
             }
         }
     }
-    (dkv, dq, dw)
 }
 
 impl CustomOp3 for Attention {

@@ -19,6 +19,7 @@ pub(crate) mod crnn;
 mod decode;
 mod forward;
 mod fused;
+mod fused_att;
 mod gates;
 mod host_step;
 mod teacher;

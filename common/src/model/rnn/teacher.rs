@@ -9,7 +9,9 @@
 use candle_core::{Tensor, D};
 use candle_nn::ops::log_softmax;
 
-use super::cell::{run_sequence, unpack_states, CellWeights, LayerState};
+use super::attention::AttValues;
+use super::cell::{packed_state, run_sequence, unpack_states, CellWeights, LayerState};
+use super::fused_att;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::{host_tokens, token_mask, Inputs};
@@ -21,6 +23,12 @@ use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::TeacherForced;
 use crate::model::BOS;
+
+/// The fused recurrent layers a teacher-forced pass can take ([`RnnCaptioner::fused_path`]).
+enum FusedPath {
+    Layers,
+    Attention,
+}
 
 /// The decoder run over given sequences: the prepared weights, the tokens on the host and the
 /// top layer's states `[T, B, S]` (time-major; `S = H`, or `2H` for the fused LSTM's packed
@@ -142,13 +150,19 @@ impl RnnCaptioner {
         let (enc, mut states) = self.encode(&w, x, false)?;
         let emb = w.embed.index_select(&ids, 0)?;
         let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
-        let top = if self.fusable(&w, &enc) {
-            // Layer 0's input term, word and image parts, as one node: `e W_ihᵀ + (b_ih + fx)`.
-            let rows = add_row_bias(&enc.fx, &w.b_ih0)?;
-            let gx = linear(&emb.reshape((t, b, ()))?, &w.w_ih0, &rows)?;
-            self.run_fused(&w, &states, gx, dropout_rng.as_deref_mut())?
-        } else {
-            None
+        let top = match self.fused_path(&w, &enc) {
+            Some(path) => {
+                // Layer 0's input term, word and image parts, as one node: `e W_ihᵀ + (b_ih + fx)`.
+                let rows = add_row_bias(&enc.fx, &w.b_ih0)?;
+                let gx = linear(&emb.reshape((t, b, ()))?, &w.w_ih0, &rows)?;
+                match path {
+                    FusedPath::Layers => {
+                        self.run_fused(&w, &states, gx, dropout_rng.as_deref_mut())?
+                    }
+                    FusedPath::Attention => self.run_fused_att(&w, &enc, &states[0], &gx)?,
+                }
+            }
+            None => None,
         };
         let top = match top {
             Some(top) => top,
@@ -166,14 +180,51 @@ impl RnnCaptioner {
         Ok(TeacherRun { w, host, top })
     }
 
-    /// Whether the whole sequence can run layer by layer with the fused recurrent layer: no
-    /// attention (whose query is the previous hidden state, so it must go step by step) and
-    /// weights prepared for it.
-    fn fusable(&self, w: &Prepared, enc: &Encoded) -> bool {
-        enc.keys.is_none()
-            && w.cells
-                .iter()
-                .all(|c| matches!(c, CellWeights::Fused { .. }))
+    /// Which fused recurrent layer can run the whole sequence, if any: layer by layer without
+    /// attention (whose query is the previous top hidden state, so it must go step by step
+    /// across layers), or the one-layer att decoder in one node when the pass attends over
+    /// context terms (CPU kernels, with gradients).
+    fn fused_path(&self, w: &Prepared, enc: &Encoded) -> Option<FusedPath> {
+        let fused_cells = w
+            .cells
+            .iter()
+            .all(|c| matches!(c, CellWeights::Fused { .. }));
+        match &enc.keys {
+            _ if !fused_cells => None,
+            None => Some(FusedPath::Layers),
+            Some(keys) if keys.values == AttValues::ContextTerms && w.cells.len() == 1 => {
+                Some(FusedPath::Attention)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// The one-layer att decoder over the whole sequence ([`fused_att`]), from its input term
+    /// `gx` `[T, B, G]` (image term included); `None` where it does not apply.
+    fn run_fused_att(
+        &self,
+        w: &Prepared,
+        enc: &Encoded,
+        state: &LayerState,
+        gx: &Tensor,
+    ) -> Result<Option<Tensor>> {
+        let (Some(keys), Some((_, _, _, aw)), [CellWeights::Fused { w_hh, b_hh, .. }]) =
+            (&enc.keys, &w.att, &w.cells[..])
+        else {
+            return Ok(None);
+        };
+        Ok(Some(fused_att::run(
+            self.cfg.rnn,
+            gx,
+            &keys.kv,
+            keys.keys,
+            &keys.image,
+            w_hh,
+            b_hh,
+            &aw.w_hid_t.t()?,
+            &aw.w_score_t,
+            &packed_state(self.cfg.rnn, state)?,
+        )?))
     }
 
     /// The whole sequence layer by layer with the fused recurrent layer, from layer 0's input
