@@ -68,17 +68,35 @@ struct FusedRnn {
 
 /// Sizes of one call.
 #[derive(Clone, Copy)]
-struct Dims {
-    t: usize,
-    b: usize,
-    h: usize,
-    g: usize,
+pub(super) struct Dims {
+    pub t: usize,
+    pub b: usize,
+    pub h: usize,
+    pub g: usize,
     /// State width: `H` (GRU) or `2H` (LSTM).
-    s: usize,
+    pub s: usize,
 }
 
 impl Dims {
-    fn saved_width(&self, kind: RnnKind) -> usize {
+    /// The sizes of a `kind` layer over `t` steps of `b` rows with `g` gate columns, or `None`
+    /// when `g` is not a whole number of gates.
+    pub(super) fn of(kind: RnnKind, t: usize, b: usize, g: usize) -> Option<Dims> {
+        let (gates, width) = match kind {
+            RnnKind::Gru => (3, 1),
+            RnnKind::Lstm => (4, 2),
+        };
+        let h = g / gates;
+        (h > 0 && g == gates * h).then_some(Dims {
+            t,
+            b,
+            h,
+            g,
+            s: width * h,
+        })
+    }
+
+    /// Width of one row's saved gate values: GRU `[r, z, n, gh_n]`, LSTM `[i, f, g, o, tanh c]`.
+    pub(super) fn saved_width(&self, kind: RnnKind) -> usize {
         match kind {
             RnnKind::Gru => 4 * self.h,
             RnnKind::Lstm => 5 * self.h,
@@ -90,21 +108,133 @@ fn dims(kind: RnnKind, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Re
     let (t, b, g) = l1.shape().dims3()?;
     let aux = l2.shape().elem_count();
     let (g3, h3) = l3.shape().dims2()?;
-    let (gates, width) = match kind {
-        RnnKind::Gru => (3, 1),
-        RnnKind::Lstm => (4, 2),
-    };
-    let h = g / gates;
-    let s = width * h;
-    if g3 != g || h3 != h || g != gates * h || h == 0 || aux != b * s + g {
-        return Err(err(format!(
+    match Dims::of(kind, t, b, g) {
+        Some(d) if g3 == g && h3 == d.h && aux == b * d.s + g => Ok(d),
+        _ => Err(err(format!(
             "fused rnn: shapes gx {:?}, [s0 | b_hh] {:?}, w_hh {:?} do not fit a {kind:?} layer",
             l1.shape(),
             l2.shape(),
             l3.shape()
-        )));
+        ))),
     }
-    Ok(Dims { t, b, h, g, s })
+}
+
+/// One step's gates for every row: the states `o` `[B, S]` and gate values `sv` `[B, SW]` from
+/// the input term `x` `[B, G]`, the recurrent term `gh` `[B, G]` and the previous states `prev`
+/// (rows `S` apart).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn gates_rows<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    x: &[T],
+    gh: &[T],
+    prev: &[T],
+    o: &mut [T],
+    sv: &mut [T],
+    threads: usize,
+) {
+    let Dims { b, h, g, s, .. } = d;
+    let sw = d.saved_width(kind);
+    let (o_ptr, sv_ptr) = (SendPtr(o.as_mut_ptr()), SendPtr(sv.as_mut_ptr()));
+    for_each_row(threads, b, g, |i| {
+        // SAFETY: row i of `o` ([B, S]) and of `sv` ([B, SW]) belong to this call alone
+        // (for_each_row visits each row once).
+        let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
+        let (xr, ghr) = (&x[i * g..(i + 1) * g], &gh[i * g..(i + 1) * g]);
+        gates(kind, h, xr, ghr, &prev[i * s..(i + 1) * s], o, sv);
+    });
+}
+
+/// One step's gate gradients for every row, from its gate values `sv` `[B, SW]`, the states'
+/// gradient `ds` `[B, S]` and the previous states `prev`: writes `ds_prev` `[B, S]` (the direct
+/// part), the input term's gradient `dx` `[B, G]` and, for a GRU, the recurrent term's `dgh`
+/// `[B, G]` (empty for an LSTM, whose `dgh` is `dx`).
+#[allow(clippy::too_many_arguments)]
+fn grads_rows<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    sv: &[T],
+    ds: &[T],
+    prev: &[T],
+    ds_prev: &mut [T],
+    dx: &mut [T],
+    dgh: &mut [T],
+    threads: usize,
+) {
+    let Dims { b, h, g, s, .. } = d;
+    let sw = d.saved_width(kind);
+    let gru = kind == RnnKind::Gru;
+    let (dp_ptr, dx_ptr, dgh_ptr) = (
+        SendPtr(ds_prev.as_mut_ptr()),
+        SendPtr(dx.as_mut_ptr()),
+        SendPtr(dgh.as_mut_ptr()),
+    );
+    for_each_row(threads, b, g, |i| {
+        // SAFETY: row i of ds_prev ([B, S]), dx ([B, G]) and the GRU's dgh ([B, G]) belong to
+        // this call alone (for_each_row visits each row once).
+        let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
+        let dgh: &mut [T] = match gru {
+            // SAFETY: as above.
+            true => unsafe { dgh_ptr.row(i, g) },
+            false => &mut [],
+        };
+        let sv = &sv[i * sw..(i + 1) * sw];
+        grads(
+            kind,
+            h,
+            sv,
+            &ds[i * s..(i + 1) * s],
+            &prev[i * s..(i + 1) * s],
+            dp,
+            dx,
+            dgh,
+        );
+    });
+}
+
+/// `Σ_t dy_tᵀ h_{t-1}` `[n, H]` in one product over every step's rows, for `dy` `[T, B, n]`: the
+/// first step reads `s0`, the others the states `out` `[T, B, S]` of steps `0..T-1`.
+pub(super) fn weight_grad<T: Real>(d: Dims, dy: &[T], n: usize, s0: &[T], out: &[T]) -> Vec<T> {
+    let Dims { t, b, h, s, .. } = d;
+    let mut dw = vec![T::ZERO; n * h];
+    if t > 0 {
+        // SAFETY: dyᵀ views [n, rows] of dy; the states view [rows, H] with row stride S; dw is
+        // [n, H] and distinct from both.
+        unsafe {
+            gemm_into(
+                n,
+                h,
+                b,
+                dw.as_mut_ptr(),
+                h,
+                false,
+                Mat::cols(dy, n),
+                Mat::rows(s0, s),
+            );
+            gemm_into(
+                n,
+                h,
+                (t - 1) * b,
+                dw.as_mut_ptr(),
+                h,
+                true,
+                Mat::cols(&dy[b * n..], n),
+                Mat::rows(out, s),
+            );
+        }
+    }
+    dw
+}
+
+/// The column sums of `dy` `[rows, n]`: a bias's gradient.
+pub(super) fn column_sums<T: Real>(dy: &[T], n: usize) -> Vec<T> {
+    let mut db = vec![T::ZERO; n];
+    for row in dy.chunks_exact(n) {
+        for (x, &y) in db.iter_mut().zip(row) {
+            *x += y;
+        }
+    }
+    db
 }
 
 /// Forward pass; returns the states `[T, B, S]` and (when `save`) the saved gate values.
@@ -153,39 +283,55 @@ fn forward<T: Real>(
             gemm_into(b, g, h, gh.as_mut_ptr(), g, true, Mat::rows(prev, s), w_t);
         }
         let gx_t = &gx[step * b * g..(step + 1) * b * g];
-        let gh = &gh[..];
         let sv_step: &mut [T] = if save {
             &mut saved[step * b * sw..(step + 1) * b * sw]
         } else {
             &mut scratch
         };
-        let (o_ptr, sv_ptr) = (SendPtr(cur.as_mut_ptr()), SendPtr(sv_step.as_mut_ptr()));
-        for_each_row(threads, b, g, |i| {
-            let gxr = &gx_t[i * g..(i + 1) * g];
-            let ghr = &gh[i * g..(i + 1) * g];
-            let hp = &prev[i * s..(i + 1) * s];
-            // SAFETY: row i of `cur` ([B, S]) and of the step's gate values ([B, SW]) belong to
-            // this call alone (for_each_row visits each row once).
-            let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
-            gates(kind, h, gxr, ghr, hp, o, sv);
-        });
+        gates_rows(kind, d, gx_t, &gh, prev, cur, sv_step, threads);
     }
     (out, saved)
 }
 
-/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and
-/// `d out` `[T, B, S]`.
-#[allow(clippy::too_many_arguments)]
-fn backward<T: Real>(
+/// The saved forward values [`bptt`] reads: the initial state `s0` `[B, S]`, the states `out`
+/// `[T, B, S]`, the gate values `saved` `[T, B, SW]` and the recurrent weights `w_hh` `[G, H]`.
+pub(super) struct Pass<'p, T> {
+    pub s0: &'p [T],
+    pub out: &'p [T],
+    pub saved: &'p [T],
+    pub w_hh: &'p [T],
+}
+
+/// What [`bptt`] gives: the input terms' gradient `dgx` `[T, B, G]`, the GRU's recurrent-term
+/// gradient (an LSTM's is `dgx`) and the initial state's `ds0` `[B, S]`.
+pub(super) struct Bptt<T> {
+    pub dgx: Vec<T>,
+    dgh_gru: Vec<T>,
+    pub ds0: Vec<T>,
+}
+
+impl<T> Bptt<T> {
+    /// The recurrent term's gradient `[T, B, G]`.
+    pub fn dgh(&self) -> &[T] {
+        match self.dgh_gru.is_empty() {
+            true => &self.dgx,
+            false => &self.dgh_gru,
+        }
+    }
+}
+
+/// Back-propagation through time from the states' gradient `grad_out` `[T, B, S]`: per step,
+/// backwards, the gate gradients, then `step_also(step, dgx_t, ds_prev)` for what else the step
+/// computed from the previous state (it adds into `ds_prev` `[B, S]`), then
+/// `ds_prev += dgh_t W_hh`.
+pub(super) fn bptt<T: Real>(
     kind: RnnKind,
     d: Dims,
-    s0: &[T],
-    w: &[T],
-    out: &[T],
-    saved: &[T],
+    pass: &Pass<T>,
     grad_out: &[T],
     threads: usize,
-) -> (Vec<T>, Vec<T>, Vec<T>, Vec<T>) {
+    mut step_also: impl FnMut(usize, &[T], &mut [T]),
+) -> Bptt<T> {
     let Dims { t, b, h, g, s } = d;
     let sw = d.saved_width(kind);
     let mut dgx = vec![T::ZERO; t * b * g];
@@ -197,41 +343,29 @@ fn backward<T: Real>(
     // Running gradient of the state s_t (h, and c for LSTM), and the next one.
     let mut ds = vec![T::ZERO; b * s];
     let mut ds_prev = vec![T::ZERO; b * s];
-    let w_mat = Mat::rows(w, h);
+    let w_mat = Mat::rows(pass.w_hh, h);
     for step in (0..t).rev() {
         let go = &grad_out[step * b * s..(step + 1) * b * s];
         for (a, &x) in ds.iter_mut().zip(go) {
             *a += x;
         }
         let prev: &[T] = if step == 0 {
-            s0
+            pass.s0
         } else {
-            &out[(step - 1) * b * s..step * b * s]
+            &pass.out[(step - 1) * b * s..step * b * s]
         };
-        let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
-        let dgh_t = match kind {
-            RnnKind::Gru => SendPtr(dgh_gru[step * b * g..].as_mut_ptr()),
-            RnnKind::Lstm => SendPtr(std::ptr::null_mut()),
+        let rows = step * b * g..(step + 1) * b * g;
+        let dgh_t: &mut [T] = match kind {
+            RnnKind::Gru => &mut dgh_gru[rows.clone()],
+            RnnKind::Lstm => &mut [],
         };
-        let (dp_ptr, dx_ptr) = (SendPtr(ds_prev.as_mut_ptr()), SendPtr(dgx_t.as_mut_ptr()));
-        let ds_now = &ds[..];
-        for_each_row(threads, b, g, |i| {
-            let sv = &saved[(step * b + i) * sw..(step * b + i + 1) * sw];
-            let dsr = &ds_now[i * s..(i + 1) * s];
-            let hp = &prev[i * s..(i + 1) * s];
-            // SAFETY: row i of ds_prev ([B, S]), of this step's dgx ([B, G]) and of its GRU dgh
-            // ([B, G]) belong to this call alone (for_each_row visits each row once).
-            let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
-            let dgh: &mut [T] = match kind {
-                // SAFETY: as above; dgh_t is non-null for GRU.
-                RnnKind::Gru => unsafe { dgh_t.row(i, g) },
-                RnnKind::Lstm => &mut [],
-            };
-            grads(kind, h, sv, dsr, hp, dp, dx, dgh);
-        });
+        let sv = &pass.saved[step * b * sw..(step + 1) * b * sw];
+        let dgx_t = &mut dgx[rows.clone()];
+        grads_rows(kind, d, sv, &ds, prev, &mut ds_prev, dgx_t, dgh_t, threads);
+        step_also(step, &dgx[rows.clone()], &mut ds_prev);
         let dgh_t: &[T] = match kind {
-            RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
-            RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
+            RnnKind::Gru => &dgh_gru[rows],
+            RnnKind::Lstm => &dgx[rows],
         };
         // dh_prev += dgh_t W_hh  ([B, G] × [G, H]); rows of ds_prev have stride S.
         // SAFETY: dgh_t is [B, G]; W is [G, H]; ds_prev is [B, S] with S >= H, distinct.
@@ -249,47 +383,27 @@ fn backward<T: Real>(
         }
         std::mem::swap(&mut ds, &mut ds_prev);
     }
-    let ds0 = ds;
-    // dW = Σ_t dgh_tᵀ h_{t-1}: the first step reads s0, the others the outputs 0..T-1.
-    let dgh_all: &[T] = match kind {
-        RnnKind::Gru => &dgh_gru,
-        RnnKind::Lstm => &dgx,
-    };
-    let mut dw = vec![T::ZERO; g * h];
-    if t > 0 {
-        // SAFETY: dghᵀ views [G, rows] of dgh_all; h_prev views [rows, H] with row stride S;
-        // dw is [G, H] and distinct from both.
-        unsafe {
-            gemm_into(
-                g,
-                h,
-                b,
-                dw.as_mut_ptr(),
-                h,
-                false,
-                Mat::cols(dgh_all, g),
-                Mat::rows(s0, s),
-            );
-            gemm_into(
-                g,
-                h,
-                (t - 1) * b,
-                dw.as_mut_ptr(),
-                h,
-                true,
-                Mat::cols(&dgh_all[b * g..], g),
-                Mat::rows(out, s),
-            );
-        }
+    Bptt {
+        dgx,
+        dgh_gru,
+        ds0: ds,
     }
-    // db_hh = column sums of dgh.
-    let mut db = vec![T::ZERO; g];
-    for row in dgh_all.chunks_exact(g) {
-        for (a, &x) in db.iter_mut().zip(row) {
-            *a += x;
-        }
-    }
-    (dgx, ds0, dw, db)
+}
+
+/// Gradients of `gx`, `s0`, `W_hh` and `b_hh` given the saved forward values and
+/// `d out` `[T, B, S]`.
+fn backward<T: Real>(
+    kind: RnnKind,
+    d: Dims,
+    pass: &Pass<T>,
+    grad_out: &[T],
+    threads: usize,
+) -> (Vec<T>, Vec<T>, Vec<T>, Vec<T>) {
+    let grads = bptt(kind, d, pass, grad_out, threads, |_, _, _| {});
+    // dW = Σ_t dgh_tᵀ h_{t-1}, db_hh = column sums of dgh.
+    let dw = weight_grad(d, grads.dgh(), d.g, pass.s0, pass.out);
+    let db = column_sums(grads.dgh(), d.g);
+    (grads.dgx, grads.ds0, dw, db)
 }
 
 impl FusedRnn {
@@ -356,13 +470,16 @@ impl FusedRnn {
             return Err(err("fused rnn: backward expects CPU tensors".into()));
         };
         let s0 = &contiguous::<T>(c0, l0, "[s0 | b_hh]")?[..d.b * d.s];
+        let pass = Pass {
+            s0,
+            out: contiguous::<T>(cr, lr, "output")?,
+            saved,
+            w_hh: contiguous::<T>(cw, lw, "w_hh")?,
+        };
         let (dgx, mut ds0, dw, db) = backward(
             self.kind,
             d,
-            s0,
-            contiguous::<T>(cw, lw, "w_hh")?,
-            contiguous::<T>(cr, lr, "output")?,
-            saved,
+            &pass,
             contiguous::<T>(cg, lg, "output gradient")?,
             candle_core::utils::get_num_threads(),
         );
@@ -464,7 +581,13 @@ mod tests {
             let grad_out = val(t * b * s, 4);
             let run = |threads: usize| {
                 let (out, saved) = forward(kind, d, &gx, &s0, &bias, &w_t, true, threads);
-                let grads = backward(kind, d, &s0, &w, &out, &saved, &grad_out, threads);
+                let pass = Pass {
+                    s0: &s0,
+                    out: &out,
+                    saved: &saved,
+                    w_hh: &w,
+                };
+                let grads = backward(kind, d, &pass, &grad_out, threads);
                 (out, grads)
             };
             let (out1, g1) = run(1);

@@ -19,10 +19,10 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
 
-use super::gates::{gates, grads};
+use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
 use crate::model::kernels::attention::{Dims as AttDims, RowKernels};
-use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use crate::model::kernels::host_gemm::{gemm_into, Mat};
 use crate::model::kernels::real::{contiguous, err, Saved};
 
 /// Runs the layer. `image[i]` is the image (row of `kv`) that row `i` attends over; `a` the
@@ -68,25 +68,11 @@ struct FusedAttRnn {
     saved: Mutex<Option<(Saved, Saved, Saved)>>,
 }
 
-/// Sizes of one call.
+/// Sizes of one call: the recurrent layer's and the attention's.
 #[derive(Clone, Copy)]
 struct Dims {
-    t: usize,
-    b: usize,
-    h: usize,
-    g: usize,
-    /// State width: `H` (GRU) or `2H` (LSTM).
-    s: usize,
+    rnn: fused::Dims,
     att: AttDims,
-}
-
-impl Dims {
-    fn saved_width(&self, kind: RnnKind) -> usize {
-        match kind {
-            RnnKind::Gru => 4 * self.h,
-            RnnKind::Lstm => 5 * self.h,
-        }
-    }
 }
 
 /// The small parameters' places in their vector.
@@ -100,9 +86,10 @@ struct Small<'v, T> {
 
 impl<'v, T> Small<'v, T> {
     fn split(v: &'v [T], d: Dims) -> Self {
-        let (w_hh, rest) = v.split_at(d.g * d.h);
-        let (b_hh, rest) = rest.split_at(d.g);
-        let (w_h, rest) = rest.split_at(d.att.a * d.h);
+        let (g, h) = (d.rnn.g, d.rnn.h);
+        let (w_hh, rest) = v.split_at(g * h);
+        let (b_hh, rest) = rest.split_at(g);
+        let (w_h, rest) = rest.split_at(d.att.a * h);
         let (w_a, s0) = rest.split_at(d.att.a);
         Small {
             w_hh,
@@ -118,19 +105,14 @@ impl FusedAttRnn {
     fn dims(&self, gx: &Layout, kv: &Layout, small: &Layout) -> candle_core::Result<Dims> {
         let (t, b, g) = gx.shape().dims3()?;
         let (u, r, width) = kv.shape().dims3()?;
-        let (gates, state) = match self.kind {
-            RnnKind::Gru => (3, 1),
-            RnnKind::Lstm => (4, 2),
-        };
-        let (h, a) = (g / gates, self.a);
-        let s = state * h;
-        let fits = h > 0
-            && g == gates * h
-            && width == a + g
-            && self.image.len() == b
-            && self.image.iter().all(|&i| (i as usize) < u)
-            && small.shape().elem_count() == g * h + g + a * h + a + b * s;
-        if !fits {
+        let a = self.a;
+        let rnn = fused::Dims::of(self.kind, t, b, g).filter(|d| {
+            width == a + g
+                && self.image.len() == b
+                && self.image.iter().all(|&i| (i as usize) < u)
+                && small.shape().elem_count() == g * d.h + g + a * d.h + a + b * d.s
+        });
+        let Some(rnn) = rnn else {
             return Err(err(format!(
                 "fused att rnn: shapes gx {:?}, kv {:?} (keys {a} wide), parameters {:?} and {} \
                  row images do not fit a {:?} layer",
@@ -140,13 +122,9 @@ impl FusedAttRnn {
                 self.image.len(),
                 self.kind
             )));
-        }
+        };
         Ok(Dims {
-            t,
-            b,
-            h,
-            g,
-            s,
+            rnn,
             att: AttDims { b, u, r, a, d: g },
         })
     }
@@ -186,9 +164,10 @@ fn forward<T: RowKernels>(
     p: &Small<T>,
     threads: usize,
 ) -> Forward<T> {
-    let Dims { t, b, h, g, s, att } = d;
+    let Dims { rnn, att } = d;
+    let fused::Dims { t, b, h, g, s } = rnn;
     let (a, r) = (att.a, att.r);
-    let sw = d.saved_width(kind);
+    let sw = rnn.saved_width(kind);
     let mut f = Forward {
         out: vec![T::ZERO; t * b * s],
         gate_values: vec![T::ZERO; t * b * sw],
@@ -205,9 +184,14 @@ fn forward<T: RowKernels>(
             0 => p.s0,
             _ => &done[(step - 1) * b * s..],
         };
-        // SAFETY: the rows of `prev` have stride S and width H >= the product's k; W_hᵀ is
-        // [H, A] and W_hhᵀ [H, G]; q [B, A] and gh [B, G] are distinct from both.
+        // The query `q = h W_hᵀ` and the recurrent term `gh = b_hh + h W_hhᵀ`.
+        for row in gh.chunks_exact_mut(g) {
+            row.copy_from_slice(p.b_hh);
+        }
+        // SAFETY: the rows of `prev` have stride S and width H; W_hᵀ is [H, A] and W_hhᵀ
+        // [H, G]; q [B, A] and gh [B, G] are distinct from them.
         unsafe {
+            let h_prev = Mat::rows(prev, s);
             gemm_into(
                 b,
                 a,
@@ -215,21 +199,9 @@ fn forward<T: RowKernels>(
                 q.as_mut_ptr(),
                 a,
                 false,
-                Mat::rows(prev, s),
+                h_prev,
                 Mat::rows(&w_h_t, a),
             );
-        }
-        let e = &mut f.e[step * b * r * a..(step + 1) * b * r * a];
-        let alpha = &mut f.alpha[step * b * r..(step + 1) * b * r];
-        T::forward(kv, &q, p.w_a, image, att, (&mut inp, e, alpha));
-        for (x, &w) in inp.iter_mut().zip(&gx[step * b * g..(step + 1) * b * g]) {
-            *x += w;
-        }
-        for row in gh.chunks_exact_mut(g) {
-            row.copy_from_slice(p.b_hh);
-        }
-        // SAFETY: as above.
-        unsafe {
             gemm_into(
                 b,
                 g,
@@ -237,20 +209,19 @@ fn forward<T: RowKernels>(
                 gh.as_mut_ptr(),
                 g,
                 true,
-                Mat::rows(prev, s),
+                h_prev,
                 Mat::rows(&w_hh_t, g),
             );
         }
+        // The gates' input: the attended context term plus the step's input term.
+        let e = &mut f.e[step * b * r * a..(step + 1) * b * r * a];
+        let alpha = &mut f.alpha[step * b * r..(step + 1) * b * r];
+        T::forward(kv, &q, p.w_a, image, att, (&mut inp, e, alpha));
+        for (x, &w) in inp.iter_mut().zip(&gx[step * b * g..(step + 1) * b * g]) {
+            *x += w;
+        }
         let sv = &mut f.gate_values[step * b * sw..(step + 1) * b * sw];
-        let (o_ptr, sv_ptr) = (SendPtr(cur.as_mut_ptr()), SendPtr(sv.as_mut_ptr()));
-        let (inp, gh) = (&inp[..], &gh[..]);
-        for_each_row(threads, b, g, |i| {
-            // SAFETY: row i of this step's states ([B, S]) and gate values ([B, SW]) belong to
-            // this call alone (for_each_row visits each row once).
-            let (o, sv) = unsafe { (o_ptr.row(i, s), sv_ptr.row(i, sw)) };
-            let (x, hh) = (&inp[i * g..(i + 1) * g], &gh[i * g..(i + 1) * g]);
-            gates(kind, h, x, hh, &prev[i * s..(i + 1) * s], o, sv);
-        });
+        gates_rows(kind, rnn, &inp, &gh, prev, &mut cur[..b * s], sv, threads);
     }
     f
 }
@@ -273,155 +244,62 @@ fn backward<T: RowKernels>(
     grad_out: &[T],
     threads: usize,
 ) -> Backward<T> {
-    let Dims { t, b, h, g, s, att } = d;
+    let Dims { rnn, att } = d;
+    let fused::Dims { b, h, g, s, .. } = rnn;
     let (a, r) = (att.a, att.r);
-    let sw = d.saved_width(kind);
-    let mut dgx = vec![T::ZERO; t * b * g];
     let mut dkv = vec![T::ZERO; kv.len()];
     let mut dw_a = vec![T::ZERO; a];
-    let mut dq = vec![T::ZERO; t * b * a];
-    // GRU: the recurrent term's gradient differs from dgx in its n block; LSTM: they are equal.
-    let mut dgh_gru = match kind {
-        RnnKind::Gru => vec![T::ZERO; t * b * g],
-        RnnKind::Lstm => Vec::new(),
+    let mut dq = vec![T::ZERO; rnn.t * b * a];
+    let pass = fused::Pass {
+        s0: p.s0,
+        out: f.out,
+        saved: f.gate_values,
+        w_hh: p.w_hh,
     };
-    let mut ds = vec![T::ZERO; b * s];
-    let mut ds_prev = vec![T::ZERO; b * s];
-    let prev_of = |step: usize| -> &[T] {
-        match step {
-            0 => p.s0,
-            _ => &f.out[(step - 1) * b * s..step * b * s],
-        }
-    };
-    for step in (0..t).rev() {
-        for (x, &y) in ds
-            .iter_mut()
-            .zip(&grad_out[step * b * s..(step + 1) * b * s])
-        {
-            *x += y;
-        }
-        let prev = prev_of(step);
-        let dgx_t = &mut dgx[step * b * g..(step + 1) * b * g];
-        let dgh_t = match kind {
-            RnnKind::Gru => SendPtr(dgh_gru[step * b * g..].as_mut_ptr()),
-            RnnKind::Lstm => SendPtr(std::ptr::null_mut()),
-        };
-        let (dp_ptr, dx_ptr) = (SendPtr(ds_prev.as_mut_ptr()), SendPtr(dgx_t.as_mut_ptr()));
-        let ds_now = &ds[..];
-        for_each_row(threads, b, g, |i| {
-            let sv = &f.gate_values[(step * b + i) * sw..(step * b + i + 1) * sw];
-            // SAFETY: row i of ds_prev ([B, S]), of this step's dgx ([B, G]) and of its GRU dgh
-            // ([B, G]) belong to this call alone (for_each_row visits each row once).
-            let (dp, dx) = unsafe { (dp_ptr.row(i, s), dx_ptr.row(i, g)) };
-            let dgh: &mut [T] = match kind {
-                // SAFETY: as above; dgh_t is non-null for GRU.
-                RnnKind::Gru => unsafe { dgh_t.row(i, g) },
-                RnnKind::Lstm => &mut [],
-            };
-            grads(
-                kind,
-                h,
-                sv,
-                &ds_now[i * s..(i + 1) * s],
-                &prev[i * s..(i + 1) * s],
-                dp,
-                dx,
-                dgh,
+    let grads = fused::bptt(
+        kind,
+        rnn,
+        &pass,
+        grad_out,
+        threads,
+        |step, dgx_t, ds_prev| {
+            // The attended term had the gates' input gradient, as `gx` did.
+            let dq_t = &mut dq[step * b * a..(step + 1) * b * a];
+            T::backward(
+                &f.e[step * b * r * a..(step + 1) * b * r * a],
+                &f.alpha[step * b * r..(step + 1) * b * r],
+                kv,
+                p.w_a,
+                dgx_t,
+                image,
+                att,
+                (&mut dkv, &mut *dq_t, &mut dw_a),
             );
-        });
-        let dgh_t: &[T] = match kind {
-            RnnKind::Gru => &dgh_gru[step * b * g..(step + 1) * b * g],
-            RnnKind::Lstm => &dgx[step * b * g..(step + 1) * b * g],
-        };
-        // The attended term had the gates' input gradient, as `gx` did.
-        let dq_t = &mut dq[step * b * a..(step + 1) * b * a];
-        T::backward(
-            &f.e[step * b * r * a..(step + 1) * b * r * a],
-            &f.alpha[step * b * r..(step + 1) * b * r],
-            kv,
-            p.w_a,
-            &dgx[step * b * g..(step + 1) * b * g],
-            image,
-            att,
-            (&mut dkv, dq_t, &mut dw_a),
-        );
-        // dh_prev += dgh_t W_hh + dq_t W_h; rows of ds_prev have stride S.
-        // SAFETY: dgh_t is [B, G], W_hh [G, H], dq_t [B, A], W_h [A, H]; ds_prev is [B, S] with
-        // S >= H and distinct from all of them.
-        unsafe {
-            let dst = ds_prev.as_mut_ptr();
-            gemm_into(
-                b,
-                h,
-                g,
-                dst,
-                s,
-                true,
-                Mat::rows(dgh_t, g),
-                Mat::rows(p.w_hh, h),
-            );
-            let dq_t = &dq[step * b * a..(step + 1) * b * a];
-            gemm_into(
-                b,
-                h,
-                a,
-                dst,
-                s,
-                true,
-                Mat::rows(dq_t, a),
-                Mat::rows(p.w_h, h),
-            );
-        }
-        std::mem::swap(&mut ds, &mut ds_prev);
-    }
-    let dgh_all: &[T] = match kind {
-        RnnKind::Gru => &dgh_gru,
-        RnnKind::Lstm => &dgx,
-    };
-    // dW_hh = Σ_t dgh_tᵀ h_{t-1} and dW_h = Σ_t dq_tᵀ h_{t-1}, each one product over every
-    // step's rows (the first step reads s0, the others the outputs 0..T-1).
-    let weight_grad = |dy: &[T], n: usize| -> Vec<T> {
-        let mut dw = vec![T::ZERO; n * h];
-        if t > 0 {
-            // SAFETY: dyᵀ views [n, rows] of dy; the states view [rows, H] with row stride S;
-            // dw is [n, H] and distinct from both.
+            // dh_prev += dq_t W_h; rows of ds_prev have stride S.
+            // SAFETY: dq_t is [B, A], W_h [A, H]; ds_prev is [B, S] with S >= H, distinct from both.
             unsafe {
+                let w_h = Mat::rows(p.w_h, h);
                 gemm_into(
-                    n,
-                    h,
                     b,
-                    dw.as_mut_ptr(),
                     h,
-                    false,
-                    Mat::cols(dy, n),
-                    Mat::rows(p.s0, s),
-                );
-                gemm_into(
-                    n,
-                    h,
-                    (t - 1) * b,
-                    dw.as_mut_ptr(),
-                    h,
+                    a,
+                    ds_prev.as_mut_ptr(),
+                    s,
                     true,
-                    Mat::cols(&dy[b * n..], n),
-                    Mat::rows(f.out, s),
+                    Mat::rows(dq_t, a),
+                    w_h,
                 );
             }
-        }
-        dw
-    };
-    let mut dsmall = weight_grad(dgh_all, g);
-    // db_hh = column sums of dgh.
-    let mut db = vec![T::ZERO; g];
-    for row in dgh_all.chunks_exact(g) {
-        for (x, &y) in db.iter_mut().zip(row) {
-            *x += y;
-        }
-    }
-    dsmall.extend(db);
-    dsmall.extend(weight_grad(&dq, a));
+        },
+    );
+    // `[dW_hh | db_hh | dW_h | dw_a | ds0]`, the weight gradients each one product over every
+    // step's rows.
+    let mut dsmall = fused::weight_grad(rnn, grads.dgh(), g, p.s0, f.out);
+    dsmall.extend(fused::column_sums(grads.dgh(), g));
+    dsmall.extend(fused::weight_grad(rnn, &dq, a, p.s0, f.out));
     dsmall.extend(dw_a);
-    dsmall.extend(ds);
+    dsmall.extend(grads.ds0);
+    let dgx = grads.dgx;
     Backward { dgx, dkv, dsmall }
 }
 
@@ -494,7 +372,7 @@ impl FusedAttRnn {
         );
         let dev = Device::Cpu;
         Ok((
-            Tensor::from_vec(grads.dgx, (d.t, d.b, d.g), &dev)?,
+            Tensor::from_vec(grads.dgx, (d.rnn.t, d.rnn.b, d.rnn.g), &dev)?,
             Tensor::from_vec(grads.dkv, kv.shape(), &dev)?,
             Tensor::from_vec(grads.dsmall, small.shape(), &dev)?,
         ))
@@ -516,7 +394,7 @@ impl CustomOp3 for FusedAttRnn {
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let d = self.dims(l1, l2, l3)?;
-        let shape = Shape::from((d.t, d.b, d.s));
+        let shape = Shape::from((d.rnn.t, d.rnn.b, d.rnn.s));
         let args = ((s1, l1), (s2, l2), (s3, l3));
         let out = match s1 {
             CpuStorage::F32(_) => {

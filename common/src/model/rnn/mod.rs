@@ -11,7 +11,8 @@
 //! file holds the parameters and their initialisation, [`forward`] one pass, [`teacher`]
 //! teacher forcing, [`decode`] the step decoder, [`host_step`] its host-array fast path,
 //! [`cell`] the GRU/LSTM cells, [`fused`] and [`gates`] the fused recurrent layer on the
-//! CPU, [`attention`] the `att` model's attention and [`crnn`] the audio encoder.
+//! CPU, [`fused_att`] the same with attention for the one-layer `att` decoder, [`attention`]
+//! the `att` model's attention and [`crnn`] the audio encoder.
 
 mod attention;
 mod cell;
