@@ -8,10 +8,10 @@
 #   cargo build --release && bash scripts/results/models.sh
 #
 # Environment: SEEDS (default "1 2 3"), MODELS (default "transformer transformer-global
-# transformer-tuned att fc"), OUT (default
-# runs/models), CAPRL (default target/release/caprl). Arguments are extra `--set KEY=VALUE`
-# overrides for every run. Defaults: the 2,000-image synthetic subset (as table.sh), 5 XE + 5 RL
-# epochs, lr 5e-4 (transformer-global: 2e-3) then rl_lr 3e-4; GRUs of 256 units, the
+# transformer-tuned att fc"), OUT (default runs/models), CAPRL (default
+# target/release/caprl). Arguments are extra `--set KEY=VALUE` overrides for every run (over
+# the model's own settings too). Defaults: the 2,000-image synthetic subset (as table.sh), 5 XE
+# + 5 RL epochs, lr 5e-4 (transformer-global: 2e-3) then rl_lr 3e-4; GRUs of 256 units, the
 # Transformer 2 + 2 layers of width 128.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +23,9 @@ CAPRL="${CAPRL:-target/release/caprl}"
 DATA=data/synth-2k
 SETS=(--set "data.dir=$DATA" --set train.xe_epochs=5 --set train.rl_epochs=5
       --set optim.rl_lr=3e-4)
-for kv in "$@"; do SETS+=(--set "$kv"); done
+# The arguments come last, so they override a model's own settings too.
+EXTRA=()
+for kv in "$@"; do EXTRA+=(--set "$kv"); done
 
 model_sets() { # model kind -> its shape
   case "$1" in
@@ -52,14 +54,14 @@ for seed in $SEEDS; do
     xe="$OUT/$model-xe-$seed"
     start=$(date +%s)
     "$CAPRL" train --config configs/scst.toml --objective xe --set "seed=$seed" \
-      --set "run_dir=$xe" "${SETS[@]}" "${shape[@]}"
+      --set "run_dir=$xe" "${SETS[@]}" "${shape[@]}" ${EXTRA[@]+"${EXTRA[@]}"}
     echo "$model xe seed $seed: $(( $(date +%s) - start )) s" >> "$OUT/times.txt"
     "$CAPRL" eval --checkpoint "$xe/best-xe" --split test --beam 3 --json > "$OUT/$model-xe-$seed.json"
     for baseline in greedy mean; do
       run="$OUT/$model-scst-$baseline-$seed"
       start=$(date +%s)
       "$CAPRL" train --config configs/scst.toml --start-from "$xe/best-xe" --set "seed=$seed" \
-        --set "run_dir=$run" --set "train.baseline=$baseline" "${SETS[@]}" "${shape[@]}"
+        --set "run_dir=$run" --set "train.baseline=$baseline" "${SETS[@]}" "${shape[@]}" ${EXTRA[@]+"${EXTRA[@]}"}
       echo "$model scst-$baseline seed $seed: $(( $(date +%s) - start )) s" >> "$OUT/times.txt"
       "$CAPRL" eval --checkpoint "$run/best-rl" --split test --beam 3 --json \
         > "$OUT/$model-scst-$baseline-$seed.json"
