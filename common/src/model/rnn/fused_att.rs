@@ -276,7 +276,8 @@ fn backward<T: RowKernels>(
                 (&mut dkv, &mut *dq_t, &mut dw_a),
             );
             // dh_prev += dq_t W_h; rows of ds_prev have stride S.
-            // SAFETY: dq_t is [B, A], W_h [A, H]; ds_prev is [B, S] with S >= H, distinct from both.
+            // SAFETY: dq_t is [B, A], W_h [A, H]; ds_prev is [B, S] with S >= H, distinct from
+            // both.
             unsafe {
                 let w_h = Mat::rows(p.w_h, h);
                 gemm_into(

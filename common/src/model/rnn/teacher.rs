@@ -229,8 +229,9 @@ impl RnnCaptioner {
 
     /// The whole sequence layer by layer with the fused recurrent layer, from layer 0's input
     /// term `gx` `[T, B, G]` (image term included). Returns the top layer's states `[T, B, S]`
-    /// as the fused layer packs them, or `None` to fall back to the step loop. Dropout between layers draws its masks in the
-    /// same order as the step loop (time-major), so both give the same result for the same RNG.
+    /// as the fused layer packs them, or `None` to fall back to the step loop. Dropout between
+    /// layers draws its masks in the same order as the step loop (time-major), so both give the
+    /// same result for the same RNG.
     fn run_fused(
         &self,
         w: &Prepared,
