@@ -25,27 +25,34 @@ use crate::model::kernels::attention::{Dims as AttDims, RowKernels};
 use crate::model::kernels::host_gemm::{gemm_into, Mat};
 use crate::model::kernels::real::{contiguous, err, Saved};
 
-/// Runs the layer. `image[i]` is the image (row of `kv`) that row `i` attends over; `a` the
-/// keys' width. Records a backward node when any input tracks gradients.
-#[allow(clippy::too_many_arguments)]
+/// The layer's weights as a pass prepared them.
+pub(crate) struct Weights<'w> {
+    /// `W_hh` `[G, H]` and a detached contiguous `W_hhᵀ` `[H, G]` (the layout the forward
+    /// product reads; the gradient flows through `w_hh`).
+    pub w_hh: &'w Tensor,
+    pub w_hh_t: &'w Tensor,
+    pub b_hh: &'w Tensor,
+    /// The query weights transposed, `W_hᵀ` `[H, A]`, contiguous.
+    pub w_h_t: &'w Tensor,
+    /// The score weights `w_a` `[A, 1]`.
+    pub w_a: &'w Tensor,
+}
+
+/// Runs the layer from the initial state `s0` `[B, S]`. `image[i]` is the image (row of `kv`)
+/// that row `i` attends over; `a` the keys' width. Records a backward node.
 pub(crate) fn run(
     kind: RnnKind,
     gx: &Tensor,
-    kv: &Tensor,
-    a: usize,
-    image: &[u32],
-    w_hh: &Tensor,
-    b_hh: &Tensor,
-    w_h: &Tensor,
-    w_a: &Tensor,
+    (kv, a, image): (&Tensor, usize, &[u32]),
+    w: &Weights,
     s0: &Tensor,
 ) -> candle_core::Result<Tensor> {
     let small = Tensor::cat(
         &[
-            &w_hh.flatten_all()?,
-            &b_hh.flatten_all()?,
-            &w_h.flatten_all()?,
-            &w_a.flatten_all()?,
+            &w.w_hh.flatten_all()?,
+            &w.b_hh.flatten_all()?,
+            &w.w_h_t.t()?.flatten_all()?,
+            &w.w_a.flatten_all()?,
             &s0.flatten_all()?,
         ],
         0,
@@ -54,6 +61,8 @@ pub(crate) fn run(
         kind,
         a,
         image: image.to_vec(),
+        w_hh_t: w.w_hh_t.detach().contiguous()?,
+        w_h_t: w.w_h_t.detach().contiguous()?,
         saved: Mutex::new(None),
     };
     gx.contiguous()?.apply_op3(&kv.contiguous()?, &small, op)
@@ -63,6 +72,9 @@ struct FusedAttRnn {
     kind: RnnKind,
     a: usize,
     image: Vec<u32>,
+    /// `W_hhᵀ` `[H, G]` and `W_hᵀ` `[H, A]`, read by the forward products.
+    w_hh_t: Tensor,
+    w_h_t: Tensor,
     /// Per step and row the gate values (as [`super::fused`] keeps them), the attention's `e`
     /// `[B, R, A]` and `α` `[B, R]`.
     saved: Mutex<Option<(Saved, Saved, Saved)>>,
@@ -130,15 +142,6 @@ impl FusedAttRnn {
     }
 }
 
-/// `W` `[rows, cols]` transposed into a new `[cols, rows]` array.
-fn transposed<T: Copy>(w: &[T], rows: usize, cols: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(w.len());
-    for j in 0..cols {
-        out.extend((0..rows).map(|i| w[i * cols + j]));
-    }
-    out
-}
-
 /// What the forward pass computes: the states and what the backward pass reads.
 struct Forward<T> {
     out: Vec<T>,
@@ -155,6 +158,8 @@ struct Kept<'k, T> {
     alpha: &'k [T],
 }
 
+/// The forward pass; `(w_hh_t, w_h_t)` are `W_hhᵀ` `[H, G]` and `W_hᵀ` `[H, A]`.
+#[allow(clippy::too_many_arguments)]
 fn forward<T: RowKernels>(
     kind: RnnKind,
     d: Dims,
@@ -162,6 +167,7 @@ fn forward<T: RowKernels>(
     kv: &[T],
     image: &[u32],
     p: &Small<T>,
+    (w_hh_t, w_h_t): (&[T], &[T]),
     threads: usize,
 ) -> Forward<T> {
     let Dims { rnn, att } = d;
@@ -174,7 +180,6 @@ fn forward<T: RowKernels>(
         e: vec![T::ZERO; t * b * r * a],
         alpha: vec![T::ZERO; t * b * r],
     };
-    let (w_hh_t, w_h_t) = (transposed(p.w_hh, g, h), transposed(p.w_h, a, h));
     let mut q = vec![T::ZERO; b * a];
     let mut inp = vec![T::ZERO; b * g];
     let mut gh = vec![T::ZERO; b * g];
@@ -200,7 +205,7 @@ fn forward<T: RowKernels>(
                 a,
                 false,
                 h_prev,
-                Mat::rows(&w_h_t, a),
+                Mat::rows(w_h_t, a),
             );
             gemm_into(
                 b,
@@ -210,7 +215,7 @@ fn forward<T: RowKernels>(
                 g,
                 true,
                 h_prev,
-                Mat::rows(&w_hh_t, g),
+                Mat::rows(w_hh_t, g),
             );
         }
         // The gates' input: the attended context term plus the step's input term.
@@ -327,8 +332,23 @@ impl FusedAttRnn {
         let gx = contiguous::<T>(s1, l1, "gx")?;
         let kv = contiguous::<T>(s2, l2, "kv")?;
         let small = Small::split(contiguous::<T>(s3, l3, "parameters")?, d);
+        let (sh, lh) = self.w_hh_t.storage_and_layout();
+        let (sq, lq) = self.w_h_t.storage_and_layout();
+        let w_t = (host::<T>(&sh, lh, "W_hhᵀ")?, host::<T>(&sq, lq, "W_hᵀ")?);
+        let (rnn, att) = (d.rnn, d.att);
+        if w_t.0.len() != rnn.h * rnn.g || w_t.1.len() != rnn.h * att.a {
+            return Err(err(format!(
+                "fused att rnn: W_hhᵀ and W_hᵀ have {} and {} values, expected {} x {} and {} x {}",
+                w_t.0.len(),
+                w_t.1.len(),
+                rnn.h,
+                rnn.g,
+                rnn.h,
+                att.a
+            )));
+        }
         let threads = candle_core::utils::get_num_threads();
-        let f = forward(self.kind, d, gx, kv, &self.image, &small, threads);
+        let f = forward(self.kind, d, gx, kv, &self.image, &small, w_t, threads);
         let mut slot = self
             .saved
             .lock()

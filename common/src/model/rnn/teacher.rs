@@ -208,22 +208,26 @@ impl RnnCaptioner {
         state: &LayerState,
         gx: &Tensor,
     ) -> Result<Option<Tensor>> {
-        let (Some(keys), Some((_, _, _, aw)), [CellWeights::Fused { w_hh, b_hh, .. }]) =
+        let (Some(keys), Some((_, _, _, aw)), [CellWeights::Fused { w_hh, b_hh, w_hh_t }]) =
             (&enc.keys, &w.att, &w.cells[..])
         else {
             return Ok(None);
         };
+        let weights = fused_att::Weights {
+            w_hh,
+            w_hh_t,
+            b_hh,
+            w_h_t: &aw.w_hid_t,
+            w_a: &aw.w_score_t,
+        };
+        let regions = (&keys.kv, keys.keys, &keys.image[..]);
+        let s0 = packed_state(self.cfg.rnn, state)?;
         Ok(Some(fused_att::run(
             self.cfg.rnn,
             gx,
-            &keys.kv,
-            keys.keys,
-            &keys.image,
-            w_hh,
-            b_hh,
-            &aw.w_hid_t.t()?,
-            &aw.w_score_t,
-            &packed_state(self.cfg.rnn, state)?,
+            regions,
+            &weights,
+            &s0,
         )?))
     }
 
