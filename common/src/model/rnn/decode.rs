@@ -189,7 +189,7 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
         let s = self.steps;
         match (&mut self.live, &s.host) {
             (Live::Host(l), Some(h)) => h.advance(l, tokens)?,
-            (Live::Graph { enc, states, .. }, _) => {
+            (Live::Graph { enc, states }, _) => {
                 let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
                 let packed = s.packed.as_ref();
                 let gx = match (&s.word_table, packed.and_then(|p| p.word.as_ref())) {
