@@ -22,7 +22,7 @@ fn out_of_range_values_name_key_value_and_range() {
         ("model.dropout=1.0", "model.dropout", "1", "[0, 1)"),
         ("model.dropout=-0.1", "model.dropout", "-0.1", "[0, 1)"),
         ("model.heads=0", "model.heads", "0", "1..=64"),
-        ("model.enc_layers=0", "model.enc_layers", "0", "1..=24"),
+        ("model.enc_layers=25", "model.enc_layers", "25", "0..=24"),
         ("model.dec_layers=25", "model.dec_layers", "25", "1..=24"),
         ("model.d_ff=0", "model.d_ff", "0", "1..=16384"),
         (

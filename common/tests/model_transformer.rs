@@ -99,6 +99,14 @@ fn transformer_gradients_match_finite_differences_with_the_fc_feature_as_a_regio
 }
 
 #[test]
+fn transformer_gradients_match_finite_differences_without_encoder_layers() {
+    let mut cfg = tiny(true);
+    cfg.transformer.global_region = true;
+    cfg.transformer.enc_layers = 0;
+    gradients_match_finite_differences(cfg);
+}
+
+#[test]
 fn transformer_gradients_match_finite_differences_with_fc_only_and_tied_output() {
     let mut cfg = tiny(false);
     cfg.transformer.tie_embed = true;
@@ -153,9 +161,15 @@ fn uncached_greedy(m: &Captioner, x: &Inputs, max_len: usize) -> Vec<(Vec<u32>, 
 
 #[test]
 fn cached_decoding_equals_recomputing_the_prefix_every_step() {
-    for (att, global_region) in [(true, false), (false, false), (true, true)] {
+    for (att, global_region, enc_layers) in [
+        (true, false, 2),
+        (false, false, 2),
+        (true, true, 2),
+        (true, true, 0),
+    ] {
         let mut cfg = tiny(att);
         cfg.transformer.global_region = global_region;
+        cfg.transformer.enc_layers = enc_layers;
         for seed in 0..4 {
             let m = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
             let x = inputs(&cfg, 3, seed as usize);
@@ -164,7 +178,7 @@ fn cached_decoding_equals_recomputing_the_prefix_every_step() {
             for (row, (tokens, logps)) in reference.iter().enumerate() {
                 assert_eq!(
                     &cached.tokens[row], tokens,
-                    "att {att}, seed {seed}, row {row}"
+                    "att {att}, {enc_layers} encoder layers, seed {seed}, row {row}"
                 );
                 for (a, b) in cached.logprobs[row].iter().zip(logps) {
                     assert!(

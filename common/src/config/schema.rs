@@ -111,7 +111,8 @@ pub struct ModelConfig {
     pub crnn_width: u32,
     /// Dropout probability; [0, 1).
     pub dropout: f64,
-    /// Transformer encoder layers (`transformer` only); 1..=24.
+    /// Transformer encoder layers (`transformer` only); 0..=24 (0: the memory is the projected
+    /// regions, layer-normed).
     pub enc_layers: u32,
     /// Transformer decoder layers (`transformer` only); 1..=24.
     pub dec_layers: u32,

@@ -50,7 +50,7 @@ const RULES: &[Rule] = &[
     Rule { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
     Rule { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
     Rule { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
-    Rule { key: "model.enc_layers", allowed: "1..=24", violation: |c| outside(c.model.enc_layers, 1..=24) },
+    Rule { key: "model.enc_layers", allowed: "0..=24", violation: |c| outside(c.model.enc_layers, 0..=24) },
     Rule { key: "model.dec_layers", allowed: "1..=24", violation: |c| outside(c.model.dec_layers, 1..=24) },
     Rule { key: "model.heads", allowed: "1..=64", violation: |c| outside(c.model.heads, 1..=64) },
     Rule { key: "model.d_model", allowed: "8..=4096", violation: |c| outside(c.model.d_model, 8..=4096) },

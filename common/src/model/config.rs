@@ -79,7 +79,7 @@ impl RnnKind {
 /// The Transformer's shape (`kind = "transformer"`; the other kinds ignore it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TransformerShape {
-    /// Encoder layers.
+    /// Encoder layers; with none the memory is the projected regions, layer-normed.
     pub enc_layers: usize,
     /// Decoder layers.
     pub dec_layers: usize,
@@ -323,11 +323,11 @@ impl TransformerShape {
                 expected,
             })
         };
-        if !(1..=24).contains(&self.enc_layers) {
+        if !(0..=24).contains(&self.enc_layers) {
             return bad(
                 "model.enc_layers",
                 self.enc_layers.to_string(),
-                "must be in 1..=24".into(),
+                "must be in 0..=24".into(),
             );
         }
         if !(1..=24).contains(&self.dec_layers) {

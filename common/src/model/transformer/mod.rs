@@ -3,7 +3,8 @@
 //!
 //! - Regions `[B, R, D]` (the `fc` feature as one region when the data set has none, or as one
 //!   more with `global_region`) go through `relu(W_src x + b)` and dropout, then `enc_layers`
-//!   encoder layers (self-attention, feed-forward) and a final layer norm: the memory.
+//!   encoder layers (self-attention, feed-forward; none is allowed) and a final layer norm: the
+//!   memory.
 //! - Words: `√d_model · E[w] + PE(pos)` (sinusoidal), dropout, then `dec_layers` decoder layers
 //!   (causal self-attention, cross-attention over the memory, feed-forward) and a final layer
 //!   norm: the decoder states (what a value head reads).
