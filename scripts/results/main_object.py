@@ -26,7 +26,9 @@ def canonical(words):
 
 def verdict(words, objects):
     """One caption against its scene's objects (slot 0 first)."""
-    names = lambda o, key: o[key] in words
+    def names(o, key):
+        return o[key] in words
+
     main = objects[0]
     if names(main, "colour") and names(main, "shape"):
         return "right"
