@@ -197,15 +197,16 @@ fn fused_update(g: &Tensor, s: &Slot, p: AdamWParams, lr: f64, bc1: f64, bc2: f6
                         let (ibc1, ibc2) = ((1.0 / bc1) as $t, (1.0 / bc2) as $t);
                         let decay = (1.0 - lr * p.weight_decay) as $t;
                         let (lr_, eps) = (lr as $t, p.eps as $t);
+                        // Compiled for the level in use (the same bits at every level).
                         let kernel = |g: &[$t], th: &mut [$t], m: &mut [$t], v: &mut [$t]| {
-                            for i in 0..th.len() {
+                            crate::fastmath::vectorised!(for i in 0..th.len() {
                                 let mi = b1 * m[i] + c1 * g[i];
                                 let vi = b2 * v[i] + c2 * g[i] * g[i];
                                 th[i] =
                                     th[i] * decay - lr_ * (mi * ibc1) / ((vi * ibc2).sqrt() + eps);
                                 m[i] = mi;
                                 v[i] = vi;
-                            }
+                            })
                         };
                         if rayon::current_num_threads() > 1 && n >= 4 * PARALLEL_CHUNK {
                             use rayon::prelude::*;

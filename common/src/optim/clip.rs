@@ -72,7 +72,12 @@ const CHUNK: usize = 16 * 1024;
 /// `Σ x²` in f64: per chunk in eight lanes (vector adds; one running sum could not be reordered
 /// into them), then the chunk sums in order, so the result does not depend on the thread count.
 fn chunked_sum_sq<T: Copy + Into<f64> + Sync>(v: &[T]) -> f64 {
+    /// One chunk's sum, compiled for the level in use.
     fn lanes<T: Copy + Into<f64>>(c: &[T]) -> f64 {
+        crate::fastmath::vectorised!(lanes_plain(c))
+    }
+    #[inline(always)]
+    fn lanes_plain<T: Copy + Into<f64>>(c: &[T]) -> f64 {
         let mut acc = [0f64; 8];
         let mut blocks = c.chunks_exact(8);
         for block in &mut blocks {

@@ -3,10 +3,10 @@
 //! At COCO's vocabulary (10,000 words) a decoding step's per-row work is a visible share of
 //! the step, so nothing here builds the whole log-probability row unless asked to: the
 //! log-sum-exp reads the logits twice (max, then the exponentials summed in eight f64 lanes) and
-//! an entry is `l_w · (1/T) − lse`. The loops take the widest vector build of the CPU
+//! an entry is `l_w · (1/T) − lse`. The loops are compiled for the level in use
 //! ([`crate::fastmath::Simd`]).
 
-use crate::fastmath::{exp_f32, simd_dispatch};
+use crate::fastmath::{exp_f32, vectorised};
 
 /// Lanes of the exponential sums (and so the order in which they are added).
 const LANES: usize = 8;
@@ -33,10 +33,10 @@ fn scaled_max(logits: &[f32], inv_temp: f64) -> f64 {
     max(logits) as f64 * inv_temp
 }
 
-simd_dispatch!(
-    /// The largest value, NaNs ignored.
-    fn max(logits: &[f32]) -> f32 = max_plain
-);
+/// The largest value, NaNs ignored.
+fn max(logits: &[f32]) -> f32 {
+    vectorised!(max_plain(logits))
+}
 
 /// The largest value (NaNs ignored), in eight lanes so that it vectorises.
 #[inline(always)]
@@ -54,10 +54,10 @@ fn max_plain(logits: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |a, &x| a.max(x))
 }
 
-simd_dispatch!(
-    /// `Σ_w exp(l_w / T − max)` in f64, eight lanes added in a fixed order.
-    fn sum_exp(logits: &[f32], inv_temp: f64, max: f64) -> f64 = sum_exp_plain
-);
+/// `Σ_w exp(l_w / T − max)` in f64, eight lanes added in a fixed order.
+fn sum_exp(logits: &[f32], inv_temp: f64, max: f64) -> f64 {
+    vectorised!(sum_exp_plain(logits, inv_temp, max))
+}
 
 #[inline(always)]
 fn sum_exp_plain(logits: &[f32], inv_temp: f64, max: f64) -> f64 {

@@ -99,7 +99,7 @@ impl Attention {
         })
     }
 
-    fn fwd_typed<T: RowKernels>(
+    fn fwd_typed<T: Real>(
         &self,
         (s1, l1): (&CpuStorage, &Layout),
         (s2, l2): (&CpuStorage, &Layout),
@@ -115,7 +115,7 @@ impl Attention {
             vec![T::ZERO; b * r * a],
             vec![T::ZERO; b * r],
         );
-        T::forward(kv, q, w, &self.image, dims, (&mut out, &mut e, &mut alpha));
+        rows_forward(kv, q, w, &self.image, dims, (&mut out, &mut e, &mut alpha));
         let mut saved = self
             .saved
             .lock()
@@ -124,7 +124,7 @@ impl Attention {
         Ok(out)
     }
 
-    fn bwd_typed<T: RowKernels>(
+    fn bwd_typed<T: Real>(
         &self,
         kv: &Tensor,
         q: &Tensor,
@@ -153,7 +153,7 @@ impl Attention {
             with_cpu::<T, _>(w, "w", |w| {
                 with_cpu::<T, _>(&dout, "output gradient", |g| {
                     let grads = (&mut dkv[..], &mut dq[..], &mut dw[..]);
-                    T::backward(e, alpha, kv, w, g, &self.image, dims, grads);
+                    rows_backward(e, alpha, kv, w, g, &self.image, dims, grads);
                     Ok(())
                 })
             })
@@ -179,57 +179,43 @@ fn with_cpu<T: Real, R>(
     }
 }
 
-/// `(out [B, D], e [B, R, A], α [B, R])`, written by [`RowKernels::forward`].
+/// `(out [B, D], e [B, R, A], α [B, R])`, written by [`rows_forward`].
 pub(crate) type Outputs<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
-/// `(dkv [U, R, A + D], dq [B, A], dw [A])`: [`RowKernels::backward`] adds into `dkv` and
+/// `(dkv [U, R, A + D], dq [B, A], dw [A])`: [`rows_backward`] adds into `dkv` and
 /// `dw` and writes `dq`.
 pub(crate) type Grads<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
 
-/// The passes over the rows, built for this CPU's widest vector unit (`fastmath::simd`): the
-/// tanh and the value sums run over whole vectors, and every dot product over `A` or `D`
-/// keeps [`dot`]'s partial sums, added in a fixed order (so a CPU gives the same bits whatever
-/// its vector width). Also run by the att model's fused recurrent layer, one step at a time.
-pub(crate) trait RowKernels: Real {
-    fn forward(kv: &[Self], q: &[Self], w: &[Self], image: &[u32], dims: Dims, out: Outputs<Self>);
-    /// The gradients from the saved `e`, `α` and the output's gradient `g` (module docs).
-    #[allow(clippy::too_many_arguments)]
-    fn backward(
-        e: &[Self],
-        alpha: &[Self],
-        kv: &[Self],
-        w: &[Self],
-        g: &[Self],
-        image: &[u32],
-        dims: Dims,
-        grads: Grads<Self>,
-    );
+/// The forward passes over the rows, compiled for the level in use
+/// (`fastmath::vectorised!`): the tanh and the value sums run over whole vectors, and every dot
+/// product over `A` or `D` keeps [`dot`]'s partial sums, added in a fixed order (so every
+/// level gives the same bits). Also run by the att model's fused recurrent layer, one step at
+/// a time.
+pub(crate) fn rows_forward<T: Real>(
+    kv: &[T],
+    q: &[T],
+    w: &[T],
+    image: &[u32],
+    dims: Dims,
+    out: Outputs<T>,
+) {
+    crate::fastmath::vectorised!(forward_plain(kv, q, w, image, dims, out))
 }
 
-macro_rules! row_kernels {
-    ($t:ty, $fwd:ident, $bwd:ident) => {
-        crate::fastmath::simd_dispatch!(
-            fn $fwd(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims, out: Outputs<$t>)
-                -> () = forward_plain
-        );
-        crate::fastmath::simd_dispatch!(
-            #[allow(clippy::too_many_arguments)]
-            fn $bwd(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
-                dims: Dims, grads: Grads<$t>) -> () = backward_plain
-        );
-        impl RowKernels for $t {
-            fn forward(kv: &[$t], q: &[$t], w: &[$t], image: &[u32], dims: Dims,
-                out: Outputs<$t>) {
-                $fwd(kv, q, w, image, dims, out)
-            }
-            fn backward(e: &[$t], alpha: &[$t], kv: &[$t], w: &[$t], g: &[$t], image: &[u32],
-                dims: Dims, grads: Grads<$t>) {
-                $bwd(e, alpha, kv, w, g, image, dims, grads)
-            }
-        }
-    };
+/// The gradients from the saved `e`, `α` and the output's gradient `g` (module docs), compiled
+/// for the level in use.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rows_backward<T: Real>(
+    e: &[T],
+    alpha: &[T],
+    kv: &[T],
+    w: &[T],
+    g: &[T],
+    image: &[u32],
+    dims: Dims,
+    grads: Grads<T>,
+) {
+    crate::fastmath::vectorised!(backward_plain(e, alpha, kv, w, g, image, dims, grads))
 }
-row_kernels!(f32, forward_f32, backward_f32);
-row_kernels!(f64, forward_f64, backward_f64);
 
 /// Row `i`'s image: its `r` regions, each `[key | value]`.
 #[inline(always)]

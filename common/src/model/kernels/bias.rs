@@ -26,7 +26,13 @@ pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 struct RowBias;
 
+/// `x + b` row by row, compiled for the level in use.
 fn add<T: Copy + std::ops::Add<Output = T>>(x: &[T], b: &[T]) -> Vec<T> {
+    crate::fastmath::vectorised!(add_plain(x, b))
+}
+
+#[inline(always)]
+fn add_plain<T: Copy + std::ops::Add<Output = T>>(x: &[T], b: &[T]) -> Vec<T> {
     let mut out = Vec::with_capacity(x.len());
     for row in x.chunks_exact(b.len()) {
         out.extend(row.iter().zip(b).map(|(&a, &c)| a + c));
@@ -34,7 +40,13 @@ fn add<T: Copy + std::ops::Add<Output = T>>(x: &[T], b: &[T]) -> Vec<T> {
     out
 }
 
+/// The column sums of `g` `[.., k]`, compiled for the level in use.
 fn col_sums<T: Copy + std::ops::AddAssign + Default>(g: &[T], k: usize) -> Vec<T> {
+    crate::fastmath::vectorised!(col_sums_plain(g, k))
+}
+
+#[inline(always)]
+fn col_sums_plain<T: Copy + std::ops::AddAssign + Default>(g: &[T], k: usize) -> Vec<T> {
     let mut s = vec![T::default(); k];
     for row in g.chunks_exact(k) {
         for (a, &v) in s.iter_mut().zip(row) {

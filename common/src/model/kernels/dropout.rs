@@ -39,6 +39,7 @@ struct MaskMul {
 }
 
 impl MaskMul {
+    #[inline(always)]
     fn times<T: Real>(&self, x: &[T]) -> candle_core::Result<Vec<T>> {
         if x.len() != self.mask.len() {
             return Err(err(format!(
@@ -55,6 +56,7 @@ impl MaskMul {
 }
 
 impl HostMap1 for MaskMul {
+    #[inline(always)]
     fn apply<T: Real>(&self, x: &[T], _: &Shape) -> candle_core::Result<Vec<T>> {
         self.times(x)
     }
@@ -82,12 +84,12 @@ impl CustomOp1 for MaskMul {
         };
         let out = match c {
             CpuStorage::F32(_) => Tensor::from_vec(
-                self.times(contiguous::<f32>(c, l, "dy")?)?,
+                crate::fastmath::vectorised!(self.times(contiguous::<f32>(c, l, "dy")?))?,
                 l.shape(),
                 grad.device(),
             ),
             CpuStorage::F64(_) => Tensor::from_vec(
-                self.times(contiguous::<f64>(c, l, "dy")?)?,
+                crate::fastmath::vectorised!(self.times(contiguous::<f64>(c, l, "dy")?))?,
                 l.shape(),
                 grad.device(),
             ),

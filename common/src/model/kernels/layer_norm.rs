@@ -51,7 +51,7 @@ fn composite(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tenso
 /// One row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, into `y` (and each `x̂` into
 /// `xhat` when given); returns `(σ, σ + eps)`. The statistics are accumulated in f64
 /// ([`lane_sum`]). The one place the formula is written: the graph node and the host decoding
-/// steps both run it, through [`NormKernels::norm_rows`].
+/// steps both run it, through [`norm_rows`].
 #[inline(always)]
 fn norm_row<T: Real>(
     row: &[T],
@@ -103,61 +103,34 @@ fn lane_sum<T: Real>(row: &[T], f: impl Fn(f64) -> f64) -> f64 {
     acc.iter().fold(tail, |s, &a| s + a)
 }
 
-/// The layer norm's row loops, built for this CPU's widest vector unit
-/// (`fastmath::simd_dispatch!`), for f32 and f64.
-pub(crate) trait NormKernels: Real {
-    /// Every row of `d = g.len()` values of `x` normed into `y`, with each row's `x̂` into
-    /// `xhat` and `(σ, σ + eps)` into `stats` when given (the graph node keeps them for its
-    /// backward pass; decoding does not).
-    fn norm_rows(
-        x: &[Self],
-        g: &[Self],
-        b: &[Self],
-        eps: f64,
-        y: &mut [Self],
-        xhat: Option<&mut [Self]>,
-        stats: Option<&mut [f64]>,
-    );
-    /// `(dx, dg, db)` from `dy` and the forward pass's `x̂` and stats (module docs); `dg`, `db`
-    /// are added to.
-    #[allow(clippy::too_many_arguments)]
-    fn norm_grads(
-        dy: &[Self],
-        g: &[Self],
-        xhat: &[Self],
-        stats: &[f64],
-        dx: &mut [Self],
-        dg: &mut [Self],
-        db: &mut [Self],
-    );
+/// Every row of `d = g.len()` values of `x` normed into `y`, with each row's `x̂` into `xhat`
+/// and `(σ, σ + eps)` into `stats` when given (the graph node keeps them for its backward pass;
+/// decoding does not); compiled for the level in use (`fastmath::vectorised!`).
+pub(crate) fn norm_rows<T: Real>(
+    x: &[T],
+    g: &[T],
+    b: &[T],
+    eps: f64,
+    y: &mut [T],
+    xhat: Option<&mut [T]>,
+    stats: Option<&mut [f64]>,
+) {
+    crate::fastmath::vectorised!(norm_rows_plain(x, g, b, eps, y, xhat, stats))
 }
 
-macro_rules! norm_kernels {
-    ($t:ty, $fwd:ident, $bwd:ident) => {
-        crate::fastmath::simd_dispatch!(
-            #[allow(clippy::too_many_arguments)]
-            fn $fwd(x: &[$t], g: &[$t], b: &[$t], eps: f64, y: &mut [$t],
-                xhat: Option<&mut [$t]>, stats: Option<&mut [f64]>) -> () = norm_rows_plain
-        );
-        crate::fastmath::simd_dispatch!(
-            #[allow(clippy::too_many_arguments)]
-            fn $bwd(dy: &[$t], g: &[$t], xhat: &[$t], stats: &[f64], dx: &mut [$t],
-                dg: &mut [$t], db: &mut [$t]) -> () = norm_grads_plain
-        );
-        impl NormKernels for $t {
-            fn norm_rows(x: &[$t], g: &[$t], b: &[$t], eps: f64, y: &mut [$t],
-                xhat: Option<&mut [$t]>, stats: Option<&mut [f64]>) {
-                $fwd(x, g, b, eps, y, xhat, stats)
-            }
-            fn norm_grads(dy: &[$t], g: &[$t], xhat: &[$t], stats: &[f64], dx: &mut [$t],
-                dg: &mut [$t], db: &mut [$t]) {
-                $bwd(dy, g, xhat, stats, dx, dg, db)
-            }
-        }
-    };
+/// `(dx, dg, db)` from `dy` and the forward pass's `x̂` and stats (module docs); `dg`, `db` are
+/// added to; compiled for the level in use.
+fn norm_grads<T: Real>(
+    dy: &[T],
+    g: &[T],
+    xhat: &[T],
+    stats: &[f64],
+    dx: &mut [T],
+    dg: &mut [T],
+    db: &mut [T],
+) {
+    crate::fastmath::vectorised!(norm_grads_plain(dy, g, xhat, stats, dx, dg, db))
 }
-norm_kernels!(f32, norm_rows_f32, norm_grads_f32);
-norm_kernels!(f64, norm_rows_f64, norm_grads_f64);
 
 #[inline(always)]
 fn norm_rows_plain<T: Real>(
@@ -243,7 +216,7 @@ struct LayerNorm {
 
 impl LayerNorm {
     /// The rows' statistics are accumulated in f64 whatever `T` is.
-    fn forward<T: NormKernels>(&self, x: &[T], g: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
+    fn forward<T: Real>(&self, x: &[T], g: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
         let d = g.len();
         if d == 0 || b.len() != d || !x.len().is_multiple_of(d) {
             return Err(err(format!(
@@ -255,7 +228,7 @@ impl LayerNorm {
         let mut y = vec![T::ZERO; x.len()];
         let mut xhat = vec![T::ZERO; x.len()];
         let mut stats = vec![0f64; 2 * x.len() / d];
-        T::norm_rows(x, g, b, self.eps, &mut y, Some(&mut xhat), Some(&mut stats));
+        norm_rows(x, g, b, self.eps, &mut y, Some(&mut xhat), Some(&mut stats));
         *self
             .saved
             .lock()
@@ -265,7 +238,7 @@ impl LayerNorm {
     }
 
     /// `(dx, dg, db)` from `dy`.
-    fn backward<T: NormKernels>(
+    fn backward<T: Real>(
         &self,
         dy: &[T],
         g: &[T],
@@ -290,7 +263,7 @@ impl LayerNorm {
         let mut dx = vec![T::ZERO; dy.len()];
         let mut dg = vec![T::ZERO; d];
         let mut db = vec![T::ZERO; d];
-        T::norm_grads(dy, g, xhat, stats, &mut dx, &mut dg, &mut db);
+        norm_grads(dy, g, xhat, stats, &mut dx, &mut dg, &mut db);
         Ok((dx, dg, db))
     }
 }

@@ -3,7 +3,7 @@
 
 use candle_core::{CpuStorage, Layout, Shape, Tensor};
 
-use crate::fastmath::exp_f32;
+use crate::fastmath::{exp_f32, vectorised};
 
 /// Partial sums of [`dot`].
 const LANES: usize = 16;
@@ -163,7 +163,9 @@ pub(crate) fn contiguous<'a, T: Real>(
     }
 }
 
-/// A host function of one contiguous f32 or f64 storage, such as a node's forward pass.
+/// A host function of one contiguous f32 or f64 storage, such as a node's forward pass;
+/// [`host_map1`] compiles it for the level in use, so implementations mark `apply`
+/// `#[inline(always)]`.
 pub(crate) trait HostMap1 {
     fn apply<T: Real>(&self, x: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
 }
@@ -176,16 +178,24 @@ pub(crate) fn host_map1(
     l: &Layout,
     what: &str,
 ) -> candle_core::Result<(CpuStorage, Shape)> {
+    let shape = l.shape();
     let out = match s {
-        CpuStorage::F32(_) => CpuStorage::F32(f.apply(contiguous::<f32>(s, l, what)?, l.shape())?),
-        CpuStorage::F64(_) => CpuStorage::F64(f.apply(contiguous::<f64>(s, l, what)?, l.shape())?),
+        CpuStorage::F32(_) => {
+            let x = contiguous::<f32>(s, l, what)?;
+            CpuStorage::F32(vectorised!(f.apply(x, shape))?)
+        }
+        CpuStorage::F64(_) => {
+            let x = contiguous::<f64>(s, l, what)?;
+            CpuStorage::F64(vectorised!(f.apply(x, shape))?)
+        }
         _ => return Err(err(format!("{what}: f32 or f64 expected"))),
     };
     Ok((out, l.shape().clone()))
 }
 
 /// A host function of two CPU tensors of one shape and dtype (f32 or f64), such as a
-/// backward pass from a node's output and its gradient.
+/// backward pass from a node's output and its gradient; [`host_map2`] compiles it for the level
+/// in use, so implementations mark `apply` `#[inline(always)]`.
 pub(crate) trait HostMap2 {
     fn apply<T: Real>(&self, a: &[T], b: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
 }
@@ -213,11 +223,13 @@ pub(crate) fn host_map2(
     let shape = a.shape();
     match (ca, cb) {
         (CpuStorage::F32(_), CpuStorage::F32(_)) => {
-            let v = f.apply(contiguous(ca, la, what)?, contiguous(cb, lb, what)?, shape)?;
+            let (x, y) = (contiguous(ca, la, what)?, contiguous(cb, lb, what)?);
+            let v = vectorised!(f.apply(x, y, shape))?;
             Tensor::from_vec::<_, f32>(v, shape, a.device())
         }
         (CpuStorage::F64(_), CpuStorage::F64(_)) => {
-            let v = f.apply(contiguous(ca, la, what)?, contiguous(cb, lb, what)?, shape)?;
+            let (x, y) = (contiguous(ca, la, what)?, contiguous(cb, lb, what)?);
+            let v = vectorised!(f.apply(x, y, shape))?;
             Tensor::from_vec::<_, f64>(v, shape, a.device())
         }
         _ => Err(err(format!(

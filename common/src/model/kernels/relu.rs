@@ -20,6 +20,7 @@ pub(crate) fn relu(x: &Tensor) -> Result<Tensor> {
 struct Relu;
 
 impl HostMap1 for Relu {
+    #[inline(always)]
     fn apply<T: Real>(&self, x: &[T], _: &Shape) -> candle_core::Result<Vec<T>> {
         Ok(x.iter().map(|&v| v.max_(T::ZERO)).collect())
     }
@@ -27,6 +28,7 @@ impl HostMap1 for Relu {
 
 impl HostMap2 for Relu {
     /// `dx` from the output `y` and its gradient `dy`.
+    #[inline(always)]
     fn apply<T: Real>(&self, y: &[T], dy: &[T], _: &Shape) -> candle_core::Result<Vec<T>> {
         Ok(y.iter()
             .zip(dy)

@@ -87,14 +87,12 @@ impl ScaledSoftmax {
 
 impl HostMap1 for ScaledSoftmax {
     /// The weights from the scores `s`.
+    #[inline(always)]
     fn apply<T: Real>(&self, s: &[T], shape: &Shape) -> candle_core::Result<Vec<T>> {
         let (tq, tk) = Self::dims(shape)?;
         let scale = T::from_f64(self.scale);
         let mut y: Vec<T> = s.iter().map(|&v| v * scale).collect();
-        if tk == 0 {
-            return Ok(y);
-        }
-        for (r, row) in y.chunks_exact_mut(tk).enumerate() {
+        for (r, row) in y.chunks_exact_mut(tk.max(1)).enumerate() {
             let seen = match self.causal {
                 true => (0..tk).take_while(|&j| sees(r % tq, j, tq, tk)).count(),
                 false => tk,
@@ -108,6 +106,7 @@ impl HostMap1 for ScaledSoftmax {
 
 impl HostMap2 for ScaledSoftmax {
     /// `dS` from the weights `y` and their gradient `dy`.
+    #[inline(always)]
     fn apply<T: Real>(&self, y: &[T], dy: &[T], shape: &Shape) -> candle_core::Result<Vec<T>> {
         let (_, tk) = Self::dims(shape)?;
         let scale = T::from_f64(self.scale);

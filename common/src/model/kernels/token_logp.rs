@@ -124,22 +124,7 @@ impl TokenLogSoftmax {
         let read = self.read(h, s, k);
         // The logits, turned into probabilities in place row by row.
         let mut z = linear::forward(read.as_deref().unwrap_or(h), w, b, n, k, v, WLayout::Rows);
-        let mut out = Vec::with_capacity(n);
-        for (row, &y) in z.chunks_exact_mut(v).zip(&self.targets) {
-            let max = row.iter().copied().fold(T::NEG_INFINITY, T::max_);
-            let zy = row[y as usize] - max;
-            let mut sum = T::ZERO;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp_();
-                sum += *x;
-            }
-            // log p(y) = z_y − max − log Σ exp(z − max)
-            out.push(zy - sum.ln_());
-            let inv = T::ONE / sum;
-            for x in row.iter_mut() {
-                *x *= inv;
-            }
-        }
+        let out = crate::fastmath::vectorised!(softmax_rows(&mut z, v, &self.targets));
         if self.save {
             let poisoned = |_| err("token log-softmax: lock poisoned".into());
             *self.probs.lock().map_err(poisoned)? = Some(T::wrap(z));
@@ -200,12 +185,7 @@ impl TokenLogSoftmax {
             return Err(err("token log-softmax: backward expects CPU tensors".into()));
         };
         let g = contiguous::<T>(cg, lg, "output gradient")?;
-        let mut dz = Vec::with_capacity(n * v);
-        for ((p, &gn), &y) in probs.chunks_exact(v).zip(g).zip(&self.targets) {
-            let at = dz.len();
-            dz.extend(p.iter().map(|&q| T::ZERO - gn * q));
-            dz[at + y as usize] += gn;
-        }
+        let dz = crate::fastmath::vectorised!(logit_grads(probs, g, v, &self.targets));
         let x = match input.as_ref() {
             Some(saved) => T::unwrap(saved).ok_or_else(missing)?,
             None => contiguous::<T>(ch, lh, "h")?,
@@ -235,6 +215,41 @@ impl TokenLogSoftmax {
         }
         grads.into_tensors(h, w, b)
     }
+}
+
+/// Turns each row of logits `z` `[N, V]` into probabilities in place and returns each row's
+/// `log p(target)`; the exponentials are the library's (exact).
+#[inline(always)]
+fn softmax_rows<T: Real>(z: &mut [T], v: usize, targets: &[u32]) -> Vec<T> {
+    let mut out = Vec::with_capacity(targets.len());
+    for (row, &y) in z.chunks_exact_mut(v).zip(targets) {
+        let max = row.iter().copied().fold(T::NEG_INFINITY, T::max_);
+        let zy = row[y as usize] - max;
+        let mut sum = T::ZERO;
+        for x in row.iter_mut() {
+            *x = (*x - max).exp_();
+            sum += *x;
+        }
+        // log p(y) = z_y − max − log Σ exp(z − max)
+        out.push(zy - sum.ln_());
+        let inv = T::ONE / sum;
+        for x in row.iter_mut() {
+            *x *= inv;
+        }
+    }
+    out
+}
+
+/// `dz_n = g_n (onehot(y_n) − p_n)` for every row of the probabilities `p` `[N, V]`.
+#[inline(always)]
+fn logit_grads<T: Real>(probs: &[T], g: &[T], v: usize, targets: &[u32]) -> Vec<T> {
+    let mut dz = Vec::with_capacity(probs.len());
+    for ((p, &gn), &y) in probs.chunks_exact(v).zip(g).zip(targets) {
+        let at = dz.len();
+        dz.extend(p.iter().map(|&q| T::ZERO - gn * q));
+        dz[at + y as usize] += gn;
+    }
+    dz
 }
 
 impl CustomOp3 for TokenLogSoftmax {

@@ -48,18 +48,21 @@ fn blocked<T: Copy + Default + Send + Sync>(x: &[T], r: usize, c: usize) -> Vec<
     if r == 0 || c == 0 {
         return out;
     }
-    // Output rows j0..j0 + TILE (columns of x), one tile of x's rows at a time.
+    // Output rows j0..j0 + TILE (columns of x), one tile of x's rows at a time, compiled for
+    // the level in use.
     let band = |(k, rows): (usize, &mut [T])| {
-        let j0 = k * TILE;
-        for i0 in (0..r).step_by(TILE) {
-            let i1 = (i0 + TILE).min(r);
-            for (dj, col) in rows.chunks_exact_mut(r).enumerate() {
-                let j = j0 + dj;
-                for (o, i) in col[i0..i1].iter_mut().zip(i0..i1) {
-                    *o = x[i * c + j];
+        crate::fastmath::vectorised!({
+            let j0 = k * TILE;
+            for i0 in (0..r).step_by(TILE) {
+                let i1 = (i0 + TILE).min(r);
+                for (dj, col) in rows.chunks_exact_mut(r).enumerate() {
+                    let j = j0 + dj;
+                    for (o, i) in col[i0..i1].iter_mut().zip(i0..i1) {
+                        *o = x[i * c + j];
+                    }
                 }
             }
-        }
+        })
     };
     if r * c >= PARALLEL_MIN && rayon::current_num_threads() > 1 {
         use rayon::prelude::*;

@@ -21,9 +21,9 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, 
 
 use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
-use crate::model::kernels::attention::{Dims as AttDims, RowKernels};
+use crate::model::kernels::attention::{rows_backward, rows_forward, Dims as AttDims};
 use crate::model::kernels::host_gemm::{gemm_into, Mat};
-use crate::model::kernels::real::{contiguous, err, Saved};
+use crate::model::kernels::real::{contiguous, err, Real, Saved};
 
 /// The layer's weights as a pass prepared them.
 pub(crate) struct Weights<'w> {
@@ -160,7 +160,7 @@ struct Kept<'k, T> {
 
 /// The forward pass; `(w_hh_t, w_h_t)` are `W_hhᵀ` `[H, G]` and `W_hᵀ` `[H, A]`.
 #[allow(clippy::too_many_arguments)]
-fn forward<T: RowKernels>(
+fn forward<T: Real>(
     kind: RnnKind,
     d: Dims,
     gx: &[T],
@@ -221,7 +221,7 @@ fn forward<T: RowKernels>(
         // The gates' input: the attended context term plus the step's input term.
         let e = &mut f.e[step * b * r * a..(step + 1) * b * r * a];
         let alpha = &mut f.alpha[step * b * r..(step + 1) * b * r];
-        T::forward(kv, &q, p.w_a, image, att, (&mut inp, e, alpha));
+        rows_forward(kv, &q, p.w_a, image, att, (&mut inp, e, alpha));
         for (x, &w) in inp.iter_mut().zip(&gx[step * b * g..(step + 1) * b * g]) {
             *x += w;
         }
@@ -239,7 +239,7 @@ struct Backward<T> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn backward<T: RowKernels>(
+fn backward<T: Real>(
     kind: RnnKind,
     d: Dims,
     kv: &[T],
@@ -270,7 +270,7 @@ fn backward<T: RowKernels>(
         |step, dgx_t, ds_prev| {
             // The attended term had the gates' input gradient, as `gx` did.
             let dq_t = &mut dq[step * b * a..(step + 1) * b * a];
-            T::backward(
+            rows_backward(
                 &f.e[step * b * r * a..(step + 1) * b * r * a],
                 &f.alpha[step * b * r..(step + 1) * b * r],
                 kv,
@@ -310,7 +310,7 @@ fn backward<T: RowKernels>(
 }
 
 /// The CPU values of a tensor's storage.
-fn host<'s, T: RowKernels>(
+fn host<'s, T: Real>(
     storage: &'s Storage,
     layout: &Layout,
     what: &str,
@@ -322,7 +322,7 @@ fn host<'s, T: RowKernels>(
 }
 
 impl FusedAttRnn {
-    fn fwd_typed<T: RowKernels>(
+    fn fwd_typed<T: Real>(
         &self,
         d: Dims,
         (s1, l1): (&CpuStorage, &Layout),
@@ -357,7 +357,7 @@ impl FusedAttRnn {
         Ok(f.out)
     }
 
-    fn bwd_typed<T: RowKernels>(
+    fn bwd_typed<T: Real>(
         &self,
         d: Dims,
         (kv, small): (&Tensor, &Tensor),

@@ -1,85 +1,43 @@
 //! The gate arithmetic of one row of a recurrent layer, forward ([`gates`]) and backward
-//! ([`grads`]), built for baseline x86-64 and for AVX2/FMA. Formulas as in [`super::cell`].
+//! ([`grads`]), compiled for the level in use (`fastmath::vectorised!`). Formulas as in [`super::cell`].
 
 use crate::model::config::RnnKind;
 use crate::model::kernels::real::Real;
 
-/// Whether the row kernels may run compiled for AVX2 and FMA ([`crate::fastmath::simd`]; an
-/// AVX-512 CPU has both). The build targets baseline x86-64 (SSE2), so without this the gate
-/// loops run 4 lanes wide. Rust never fuses `a * b + c` on its own, so both builds give the
-/// same bits.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn avx2() -> bool {
-    crate::fastmath::simd() != crate::fastmath::Simd::Baseline
+/// One row of gate values ([`gru_gates`] or [`lstm_gates`]), compiled for the level in use.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gates<T: Real>(
+    kind: RnnKind,
+    h: usize,
+    gx: &[T],
+    gh: &[T],
+    hp: &[T],
+    o: &mut [T],
+    sv: &mut [T],
+) {
+    crate::fastmath::vectorised!(match kind {
+        RnnKind::Gru => gru_gates(h, gx, gh, hp, o, sv),
+        RnnKind::Lstm => lstm_gates(h, gx, gh, hp, o, sv),
+    })
 }
 
-/// Defines a row kernel three times over one body: `$plain` (baseline build), `$vector` (the
-/// same code compiled for AVX2/FMA, x86-64 only) and `$name`, which calls the second when the
-/// CPU has those features and the first otherwise.
-macro_rules! row_kernel {
-    ($(#[$doc:meta])* $vis:vis fn $name:ident, $vector:ident, $plain:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
-        $(#[$doc])*
-        #[allow(clippy::too_many_arguments)]
-        #[inline(always)]
-        $vis fn $name<T: Real>($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            if avx2() {
-                // SAFETY: the CPU has AVX2 and FMA (checked just above).
-                return unsafe { $vector($($arg),*) };
-            }
-            $plain($($arg),*)
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[allow(clippy::too_many_arguments)]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $vector<T: Real>($($arg: $ty),*) {
-            $plain($($arg),*)
-        }
-
-        #[allow(clippy::too_many_arguments)]
-        #[inline(always)]
-        fn $plain<T: Real>($($arg: $ty),*) $body
-    };
-}
-
-row_kernel! {
-    /// One row of gate values ([`gru_gates`] or [`lstm_gates`]).
-    pub(crate) fn gates, gates_avx2, gates_plain(
-        kind: RnnKind,
-        h: usize,
-        gx: &[T],
-        gh: &[T],
-        hp: &[T],
-        o: &mut [T],
-        sv: &mut [T],
-    ) {
-        match kind {
-            RnnKind::Gru => gru_gates(h, gx, gh, hp, o, sv),
-            RnnKind::Lstm => lstm_gates(h, gx, gh, hp, o, sv),
-        }
-    }
-}
-
-row_kernel! {
-    /// One row of gate gradients ([`gru_grads`], which also writes `dgh`, or [`lstm_grads`],
-    /// which takes an empty `dgh`).
-    pub(crate) fn grads, grads_avx2, grads_plain(
-        kind: RnnKind,
-        h: usize,
-        sv: &[T],
-        ds: &[T],
-        hp: &[T],
-        dp: &mut [T],
-        dx: &mut [T],
-        dgh: &mut [T],
-    ) {
-        match kind {
-            RnnKind::Gru => gru_grads(h, sv, ds, hp, dp, dx, dgh),
-            RnnKind::Lstm => lstm_grads(h, sv, ds, hp, dp, dx),
-        }
-    }
+/// One row of gate gradients ([`gru_grads`], which also writes `dgh`, or [`lstm_grads`], which
+/// takes an empty `dgh`), compiled for the level in use.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grads<T: Real>(
+    kind: RnnKind,
+    h: usize,
+    sv: &[T],
+    ds: &[T],
+    hp: &[T],
+    dp: &mut [T],
+    dx: &mut [T],
+    dgh: &mut [T],
+) {
+    crate::fastmath::vectorised!(match kind {
+        RnnKind::Gru => gru_grads(h, sv, ds, hp, dp, dx, dgh),
+        RnnKind::Lstm => lstm_grads(h, sv, ds, hp, dp, dx),
+    })
 }
 
 /// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
@@ -215,10 +173,11 @@ fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx:
 mod tests {
     use super::*;
 
-    /// The row kernels built for AVX2/FMA give the same bits as the baseline build (Rust does
-    /// not fuse multiply-adds on its own), so a run does not depend on the CPU it lands on.
+    /// The row kernels give the same bits at every level this CPU runs (Rust does not fuse
+    /// multiply-adds on its own), so a run does not depend on the level it runs at.
     #[test]
-    fn vector_and_baseline_row_kernels_agree_bit_for_bit() {
+    fn row_kernels_agree_bit_for_bit_at_every_level() {
+        use crate::fastmath::{dispatch::run_at, Simd};
         let h = 37;
         let val = |n: usize, salt: usize| -> Vec<f32> {
             (0..n)
@@ -231,29 +190,46 @@ mod tests {
                 RnnKind::Lstm => (4 * h, 2 * h, 5 * h),
             };
             let (gx, gh, hp) = (val(g, 1), val(g, 2), val(s, 3));
-            let gates_of = |vector: bool| {
+            let gates_at = |level: Simd| {
                 let (mut o, mut sv) = (vec![0f32; s], vec![0f32; sw]);
-                if vector {
-                    gates(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
-                } else {
-                    gates_plain(kind, h, &gx, &gh, &hp, &mut o, &mut sv);
-                }
+                run_at(
+                    level,
+                    #[inline(always)]
+                    || match kind {
+                        RnnKind::Gru => gru_gates(h, &gx, &gh, &hp, &mut o, &mut sv),
+                        RnnKind::Lstm => lstm_gates(h, &gx, &gh, &hp, &mut o, &mut sv),
+                    },
+                );
                 (o, sv)
             };
-            let (o, sv) = gates_of(true);
-            assert_eq!((o.clone(), sv.clone()), gates_of(false), "{kind:?} gates");
+            let (o, sv) = gates_at(Simd::Baseline);
             let ds = val(s, 4);
-            let grads_of = |vector: bool| {
+            let grads_at = |level: Simd| {
                 let (mut dp, mut dx) = (vec![0f32; s], vec![0f32; g]);
                 let mut dgh = vec![0f32; if kind == RnnKind::Gru { g } else { 0 }];
-                if vector {
-                    grads(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
-                } else {
-                    grads_plain(kind, h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh);
-                }
+                run_at(
+                    level,
+                    #[inline(always)]
+                    || match kind {
+                        RnnKind::Gru => gru_grads(h, &sv, &ds, &hp, &mut dp, &mut dx, &mut dgh),
+                        RnnKind::Lstm => lstm_grads(h, &sv, &ds, &hp, &mut dp, &mut dx),
+                    },
+                );
                 (dp, dx, dgh)
             };
-            assert_eq!(grads_of(true), grads_of(false), "{kind:?} gradients");
+            let want = grads_at(Simd::Baseline);
+            for level in Simd::available() {
+                assert_eq!(
+                    gates_at(level),
+                    (o.clone(), sv.clone()),
+                    "{kind:?} gates, {level}"
+                );
+                assert_eq!(grads_at(level), want, "{kind:?} gradients, {level}");
+            }
+            // The dispatching entry points give the same.
+            let (mut o2, mut sv2) = (vec![0f32; s], vec![0f32; sw]);
+            gates(kind, h, &gx, &gh, &hp, &mut o2, &mut sv2);
+            assert_eq!((o2, sv2), (o.clone(), sv.clone()));
         }
     }
 }

@@ -21,7 +21,7 @@ use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::layer_norm::NormKernels;
+use crate::model::kernels::layer_norm::norm_rows;
 use crate::model::kernels::panels::PackedLinear;
 use crate::model::kernels::real::{dot, Real};
 use crate::model::kernels::softmax::softmax_in_place;
@@ -51,7 +51,7 @@ impl HostNorm {
     /// The Annotated Transformer's norm of every row of `x` (unbiased std, `eps` added to it).
     fn forward(&self, x: &[f32]) -> Vec<f32> {
         let mut y = vec![0f32; x.len()];
-        f32::norm_rows(x, &self.gain, &self.bias, NORM_EPS, &mut y, None, None);
+        norm_rows(x, &self.gain, &self.bias, NORM_EPS, &mut y, None, None);
         y
     }
 }
@@ -326,18 +326,11 @@ impl HostLive {
     }
 }
 
-crate::fastmath::simd_dispatch!(
-    /// One row of [`HostWeights::attend`]: the query `q` `[d]` over the keys and values at
-    /// `offsets` of `k` and `v`, into `o` `[d]`, built for this CPU's widest vector unit.
-    fn attend_row(
-        q: &[f32],
-        offsets: &[usize],
-        k: &[f32],
-        v: &[f32],
-        heads: usize,
-        o: &mut [f32],
-    ) -> () = attend_row_plain
-);
+/// One row of [`HostWeights::attend`]: the query `q` `[d]` over the keys and values at
+/// `offsets` of `k` and `v`, into `o` `[d]`, compiled for the level in use.
+fn attend_row(q: &[f32], offsets: &[usize], k: &[f32], v: &[f32], heads: usize, o: &mut [f32]) {
+    crate::fastmath::vectorised!(attend_row_plain(q, offsets, k, v, heads, o))
+}
 
 #[inline(always)]
 fn attend_row_plain(
