@@ -23,6 +23,7 @@ pub(crate) mod dropout;
 pub(crate) mod host_gemm;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
+pub(crate) mod panel_tiles;
 pub(crate) mod panels;
 pub(crate) mod real;
 pub(crate) mod relu;

@@ -2,44 +2,55 @@
 //! policy snapshot in column panels, vectorised along the output columns.
 //!
 //! gemm repacks the weight for every call: at 10–50 rows the repacking of the decoder's weights
-//! costs about as much as the product. Here `W` `[k, n]` is stored as panels of [`COLS`]
-//! columns, each panel `k × COLS` contiguous, so a tile of up to 8 rows × [`COLS`] columns
-//! stays in registers while it reads its panel front to back (the panel stays in cache for the
-//! next row tile), and nothing is copied per call. The sums run over `k` in order with fused
-//! multiply-adds (correctly rounded in every build), so a value does not depend on the tile it
-//! falls in, the thread count or the vector width.
+//! costs about as much as the product. Here `W` `[k, n]` is stored as panels of a few columns
+//! (the width of the level's tile, [`panel_tiles`](super::panel_tiles)), each panel `k × width`
+//! contiguous, so a tile of rows × the panel's columns stays in registers while it reads its
+//! panel front to back (the panel stays in cache for the next rows), and nothing is copied per
+//! call. The sums run over `k` in order, so a value does not depend on the tile it falls in,
+//! the panel width or the thread count; the levels' tiles differ only in whether a
+//! multiply-add is fused (see `panel_tiles`).
 
 use std::ops::Range;
 
 use candle_core::{DType, Tensor};
 
 use super::host_gemm::SendPtr;
+use super::panel_tiles::{self, PanelDst};
+use crate::fastmath::Simd;
 use crate::model::error::Result;
 
-/// Rows of a tile.
-const ROWS: usize = 8;
-/// Columns of a panel.
-const COLS: usize = 32;
-
-/// A `[k, n]` weight in column panels (the last one padded with zeros).
+/// A `[k, n]` weight in column panels of its level's width (the last one padded with zeros).
 struct Panels {
     k: usize,
     n: usize,
+    /// The level whose tile multiplies it (it fixed the panel width).
+    level: Simd,
     data: Vec<f32>,
 }
 
 impl Panels {
-    /// From `w` `[k, n]` row-major.
+    /// From `w` `[k, n]` row-major, for the level in use.
     fn new(w: &[f32], k: usize, n: usize) -> Self {
-        let panels = n.div_ceil(COLS);
-        let mut data = vec![0f32; panels * k * COLS];
-        for (p, panel) in data.chunks_mut(k * COLS).enumerate() {
-            let (c0, c1) = (p * COLS, ((p + 1) * COLS).min(n));
-            for (kk, dst) in panel.chunks_mut(COLS).enumerate() {
+        Self::for_level(w, k, n, crate::fastmath::simd())
+    }
+
+    /// From `w` `[k, n]` row-major, for `level`'s tile (the portable one where this CPU lacks
+    /// the level).
+    fn for_level(w: &[f32], k: usize, n: usize, level: Simd) -> Self {
+        let level = match level.supported() {
+            true => level,
+            false => Simd::Baseline,
+        };
+        let cols = panel_tiles::width(level);
+        let panels = n.div_ceil(cols);
+        let mut data = vec![0f32; panels * k * cols];
+        for (p, panel) in data.chunks_mut(k * cols).enumerate() {
+            let (c0, c1) = (p * cols, ((p + 1) * cols).min(n));
+            for (kk, dst) in panel.chunks_mut(cols).enumerate() {
                 dst[..c1 - c0].copy_from_slice(&w[kk * n + c0..kk * n + c1]);
             }
         }
-        Self { k, n, data }
+        Self { k, n, level, data }
     }
 
     /// The weight's values, `k · n`.
@@ -55,20 +66,44 @@ impl Panels {
             x.len() == m * k && y.len() == m * n,
             "panel product: shapes do not fit"
         );
-        let panels = n.div_ceil(COLS);
+        let panels = n.div_ceil(panel_tiles::width(self.level));
         let blocks = threads.clamp(1, panels);
         let dst = SendPtr(y.as_mut_ptr());
-        let run = |p0: usize, p1: usize| self.mul_panels(x, dst.at(0), p0..p1);
+        // SAFETY: `y` holds `m` rows of `n`; blocks write disjoint columns of `y`.
+        let run = |p0: usize, p1: usize| unsafe { self.mul_panels(x, dst.at(0), p0..p1) };
         if blocks == 1 {
             run(0, panels);
             return;
         }
         let per = panels.div_ceil(blocks);
         use rayon::prelude::*;
-        // Blocks write disjoint columns of `y`.
         (0..blocks)
             .into_par_iter()
             .for_each(|b| run(b * per, ((b + 1) * per).min(panels)));
+    }
+
+    /// Panels `panels` of `x W` added into `y` with the tile of the level the weight was
+    /// packed for.
+    ///
+    /// # Safety
+    /// `y` holds `x.len() / k` rows of stride `n`, and no other thread writes the panels'
+    /// columns meanwhile.
+    unsafe fn mul_panels(&self, x: &[f32], y: *mut f32, panels: Range<usize>) {
+        let (k, n) = (self.k, self.n);
+        let cols = panel_tiles::width(self.level);
+        let m = x.len() / k;
+        for p in panels {
+            let panel = &self.data[p * k * cols..(p + 1) * k * cols];
+            let dst = PanelDst {
+                y,
+                n,
+                m,
+                c0: p * cols,
+                width: (n - p * cols).min(cols),
+            };
+            // SAFETY: the level was checked when packing; the columns lie within `y`.
+            unsafe { panel_tiles::multiply(self.level, x, panel, k, dst) };
+        }
     }
 }
 
@@ -146,163 +181,23 @@ impl PackedLinear {
     }
 }
 
-impl Panels {
-    /// Panels `panels` of `x W` added into `y` (`m` rows of stride `n`): with AVX-512 the
-    /// tiles' accumulators are registers ([`avx512`]), elsewhere the portable tile (the same sums
-    /// in the same order).
-    fn mul_panels(&self, x: &[f32], y: *mut f32, panels: Range<usize>) {
-        #[cfg(target_arch = "x86_64")]
-        if crate::fastmath::simd() == crate::fastmath::Simd::Avx512 {
-            // SAFETY: the CPU has AVX-512F (checked by `simd`).
-            unsafe { self.mul_with(x, y, panels, avx512::tile) };
-            return;
-        }
-        // SAFETY: the portable tile needs no CPU feature; the callers' bounds as above.
-        unsafe { self.mul_with(x, y, panels, tile) };
-    }
-
-    /// [`Panels::mul_panels`] with the tile kernel `tile`.
-    ///
-    /// # Safety
-    /// `y` holds `x.len() / k` rows of stride `n`; `tile` runs on this CPU.
-    #[inline(always)]
-    unsafe fn mul_with(&self, x: &[f32], y: *mut f32, panels: Range<usize>, tile: Tile) {
-        let (k, n) = (self.k, self.n);
-        let m = x.len() / k;
-        for p in panels {
-            let panel = &self.data[p * k * COLS..(p + 1) * k * COLS];
-            let (c0, width) = (p * COLS, (n - p * COLS).min(COLS));
-            let mut i = 0;
-            while i < m {
-                let rows = (m - i).min(ROWS);
-                let dst = TileDst {
-                    y,
-                    n,
-                    i,
-                    rows,
-                    c0,
-                    width,
-                };
-                // SAFETY: rows `i..i + rows` < m, columns `c0..c0 + width` ≤ n of `y`.
-                unsafe { tile(&x[i * k..(i + rows) * k], panel, k, dst) };
-                i += rows;
-            }
-        }
-    }
-}
-
-/// Where a tile adds its sums: `rows` rows of `y` (row stride `n`) from row `i`, the columns
-/// `c0..c0 + width`.
-#[derive(Clone, Copy)]
-struct TileDst {
-    y: *mut f32,
-    n: usize,
-    i: usize,
-    rows: usize,
-    c0: usize,
-    width: usize,
-}
-
-impl TileDst {
-    /// Adds a tile row's sums (the first `width` of them) into row `r` of the tile.
-    ///
-    /// # Safety
-    /// `y` holds the tile's rows and columns (the tile kernels' contract).
-    #[inline(always)]
-    unsafe fn add_row(&self, r: usize, sums: &[f32; COLS]) {
-        for (c, &v) in sums[..self.width].iter().enumerate() {
-            // SAFETY: the caller's contract.
-            unsafe { *self.y.add((self.i + r) * self.n + self.c0 + c) += v };
-        }
-    }
-}
-
-/// A tile kernel: the tile's rows of `x` (`rows × k`), its panel (`k × COLS`), where it adds.
-type Tile = unsafe fn(&[f32], &[f32], usize, TileDst);
-
-/// The portable tile (see [`Tile`]).
-///
-/// # Safety
-/// `dst` addresses valid rows and columns of `y`.
-unsafe fn tile(xs: &[f32], panel: &[f32], k: usize, dst: TileDst) {
-    for r in 0..dst.rows {
-        let mut acc = [0f32; COLS];
-        for (kk, wr) in panel.chunks_exact(COLS).enumerate() {
-            let xv = xs[r * k + kk];
-            for (a, &wv) in acc.iter_mut().zip(wr) {
-                *a = xv.mul_add(wv, *a);
-            }
-        }
-        // SAFETY: the caller's contract.
-        unsafe { dst.add_row(r, &acc) };
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::{TileDst, COLS, ROWS};
-
-    /// The AVX-512 tile: up to 8 rows × 32 columns in 16 registers.
-    ///
-    /// # Safety
-    /// As [`super::tile`], and the CPU has AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tile(xs: &[f32], panel: &[f32], k: usize, dst: TileDst) {
-        let rows = dst.rows;
-        debug_assert!(rows <= ROWS && xs.len() == rows * k && panel.len() == k * COLS);
-        let z = _mm512_setzero_ps();
-        let mut acc = [[z; 2]; ROWS];
-        let wp = panel.as_ptr();
-        let xp = xs.as_ptr();
-        macro_rules! rows_loop {
-            ($r:literal) => {
-                for kk in 0..k {
-                    // SAFETY: `kk < k`: within the panel (`k × 32`) and each row's `k` inputs.
-                    let (w0, w1) = unsafe {
-                        (
-                            _mm512_loadu_ps(wp.add(kk * COLS)),
-                            _mm512_loadu_ps(wp.add(kk * COLS + 16)),
-                        )
-                    };
-                    for r in 0..$r {
-                        let xv = _mm512_set1_ps(unsafe { *xp.add(r * k + kk) });
-                        acc[r][0] = _mm512_fmadd_ps(xv, w0, acc[r][0]);
-                        acc[r][1] = _mm512_fmadd_ps(xv, w1, acc[r][1]);
-                    }
-                }
-            };
-        }
-        match rows {
-            8 => rows_loop!(8),
-            7 => rows_loop!(7),
-            6 => rows_loop!(6),
-            5 => rows_loop!(5),
-            4 => rows_loop!(4),
-            3 => rows_loop!(3),
-            2 => rows_loop!(2),
-            _ => rows_loop!(1),
-        }
-        let mut out = [0f32; COLS];
-        for (r, a) in acc.iter().enumerate().take(rows) {
-            // SAFETY: `out` holds 32 values; `dst` as the caller's contract.
-            unsafe {
-                _mm512_storeu_ps(out.as_mut_ptr(), a[0]);
-                _mm512_storeu_ps(out.as_mut_ptr().add(16), a[1]);
-                dst.add_row(r, &out);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fastmath::Simd;
 
+    /// Every level's tile on any thread count gives exactly the sums in `k` order added to
+    /// `y`: fused multiply-adds at the vector levels, a product rounded then added at the
+    /// portable one (unless the build has FMA).
     #[test]
-    fn panel_products_match_the_plain_product_on_any_thread_count() {
-        for (m, k, n) in [(1, 3, 5), (10, 37, 70), (7, 64, 129), (4, 16, 32)] {
+    fn panel_products_give_the_k_ordered_sums_at_every_level_and_thread_count() {
+        for (m, k, n) in [
+            (1, 3, 5),
+            (10, 37, 70),
+            (7, 64, 129),
+            (4, 16, 32),
+            (13, 9, 40),
+        ] {
             let x: Vec<f32> = (0..m * k)
                 .map(|v| ((v * 7 % 13) as f32 - 6.0) / 5.0)
                 .collect();
@@ -310,31 +205,31 @@ mod tests {
                 .map(|v| ((v * 5 % 11) as f32 - 5.0) / 7.0)
                 .collect();
             let bias: Vec<f32> = (0..m * n).map(|v| (v % 3) as f32).collect();
-            let mut want = bias.clone();
-            for i in 0..m {
-                for c in 0..n {
-                    want[i * n + c] += (0..k).fold(0f32, |s, kk| s + x[i * k + kk] * w[kk * n + c]);
-                }
-            }
-            let panels = Panels::new(&w, k, n);
-            let mut first = None;
-            for threads in [1, 2, 3] {
+            let sums = |fused: bool| {
                 let mut y = bias.clone();
-                panels.mul_into(&x, &mut y, threads);
-                for (a, b) in y.iter().zip(&want) {
-                    assert!(
-                        (a - b).abs() <= 1e-4 * b.abs().max(1.0),
-                        "{m}x{k}x{n}: {a} vs {b}"
-                    );
+                for i in 0..m {
+                    for c in 0..n {
+                        y[i * n + c] += (0..k).fold(0f32, |s, kk| {
+                            let (a, b) = (x[i * k + kk], w[kk * n + c]);
+                            match fused {
+                                true => a.mul_add(b, s),
+                                false => s + a * b,
+                            }
+                        });
+                    }
                 }
-                // The same bits whatever the thread count.
-                assert_eq!(*first.get_or_insert_with(|| y.clone()), y);
+                y
+            };
+            let portable_fuses = cfg!(any(target_feature = "fma", target_arch = "aarch64"));
+            for level in Simd::available() {
+                let want = sums(level != Simd::Baseline || portable_fuses);
+                let panels = Panels::for_level(&w, k, n, level);
+                for threads in [1, 2, 3] {
+                    let mut y = bias.clone();
+                    panels.mul_into(&x, &mut y, threads);
+                    assert_eq!(y, want, "{level}, {threads} threads, {m}x{k}x{n}");
+                }
             }
-            // The portable tile gives the AVX-512 tile's bits (both fuse every multiply-add).
-            let mut y = bias.clone();
-            // SAFETY: `y` holds `m` rows of `n`; all panels.
-            unsafe { panels.mul_with(&x, y.as_mut_ptr(), 0..n.div_ceil(COLS), tile) };
-            assert_eq!(first.unwrap(), y);
         }
     }
 }
