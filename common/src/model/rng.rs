@@ -69,6 +69,30 @@ impl CaprlRng {
         }
     }
 
+    /// Fills `out` with what as many [`CaprlRng::uniform_open`] calls would give, the stream's
+    /// words taken in blocks.
+    pub fn fill_uniform_open(&mut self, out: &mut [f64]) {
+        const BLOCK: usize = 256;
+        let mut words = [0u8; 8 * BLOCK];
+        for chunk in out.chunks_mut(BLOCK) {
+            let start = self.inner.get_word_pos();
+            let bytes = &mut words[..8 * chunk.len()];
+            // `fill_bytes` hands out the words `next_u64` would, low word first.
+            self.inner.fill_bytes(bytes);
+            for (u, w) in chunk.iter_mut().zip(bytes.chunks_exact(8)) {
+                let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                // rand's uniform f64: the top 53 bits, scaled into [0, 1).
+                *u = (w >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+            }
+            // A zero (one in 2⁵³) is redrawn by `uniform_open`, shifting the stream: take the
+            // block again one number at a time.
+            if chunk.contains(&0.0) {
+                self.inner.set_word_pos(start);
+                chunk.iter_mut().for_each(|u| *u = self.uniform_open());
+            }
+        }
+    }
+
     /// Inverted-dropout mask values: `1 / (1 - p)` with probability `1 - p`, else 0.
     ///
     /// Element `i` keeps when the `i`-th `u32` of the stream, as rand's uniform `f32`
@@ -138,6 +162,25 @@ mod tests {
                     "kept {kept} of n = {n}, p = {p}"
                 );
             }
+        }
+    }
+
+    /// The block-wise uniforms are those of `uniform_open` one at a time, from any stream
+    /// position (an odd word position included), and leave the stream where it would be.
+    #[test]
+    fn filled_uniforms_match_drawing_one_at_a_time() {
+        for (n, skip_words) in [(1usize, 0u32), (255, 1), (256, 0), (257, 3), (10_000, 1)] {
+            let mut fast = CaprlRng::with_stream(5, 2);
+            let mut slow = CaprlRng::with_stream(5, 2);
+            for _ in 0..skip_words {
+                fast.inner.next_u32();
+                slow.inner.next_u32();
+            }
+            let mut got = vec![0f64; n];
+            fast.fill_uniform_open(&mut got);
+            let want: Vec<f64> = (0..n).map(|_| slow.uniform_open()).collect();
+            assert_eq!(got, want, "n = {n}");
+            assert_eq!(fast.state(), slow.state(), "n = {n}");
         }
     }
 }

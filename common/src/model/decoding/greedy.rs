@@ -20,15 +20,52 @@ impl Policy for Greedy {
     }
 }
 
-/// Index of the largest value; the first one on ties.
-pub(crate) fn argmax(xs: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
+/// Index of the largest value; the first one on ties. NaNs are never the largest, but a NaN
+/// first value is kept (as a scan that moves only to a strictly larger value keeps it).
+pub(crate) fn argmax<T: Lanes>(xs: &[T]) -> usize {
+    crate::fastmath::vectorised!(argmax_plain(xs))
+}
+
+/// Values [`argmax`] runs on (the logits, f32; the sampler's uniform numbers, f64).
+pub(crate) trait Lanes: Copy + PartialOrd + PartialEq {
+    const NEG_INFINITY: Self;
+}
+
+impl Lanes for f32 {
+    const NEG_INFINITY: Self = f32::NEG_INFINITY;
+}
+
+impl Lanes for f64 {
+    const NEG_INFINITY: Self = f64::NEG_INFINITY;
+}
+
+/// Lanes of [`argmax_plain`]'s maximum.
+const LANES: usize = 8;
+
+#[inline(always)]
+fn argmax_plain<T: Lanes>(xs: &[T]) -> usize {
+    let Some(&first) = xs.first() else {
+        return 0;
+    };
+    // A NaN first value (not equal to itself) is never passed by a strictly larger one.
+    if first != first {
+        return 0;
+    }
+    // The largest value in fixed lanes (so that it vectorises), then its first position: the
+    // position a left-to-right scan that keeps the first of equal values ends at.
+    let mut m = [T::NEG_INFINITY; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &x) in m.iter_mut().zip(c) {
+            *m = if x > *m { x } else { *m };
         }
     }
-    best
+    let max = rest
+        .iter()
+        .chain(&m)
+        .fold(T::NEG_INFINITY, |a, &x| if x > a { x } else { a });
+    xs.iter().position(|&x| x == max).unwrap_or(0)
 }
 
 impl Decoder {
@@ -48,5 +85,47 @@ impl Decoder {
         bad_endings: &BadEndings,
     ) -> Result<Decoded> {
         self.rollout(x, None, max_len, bad_endings, &mut Greedy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    /// The scan it replaces: move to a strictly larger value only.
+    fn scan(xs: &[f32]) -> usize {
+        let mut best = 0;
+        for (i, &x) in xs.iter().enumerate() {
+            if x > xs[best] {
+                best = i;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn argmax_is_the_first_largest_like_a_left_to_right_scan() {
+        let nan = f32::NAN;
+        let cases: Vec<Vec<f32>> = vec![
+            vec![],
+            vec![nan, 1.0, 2.0],
+            vec![1.0, nan, 3.0, 3.0],
+            vec![f32::NEG_INFINITY; 9],
+            vec![-0.0, 0.0, -1.0],
+            vec![0.0, -0.0],
+            (0..10_007)
+                .map(|i| ((i * 7919) % 1013) as f32 / 7.0)
+                .collect(),
+            (0..37).map(|i| (i % 5) as f32).collect(),
+        ];
+        for xs in cases {
+            assert_eq!(argmax(&xs), scan(&xs), "{:?}", &xs[..xs.len().min(8)]);
+        }
+        let us: Vec<f64> = (0..1001).map(|i| ((i * 31) % 997) as f64 / 997.0).collect();
+        let want = us
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &u)| if u > us[b] { i } else { b });
+        assert_eq!(argmax(&us), want);
     }
 }

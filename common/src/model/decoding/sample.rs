@@ -113,7 +113,8 @@ impl Sampler {
             Some(s) => s.iter().map(|&i| logits[i]).collect(),
         };
         let xs = if support.is_some() { &xs[..] } else { logits };
-        let us: Vec<f64> = xs.iter().map(|_| rng.uniform_open()).collect();
+        let mut us = vec![0f64; xs.len()];
+        rng.fill_uniform_open(&mut us);
         let k = gumbel_argmax(xs, &us, self.inv_temp);
         let w = support.as_ref().map_or(k, |s| s[k]);
         (w as u32, self.log_mu(logits, &support, w))
@@ -133,10 +134,7 @@ fn gumbel_argmax(xs: &[f32], us: &[f64], inv_temp: f64) -> usize {
     }
     let score = |i: usize| xs[i] as f64 * inv_temp + gumbel(us[i]);
     let by_logit = argmax(xs);
-    let by_noise = us
-        .iter()
-        .enumerate()
-        .fold(0, |b, (i, &u)| if u > us[b] { i } else { b });
+    let by_noise = argmax(us);
     let floor = score(by_logit).max(score(by_noise));
     let may_win = may_win(xs, us, inv_temp, floor);
     let mut best = (0usize, f64::NEG_INFINITY);
@@ -149,12 +147,12 @@ fn gumbel_argmax(xs: &[f32], us: &[f64], inv_temp: f64) -> usize {
     best.0
 }
 
-crate::fastmath::simd_dispatch!(
-    /// Per word, whether `x / T + g(u) ≥ floor` is possible: `false` only where `u` lies below
-    /// a bound a little under `exp(−exp(x / T − floor))` (room for the f32 polynomials and the
-    /// rounding of the exact comparison), so such a word scores below `floor`.
-    fn may_win(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> = may_win_plain
-);
+/// Per word, whether `x / T + g(u) ≥ floor` is possible: `false` only where `u` lies below a
+/// bound a little under `exp(−exp(x / T − floor))` (room for the f32 polynomials and the
+/// rounding of the exact comparison), so such a word scores below `floor`.
+fn may_win(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> {
+    crate::fastmath::vectorised!(may_win_plain(xs, us, inv_temp, floor))
+}
 
 #[inline(always)]
 fn may_win_plain(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> {
@@ -163,17 +161,19 @@ fn may_win_plain(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool>
     // then lowered by 1e-5, far more than the rounding of `u` to f32 and of the exact scores.
     let (inv, fl) = (inv_temp as f32, floor as f32);
     let slack = 1e-6 * fl.abs();
-    let one = |x: f32, u: f64| -> bool {
+    let one = |x: f32, u: f32| -> bool {
         let xi = x * inv;
         let d = xi - fl;
         let margin = 1.0 + 1e-5 + 1e-6 * xi.abs() + slack + 1e-7 * d.abs();
         let e = exp_f32(d.clamp(-80.0, 4.0)) * margin;
         let bound = exp_f32(-e) * (1.0 - 1e-5);
         // No bound above d = 4 (or for NaN): the word may win.
-        !((d < 4.0) & ((u as f32) < bound))
+        !((d < 4.0) & (u < bound))
     };
     let n = xs.len();
-    let us = &us[..n];
+    // `u` in f32 first: a loop that mixed f64 inputs with the f32 polynomials would run as
+    // many lanes as f64 fills.
+    let us: Vec<f32> = us[..n].iter().map(|&u| u as f32).collect();
     let mut out = vec![true; n];
     // Fixed chunks without bounds checks, so that the loop vectorises.
     let mut o = out.chunks_exact_mut(LANES);
