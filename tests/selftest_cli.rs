@@ -1,9 +1,11 @@
 //! `caprl selftest` on the CPU compares the generic ops (the ones CUDA runs) with the CPU's own
-//! kernels: it passes at the default tolerance, names every check, reports failures with the
-//! largest differences and a failing exit status, and refuses bad settings clearly.
+//! kernels, and the kernels at every SIMD level the CPU has with the baseline build: it passes
+//! at the default tolerance, names every check, reports failures with the largest differences
+//! and a failing exit status, and refuses bad settings clearly.
 
 mod support;
 
+use caprl_common::fastmath::Simd;
 use support::{caprl, text};
 
 /// Every quantity the self-test compares, for each tiny model.
@@ -33,8 +35,77 @@ fn selftest_on_the_cpu_passes_every_check_of_every_model() {
             assert!(line.starts_with("pass"), "{line}");
         }
     }
+    // Every level above the baseline, compared with it check by check.
+    let levels: Vec<Simd> = Simd::available()
+        .into_iter()
+        .filter(|&l| l != Simd::Baseline)
+        .collect();
+    for level in &levels {
+        for model in MODELS {
+            for check in CHECKS {
+                let name = format!("{level}: {model} {check}");
+                let line = stdout
+                    .lines()
+                    .find(|l| l.contains(&name))
+                    .unwrap_or_else(|| panic!("no `{name}` line:\n{stdout}"));
+                assert!(line.starts_with("pass"), "{line}");
+            }
+        }
+    }
     assert!(!stdout.contains("FAIL"), "{stdout}");
-    assert!(stdout.contains("selftest: pass (28 checks"), "{stdout}");
+    let total = 28 * (1 + levels.len());
+    assert!(
+        stdout.contains(&format!("selftest: pass ({total} checks")),
+        "{stdout}"
+    );
+}
+
+/// `CAPRL_SIMD` names a level; a misspelt one, or one this CPU lacks, stops any command with
+/// exit code 2 and a message listing what the CPU runs; a supported one is used.
+#[test]
+fn a_bad_or_unsupported_simd_level_is_refused_naming_what_the_cpu_runs() {
+    let runs: Vec<&str> = Simd::available().iter().map(|l| l.name()).collect();
+    let out = caprl()
+        .args(["config", "default"])
+        .env("CAPRL_SIMD", "sse9")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let msg = text(&out);
+    assert!(msg.contains("CAPRL_SIMD=`sse9`"), "{msg}");
+    assert!(msg.contains(&runs.join(", ")), "{msg}");
+    if let Some(missing) = Simd::ALL.into_iter().find(|l| !l.supported()) {
+        let out = caprl()
+            .args(["config", "default"])
+            .env("CAPRL_SIMD", missing.name())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let msg = text(&out);
+        assert!(msg.contains("this CPU lacks it"), "{msg}");
+        assert!(msg.contains(&runs.join(", ")), "{msg}");
+    }
+    for level in Simd::available() {
+        let out = caprl()
+            .args([
+                "bench",
+                "transformer",
+                "--shape",
+                "synth",
+                "--tasks",
+                "greedy",
+            ])
+            .args(["--reps", "1", "--warmup", "0", "--json", "-q"])
+            .env("CAPRL_SIMD", level.name())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("\"simd\":\"{level}\"")),
+            "{stdout}"
+        );
+    }
 }
 
 /// With no tolerance, the rounding differences between the kernels and the generic ops (which

@@ -59,6 +59,8 @@ pub struct Row {
     pub reference_name: Option<String>,
     /// Above 1: caprl is faster than the reference.
     pub ratio: Option<f64>,
+    /// The CPU kernels' vector level (`CAPRL_SIMD`).
+    pub simd: &'static str,
 }
 
 impl Row {
@@ -70,6 +72,7 @@ impl Row {
             reference: None,
             reference_name: None,
             ratio: None,
+            simd: caprl_common::fastmath::simd().name(),
         }
     }
 
@@ -320,7 +323,8 @@ fn training(exe: &Path, sets: &[String], dir: &Path) -> Result<Vec<Row>> {
 }
 
 fn table(rows: &[Row]) -> String {
-    let mut out = format!(
+    let mut out = format!("{}\n", caprl_common::fastmath::describe());
+    out += &format!(
         "{:<48} {:>14} {:<11} {:>14}  {:<26} {:>7}\n",
         "benchmark", "caprl", "unit", "reference", "reference is", "ratio"
     );

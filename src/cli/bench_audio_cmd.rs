@@ -107,9 +107,10 @@ pub fn run(args: AudioBenchArgs) -> Result<()> {
     let seqs = batch_tokens(&seqs, &Device::Cpu)?;
 
     println!(
-        "caprl bench audio: {:.0} s clips ({frames} frames), CRNN width 128 = {} encoder parameters (paper: 679k)",
+        "caprl bench audio: {:.0} s clips ({frames} frames), CRNN width 128 = {} encoder parameters (paper: 679k)\n{}",
         args.seconds,
-        crnn_param_count(128, 64)
+        crnn_param_count(128, 64),
+        caprl_common::fastmath::describe()
     );
     println!(
         "{:<58} {:>14} {:>14}",

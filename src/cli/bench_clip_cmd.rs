@@ -177,8 +177,9 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         }
     }
     let mut out = format!(
-        "{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
+        "{}\n{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
          {} training images, 8 mined neighbours, 1 process\n\n",
+        caprl_common::fastmath::describe(),
         rollouts.len(),
         args.batch,
         captions,

@@ -72,7 +72,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Audio(a) => return super::bench_audio_cmd::run(a),
         What::Clip(a) => return super::bench_clip_cmd::run(a),
     };
-    let mut out = String::from("caprl bench transport\n");
+    let mut out = format!(
+        "caprl bench transport\n{}\n",
+        caprl_common::fastmath::describe()
+    );
     if !args.no_training {
         let (inproc, nats) = training(global)?;
         out.push_str(&format!(

@@ -72,6 +72,8 @@ pub struct ModelArgs {
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelBenchRow {
     pub device: String,
+    /// The CPU kernels' vector level (`CAPRL_SIMD`).
+    pub simd: &'static str,
     pub dtype: String,
     pub batch: usize,
     pub hidden: usize,
@@ -268,6 +270,7 @@ fn measure(
     })?;
     Ok(ModelBenchRow {
         device: args.device.clone(),
+        simd: caprl_common::fastmath::simd().name(),
         dtype: dtype_name.to_string(),
         batch: b,
         hidden,
@@ -301,8 +304,13 @@ pub(crate) fn suppress_eos(model: &Captioner) -> Result<()> {
 fn table(args: &ModelArgs, rows: &[ModelBenchRow]) -> String {
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "default".into());
     let mut out = format!(
-        "caprl bench model --device {} --kind {} (vocab {}, max_len {}, embed {EMBED}, fc {FC_DIM}, {} iters, RAYON_NUM_THREADS={threads})\n",
-        args.device, args.kind, args.vocab, args.max_len, args.iters
+        "caprl bench model --device {} --kind {} (vocab {}, max_len {}, embed {EMBED}, fc {FC_DIM}, {} iters, RAYON_NUM_THREADS={threads})\n{}\n",
+        args.device,
+        args.kind,
+        args.vocab,
+        args.max_len,
+        args.iters,
+        caprl_common::fastmath::describe()
     );
     out.push_str(
         "| dtype | batch | hidden | XE step ms | SCST step ms | greedy tok/s | sample tok/s | beam5 tok/s | snapshot ms (MB) |\n\

@@ -113,6 +113,8 @@ impl BenchShape {
 #[derive(Debug, Serialize)]
 struct Row {
     source: &'static str,
+    /// The CPU kernels' vector level (`CAPRL_SIMD`).
+    simd: &'static str,
     model: &'static str,
     shape: BenchShape,
     threads: usize,
@@ -136,9 +138,11 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
     let mut out = String::new();
     if !args.json {
         out.push_str(&format!(
-            "caprl bench transformer ({} reps after {} warm-up, median; {threads} threads)\n\
+            "caprl bench transformer ({} reps after {} warm-up, median; {threads} threads)\n{}\n\
              | shape | task | tokens/s | ms per run |\n|---|---|---:|---:|\n",
-            args.reps, args.warmup
+            args.reps,
+            args.warmup,
+            caprl_common::fastmath::describe()
         ));
     }
     for &shape in &args.shape {
@@ -296,6 +300,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     .collect();
     Ok(Row {
         source: "caprl",
+        simd: caprl_common::fastmath::simd().name(),
         model: "transformer",
         shape: which,
         threads,

@@ -125,11 +125,35 @@ pub enum Command {
     Selftest(selftest_cmd::Args),
 }
 
+impl Command {
+    /// Whether the command runs the model kernels (its start-up log names their SIMD level).
+    fn computes(&self) -> bool {
+        matches!(
+            self,
+            Command::Run(_)
+                | Command::Train(_)
+                | Command::Eval(_)
+                | Command::Caption(_)
+                | Command::Clip(_)
+                | Command::Learner(_)
+                | Command::Actor(_)
+                | Command::RewardWorker(_)
+                | Command::Bench(_)
+                | Command::Selftest(_)
+        )
+    }
+}
+
 /// Runs the chosen command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
-    // A misspelt CAPRL_GENERIC_OPS stops here instead of being read as off.
+    // A misspelt CAPRL_GENERIC_OPS or CAPRL_SIMD stops here instead of being read as off.
     caprl_common::model::generic_ops_from_env()?;
+    let level = caprl_common::fastmath::simd_from_env()?;
+    caprl_common::fastmath::set_simd(Some(level))?;
+    if cli.command.computes() {
+        tracing::info!("{}", caprl_common::fastmath::describe());
+    }
     match cli.command {
         Command::Run(args) => run_cmd::run(args, global),
         Command::Train(args) => train_cmd::run(args, global),
@@ -160,7 +184,9 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
         eprintln!("  caused by: {cause}");
     }
     let is_config = |cause: &(dyn std::error::Error + 'static)| {
-        cause.is::<ConfigError>() || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
+        cause.is::<ConfigError>()
+            || cause.is::<caprl_common::fastmath::SimdError>()
+            || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
     };
     if err.chain().any(is_config) {
         ExitCode::from(2)

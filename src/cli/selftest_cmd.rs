@@ -29,18 +29,53 @@ pub fn run(args: Args) -> Result<()> {
         ..SelftestOptions::default()
     };
     let started = std::time::Instant::now();
-    let report = selftest::run(&device, &opts)
-        .with_context(|| format!("running the self-test on {}", args.device))?;
+    let mut reports = vec![(
+        selftest::run(&device, &opts)
+            .with_context(|| format!("running the self-test on {}", args.device))?,
+        "the CPU (f32, its own kernels)",
+    )];
+    if device.is_cpu() {
+        let levels = selftest::run_levels(&opts).context("comparing the CPU's SIMD levels")?;
+        if !levels.checks.is_empty() {
+            reports.push((levels, "the same kernels at the baseline level"));
+        }
+    }
+    let mut out = String::new();
+    let (mut failed, mut total) = (0, 0);
+    for (report, against) in &reports {
+        out.push_str(&format!("selftest: {} against {against}\n", report.subject));
+        out.push_str(&lines(report));
+        failed += report.checks.iter().filter(|c| !c.passed()).count();
+        total += report.checks.len();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if failed == 0 {
+        out.push_str(&format!("selftest: pass ({total} checks, {secs:.1} s)\n"));
+        write_stdout(&out)
+    } else {
+        write_stdout(&out)?;
+        anyhow::bail!(
+            "selftest: {failed} of {total} checks failed: {} does not compute what its reference \
+             computes (see the FAIL lines above)",
+            reports
+                .iter()
+                .filter(|(r, _)| !r.passed())
+                .map(|(r, _)| r.subject.as_str())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        )
+    }
+}
+
+/// One line per check: pass/FAIL, name, largest and allowed difference, detail.
+fn lines(report: &selftest::Report) -> String {
     let width = report
         .checks
         .iter()
         .map(|c| c.name.len())
         .max()
         .unwrap_or(0);
-    let mut out = format!(
-        "selftest: {} against the CPU (f32, its own kernels)\n",
-        report.subject
-    );
+    let mut out = String::new();
     for c in &report.checks {
         out.push_str(&format!(
             "{}  {:<width$}  largest {:<9.3e} allowed {:<9.3e} {}\n",
@@ -51,18 +86,5 @@ pub fn run(args: Args) -> Result<()> {
             c.detail
         ));
     }
-    let failed = report.checks.iter().filter(|c| !c.passed()).count();
-    let total = report.checks.len();
-    let secs = started.elapsed().as_secs_f64();
-    if failed == 0 {
-        out.push_str(&format!("selftest: pass ({total} checks, {secs:.1} s)\n"));
-        write_stdout(&out)
-    } else {
-        write_stdout(&out)?;
-        anyhow::bail!(
-            "selftest: {failed} of {total} checks failed on {}: the device does not compute \
-             what the CPU computes (see the FAIL lines above)",
-            report.subject
-        )
-    }
+    out
 }

@@ -4,6 +4,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Check, Result, SelftestOptions};
+use crate::fastmath::{set_simd, Simd};
 use crate::model::{
     batch_tokens, set_generic_ops, CaprlRng, Captioner, CaptionerConfig, Inputs, ModelError,
     ModelKind, RnnKind,
@@ -164,9 +165,25 @@ impl Side {
     }
 }
 
-/// Runs `f` with the kernels (`generic = false`: the reference) or the generic ops.
-fn mode<T>(generic: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    set_generic_ops(Some(generic));
+/// How one side of a comparison computes on the CPU: the project's kernels at a SIMD level,
+/// or the generic ops (what CUDA runs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mode {
+    pub generic_ops: bool,
+    pub level: Simd,
+}
+
+/// The two sides of a comparison: the reference (always on the CPU) and the subject.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sides {
+    pub reference: Mode,
+    pub subject: Mode,
+}
+
+/// Runs `f` in `mode` (process-wide: the self-test runs alone).
+fn mode<T>(mode: Mode, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    set_generic_ops(Some(mode.generic_ops));
+    set_simd(Some(mode.level))?;
     f()
 }
 
@@ -174,16 +191,17 @@ fn mode<T>(generic: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
 pub(crate) fn compare_model(
     m: &TinyModel,
     device: &Device,
+    sides: Sides,
     opts: &SelftestOptions,
 ) -> Result<Vec<Check>> {
     let tol = opts.tolerance;
     let name = |what: &str| format!("{} {what}", m.name);
-    let reference = mode(false, || Side::new(m, &Device::Cpu, opts.seed))?;
-    let subject = mode(true, || Side::new(m, device, opts.seed))?;
+    let reference = mode(sides.reference, || Side::new(m, &Device::Cpu, opts.seed))?;
+    let subject = mode(sides.subject, || Side::new(m, device, opts.seed))?;
     let mut out = Vec::new();
 
-    let (ref_logp, ref_grads) = mode(false, || reference.logprobs_and_grads())?;
-    let (sub_logp, sub_grads) = mode(true, || subject.logprobs_and_grads())?;
+    let (ref_logp, ref_grads) = mode(sides.reference, || reference.logprobs_and_grads())?;
+    let (sub_logp, sub_grads) = mode(sides.subject, || subject.logprobs_and_grads())?;
     out.push(close(
         name("token log-probs"),
         &host(&sub_logp)?,
@@ -222,8 +240,12 @@ pub(crate) fn compare_model(
     let vars = |side: &Side| -> Vec<candle_core::Var> {
         side.vars().into_iter().map(|(_, v)| v).collect()
     };
-    let ref_norm = mode(false, || Ok(grad_norm(&ref_grads, &vars(&reference))?))?;
-    let sub_norm = mode(true, || Ok(grad_norm(&sub_grads, &vars(&subject))?))?;
+    let ref_norm = mode(sides.reference, || {
+        Ok(grad_norm(&ref_grads, &vars(&reference))?)
+    })?;
+    let sub_norm = mode(sides.subject, || {
+        Ok(grad_norm(&sub_grads, &vars(&subject))?)
+    })?;
     out.push(close(
         name("gradient norm"),
         &[sub_norm],
@@ -233,11 +255,11 @@ pub(crate) fn compare_model(
     ));
 
     out.push(adamw_step(
-        m, &reference, &ref_grads, &subject, sub_grads, tol,
+        m, &reference, &ref_grads, &subject, sub_grads, sides, tol,
     )?);
-    out.push(greedy(m, &reference, &subject)?);
-    out.push(snapshot(m, &subject)?);
-    out.push(repeat_training(m, device, opts)?);
+    out.push(greedy(m, &reference, &subject, sides)?);
+    out.push(snapshot(m, &subject, sides)?);
+    out.push(repeat_training(m, device, sides, opts)?);
     Ok(out)
 }
 
@@ -248,6 +270,7 @@ fn adamw_step(
     ref_grads: &GradStore,
     subject: &Side,
     mut sub_grads: GradStore,
+    sides: Sides,
     tol: f64,
 ) -> Result<Check> {
     let p = AdamWParams {
@@ -260,10 +283,10 @@ fn adamw_step(
             sub_grads.insert(sv.as_tensor(), g.to_device(sv.device())?);
         }
     }
-    mode(false, || {
+    mode(sides.reference, || {
         Ok(AdamW::new(reference.model.varmap(), p)?.step(ref_grads, lr)?)
     })?;
-    mode(true, || {
+    mode(sides.subject, || {
         Ok(AdamW::new(subject.model.varmap(), p)?.step(&sub_grads, lr)?)
     })?;
     let mut got = Vec::new();
@@ -282,12 +305,14 @@ fn adamw_step(
 }
 
 /// Greedy captions must be the same tokens; their log-probs close.
-fn greedy(m: &TinyModel, reference: &Side, subject: &Side) -> Result<Check> {
+fn greedy(m: &TinyModel, reference: &Side, subject: &Side, sides: Sides) -> Result<Check> {
     let max_len = m.cfg.max_len;
-    let r = mode(false, || {
+    let r = mode(sides.reference, || {
         Ok(reference.model.greedy(&reference.x, max_len)?)
     })?;
-    let s = mode(true, || Ok(subject.model.greedy(&subject.x, max_len)?))?;
+    let s = mode(sides.subject, || {
+        Ok(subject.model.greedy(&subject.x, max_len)?)
+    })?;
     let differing: Vec<usize> = (0..r.tokens.len())
         .filter(|&i| r.tokens.get(i) != s.tokens.get(i))
         .collect();
@@ -307,9 +332,9 @@ fn greedy(m: &TinyModel, reference: &Side, subject: &Side) -> Result<Check> {
 }
 
 /// The subject's snapshot, loaded on the CPU, holds exactly the subject's weights.
-fn snapshot(m: &TinyModel, subject: &Side) -> Result<Check> {
+fn snapshot(m: &TinyModel, subject: &Side, sides: Sides) -> Result<Check> {
     let bytes = subject.model.to_safetensors()?;
-    let loaded = mode(false, || {
+    let loaded = mode(sides.reference, || {
         Ok(Captioner::from_safetensors(&bytes, &m.cfg, &Device::Cpu)?)
     })?;
     let mut differing = Vec::new();
@@ -340,7 +365,12 @@ fn snapshot(m: &TinyModel, subject: &Side) -> Result<Check> {
 
 /// Two training runs from one seed, each step's forward and backward pass on one new thread and
 /// its optimizer step on another: the weights must come out byte-identical.
-fn repeat_training(m: &TinyModel, device: &Device, opts: &SelftestOptions) -> Result<Check> {
+fn repeat_training(
+    m: &TinyModel,
+    device: &Device,
+    sides: Sides,
+    opts: &SelftestOptions,
+) -> Result<Check> {
     let train = || -> Result<Vec<u8>> {
         let side = Side::new(m, device, opts.seed)?;
         let mut opt = AdamW::new(side.model.varmap(), AdamWParams::default())?;
@@ -368,7 +398,7 @@ fn repeat_training(m: &TinyModel, device: &Device, opts: &SelftestOptions) -> Re
         }
         Ok(side.model.to_safetensors()?)
     };
-    let (a, b) = mode(true, || Ok((train()?, train()?)))?;
+    let (a, b) = mode(sides.subject, || Ok((train()?, train()?)))?;
     let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
     Ok(Check {
         name: format!("{} repeated training", m.name),

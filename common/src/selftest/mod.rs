@@ -7,12 +7,16 @@
 //! snapshot saved on the device and loaded on the CPU, and two training runs from one seed,
 //! stepped from alternating threads, which must give byte-identical weights (work queued from
 //! different threads must stay in order). On the CPU the subject is the generic-ops mode (the
-//! ops CUDA runs, see [`crate::model::kernels_enabled`]), so the same command runs in CI.
+//! ops CUDA runs, see [`crate::model::kernels_enabled`]), so the same command runs in CI, and
+//! [`run_levels`] compares the kernels at every vector level of the CPU (`CAPRL_SIMD`) with
+//! the baseline build the same way.
 
 mod checks;
 
 use candle_core::Device;
 
+use self::checks::{Mode, Sides};
+use crate::fastmath::{set_simd, Simd};
 use crate::model::{set_generic_ops, ModelError};
 use crate::optim::OptimError;
 
@@ -84,6 +88,8 @@ pub enum SelftestError {
     Candle(#[from] candle_core::Error),
     #[error("self-test option {0}")]
     Option(String),
+    #[error(transparent)]
+    Simd(#[from] crate::fastmath::SimdError),
 }
 
 pub(crate) type Result<T> = std::result::Result<T, SelftestError>;
@@ -92,6 +98,68 @@ pub(crate) type Result<T> = std::result::Result<T, SelftestError>;
 /// it runs (kernels for the reference, generic ops for the subject) and restores the
 /// environment's afterwards: do not run model work on other threads meanwhile.
 pub fn run(device: &Device, opts: &SelftestOptions) -> Result<Report> {
+    let level = crate::fastmath::simd();
+    let sides = Sides {
+        reference: Mode {
+            generic_ops: false,
+            level,
+        },
+        subject: Mode {
+            generic_ops: true,
+            level,
+        },
+    };
+    let subject = if device.is_cpu() {
+        "cpu (generic ops)".to_string()
+    } else {
+        format!("{:?}", device.location())
+    };
+    compare(device, sides, subject, opts)
+}
+
+/// Runs every check of the CPU's kernels at each vector level this CPU has above the baseline
+/// against the same kernels at the baseline level (`CAPRL_SIMD=baseline`); an empty report
+/// where the CPU has no such level. Sets the process-wide level while it runs and restores the
+/// environment's afterwards.
+pub fn run_levels(opts: &SelftestOptions) -> Result<Report> {
+    let baseline = Mode {
+        generic_ops: false,
+        level: Simd::Baseline,
+    };
+    let mut checks = Vec::new();
+    let levels: Vec<Simd> = Simd::available()
+        .into_iter()
+        .filter(|&l| l != Simd::Baseline)
+        .collect();
+    for &level in &levels {
+        let sides = Sides {
+            reference: baseline,
+            subject: Mode {
+                generic_ops: false,
+                level,
+            },
+        };
+        let report = compare(&Device::Cpu, sides, level.name().into(), opts)?;
+        checks.extend(report.checks.into_iter().map(|mut c| {
+            c.name = format!("{level}: {}", c.name);
+            c
+        }));
+    }
+    let names: Vec<&str> = levels.iter().map(|l| l.name()).collect();
+    Ok(Report {
+        subject: format!("cpu kernels at {}", names.join(", ")),
+        checks,
+    })
+}
+
+/// Every check of every tiny model on `device` between the two sides; restores the
+/// environment's generic-ops mode and level afterwards.
+fn compare(
+    device: &Device,
+    sides: Sides,
+    subject: String,
+    opts: &SelftestOptions,
+) -> Result<Report> {
     if !(opts.tolerance >= 0.0 && opts.tolerance.is_finite()) {
         return Err(SelftestError::Option(format!(
             "tolerance = {}: give a finite number >= 0, e.g. 1e-4",
@@ -103,15 +171,10 @@ pub fn run(device: &Device, opts: &SelftestOptions) -> Result<Report> {
             "train steps = 0: the runs need at least one step to compare".into(),
         ));
     }
-    let subject = if device.is_cpu() {
-        "cpu (generic ops)".to_string()
-    } else {
-        format!("{:?}", device.location())
-    };
     let out = (|| {
         let mut all = Vec::new();
         for model in checks::tiny_models() {
-            all.extend(checks::compare_model(&model, device, opts)?);
+            all.extend(checks::compare_model(&model, device, sides, opts)?);
         }
         Ok(Report {
             subject,
@@ -119,5 +182,6 @@ pub fn run(device: &Device, opts: &SelftestOptions) -> Result<Report> {
         })
     })();
     set_generic_ops(None);
+    set_simd(None)?;
     out
 }

@@ -79,6 +79,8 @@ pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<O
         "run_id": cfg.runtime.run_id,
         "seed": cfg.seed,
         "device": cfg.device.to_string(),
+        // The CPU kernels' vector level: the figures and the rounding of a run depend on it.
+        "simd": caprl_common::fastmath::simd().name(),
         "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
     });
     let mut log = if resume
