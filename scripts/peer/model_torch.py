@@ -199,6 +199,8 @@ def run_shape(s, threads, reps):
     res["sample_5"] = median_time(lambda: m.rollout(fc, att, 5, True, T), reps=reps)
     res["beam_5"] = median_time(lambda: m.beam(fc, att, 5, T), reps=reps)
     res["torch"] = torch.__version__
+    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
+    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     return res
 
 

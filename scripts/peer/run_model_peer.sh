@@ -11,6 +11,8 @@ PY="${PYTHON:-python3}"
 ROUNDS="${ROUNDS:-3}"
 SHAPES="${SHAPES:-}"
 [ -z "$SHAPES" ] || export CAPRL_BENCH_SHAPES="$SHAPES"
+# LEVEL=avx512|avx2|baseline holds caprl and PyTorch to one CPU level (level.sh).
+source scripts/peer/level.sh
 out="$(mktemp -d)"
 cargo bench --bench model --no-run
 for r in $(seq "$ROUNDS"); do

@@ -10,6 +10,8 @@ PY="${PYTHON:-python3}"
 ROUNDS="${ROUNDS:-3}"
 SHAPES="${SHAPES:-synth coco}"
 CAPRL="${CAPRL:-target/release/caprl}"
+# LEVEL=avx512|avx2|baseline holds caprl and PyTorch to one CPU level (level.sh).
+source scripts/peer/level.sh
 out="$(mktemp -d)"
 [ -x "$CAPRL" ] || cargo build --release
 for r in $(seq "$ROUNDS"); do

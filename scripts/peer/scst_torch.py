@@ -173,6 +173,8 @@ def main():
     res = {"threads": args.threads, "shape": SHAPE, "vocab": len(words), "scst_iteration": med(total)}
     res.update({name: med(ts) for name, ts in parts.items()})
     res["torch"] = torch.__version__
+    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
+    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     print(json.dumps(res), flush=True)
 
 

@@ -410,6 +410,8 @@ def main():
         res["beam_5"] = timed(lambda: m.beam(att, 5))
         res["greedy_uncached"] = timed(lambda: m.greedy_uncached(att))
     res["torch"] = torch.__version__
+    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
+    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     res["tokens"] = {
         "xe_step": B * (T + 1),
         "greedy": Bd * T,
