@@ -15,6 +15,7 @@ fn step(n: u64) -> StepRecord {
         epoch: n / 10,
         phase: "scst".into(),
         policy_version: n,
+        snapshot_version: Some(n + 3),
         losses: [
             ("total".to_string(), 1.0 / n as f64),
             ("pg".to_string(), 0.5),

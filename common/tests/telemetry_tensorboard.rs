@@ -80,6 +80,7 @@ fn step(n: u64, phase: &str) -> StepRecord {
         epoch: n / 4,
         phase: phase.into(),
         policy_version: n,
+        snapshot_version: None,
         losses,
         rewards,
         grad_norm: if n == 3 {

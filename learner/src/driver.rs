@@ -19,6 +19,13 @@
 //!   issued again (new task id, current policy) so the credits never run dry.
 //!   With `runtime.stale_rollouts = "reweight"` the older ones are kept instead
 //!   (counted as reweighted): the learner gives them a truncated importance weight.
+//!
+//! Versions on the bus never go back, also when a learner resumes from a checkpoint older than
+//! the newest snapshot it published before it died: the driver publishes the trainer's version
+//! plus an offset chosen at start ([`Driver::continue_versions`]), and translates the versions
+//! of the scored rollouts it collects back into the trainer's, those of its predecessor's
+//! rollouts with the predecessor's offset. The trainer's versions stay a pure function of its
+//! steps, so a resumed run repeats the undisturbed one.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -143,6 +150,32 @@ pub struct Driver {
     took_waiting: bool,
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
+    versions: Versions,
+}
+
+/// How the trainer's policy versions map to the versions on the bus.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Versions {
+    /// Added to the trainer's version when publishing and issuing.
+    offset: u64,
+    /// The newest version on the bus when this learner started and the offset of the learner
+    /// that published it: rollouts at or below it are that learner's.
+    before: Option<(u64, u64)>,
+}
+
+impl Versions {
+    /// The bus version of trainer version `v`.
+    fn published(&self, v: u64) -> u64 {
+        v + self.offset
+    }
+
+    /// The trainer version of a rollout made with bus version `p`.
+    fn trainer(&self, p: u64) -> u64 {
+        match self.before {
+            Some((newest, offset)) if p <= newest => p.saturating_sub(offset),
+            _ => p.saturating_sub(self.offset),
+        }
+    }
 }
 
 /// The sampling seed of a task: a pure function of (run seed, task id), so a
@@ -202,7 +235,45 @@ impl Driver {
             took_waiting: false,
             totals: DriverTotals::default(),
             readiness: None,
+            versions: Versions::default(),
         }
+    }
+
+    /// Chooses how trainer versions map to bus versions for this learner, which resumes at
+    /// trainer version `version` with the offset its checkpoint recorded (0 for a new run), and
+    /// returns the offset to record in its checkpoints. When the bus already holds a snapshot
+    /// at or past `version + offset` (the learner this one replaces went further than its last
+    /// checkpoint, or an earlier run of the same run id published it), this learner publishes
+    /// past it; rollouts made at or below it are read with the recorded offset.
+    pub fn continue_versions(&mut self, version: u64, offset: u64) -> Result<u64, LearnerError> {
+        let bus = Arc::clone(&self.bus);
+        let newest = self.retry("reading the newest snapshot", || {
+            let bus = Arc::clone(&bus);
+            async move { bus.latest().await }
+        })?;
+        self.versions = match newest {
+            Some(meta) if meta.version >= version + offset => Versions {
+                offset: meta.version + 1 - version,
+                before: Some((meta.version, offset)),
+            },
+            _ => Versions {
+                offset,
+                before: None,
+            },
+        };
+        if let Some((newest, _)) = self.versions.before {
+            tracing::info!(
+                "learner: the bus holds policy v{newest}; publishing trainer version {version} \
+                 as v{} so that versions never go back",
+                self.versions.published(version)
+            );
+        }
+        Ok(self.versions.offset)
+    }
+
+    /// The bus version trainer version `version` is published as.
+    pub fn published_version(&self, version: u64) -> u64 {
+        self.versions.published(version)
     }
 
     /// Marks `readiness` ready once the first snapshot is published.
@@ -252,6 +323,7 @@ impl Driver {
         disc: Option<&Discriminator>,
         version: u64,
     ) -> Result<SnapshotMeta, LearnerError> {
+        let version = self.versions.published(version);
         if let Some(p) = &self.published {
             if p.version == version {
                 return Ok(p.clone());
@@ -277,14 +349,14 @@ impl Driver {
     }
 
     fn make_task(&self, id: TaskId, version: u64, rows: &[u32]) -> RolloutTask {
+        let oldest = match self.opts.sync {
+            true => version,
+            false => version.saturating_sub(self.opts.max_policy_lag),
+        };
         RolloutTask {
             task_id: id,
-            policy_version: PolicyVersion(version),
-            min_version: PolicyVersion(if self.opts.sync {
-                version
-            } else {
-                version.saturating_sub(self.opts.max_policy_lag)
-            }),
+            policy_version: PolicyVersion(self.versions.published(version)),
+            min_version: PolicyVersion(self.versions.published(oldest)),
             image_rows: rows.to_vec(),
             samples: self.opts.samples,
             temperature: self.opts.temperature,
@@ -548,11 +620,16 @@ impl Driver {
             }
             (good, rejected, redelivered)
         });
-        let (good, rejected, redelivered) = result;
+        let (mut good, rejected, redelivered) = result;
         for reason in rejected {
             out.reject(reason);
         }
         out.redeliveries += redelivered;
+        // From here on a rollout's version is the trainer's.
+        for s in &mut good {
+            let v = &mut s.rollout.policy_version;
+            *v = PolicyVersion(self.versions.trainer(v.0));
+        }
         Ok(good)
     }
 

@@ -39,8 +39,12 @@ pub struct TrainState {
     /// Position in this epoch's image order.
     pub cursor: usize,
     pub phase: Phase,
-    /// Incremented after every applied update; snapshots carry it.
+    /// Incremented after every applied update; snapshots carry it (plus `version_offset`).
     pub policy_version: u64,
+    /// What the driver adds to `policy_version` on the bus, so that a resumed learner never
+    /// publishes a version its predecessor already did ([`crate::driver::Driver::continue_versions`]).
+    #[serde(default)]
+    pub version_offset: u64,
     /// Batches skipped because a reward, loss or gradient was not finite.
     pub skipped_batches: u64,
     dropout_rng: RngState,
@@ -168,6 +172,7 @@ impl Trainer {
             cursor: 0,
             phase: Phase::Xe,
             policy_version: 0,
+            version_offset: 0,
             skipped_batches: 0,
             dropout_rng: dropout_rng.state(),
         };
@@ -603,6 +608,37 @@ impl Trainer {
         }
         files.extend(extra.iter().map(|(n, b)| (*n, b.clone())));
         checkpoint::write(root, self.state.step, &files, keep)
+    }
+
+    /// Takes the weights of checkpoint `ck` (the best XE model RL starts from) and fresh
+    /// optimizer moments, keeping the step count, the policy version and the dropout stream:
+    /// numbers only go forward, so the RL phase's steps and checkpoints follow the XE phase's
+    /// instead of reusing them.
+    pub fn adopt_weights(
+        &mut self,
+        ck: &Checkpoint,
+        cfg: &CaptionerConfig,
+        device: &Device,
+        adam: AdamWParams,
+    ) -> Result<(), LearnerError> {
+        self.model = Captioner::load(&ck.file(WEIGHTS), cfg, device)?;
+        self.opt = AdamW::new(self.model.varmap(), adam)?;
+        Ok(())
+    }
+
+    /// The phase and step checkpoint `ck` was written at (from its trainer state), to tell a
+    /// user which model a directory of checkpoints resolved to.
+    pub fn phase_of(ck: &Checkpoint) -> Result<(Phase, u64), LearnerError> {
+        let raw = std::fs::read(ck.file(STATE)).map_err(|e| LearnerError::Io {
+            path: ck.file(STATE),
+            source: e,
+        })?;
+        let state: TrainState =
+            serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
+                path: ck.file(STATE),
+                reason: e.to_string(),
+            })?;
+        Ok((state.phase, state.step))
     }
 
     /// Restores a trainer from a verified checkpoint.

@@ -1,7 +1,9 @@
 //! What must hold after a soak round, read from what the run left on disk: the final weights
 //! (sync mode: bit-identical to an undisturbed run), every task id of every step used exactly
-//! once, the step counters adding up, every checkpoint verifying against its manifest, and
-//! (async mode) every step's batch within `max_policy_lag`.
+//! once, the step counters adding up, every checkpoint verifying against its manifest, numbers
+//! that only go forward (steps and policy versions within each learner's life, across the XE
+//! to RL boundary; the snapshot versions actors saw over the whole run, restarts included),
+//! and (async mode) every step's batch within `max_policy_lag`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -83,8 +85,62 @@ pub fn check(run_dir: &Path, want: &Expected) -> Vec<Check> {
     } else {
         checks.push(lag_bounded(&rl, want));
     }
+    checks.push(numbers_go_forward(run_dir));
     checks.push(checkpoints_verify(run_dir));
     checks
+}
+
+/// Step numbers and policy versions grow with every step a learner logs (a resumed learner
+/// starts again after its checkpoint: a `resume` line), and the snapshot versions of the RL
+/// steps grow over the whole log: no actor ever saw a version go back.
+fn numbers_go_forward(run_dir: &Path) -> Check {
+    let text = std::fs::read_to_string(run_dir.join("run.jsonl")).unwrap_or_default();
+    let mut life: Option<(u64, u64)> = None;
+    let mut snapshot: Option<u64> = None;
+    let (mut steps, mut wrong) = (0, Vec::new());
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["type"] == "resume" {
+            life = None;
+            continue;
+        }
+        let Ok(r) = serde_json::from_value::<StepRecord>(v) else {
+            continue;
+        };
+        steps += 1;
+        if let Some((step, version)) = life {
+            if r.step <= step || r.policy_version <= version {
+                wrong.push(format!(
+                    "step {} (policy v{}) logged after step {step} (v{version})",
+                    r.step, r.policy_version
+                ));
+            }
+        }
+        life = Some((r.step, r.policy_version));
+        if let Some(v) = r.snapshot_version {
+            if snapshot.is_some_and(|last| v <= last) {
+                wrong.push(format!(
+                    "step {} published snapshot v{v} after v{}",
+                    r.step,
+                    snapshot.unwrap_or(0)
+                ));
+            }
+            snapshot = Some(v);
+        }
+    }
+    Check::new(
+        "numbers go forward",
+        wrong.is_empty(),
+        match wrong.is_empty() {
+            true => format!(
+                "{steps} step lines; snapshot versions up to v{}",
+                snapshot.unwrap_or(0)
+            ),
+            false => wrong.join("; "),
+        },
+    )
 }
 
 fn steps_complete(
@@ -253,17 +309,27 @@ mod tests {
     const K: u64 = 2;
 
     fn record(step: u64, rl: bool, issued: u64) -> String {
+        snapshot_record(step, rl, issued, step + 10)
+    }
+
+    /// [`record`] whose RL step published snapshot version `snapshot`.
+    fn snapshot_record(step: u64, rl: bool, issued: u64, snapshot: u64) -> String {
         let ids: Vec<u64> = match rl {
             true => ((step - 1) * K..step * K).collect(),
             false => Vec::new(),
         };
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "type": "step", "step": step, "phase": if rl { "scst" } else { "xe" },
             "policy_version": step, "task_ids": ids, "tasks_issued": issued,
             "results_found": K - issued.min(K), "duplicates": 1,
-        })
-        .to_string()
+        });
+        if rl {
+            v["snapshot_version"] = snapshot.into();
+        }
+        v.to_string()
     }
+
+    const RESUME: &str = r#"{"type":"resume","from_step":2}"#;
 
     /// A run directory with steps 1 (XE), 2 and 3 (RL) and a checkpoint of `weights` at step 3.
     fn run_dir(lines: &[String], weights: &[u8]) -> tempfile::TempDir {
@@ -303,9 +369,11 @@ mod tests {
         let w = b"weights".as_slice();
         let dir = run_dir(&good_lines(), w);
         assert_eq!(failed(&check(dir.path(), &expected(w))), Vec::<&str>::new());
-        // A learner killed after step 3 and resumed from step 2 logs step 3 again.
+        // A learner killed after step 3 and resumed from step 2 logs step 3 again, publishing
+        // its snapshot past the one its predecessor published last.
         let mut lines = good_lines();
-        lines.push(record(3, true, 2));
+        lines.push(RESUME.into());
+        lines.push(snapshot_record(3, true, 2, 14));
         let dir = run_dir(&lines, w);
         let checks = check(dir.path(), &expected(w));
         assert_eq!(failed(&checks), Vec::<&str>::new());
@@ -314,6 +382,26 @@ mod tests {
             counters.detail.contains("1 steps redone"),
             "{}",
             counters.detail
+        );
+    }
+
+    #[test]
+    fn numbers_going_back_are_caught() {
+        let w = b"weights".as_slice();
+        // A resumed learner that publishes a snapshot version its predecessor already did.
+        let mut lines = good_lines();
+        lines.push(RESUME.into());
+        lines.push(snapshot_record(3, true, 2, 12));
+        let dir = run_dir(&lines, w);
+        let checks = check(dir.path(), &expected(w));
+        assert_eq!(failed(&checks), ["numbers go forward"]);
+        // A step logged again with no resume between (an RL phase reusing XE's numbers).
+        let mut lines = good_lines();
+        lines.push(snapshot_record(3, true, 2, 14));
+        let dir = run_dir(&lines, w);
+        assert_eq!(
+            failed(&check(dir.path(), &expected(w))),
+            ["numbers go forward"]
         );
     }
 

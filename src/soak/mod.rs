@@ -48,14 +48,18 @@ pub struct Options {
 }
 
 /// The small run a soak repeats when no `--config` is given: rounds of half a minute
-/// undisturbed, a checkpoint after every step, an ack wait a pause can outlast quickly.
-const SMALL_RUN: [&str; 10] = [
+/// undisturbed, a checkpoint after every step, an ack wait a pause can outlast quickly. Two XE
+/// epochs at a learning rate so high that the first validates better than the second: RL then
+/// starts from weights older than the step it counts on from, the case in which step numbers,
+/// checkpoint names and policy versions once went back.
+const SMALL_RUN: [&str; 11] = [
     "model.hidden=32",
     "model.embed=32",
     "train.batch_size=16",
     "runtime.images_per_task=4",
     "runtime.tasks_in_flight=4",
-    "train.xe_epochs=1",
+    "train.xe_epochs=2",
+    "optim.lr=0.3",
     "train.rl_epochs=24",
     "train.eval_images=8",
     "checkpoint.every_steps=1",

@@ -46,6 +46,11 @@ pub struct StepRecord {
     pub phase: String,
     /// Policy version the step produced.
     pub policy_version: u64,
+    /// RL steps: the version the step's snapshot had on the bus (what actors saw). It only ever
+    /// grows over a run, resumes included, while a resumed learner repeats `step` and
+    /// `policy_version` from its checkpoint on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_version: Option<u64>,
     /// Value of each loss term (`total`, `pg`, `xe`, `diversity`, `disc`, ...).
     #[serde(default, deserialize_with = "map_null_as_nan")]
     pub losses: BTreeMap<String, f64>,

@@ -5,7 +5,7 @@
 //! RUN_DIR/best-xe/ckpt-*     the best XE checkpoint by val CIDEr-D (val_cider.txt)
 //! RUN_DIR/best-rl/ckpt-*     the best RL checkpoint (the latest, with the CLIP rewards)
 //! [checkpoint] dir/ckpt-*    periodic checkpoints (default RUN_DIR/checkpoints)
-//! RUN_DIR/previous/          an earlier run in the same directory, set aside
+//! RUN_DIR/previous-N/        earlier runs in the same directory, set aside (1 the oldest)
 //! RUN_DIR/learner.lock       held (flock) by the learner training into RUN_DIR
 //! ```
 
@@ -33,6 +33,27 @@ const BEST_SCORE: &str = "val_cider.txt";
 pub const CONFIG_FILE: &str = "config.toml";
 /// The vocabulary hash in every checkpoint.
 pub const VOCAB_HASH_FILE: &str = "vocab_hash.txt";
+/// The shape of the input features the checkpoint was trained on ([`InputShape`]).
+pub const INPUTS_FILE: &str = "inputs.json";
+
+/// The input features' shape a model was trained on: `fc` values per input and, for region or
+/// frame features, `att`'s `[R, D]`. Checked against a data set before its weights load, so
+/// that a features file of another width is named as the cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InputShape {
+    pub fc: usize,
+    pub att: Option<(usize, usize)>,
+}
+
+impl InputShape {
+    /// The shape of `data`'s features.
+    pub fn of(data: &Dataset) -> InputShape {
+        InputShape {
+            fc: data.fc_dim(),
+            att: data.att_shape(),
+        }
+    }
+}
 
 /// The lock a learner holds on its run directory.
 const LOCK_FILE: &str = "learner.lock";
@@ -104,9 +125,10 @@ pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<O
     Ok(Some(log))
 }
 
-/// A new run in a run dir that holds an earlier one moves the earlier run's
-/// checkpoints, best models and run log into `RUN_DIR/previous/` (replacing an
-/// older one there), so its best checkpoints and log never leak into the new run.
+/// A new run in a run dir that holds an earlier one moves the earlier run's checkpoints, best
+/// models and run log into `RUN_DIR/previous-N/` (`N` one past the highest there), so its best
+/// checkpoints and log never leak into the new run and no earlier run is ever deleted; it says
+/// so even with `-q`.
 pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     let run_dir = Path::new(&cfg.run_dir);
     let ck_root = cfg.checkpoint_dir();
@@ -120,22 +142,43 @@ pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     if !entries.iter().any(|p| p.exists()) {
         return Ok(());
     }
-    let previous = run_dir.join(PREVIOUS);
-    if previous.exists() {
-        std::fs::remove_dir_all(&previous).doing(|| format!("removing {}", previous.display()))?;
-    }
+    let previous = run_dir.join(format!("{PREVIOUS}-{}", next_previous(run_dir)?));
     std::fs::create_dir_all(&previous).doing(|| format!("creating {}", previous.display()))?;
     for path in entries.iter().filter(|p| p.exists()) {
         let name = path.file_name().unwrap_or_default();
         std::fs::rename(path, previous.join(name))
             .doing(|| format!("moving {} aside to {}", path.display(), previous.display()))?;
     }
-    tracing::warn!(
-        "{} held an earlier run: moved its checkpoints and run log to {} (use --resume to continue a run)",
+    caprl_common::progress::notice(&format!(
+        "{} held an earlier run: moved its checkpoints and run log to {} (pass --resume to \
+         continue a run instead)",
         run_dir.display(),
         previous.display()
-    );
+    ));
     Ok(())
+}
+
+/// One past the highest `N` of the `previous-N` directories in `run_dir` (1 when there are
+/// none; `previous/` of older versions counts as 0 and stays where it is).
+fn next_previous(run_dir: &Path) -> Result<u64> {
+    let entries = match std::fs::read_dir(run_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(1),
+        Err(e) => return Err(e).doing(|| format!("listing {}", run_dir.display())),
+    };
+    let highest = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            name.to_str()?
+                .strip_prefix(PREVIOUS)?
+                .strip_prefix('-')?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
+    Ok(highest + 1)
 }
 
 /// A periodic checkpoint in `checkpoint.dir`, keeping the newest `checkpoint.keep`.
@@ -173,6 +216,10 @@ fn extras(cfg: &RunConfig, data: &Dataset) -> Vec<(&'static str, Vec<u8>)> {
     vec![
         (CONFIG_FILE, cfg.redacted().to_toml_string().into_bytes()),
         (VOCAB_HASH_FILE, data.vocab.hash().as_bytes().to_vec()),
+        (
+            INPUTS_FILE,
+            serde_json::to_vec(&InputShape::of(data)).unwrap_or_default(),
+        ),
     ]
 }
 

@@ -1,18 +1,18 @@
 //! Opening checkpoints: one to evaluate or caption with ([`load_checkpoint`]), one to start RL
 //! from (`--start-from`), or the directory a user named (a `ckpt-*` dir or one holding them).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::Doing;
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 
-use super::layout::{CONFIG_FILE, VOCAB_HASH_FILE};
+use super::layout::{InputShape, CONFIG_FILE, INPUTS_FILE, VOCAB_HASH_FILE};
 use super::setup::captioner_config;
 use super::Result;
 use crate::checkpoint;
-use crate::trainer::{VALUE_WEIGHTS, WEIGHTS};
+use crate::trainer::{Phase, Trainer, VALUE_WEIGHTS, WEIGHTS};
 use crate::LearnerError;
 
 /// Checkpoint `dir` itself (a `ckpt-*` directory), or the newest valid one it holds. A damaged
@@ -42,10 +42,44 @@ pub(super) fn resolve_checkpoint(dir: &Path) -> Result<checkpoint::Checkpoint> {
     })
 }
 
+/// Refuses `data` when its features have another shape than those checkpoint `ck` was trained
+/// on, naming the features file (checkpoints written before the shape was recorded pass).
+fn check_inputs(ck: &checkpoint::Checkpoint, data: &Dataset) -> Result<()> {
+    let Ok(text) = std::fs::read(ck.file(INPUTS_FILE)) else {
+        return Ok(());
+    };
+    let trained: InputShape = serde_json::from_slice(&text).map_err(|e| LearnerError::Corrupt {
+        path: ck.file(INPUTS_FILE),
+        reason: e.to_string(),
+    })?;
+    let here = InputShape::of(data);
+    if here == trained {
+        return Ok(());
+    }
+    let describe = |s: InputShape| match s.att {
+        Some((r, d)) => format!("fc {} values per input, att {r} x {d}", s.fc),
+        None => format!("fc {} values per input, no att", s.fc),
+    };
+    Err(LearnerError::Data(caprl_common::data::DataError::Invalid {
+        path: data.features_path().to_path_buf(),
+        message: format!(
+            "the features have {}, but the model in {} was trained on {}; use the features it \
+             was trained on (or features of the same shape)",
+            describe(here),
+            ck.dir.display(),
+            describe(trained)
+        ),
+    }))
+}
+
 /// A trained model with the config it was trained with and its data set
 /// (checked against the checkpoint's vocabulary hash). `data_dir` overrides
 /// the data set directory recorded in the checkpoint.
 pub struct Loaded {
+    /// The checkpoint directory the path resolved to, with its phase and step.
+    pub checkpoint: PathBuf,
+    pub phase: Phase,
+    pub step: u64,
     pub cfg: RunConfig,
     pub data: Dataset,
     pub model: Captioner,
@@ -71,6 +105,7 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
             cfg.data.dir
         )
     })?;
+    check_inputs(&ck, &data)?;
     let model_cfg: CaptionerConfig = captioner_config(&cfg, &data)?;
     let model = Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?;
     let value = match ck.file(VALUE_WEIGHTS).exists() {
@@ -81,7 +116,11 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
         )?),
         false => None,
     };
+    let (phase, step) = Trainer::phase_of(&ck)?;
     Ok(Loaded {
+        checkpoint: ck.dir.clone(),
+        phase,
+        step,
         cfg,
         data,
         model,
@@ -108,6 +147,7 @@ pub(super) fn start_model(
             data.vocab.hash()
         )));
     }
+    check_inputs(&ck, data)?;
     tracing::info!("starting RL from {}", ck.dir.display());
     Captioner::load(&ck.file(WEIGHTS), model_cfg, device).doing(|| {
         format!(

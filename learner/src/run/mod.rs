@@ -79,6 +79,16 @@ pub fn train(
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
     objective.check_mode(cfg.runtime.mode)?;
+    if let Some(o) = data.train.over_length(cfg.data.max_len as usize) {
+        tracing::warn!(
+            "{} training captions are longer than data.max_len = {} words and are cut to it \
+             (the longest: {} words, image {}); raise data.max_len to train on them whole",
+            o.count,
+            cfg.data.max_len,
+            o.longest,
+            o.id
+        );
+    }
     let run = Run {
         cfg,
         data,
@@ -106,10 +116,10 @@ pub fn train(
         }
         None => {
             if resume {
-                tracing::warn!(
+                caprl_common::progress::notice(&format!(
                     "--resume found no checkpoint in {}: starting a NEW run from scratch",
                     ck_root.display()
-                );
+                ));
             }
             // A bad --start-from is refused before an earlier run is moved aside.
             let model = match start_from {
@@ -146,10 +156,11 @@ pub fn train(
     }
     if wants_rl && cfg.train.rl_epochs > 0 {
         if trainer.state.phase == Phase::Xe {
-            // RL starts from the best XE weights, as in the seed papers' schedules.
+            // RL starts from the best XE weights, as in the seed papers' schedules, and goes
+            // on counting steps and policy versions from where XE stopped.
             if let Some(best) = &outcome.best_xe {
                 let ck = checkpoint::open(best)?;
-                trainer = Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?;
+                trainer.adopt_weights(&ck, &model_cfg, device, adam)?;
             }
             trainer.enter_phase(Phase::Rl, adam)?;
         }
@@ -177,6 +188,8 @@ pub fn train(
         if !resume {
             driver.purge()?;
         }
+        trainer.state.version_offset =
+            driver.continue_versions(trainer.state.policy_version, trainer.state.version_offset)?;
         outcome.best_rl = Some(run_phase(
             &run,
             &mut trainer,

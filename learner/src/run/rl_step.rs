@@ -34,6 +34,7 @@ pub(super) fn rl_step(
     } = *run;
     let version = trainer.state.policy_version;
     driver.publish_with(&trainer.model, disc.as_ref().map(|d| &d.disc), version)?;
+    record.snapshot_version = Some(driver.published_version(version));
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
     let collected = driver.collect(trainer.state.step, version, &rows)?;
