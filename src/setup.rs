@@ -42,10 +42,12 @@ pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> 
         tracing::info!("{summary}");
     }
     Dataset::open(dir).with_context(|| {
+        // `data synth` refuses a directory that is not empty, so the suggestion names a new one.
+        let fresh = format!("{}-new", dir.display());
         format!(
-            "opening the data set {} (generate one with `caprl data synth --out {}`)",
+            "opening the data set {} (fix the file named below, or generate a fresh synthetic set \
+             with `caprl data synth --out {fresh}` and train on it with `--set data.dir={fresh}`)",
             dir.display(),
-            dir.display()
         )
     })
 }

@@ -66,8 +66,12 @@ fn bench_clip_prints_every_reward_row_with_positive_figures() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("SIMD level "), "{table}");
     assert!(
-        table.starts_with("10 rollouts of 4 images (120 captions"),
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("10 rollouts of 4 images (120 captions")),
         "{table}"
     );
     for want in [

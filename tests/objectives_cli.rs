@@ -159,5 +159,5 @@ fn a_bad_start_from_is_a_clear_error_and_touches_nothing() {
         "{\"earlier\":true}\n",
         "the earlier run is left where it was"
     );
-    assert!(!run.join("previous").exists());
+    assert!(!run.join("previous-1").exists());
 }

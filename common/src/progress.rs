@@ -27,6 +27,16 @@ pub fn is_quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
+/// A line the user must see even with `-q`, because it says where their files went or that a
+/// run did not do what its flags suggest (an earlier run moved aside, `--resume` that found
+/// nothing to resume): a warning in the log, or `note: ...` on stderr when the log is quiet.
+pub fn notice(msg: &str) {
+    match is_quiet() {
+        true => eprintln!("note: {msg}"),
+        false => tracing::warn!("{msg}"),
+    }
+}
+
 /// A progress counter for `total` units of work (`total = 0`: unknown).
 ///
 /// Cheap to share between threads by reference: every method takes `&self`.

@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     pub features: PathBuf,
     /// Beam width; 1 = greedy.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = super::ranges::at_least_one)]
     pub beam: usize,
     /// Diverse beam search and bad endings; the beam groups must divide --beam.
     #[command(flatten)]
@@ -52,9 +52,21 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             cfg.fc_dim
         )
     })?;
-    let (n, d) = fc
-        .dims2()
-        .with_context(|| format!("{}: `fc` must be 2-D [N, D]", args.features.display()))?;
+    // Checked by hand: a Candle shape error would carry a backtrace under RUST_BACKTRACE.
+    let &[n, d] = fc.dims() else {
+        bail!(
+            "{}: `fc` has shape {:?}; it must be 2-D [N, {}] (one row of features per input)",
+            args.features.display(),
+            fc.dims(),
+            cfg.fc_dim
+        );
+    };
+    if n == 0 {
+        bail!(
+            "{}: `fc` has no rows (shape [0, {d}]); give at least one input",
+            args.features.display()
+        );
+    }
     if d != cfg.fc_dim {
         bail!(
             "{}: `fc` has {d} features per input but the model was trained on {}",

@@ -98,6 +98,9 @@ pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
                 progress: !quiet,
             };
             if data::already_generated(&a.out, profile, &config) {
+                if quiet {
+                    return Ok(());
+                }
                 println!(
                     "{} already holds this data set (same generator version, seed and sizes); \
                      left as it is",
@@ -108,7 +111,10 @@ pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
             let summary = data::synth_profile(&a.out, profile, &config).with_context(|| {
                 format!("generating the synthetic data set in {}", a.out.display())
             })?;
-            print!("{summary}");
+            // `-q`: the data set is the output; its statistics are `caprl data stats DIR`.
+            if !quiet {
+                print!("{summary}");
+            }
         }
         Command::SynthAudio(a) => audio_data_cmd::synth_audio(a)?,
         Command::Audio(a) => audio_data_cmd::prepare(a)?,

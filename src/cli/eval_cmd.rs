@@ -7,6 +7,7 @@ use caprl_common::data::SplitName;
 use caprl_common::model::Lookahead;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::run::load_checkpoint;
+use caprl_learner::trainer::Phase;
 
 use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;
@@ -21,17 +22,17 @@ pub struct Args {
     #[arg(long, default_value = "test")]
     pub split: String,
     /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::at_least_one)]
     pub beam: Option<usize>,
     /// Diverse beam search and bad endings; the beam is rounded up to a multiple of the groups.
     #[command(flatten)]
     pub diverse: DiverseBeamArgs,
     /// Nucleus mass of the samples of the diversity metrics, in (0, 1] (default:
     /// decode.top_p of the checkpoint's config).
-    #[arg(long, value_name = "P")]
+    #[arg(long, value_name = "P", value_parser = super::ranges::mass)]
     pub top_p: Option<f32>,
-    /// Evaluate only the first N images.
-    #[arg(long)]
+    /// Evaluate only the first N images (default: all of the split).
+    #[arg(long, value_parser = super::ranges::at_least_one)]
     pub limit: Option<usize>,
     /// Data set directory (default: the one the checkpoint was trained on).
     #[arg(long)]
@@ -45,7 +46,7 @@ pub struct Args {
     /// Lookahead inference (seed 001): rank beams by λ·log π + (1−λ)·v with the checkpoint's
     /// value head (actor-critic / mc-pg runs); 1 = plain beam search. Default:
     /// decode.lookahead_lambda of the checkpoint's config.
-    #[arg(long, value_name = "LAMBDA")]
+    #[arg(long, value_name = "LAMBDA", value_parser = super::ranges::weight)]
     pub lookahead: Option<f32>,
     /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (seed 004): a file from
     /// `caprl clip train` or a Hugging Face CLIP directory. Default: [clip] eval, else
@@ -86,15 +87,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         progress: true,
         ..EvalOptions::default()
     };
-    if !(opts.top_p > 0.0 && opts.top_p <= 1.0) {
-        anyhow::bail!("--top-p {}: p must be in (0, 1] (1 = off)", opts.top_p);
-    }
     let lambda = args
         .lookahead
         .unwrap_or(loaded.cfg.decode.lookahead_lambda as f32);
-    if !(0.0..=1.0).contains(&lambda) {
-        anyhow::bail!("--lookahead {lambda}: λ must be in [0, 1]");
-    }
     let lookahead = match (lambda < 1.0, &loaded.value) {
         (false, _) => None,
         (true, Some(value)) => Some(Lookahead { value, lambda }),
@@ -138,7 +133,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     if args.json {
         let json = serde_json::json!({
-            "checkpoint": args.checkpoint.display().to_string(),
+            "checkpoint": loaded.checkpoint.display().to_string(),
+            "step": loaded.step,
             "split": args.split,
             "beam": opts.beam,
             "lookahead_lambda": (lambda as f64 * 1e6).round() / 1e6,
@@ -147,8 +143,13 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         write_stdout(&format!("{}\n", serde_json::to_string_pretty(&json)?))
     } else {
         let mut out = format!(
-            "{} on {} ({} images, beam {})\n",
-            args.checkpoint.display(),
+            "{} ({} phase, step {}) on {} ({} images, beam {})\n",
+            loaded.checkpoint.display(),
+            match loaded.phase {
+                Phase::Xe => "xe",
+                Phase::Rl => "rl",
+            },
+            loaded.step,
             args.split,
             report.captions.len(),
             opts.beam

@@ -24,6 +24,7 @@ mod features_cmd;
 mod learner_cmd;
 pub mod local_cmd;
 pub mod logging;
+mod ranges;
 mod report_cmd;
 mod reward_worker_cmd;
 mod run_cmd;
@@ -179,9 +180,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 /// Prints `error: ...` with the cause chain; exit code 2 for config errors
 /// (like clap's usage errors), 1 for everything else.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {err}");
+    eprintln!("error: {}", without_backtrace(&err.to_string()));
     for cause in err.chain().skip(1) {
-        eprintln!("  caused by: {cause}");
+        eprintln!("  caused by: {}", without_backtrace(&cause.to_string()));
     }
     let is_config = |cause: &(dyn std::error::Error + 'static)| {
         cause.is::<ConfigError>()
@@ -195,11 +196,38 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     }
 }
 
+/// An error message without the stack trace a library appended to it (Candle does under
+/// `RUST_BACKTRACE=1`): a user gets what went wrong, not the frames of the code it went wrong in.
+fn without_backtrace(msg: &str) -> String {
+    let frame = |line: &str| {
+        let t = line.trim_start();
+        let digits = t.chars().take_while(char::is_ascii_digit).count();
+        digits > 0 && t[digits..].starts_with(": ")
+    };
+    let lines: Vec<&str> = msg.lines().take_while(|l| !frame(l)).collect();
+    lines.join("\n").trim_end().to_string()
+}
+
 /// Writes `text` to stdout; a closed pipe (`caprl ... | head`) is not an error.
 pub fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_backtrace;
+
+    #[test]
+    fn error_messages_lose_an_appended_backtrace_and_keep_their_lines() {
+        let msg = "unexpected rank, expected: 2, got: 1 ([256])\n   0: candle_core::error::Error::bt\n             at /src/error.rs:260:25\n   1: main";
+        assert_eq!(
+            without_backtrace(msg),
+            "unexpected rank, expected: 2, got: 1 ([256])"
+        );
+        assert_eq!(without_backtrace("a\nb: 2 lines"), "a\nb: 2 lines");
     }
 }

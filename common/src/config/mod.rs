@@ -47,7 +47,16 @@ impl RunConfig {
                     path: path.to_path_buf(),
                     source,
                 })?;
-                parse_tree(&text, &path.display().to_string())?
+                let tree = parse_tree(&text, &path.display().to_string())?;
+                if tree.is_empty() {
+                    // Legal, but a wrong path or an unsaved editor buffer looks the same.
+                    tracing::warn!(
+                        "{} sets no key (it is empty or only comments): every key takes its \
+                         default (`caprl config default` prints them)",
+                        path.display()
+                    );
+                }
+                tree
             }
             None => Table::new(),
         };

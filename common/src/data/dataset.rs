@@ -166,6 +166,36 @@ impl Split {
     pub fn captions(&self) -> usize {
         self.items.iter().map(|i| i.refs.len()).sum()
     }
+
+    /// The references longer than `max_len` words (their targets are cut to it): how many, and
+    /// the longest one's length and image id; `None` when every reference fits.
+    pub fn over_length(&self, max_len: usize) -> Option<OverLength> {
+        let mut out: Option<OverLength> = None;
+        for item in &self.items {
+            for r in item.refs.iter().filter(|r| r.len() > max_len) {
+                let o = out.get_or_insert_with(|| OverLength {
+                    count: 0,
+                    longest: 0,
+                    id: item.id.clone(),
+                });
+                o.count += 1;
+                if r.len() > o.longest {
+                    (o.longest, o.id) = (r.len(), item.id.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// References longer than the decoder's `max_len` ([`Split::over_length`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverLength {
+    pub count: usize,
+    /// Words of the longest.
+    pub longest: usize,
+    /// The image it describes.
+    pub id: String,
 }
 
 /// A validated data set: splits, vocabulary and features.

@@ -52,8 +52,19 @@ fn id_text(v: &serde_json::Value) -> Option<String> {
 
 /// Parse a Karpathy-split file into images with tokenized references.
 pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<RawImage>, DataError> {
-    let file: KarpathyFile =
-        serde_json::from_slice(bytes).map_err(|e| DataError::json(path, &e))?;
+    let file: KarpathyFile = serde_json::from_slice(bytes).map_err(|e| {
+        // Well-formed JSON of the wrong shape (`{}`, another tool's file) is not "malformed".
+        match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(serde_json::Value::Object(top)) if !top.contains_key("images") => {
+                DataError::invalid(
+                    path,
+                    "is a JSON object without `images`: a Karpathy-split file is \
+                 {\"images\": [{\"cocoid\", \"split\", \"sentences\": [{\"raw\"}]}]}",
+                )
+            }
+            _ => DataError::json(path, &e),
+        }
+    })?;
     let mut out = Vec::with_capacity(file.images.len());
     for (i, img) in file.images.into_iter().enumerate() {
         let id = img

@@ -16,7 +16,7 @@ mod tokenize;
 mod vocab;
 
 pub use dataset::{
-    Dataset, Format, Item, OpenOptions, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
+    Dataset, Format, Item, OpenOptions, OverLength, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
     FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, VOCAB_JSON,
 };
 pub use error::DataError;

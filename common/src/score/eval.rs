@@ -232,6 +232,14 @@ pub fn load_cands(path: &Path) -> Result<Vec<(String, String)>, EvalError> {
             ));
         }
     }
+    if out.is_empty() {
+        // Every score of nothing would print as 0, which reads like a model that failed.
+        return Err(format_err(
+            path,
+            "holds no captions; give at least one (COCO results [{\"image_id\", \"caption\"}] \
+             or {\"<id>\": \"caption\"})",
+        ));
+    }
     Ok(out)
 }
 

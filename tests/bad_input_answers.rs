@@ -1,0 +1,271 @@
+//! Answers that name the real cause, for the inputs a new user trips on: features of another
+//! width, empty inputs, flags out of range (exit code 2, as a config key out of range), a
+//! caption longer than `data.max_len`, an empty config file, a data set that does not open
+//! (with a suggestion that works as written), `{}` as captions, `-q`, and no colour codes or
+//! backtraces where a person reads the error.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+use support::{caprl, sets, synth, text, train_tiny_xe};
+
+/// A copy of data set `data` at `to` whose `fc` features are `width` wide.
+fn with_fc_width(data: &Path, to: &Path, width: usize) -> PathBuf {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(data).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    let file = to.join("features.safetensors");
+    let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    let fc = tensors["fc"]
+        .narrow(1, 0, width)
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    tensors.insert("fc".into(), fc);
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    file
+}
+
+fn fails_with(out: &std::process::Output, code: i32, wanted: &[&str]) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(out));
+    let msg = text(out);
+    for w in wanted {
+        assert!(msg.contains(w), "no `{w}` in:\n{msg}");
+    }
+}
+
+#[test]
+fn features_of_another_width_are_named_as_the_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let narrow = tmp.path().join("narrow");
+    let file = with_fc_width(&tmp.path().join("data"), &narrow, 128);
+
+    let out = caprl()
+        .args(["eval", "--limit", "2", "--checkpoint"])
+        .arg(run.join("best-xe"))
+        .arg("--data")
+        .arg(&narrow)
+        .output()
+        .unwrap();
+    fails_with(
+        &out,
+        1,
+        &[
+            &file.display().to_string(),
+            "fc 128 values",
+            "trained on fc 256",
+        ],
+    );
+
+    let out = caprl()
+        .args(["train", "--objective", "scst", "-q", "--start-from"])
+        .arg(run.join("best-xe"))
+        .args(sets(&narrow, &tmp.path().join("rl"), 1, &[]))
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &[&file.display().to_string(), "trained on fc 256"]);
+}
+
+#[test]
+fn empty_inputs_and_out_of_range_flags_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let ck = run.join("best-xe");
+
+    // Scoring nothing is an error, not a table of zeros.
+    let refs = tmp.path().join("refs.json");
+    std::fs::write(&refs, r#"{"1": ["a red cube"]}"#).unwrap();
+    let cands = tmp.path().join("cands.json");
+    std::fs::write(&cands, "[]").unwrap();
+    let out = caprl()
+        .args(["score", "--refs"])
+        .arg(&refs)
+        .arg("--cands")
+        .arg(&cands)
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["cands.json", "holds no captions"]);
+
+    // Flags out of range: usage errors (2), as `--set decode.top_p=2` is a config error (2).
+    for (flag, value, says) in [
+        ("--beam", "0", "at least 1"),
+        ("--limit", "0", "at least 1"),
+        ("--top-p", "2", "(0, 1]"),
+        ("--lookahead", "1.5", "[0, 1]"),
+    ] {
+        let out = caprl()
+            .args(["eval", "--checkpoint"])
+            .arg(&ck)
+            .args([flag, value])
+            .output()
+            .unwrap();
+        fails_with(&out, 2, &[flag, says]);
+    }
+    let out = caprl()
+        .args(["eval", "--checkpoint"])
+        .arg(&ck)
+        .args(["--set", "decode.top_p=2"])
+        .output()
+        .unwrap();
+    fails_with(&out, 2, &["decode.top_p"]);
+    let features = tmp.path().join("data/features.safetensors");
+    let out = caprl()
+        .args(["caption", "--beam", "0", "--checkpoint"])
+        .arg(&ck)
+        .arg("--features")
+        .arg(&features)
+        .output()
+        .unwrap();
+    fails_with(&out, 2, &["--beam", "at least 1"]);
+
+    // Features with no rows, and 1-d features: clear errors, no backtrace even when asked for.
+    for (name, shape) in [("empty", vec![0usize, 256]), ("flat", vec![256])] {
+        let file = tmp.path().join(format!("{name}.safetensors"));
+        let fc = Tensor::zeros(shape.as_slice(), candle_core::DType::F32, &Device::Cpu).unwrap();
+        candle_core::safetensors::save(&HashMap::from([("fc".to_string(), fc)]), &file).unwrap();
+        let out = caprl()
+            .args(["caption", "--checkpoint"])
+            .arg(&ck)
+            .arg("--features")
+            .arg(&file)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let says = match name {
+            "empty" => "no rows",
+            _ => "must be 2-D",
+        };
+        fails_with(&out, 1, &[&file.display().to_string(), says]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("backtrace") && !stderr.contains("   0: "),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn legal_but_surprising_inputs_get_a_warning_and_logs_have_no_colour_codes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    // One training caption of 500 words: cut to data.max_len, with a word about it.
+    let captions = data.join("captions.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&captions).unwrap()).unwrap();
+    let image = json["images"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|i| i["split"] == "train")
+        .unwrap();
+    let word = image["sentences"][0]["raw"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    image["sentences"][0]["raw"] = vec![word.as_str(); 500].join(" ").into();
+    image["sentences"][0]["tokens"] = serde_json::Value::Array(Vec::new());
+    std::fs::write(&captions, json.to_string()).unwrap();
+    let empty = tmp.path().join("empty.toml");
+    std::fs::write(&empty, "# nothing set yet\n").unwrap();
+    let out = caprl()
+        .args(["train", "--objective", "xe", "--config"])
+        .arg(&empty)
+        .args(sets(&data, &tmp.path().join("run"), 0, &[]))
+        .args(["--set", "train.xe_epochs=1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("longer than data.max_len") && stderr.contains("500 words"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("empty.toml") && stderr.contains("sets no key"),
+        "{stderr}"
+    );
+    // stderr is a pipe here: plain text.
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in a piped log:\n{stderr}"
+    );
+
+    // `--resume` with nothing to resume says so under -q.
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q", "--resume"])
+        .args(sets(&data, &tmp.path().join("fresh"), 0, &[]))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("note:") && stderr.contains("--resume found no checkpoint"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn data_set_errors_say_what_is_wrong_and_suggest_what_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+
+    // `data synth -q` writes the data set and prints nothing.
+    let quiet = tmp.path().join("quiet");
+    let out = caprl()
+        .args([
+            "data", "synth", "--train", "8", "--val", "4", "--test", "4", "-q", "--out",
+        ])
+        .arg(&quiet)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+
+    // `{}` as captions: well-formed JSON of the wrong shape.
+    let broken = tmp.path().join("broken");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::copy(
+        data.join("features.safetensors"),
+        broken.join("features.safetensors"),
+    )
+    .unwrap();
+    std::fs::copy(
+        data.join("features.ids.json"),
+        broken.join("features.ids.json"),
+    )
+    .unwrap();
+    std::fs::write(broken.join("captions.json"), "{}").unwrap();
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q"])
+        .args(sets(&broken, &tmp.path().join("run"), 0, &[]))
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["captions.json", "without `images`"]);
+    assert!(!text(&out).contains("malformed JSON"), "{}", text(&out));
+
+    // The suggestion works as written: it names a directory `data synth` accepts.
+    let msg = text(&out);
+    let command = msg
+        .split('`')
+        .find(|s| s.starts_with("caprl data synth --out "))
+        .unwrap_or_else(|| panic!("no `caprl data synth --out` suggestion:\n{msg}"))
+        .to_string();
+    let args: Vec<&str> = command.split_whitespace().skip(1).collect();
+    let out = caprl()
+        .args(&args)
+        .args(["--train", "8", "--val", "4", "--test", "4", "-q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "`{command}`: {}", text(&out));
+}
