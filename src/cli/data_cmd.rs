@@ -98,9 +98,7 @@ pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
                 progress: !quiet,
             };
             if data::already_generated(&a.out, profile, &config) {
-                if quiet {
-                    return Ok(());
-                }
+                // Said even under `-q`: nothing was generated, and that is news.
                 println!(
                     "{} already holds this data set (same generator version, seed and sizes); \
                      left as it is",

@@ -127,7 +127,8 @@ impl InProcBus {
             out.push(Delivery::new(
                 msg.payload.clone(),
                 msg.delivered,
-                Box::new(settle),
+                Arc::new(settle),
+                self.inner.opts.ack_wait(),
             ));
         }
         (out, earliest)

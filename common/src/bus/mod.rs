@@ -24,6 +24,7 @@ mod nats_setup;
 mod server;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -332,16 +333,45 @@ pub(crate) trait Settle: Send + Sync {
 pub struct Delivery {
     payload: Bytes,
     delivery_count: u64,
-    settle: Box<dyn Settle>,
+    settle: Arc<dyn Settle>,
+    /// How long the broker waits for a settlement before it hands the message out again.
+    ack_wait: Duration,
 }
 
 impl Delivery {
-    pub(crate) fn new(payload: Bytes, delivery_count: u64, settle: Box<dyn Settle>) -> Delivery {
+    pub(crate) fn new(
+        payload: Bytes,
+        delivery_count: u64,
+        settle: Arc<dyn Settle>,
+        ack_wait: Duration,
+    ) -> Delivery {
         Delivery {
             payload,
             delivery_count,
             settle,
+            ack_wait,
         }
+    }
+
+    /// Keeps this delivery from being handed to a second worker while its work runs longer
+    /// than `ack_wait` (a COCO-sized decode can): until the guard is dropped, a task restarts
+    /// the broker's `ack_wait` clock every third of it (JetStream's in-progress ack). A worker
+    /// that dies or is paused stops restarting it, so its message still comes back after one
+    /// `ack_wait`. Needs a tokio runtime.
+    pub fn keep_alive(&self) -> KeepAlive {
+        let settle = Arc::clone(&self.settle);
+        let every = (self.ack_wait / 3).max(Duration::from_millis(50));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = settle.progress().await {
+                    tracing::debug!(
+                        "extending a delivery's ack wait failed ({e}); it may be handed out again"
+                    );
+                }
+            }
+        });
+        KeepAlive(task.abort_handle())
     }
 
     /// The message bytes.
@@ -377,6 +407,15 @@ impl Delivery {
     /// Still working: restart the `ack_wait` clock for this delivery.
     pub async fn progress(&self) -> BusResult<()> {
         self.settle.progress().await
+    }
+}
+
+/// Stops extending a delivery's ack wait when dropped ([`Delivery::keep_alive`]).
+pub struct KeepAlive(tokio::task::AbortHandle);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -9,6 +9,7 @@
 //! reconnecting (with backoff) is left to async-nats.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::consumer::{pull, PullConsumer};
@@ -165,7 +166,12 @@ impl NatsBus {
                 client: self.client.clone(),
                 timeout: self.opts.request_timeout(),
             };
-            out.push(Delivery::new(message.payload, count, Box::new(settle)));
+            out.push(Delivery::new(
+                message.payload,
+                count,
+                Arc::new(settle),
+                self.opts.ack_wait(),
+            ));
         }
         Ok(out)
     }

@@ -112,7 +112,12 @@ pub async fn serve<W: Work>(
         let mut failed = None;
         for delivery in deliveries {
             let r = match decode::<W>(spec, &who, delivery, &mut served).await {
-                Ok(Some((delivery, message))) => work.handle(bus.as_ref(), delivery, message).await,
+                Ok(Some((delivery, message))) => {
+                    // Work that outlasts ack_wait (a long decode) is not handed to a second
+                    // worker while this one is alive and at it.
+                    let _alive = delivery.keep_alive();
+                    work.handle(bus.as_ref(), delivery, message).await
+                }
                 Ok(None) => Ok(()),
                 Err(e) => Err(e.into()),
             };
