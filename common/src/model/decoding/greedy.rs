@@ -47,8 +47,8 @@ fn argmax_plain<T: Lanes>(xs: &[T]) -> usize {
     let Some(&first) = xs.first() else {
         return 0;
     };
-    // A NaN first value (not equal to itself) is never passed by a strictly larger one.
-    if first != first {
+    // A NaN first value (unordered even with itself) is never passed by a strictly larger one.
+    if first.partial_cmp(&first).is_none() {
         return 0;
     }
     // The largest value in fixed lanes (so that it vectorises), then its first position: the
