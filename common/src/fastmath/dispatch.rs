@@ -13,6 +13,9 @@
 #[doc(hidden)]
 #[inline(always)]
 pub fn run_at<R>(level: super::Simd, f: impl FnOnce() -> R) -> R {
+    // Other targets have one level: their baseline (NEON on aarch64).
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
     #[cfg(target_arch = "x86_64")]
     if level.supported() {
         use super::Simd;

@@ -122,9 +122,8 @@ unsafe fn portable(x: &[f32], panel: &[f32], k: usize, dst: PanelDst) {
         }
         acc
     }
-    let mut r0 = 0;
-    while r0 < dst.m {
-        let sums: &[[f32; 16]] = match dst.m - r0 {
+    for (r0, n) in row_groups(dst.m, 2) {
+        let sums: &[[f32; 16]] = match n {
             1 => &rows::<1>(x, panel, k, r0),
             _ => &rows::<2>(x, panel, k, r0),
         };
@@ -132,7 +131,6 @@ unsafe fn portable(x: &[f32], panel: &[f32], k: usize, dst: PanelDst) {
             // SAFETY: `r0 + r < m`; the caller's contract.
             unsafe { dst.add_row(r0 + r, s) };
         }
-        r0 += sums.len();
     }
 }
 
