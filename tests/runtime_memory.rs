@@ -2,7 +2,9 @@
 //! rollouts (about 16 KB each) for far-off task ids are published on the
 //! scored subject — producers outpacing the learner by far. The learner pulls
 //! them all, keeps only a bounded few, and its resident memory stays flat
-//! (grows by less than half the flood); the run is unharmed.
+//! (grows by less than half the flood); the run is unharmed. And `caprl local`, which checks
+//! the data set before it starts the roles, does not keep that check's memory while it
+//! supervises them.
 
 mod support;
 
@@ -21,13 +23,18 @@ const FLOOD: u64 = 4_000;
 
 /// Resident set size of process `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("learner alive");
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A size `field` of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in bytes.
+fn status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("process alive");
     let kb: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/PID/status");
+        .unwrap_or_else(|| panic!("{field} in /proc/PID/status"));
     kb * 1024
 }
 
@@ -139,5 +146,60 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
         "learner RSS grew by {} MB under a {} MB flood",
         grew >> 20,
         flood_bytes >> 20
+    );
+}
+
+/// `caprl local` opens the data set once to check it (here 30,000 images' captions: well over
+/// 100 MB while it does) and then only supervises; its resident memory while the roles train
+/// is back under 100 MB.
+#[test]
+fn local_hands_back_the_memory_of_its_data_set_check() {
+    const BOUND: u64 = 100 << 20;
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = support::caprl()
+        .args([
+            "data", "synth", "--train", "30000", "--val", "16", "--test", "16", "-q",
+        ])
+        .arg("--out")
+        .arg(&data)
+        .output()
+        .expect("caprl runs");
+    assert!(out.status.success(), "{}", support::text(&out));
+    let run = dir.path().join("run");
+    let child = support::caprl()
+        .args(["local", "--actors", "1", "--reward-workers", "1"])
+        .args(sets(&data, &run, 0, &[]))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let started = Instant::now();
+    while steps(&run, "xe").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "training never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (resident, peak) = (rss(pid), status_bytes(pid, "VmHWM:"));
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGINT);
+    }
+    let _ = child.wait_with_output();
+    let mib = |b: u64| b >> 20;
+    assert!(
+        peak > BOUND,
+        "the check peaked at {} MiB: too small a data set to show anything",
+        mib(peak)
+    );
+    assert!(
+        resident < BOUND,
+        "caprl local holds {} MiB while it supervises (peak {} MiB)",
+        mib(resident),
+        mib(peak)
     );
 }

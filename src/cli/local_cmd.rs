@@ -39,7 +39,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     // Generate the data set once, before the roles race to open it (and before a server starts:
     // a wrong data.dir fails with nothing to clean up).
+    // This process only supervises: it need not keep the check's memory (the captions of
+    // every image) once the check is done.
+    caprl_common::process::hand_back_freed_pages();
     setup::open_data(&cfg, true)?;
+    caprl_common::process::hand_back_freed_pages();
     let (server, url) = match &args.nats_url {
         Some(u) => (None, u.clone()),
         None => {
