@@ -1,8 +1,9 @@
 //! Answers that name the real cause, for the inputs a new user trips on: features of another
 //! width, empty inputs, flags out of range (exit code 2, as a config key out of range), a
 //! caption longer than `data.max_len`, an empty config file, a data set that does not open
-//! (with a suggestion that works as written), `{}` as captions, `-q`, and no colour codes or
-//! backtraces where a person reads the error.
+//! (with a suggestion that works as written), `{}` as captions, `-q`, no colour codes or
+//! backtraces where a person reads the error, and a damaged data set refused by `caprl local`
+//! before it starts anything.
 
 mod support;
 
@@ -14,13 +15,7 @@ use support::{caprl, sets, synth, text, train_tiny_xe};
 
 /// A copy of data set `data` at `to` whose `fc` features are `width` wide.
 fn with_fc_width(data: &Path, to: &Path, width: usize) -> PathBuf {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(data).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-        }
-    }
+    copy_data_set(data, to);
     let file = to.join("features.safetensors");
     let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
     let fc = tensors["fc"]
@@ -268,4 +263,72 @@ fn data_set_errors_say_what_is_wrong_and_suggest_what_works() {
         .output()
         .unwrap();
     assert!(out.status.success(), "`{command}`: {}", text(&out));
+}
+
+/// A copy of data set `data` at `to`, every file as it is.
+fn copy_data_set(data: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(data).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// `caprl local` checks the data set before it starts a server or a role: a features file cut
+/// short, or feature ids that do not match the captions, is one error naming the file, with
+/// no role started and the data set left as it was.
+#[test]
+fn local_refuses_a_truncated_features_file_or_mismatched_ids_before_any_role_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+
+    let truncated = tmp.path().join("truncated");
+    copy_data_set(&data, &truncated);
+    let features = truncated.join("features.safetensors");
+    let len = std::fs::metadata(&features).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&features)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+
+    let mismatched = tmp.path().join("mismatched");
+    copy_data_set(&data, &mismatched);
+    let ids_file = mismatched.join("features.ids.json");
+    let mut ids: Vec<String> = serde_json::from_slice(&std::fs::read(&ids_file).unwrap()).unwrap();
+    ids[3] = "no-such-image".into();
+    std::fs::write(&ids_file, serde_json::to_vec(&ids).unwrap()).unwrap();
+
+    for (dir, wanted) in [
+        (&truncated, ["features.safetensors", "truncated"]),
+        (&mismatched, ["features.safetensors", "no feature row"]),
+    ] {
+        let before: Vec<Vec<u8>> = ["captions.json", "features.safetensors", "features.ids.json"]
+            .iter()
+            .map(|f| std::fs::read(dir.join(f)).unwrap())
+            .collect();
+        let out = caprl()
+            .args(["local", "--actors", "1", "--reward-workers", "1"])
+            .args(sets(dir, &tmp.path().join("run"), 1, &[]))
+            .output()
+            .unwrap();
+        fails_with(&out, 1, &wanted);
+        let msg = text(&out);
+        assert!(
+            !msg.contains("started") && !msg.contains("nats-server on"),
+            "a role or a server started:\n{msg}"
+        );
+        let after: Vec<Vec<u8>> = ["captions.json", "features.safetensors", "features.ids.json"]
+            .iter()
+            .map(|f| std::fs::read(dir.join(f)).unwrap())
+            .collect();
+        assert!(
+            before == after,
+            "{}: the data set was changed",
+            dir.display()
+        );
+    }
 }
