@@ -43,15 +43,18 @@ fn keep_freed_pages() {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
 }
 
-/// Hands freed pages back to the OS from now on, and purges those free now: for a process that
-/// does not train. `caprl local` checks the data set once (640 MB at COCO's Karpathy size) and
-/// then only supervises its roles, for hours. Call it before the big allocations as well as
-/// after them: memory freed while pages are kept is never handed back later.
-pub fn hand_back_freed_pages() {
-    // SAFETY: sets one integer option (as `keep_freed_pages`), then asks the allocator to
-    // purge what is free; both are allowed at any time, from any thread.
-    unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0);
-        libmimalloc_sys::mi_collect(true);
-    }
+/// Runs `f`, a set-up whose memory is mostly freed by the time it returns (a data-set check,
+/// reference tables built from every caption), handing the pages freed meanwhile back to the
+/// OS; pages freed afterwards are kept again ([`keep_freed_pages`]). At COCO's Karpathy size
+/// opening the data set alone peaks at 640 MB, which a supervisor or a reward worker would
+/// otherwise hold for the whole run.
+pub fn handing_back_freed_pages<R>(f: impl FnOnce() -> R) -> R {
+    // Memory freed while pages are kept is never handed back later: purge from the start.
+    // SAFETY: sets one integer option, as `keep_freed_pages` does.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+    let r = f();
+    // SAFETY: asks the allocator to purge what is free now; allowed at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) };
+    keep_freed_pages();
+    r
 }

@@ -17,10 +17,12 @@ pub struct Args {
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let cfg = global.load_config()?;
-    let data = setup::open_data(&cfg, false)?;
     let id = args.id.unwrap_or_else(roles::default_id);
-    let worker = roles::worker_config(&cfg, &data, id.clone())?;
-    drop(data);
+    // The data set is needed only to build the references and document frequencies.
+    let worker = caprl_common::process::handing_back_freed_pages(|| -> Result<_> {
+        let data = setup::open_data(&cfg, false)?;
+        roles::worker_config(&cfg, &data, id.clone())
+    })?;
     let started = roles::start_role(&cfg, Role::RewardWorker, &id, &args.role)?;
     let stats = started
         .run(|bus, shutdown| caprl_reward_worker::run(worker, bus, shutdown))
