@@ -41,7 +41,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     // a wrong data.dir fails with nothing to clean up).
     // This process only supervises: it need not keep the check's memory (the captions of
     // every image) once the check is done.
-    caprl_common::process::handing_back_freed_pages(|| setup::open_data(&cfg, true))?;
+    caprl_common::process::handing_back_freed_pages(|| setup::open_data(&cfg, true).map(drop))?;
     let (server, url) = match &args.nats_url {
         Some(u) => (None, u.clone()),
         None => {
