@@ -23,6 +23,7 @@ use caprl_common::model::{
     ModelKind, SampleOptions,
 };
 use caprl_common::optim::AdamWParams;
+use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use caprl_learner::{PgTargets, StepOptions, Trainer};
 use caprl_reward_worker::Rewarder;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -127,25 +128,38 @@ impl Iteration {
         (samples, greedy)
     }
 
-    /// The reward worker's part: `r(sample) − r(greedy of its image)` per sample.
+    /// The reward worker's part: the rollout scored as a worker scores it, then
+    /// `r(sample) − r(greedy of its image)` per sample.
     fn advantages(&self, samples: &Decoded, greedy: &Decoded) -> Vec<f32> {
-        let reward = |row: usize, tokens: &[u32]| {
-            self.rewarder
-                .score_caption(row as u32, tokens, None)
-                .expect("reward")
-                .total
+        let sequence = |kind: DecodeKind, row: usize, tokens: &[u32]| Sequence {
+            image_row: row as u32,
+            kind,
+            tokens: tokens.to_vec(),
+            logprobs: Vec::new(),
         };
-        let baseline: Vec<f32> = self
+        let greedy = self
             .rows
             .iter()
             .zip(&greedy.tokens)
-            .map(|(&row, t)| reward(row, t))
-            .collect();
-        self.sample_rows
+            .map(|(&row, t)| sequence(DecodeKind::Greedy, row, t));
+        let sampled = self
+            .sample_rows
             .iter()
             .zip(&samples.tokens)
+            .map(|(&row, t)| sequence(DecodeKind::Sample, row, t));
+        let rollout = Rollout {
+            task_id: TaskId(0),
+            policy_version: PolicyVersion(0),
+            actor_id: "bench".into(),
+            sequences: greedy.chain(sampled).collect(),
+            decode_seconds: 0.0,
+        };
+        let rewards = self.rewarder.score(rollout).expect("reward").rewards;
+        let (baseline, sampled) = rewards.split_at(IMAGES);
+        sampled
+            .iter()
             .enumerate()
-            .map(|(i, (&row, t))| reward(row, t) - baseline[i / SAMPLES])
+            .map(|(i, r)| r.total - baseline[i / SAMPLES].total)
             .collect()
     }
 

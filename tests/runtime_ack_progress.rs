@@ -10,17 +10,6 @@ use std::time::{Duration, Instant};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
-/// The task ids named by the lines of `log` that contain `marker` (`task-<n>` right before it).
-fn task_ids(log: &str, marker: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| {
-            let (before, _) = l.split_once(marker)?;
-            let id = before.trim_end().rsplit(' ').next()?;
-            id.starts_with("task-").then(|| id.to_string())
-        })
-        .collect()
-}
-
 #[test]
 fn slow_tasks_are_not_run_twice_and_a_killed_workers_task_is_run_once_more() {
     let _reaper = Reaper;
@@ -54,7 +43,7 @@ fn slow_tasks_are_not_run_twice_and_a_killed_workers_task_is_run_once_more() {
     let (mut holds, mut since) = (0, None::<Instant>);
     let held = loop {
         let out = support::output_of(&victim);
-        let now = task_ids(&out, " for 5000 ms");
+        let now = support::task_ids(&out, " for 5000 ms");
         if now.len() > holds {
             (holds, since) = (now.len(), Some(Instant::now()));
         }
@@ -83,11 +72,11 @@ fn slow_tasks_are_not_run_twice_and_a_killed_workers_task_is_run_once_more() {
     // the victim died holding came back exactly once.
     let redelivered: Vec<String> = [&slow_out, &fast_out]
         .iter()
-        .flat_map(|out| task_ids(out, " redelivered"))
+        .flat_map(|out| support::task_ids(out, " redelivered"))
         .collect();
     assert_eq!(redelivered, vec![held.clone()], "{all}");
     assert!(
-        !task_ids(&slow_out, " for 5000 ms").is_empty(),
+        !support::task_ids(&slow_out, " for 5000 ms").is_empty(),
         "the slow actor never held a task:\n{all}"
     );
     let rl = steps(&run, "rl");

@@ -11,17 +11,6 @@ use std::time::{Duration, Instant};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
-/// The task ids named by the lines of `log` that contain `marker` (`task-<n>` right before it).
-fn task_ids(log: &str, marker: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| {
-            let (before, _) = l.split_once(marker)?;
-            let id = before.trim_end().rsplit(' ').next()?;
-            id.starts_with("task-").then(|| id.to_string())
-        })
-        .collect()
-}
-
 #[test]
 fn killing_an_actor_and_a_reward_worker_loses_no_task() {
     let _reaper = Reaper;
@@ -52,7 +41,7 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
     let (mut holds, mut last_hold) = (0, None::<Instant>);
     let held = loop {
         let victim_out = support::output_of(&victim_actor);
-        let now_holds = task_ids(&victim_out, " for 1500 ms");
+        let now_holds = support::task_ids(&victim_out, " for 1500 ms");
         if now_holds.len() > holds {
             (holds, last_hold) = (now_holds.len(), Some(Instant::now()));
         }
@@ -78,7 +67,7 @@ fn killing_an_actor_and_a_reward_worker_loses_no_task() {
         format!("--- learner\n{learner_out}\n--- actor\n{actor_out}\n--- worker\n{worker_out}");
     assert!(ok && ok_a && ok_w, "a role failed:\n{all}");
 
-    let redelivered = task_ids(&actor_out, " redelivered");
+    let redelivered = support::task_ids(&actor_out, " redelivered");
     assert!(
         redelivered.contains(&held),
         "the survivor was not redelivered {held}, the task the killed actor held \

@@ -629,15 +629,7 @@ impl Trainer {
     /// The phase and step checkpoint `ck` was written at (from its trainer state), to tell a
     /// user which model a directory of checkpoints resolved to.
     pub fn phase_of(ck: &Checkpoint) -> Result<(Phase, u64), LearnerError> {
-        let raw = std::fs::read(ck.file(STATE)).map_err(|e| LearnerError::Io {
-            path: ck.file(STATE),
-            source: e,
-        })?;
-        let state: TrainState =
-            serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
-                path: ck.file(STATE),
-                reason: e.to_string(),
-            })?;
+        let state = read_state(ck)?;
         Ok((state.phase, state.step))
     }
 
@@ -652,15 +644,7 @@ impl Trainer {
         let model = Captioner::load(&ck.file(WEIGHTS), cfg, device)?;
         let mut opt = AdamW::new(model.varmap(), adam)?;
         opt.load(&ck.file(OPTIM))?;
-        let raw = std::fs::read(ck.file(STATE)).map_err(|e| LearnerError::Io {
-            path: ck.file(STATE),
-            source: e,
-        })?;
-        let state: TrainState =
-            serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
-                path: ck.file(STATE),
-                reason: e.to_string(),
-            })?;
+        let state = read_state(ck)?;
         let critic = match ck.file(VALUE_WEIGHTS).exists() {
             true => Some(Critic::load(
                 &ck.file(VALUE_WEIGHTS),
@@ -717,4 +701,17 @@ fn epoch_order(seed: u64, phase: Phase, epoch: u64, n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rng);
     order
+}
+
+/// The trainer state checkpoint `ck` holds.
+fn read_state(ck: &Checkpoint) -> Result<TrainState, LearnerError> {
+    let path = ck.file(STATE);
+    let raw = std::fs::read(&path).map_err(|e| LearnerError::Io {
+        path: path.clone(),
+        source: e,
+    })?;
+    serde_json::from_slice(&raw).map_err(|e| LearnerError::Corrupt {
+        path,
+        reason: e.to_string(),
+    })
 }

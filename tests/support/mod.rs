@@ -268,3 +268,14 @@ pub fn kill9(mut child: std::process::Child) {
     child.kill().unwrap();
     reap(child);
 }
+
+/// The task ids named by the lines of `log` that contain `marker` (`task-<n>` right before it).
+pub fn task_ids(log: &str, marker: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| {
+            let (before, _) = l.split_once(marker)?;
+            let id = before.trim_end().rsplit(' ').next()?;
+            id.starts_with("task-").then(|| id.to_string())
+        })
+        .collect()
+}
