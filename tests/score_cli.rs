@@ -14,7 +14,7 @@ use support::{caprl, text, train_tiny_xe};
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/common/tests/fixtures/score/meteor_reference.json"
+        "/common/score/tests/fixtures/meteor_reference.json"
     );
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

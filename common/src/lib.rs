@@ -29,7 +29,7 @@ pub mod optim;
 pub mod process;
 pub mod progress;
 pub mod role;
-pub mod score;
+pub use caprl_score as score;
 pub mod selftest;
 pub mod shutdown;
 pub mod telemetry;

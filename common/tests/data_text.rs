@@ -54,7 +54,7 @@ fn tokenizer_splits_common_contractions_like_ptb() {
 fn ptb_examples() -> Vec<(String, String)> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/score/coco_reference.json"
+        "/score/tests/fixtures/coco_reference.json"
     );
     let text = std::fs::read_to_string(path).expect("fixture present");
     let json: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make the committed CIDEr-D-with-<eos> fixture with self-critical.pytorch's own code path.
 
-Writes common/tests/fixtures/score/cider_eos_reference.json from the tokenised text of
+Writes common/score/tests/fixtures/cider_eos_reference.json from the tokenised text of
 coco_reference.json (made by make_fixtures.py; rerun this after regenerating that file):
 
 - the document frequencies are built as self-critical.pytorch's scripts/prepro_ngrams.py
@@ -27,7 +27,7 @@ import pickle
 import sys
 import tempfile
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "common", "tests", "fixtures", "score")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "common", "score", "tests", "fixtures")
 EOS = "<eos>"
 
 

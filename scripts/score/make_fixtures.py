@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make the committed score fixtures with the reference implementations.
 
-Writes common/tests/fixtures/score/coco_reference.json: 520 images with
+Writes common/score/tests/fixtures/coco_reference.json: 520 images with
 references (5 for most) and one candidate each, scored by pycocoevalcap's
 Bleu(4), Rouge and Cider (= CIDEr-D) in corpus mode, by ruotianluo/cider's
 CiderD with a df precomputed from separate "training" references (the SCST
@@ -39,7 +39,7 @@ from pycocoevalcap.cider.cider_scorer import CiderScorer
 from pycocoevalcap.rouge.rouge import Rouge
 from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "..", "common", "tests", "fixtures", "score")
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "common", "score", "tests", "fixtures")
 
 COMMON = "a an the of on in with and at to is are two three some near next by while its his her their".split()
 NOUNS = ("man woman dog cat boy girl horse bus train plate table street beach kite pizza bench "

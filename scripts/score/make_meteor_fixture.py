@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make the committed METEOR fixture with pycocoevalcap's own Meteor wrapper.
 
-Writes common/tests/fixtures/score/meteor_reference.json: the first 48 images of
+Writes common/score/tests/fixtures/meteor_reference.json: the first 48 images of
 coco_reference.json (made by make_fixtures.py; already PTB-tokenised, with an empty
 candidate, one-word and repeated-word candidates, an empty reference in img3 and img40, and
 non-ASCII words in img5 and img42) scored by pycocoevalcap 1.2's Meteor().compute_score,
@@ -17,7 +17,7 @@ import os
 
 from pycocoevalcap.meteor.meteor import Meteor
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "common", "tests", "fixtures", "score")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "common", "score", "tests", "fixtures")
 COUNT = 48
 
 

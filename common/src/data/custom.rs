@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::dataset::{RawImage, SplitName};
 use super::error::DataError;
-use super::tokenize::tokenize;
+use super::tokenize;
 
 #[derive(Debug, Deserialize)]
 struct Row {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::{RawImage, SplitName};
 use super::error::DataError;
-use super::tokenize::tokenize;
+use super::tokenize;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct KarpathyFile {

@@ -12,7 +12,6 @@ mod karpathy;
 pub mod npy;
 mod stats;
 mod synth;
-mod tokenize;
 mod vocab;
 
 pub use dataset::{
@@ -23,5 +22,5 @@ pub use error::DataError;
 pub use features::{write_safetensors, FULL_SCAN_BYTES};
 pub use stats::{stats, DatasetStats, SplitStats};
 pub use synth::{already_generated, synth, synth_profile, SynthConfig, SynthProfile, SynthSummary};
-pub use tokenize::{tokenize, PUNCTUATION};
+pub use caprl_score::tokenize::{tokenize, PUNCTUATION};
 pub use vocab::{Vocab, SPECIALS};

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::data::tokenize::tokenize;
+use crate::data::tokenize;
 use crate::data::{DataError, SplitName};
 
 /// Clotho's split names and the data set split each becomes.

@@ -35,7 +35,7 @@ use super::error::DataError;
 use super::features::{write_safetensors, write_safetensors_streamed};
 use super::karpathy::{KarpathyFile, KarpathyImage, KarpathySentence};
 use super::stats::{stats, DatasetStats};
-use super::tokenize::tokenize;
+use super::tokenize;
 use super::vocab::Vocab;
 use world::{Scene, SLOTS};
 

@@ -7,8 +7,8 @@
 //! whitespace only. pycocoevalcap first runs the Java PTB tokenizer
 //! (lower-casing, splitting punctuation off words and dropping it, `n't`
 //! and `'s` split off); callers that need the published numbers from raw
-//! text must tokenise the same way first (the data module's tokenizer); on
-//! already-tokenised text the results are the same.
+//! text must tokenise the same way first ([`tokenize`], the same rules in
+//! Rust); on already-tokenised text the results are the same.
 //!
 //! - [`cider`] — CIDEr-D, corpus or precomputed df ([`DocFreq`]).
 //! - [`eos`] — the `<eos>` marker of self-critical.pytorch's training CIDEr-D.
@@ -17,6 +17,10 @@
 //! - [`eval`] — score a REFS file against a CANDS file (`caprl score`).
 //! - [`meteor`] — METEOR 1.5 through the jar pycocoevalcap ships (needs Java).
 //! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
+//! - [`tokenize`] — pycocoevalcap's PTB tokenisation and punctuation removal.
+//!
+//! This crate needs no model, bus or data set: the `caprl` Python module
+//! (`python/`) is built on it alone.
 
 pub mod bleu;
 pub mod cider;
@@ -29,13 +33,16 @@ pub mod intern;
 pub mod meteor;
 pub mod ngrams;
 pub mod rouge;
+mod texts;
+pub mod tokenize;
 
 pub use bleu::{bleu_corpus, bleu_sentence, BleuStats};
 pub use cider::{cider_corpus, cider_corpus_parallel, CiderD, PreparedRefs, SIGMA};
-pub use df::{DfError, DocFreq};
+pub use df::{DfError, DocFreq, DocFreqBuilder};
 pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
 pub use eos::{refs_with_eos, with_eos, EOS_MARK};
 pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
-pub use intern::Interner;
+pub use intern::{Interner, LocalInterner};
 pub use meteor::{locate_jar, meteor_corpus, Meteor, MeteorError};
 pub use rouge::{rouge_l, rouge_l_corpus};
+pub use texts::{score_texts, Extra, Idf, TextScores};

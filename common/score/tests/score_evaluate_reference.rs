@@ -3,7 +3,7 @@
 //! 1e-6, in corpus-df mode and with a precomputed df table, serial and
 //! parallel, and `cider_corpus_parallel` equals `cider_corpus`.
 
-use caprl_common::score::{
+use caprl_score::{
     cider_corpus, cider_corpus_parallel, evaluate, load_cands, load_refs, DocFreq, Interner,
 };
 use serde_json::{json, Map, Value};
@@ -13,7 +13,7 @@ const TOL: f64 = 1e-6;
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/score/coco_reference.json"
+        "/tests/fixtures/coco_reference.json"
     );
     serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present"))
         .expect("fixture is JSON")

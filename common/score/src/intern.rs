@@ -81,6 +81,11 @@ impl Interner {
         self.words.get(id as usize).map(String::as_str)
     }
 
+    /// The words in id order (the vocabulary a [`DocFreq`](super::DocFreq) keeps).
+    pub fn into_words(self) -> Vec<String> {
+        self.words
+    }
+
     /// Number of ids handed out.
     pub fn len(&self) -> usize {
         self.words.len()
@@ -89,6 +94,50 @@ impl Interner {
     /// True when no word has been interned.
     pub fn is_empty(&self) -> bool {
         self.words.is_empty()
+    }
+}
+
+/// Ids for words against a shared [`Interner`] that stays as it is: known
+/// words keep their ids, unseen words get ids after the base's, kept in this
+/// view only. Scoring text against a fixed table (its vocabulary the base)
+/// then costs nothing per call for the table's words.
+#[derive(Debug)]
+pub struct LocalInterner<'a> {
+    base: &'a Interner,
+    extra: WordMap,
+}
+
+impl<'a> LocalInterner<'a> {
+    /// A view of `base` with no words of its own yet.
+    pub fn new(base: &'a Interner) -> Self {
+        Self {
+            base,
+            extra: WordMap::default(),
+        }
+    }
+
+    /// The id of `word`: the base's, else one of this view's own.
+    ///
+    /// # Panics
+    /// If more than `u32::MAX - 2` distinct words are interned in all.
+    pub fn intern(&mut self, word: &str) -> u32 {
+        if let Some(id) = self.base.get(word) {
+            return id;
+        }
+        if let Some(&id) = self.extra.get(word) {
+            return id;
+        }
+        let id = u32::try_from(self.base.len() + self.extra.len())
+            .ok()
+            .filter(|&id| id < super::eos::EOS_MARK)
+            .expect("more than u32::MAX - 2 distinct words interned");
+        self.extra.insert(word.to_owned(), id);
+        id
+    }
+
+    /// Splits `text` on whitespace and interns each word.
+    pub fn intern_sentence(&mut self, text: &str) -> Vec<u32> {
+        text.split_whitespace().map(|w| self.intern(w)).collect()
     }
 }
 
@@ -113,5 +162,14 @@ mod tests {
             vec!["dog".to_string()],
         ];
         assert_eq!(it.intern_refs(&refs), vec![vec![1, 4], vec![2]]);
+    }
+
+    #[test]
+    fn a_local_view_adds_words_after_the_base_and_leaves_it_alone() {
+        let base = Interner::with_words(&["a".to_string(), "dog".to_string()]);
+        let mut view = LocalInterner::new(&base);
+        assert_eq!(view.intern_sentence("a cat dog cat bird"), vec![0, 2, 1, 2, 3]);
+        assert_eq!(base.len(), 2);
+        assert_eq!(base.get("cat"), None);
     }
 }

@@ -1,6 +1,6 @@
 //! The document-frequency file round-trips and bad files give typed errors.
 
-use caprl_common::score::{CiderD, DfError, DocFreq};
+use caprl_score::{CiderD, DfError, DocFreq};
 
 fn sample() -> DocFreq {
     DocFreq::from_refs(&[

@@ -5,7 +5,7 @@
 //! pycocoevalcap's Java PTBTokenizer, so whitespace splitting here sees the
 //! same tokens the reference scorers saw.
 
-use caprl_common::score::{
+use caprl_score::{
     bleu_corpus, cider_corpus, div_n, mbleu4, refs_with_eos, rouge_l_corpus, with_eos, CiderD,
     DocFreq, Interner,
 };
@@ -24,7 +24,7 @@ struct Fixture {
 fn load() -> Fixture {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/score/coco_reference.json"
+        "/tests/fixtures/coco_reference.json"
     );
     let text = std::fs::read_to_string(path).expect("fixture present");
     let json: Value = serde_json::from_str(&text).expect("fixture is JSON");
@@ -149,7 +149,7 @@ fn cider_d_with_eos_matches_self_critical_scorer() {
     let fx = load();
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/score/cider_eos_reference.json"
+        "/tests/fixtures/cider_eos_reference.json"
     );
     let text = std::fs::read_to_string(path).expect("fixture present");
     let eos: Value = serde_json::from_str(&text).expect("fixture is JSON");

@@ -1,6 +1,6 @@
 //! `caprl score`'s file handling: both input shapes, clear errors.
 
-use caprl_common::score::{evaluate, load_cands, load_refs, EvalError};
+use caprl_score::{evaluate, load_cands, load_refs, EvalError};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.path().join(name);

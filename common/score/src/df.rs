@@ -78,6 +78,14 @@ pub enum DfError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An n-gram given as words is empty or longer than 4 words.
+    #[error("n-gram {ngram:?} has {order} words; document frequencies are kept for 1 to 4")]
+    NgramOrder {
+        /// The n-gram, words joined by spaces.
+        ngram: String,
+        /// Its number of words.
+        order: usize,
+    },
 }
 
 /// N-gram document frequencies (orders 1..=4) and the number of images they
@@ -293,6 +301,57 @@ impl DocFreq {
             num_images: usize::try_from(num_images)
                 .map_err(|_| bad(0, "image count overflows usize".into()))?,
         })
+    }
+}
+
+/// Builds a [`DocFreq`] from n-grams written as words and their document
+/// frequencies, one at a time: what self-critical.pytorch's df pickle holds
+/// (`document_frequency`, `ref_len`). Words get ids in order of first sight,
+/// kept as the table's vocabulary.
+#[derive(Debug, Default)]
+pub struct DocFreqBuilder {
+    interner: super::intern::Interner,
+    df: KeyMap<u32>,
+    ids: Vec<u32>,
+}
+
+impl DocFreqBuilder {
+    /// An empty builder with room for `entries` n-grams.
+    pub fn with_capacity(entries: usize) -> Self {
+        let mut df = KeyMap::default();
+        df.reserve(entries);
+        Self {
+            df,
+            ..Self::default()
+        }
+    }
+
+    /// Records that `count` images contain the n-gram `words` (1 to 4 words). An
+    /// entry with count 0 is left out: its idf is the same as an unseen n-gram's.
+    pub fn add(&mut self, words: &[&str], count: u32) -> Result<(), DfError> {
+        if words.is_empty() || words.len() > MAX_ORDER {
+            return Err(DfError::NgramOrder {
+                ngram: words.join(" "),
+                order: words.len(),
+            });
+        }
+        if count > 0 {
+            self.ids.clear();
+            for w in words {
+                self.ids.push(self.interner.intern(w));
+            }
+            self.df.insert(super::ngrams::pack(&self.ids), count);
+        }
+        Ok(())
+    }
+
+    /// The table, counted over `num_images` images.
+    pub fn finish(self, num_images: usize) -> DocFreq {
+        DocFreq {
+            df: self.df,
+            num_images,
+            words: self.interner.into_words(),
+        }
     }
 }
 

@@ -3,12 +3,12 @@
 //! `scripts/score/make_meteor_fixture.py`. Needs Java and `pip install pycocoevalcap`: skipped
 //! with a printed reason where they are missing, a failure in CI (`support/ci.rs`).
 
-#[path = "support/ci.rs"]
+#[path = "../../tests/support/ci.rs"]
 mod ci;
 
 use std::path::PathBuf;
 
-use caprl_common::score::{locate_jar, Meteor, MeteorError};
+use caprl_score::{locate_jar, Meteor, MeteorError};
 use serde_json::Value;
 
 const TOL: f64 = 1e-4;
@@ -28,7 +28,7 @@ fn jar() -> Option<PathBuf> {
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/score/meteor_reference.json"
+        "/tests/fixtures/meteor_reference.json"
     );
     let text = std::fs::read_to_string(path).expect("fixture present");
     serde_json::from_str(&text).expect("fixture is JSON")

@@ -4,7 +4,7 @@
 //! these tokens, so training references and scored captions must go through the same function.
 //!
 //! What this pure-Rust version does like the Java tokenizer (checked against the Java output
-//! for every `ptb_examples` entry of `common/tests/fixtures/score/coco_reference.json`):
+//! for every `ptb_examples` entry of `common/score/tests/fixtures/coco_reference.json`):
 //! - lowercases; splits off `, ; : " `` '' ... -- % $ #` and runs of `?`/`!` as their own
 //!   tokens;
 //! - writes brackets as Java does, lowercased: `( )` → `-lrb- -rrb-`, `[ ]` → `-lsb- -rsb-`,

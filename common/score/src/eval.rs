@@ -16,10 +16,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::bleu::BleuStats;
-use super::corpus::{score_corpus, DfSource, FlatCorpus, Metrics};
 use super::df::DocFreq;
-use super::intern::Interner;
 use super::meteor::{Meteor, MeteorError};
+use super::texts::{score_texts, Extra, Idf};
 
 /// What is wrong with a REFS or CANDS file.
 #[derive(Debug, thiserror::Error)]
@@ -274,30 +273,17 @@ pub fn evaluate(
             examples,
         });
     }
-    let mut interner = match &df {
-        Some(d) => Interner::with_words(d.words()),
-        None => Interner::new(),
+    let sets: Vec<&[String]> = cands.iter().map(|(id, _)| refs[id].as_slice()).collect();
+    let texts: Vec<&str> = cands.iter().map(|(_, c)| c.as_str()).collect();
+    let idf = match &df {
+        Some(d) => Idf::Table(d),
+        None => Idf::Corpus,
     };
-    let nref: usize = cands.iter().map(|(id, _)| refs[id].len()).sum();
-    let mut corpus = FlatCorpus::with_capacity(cands.len(), nref + cands.len(), 12 * nref);
-    for (id, _) in cands {
-        for r in &refs[id] {
-            corpus.push_sentence(r.split_whitespace().map(|w| interner.intern(w)));
-        }
-        corpus.end_image_refs();
-    }
-    for (_, c) in cands {
-        corpus.push_sentence(c.split_whitespace().map(|w| interner.intern(w)));
-    }
-    let source = match &df {
-        Some(d) => DfSource::Table(d),
-        None => DfSource::Corpus,
-    };
-    let metrics = Metrics {
+    let extra = Extra {
         bleu: true,
         rouge: true,
     };
-    let per: Vec<(BleuStats, Scores)> = score_corpus(&corpus, source, metrics, parallel)
+    let per: Vec<(BleuStats, Scores)> = score_texts(&sets, &texts, idf, extra, parallel)
         .into_iter()
         .map(|r| {
             let s = Scores {
