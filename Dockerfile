@@ -23,6 +23,7 @@ COPY actor actor
 COPY learner learner
 COPY reward-worker reward-worker
 COPY benches benches
+COPY python python
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \

@@ -168,7 +168,10 @@ mod tests {
     fn a_local_view_adds_words_after_the_base_and_leaves_it_alone() {
         let base = Interner::with_words(&["a".to_string(), "dog".to_string()]);
         let mut view = LocalInterner::new(&base);
-        assert_eq!(view.intern_sentence("a cat dog cat bird"), vec![0, 2, 1, 2, 3]);
+        assert_eq!(
+            view.intern_sentence("a cat dog cat bird"),
+            vec![0, 2, 1, 2, 3]
+        );
         assert_eq!(base.len(), 2);
         assert_eq!(base.get("cat"), None);
     }

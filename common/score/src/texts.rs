@@ -102,7 +102,10 @@ mod tests {
 
     #[test]
     fn a_table_counted_over_the_same_sets_scores_as_corpus_mode() {
-        let refs = [vec!["a man rides a horse", "a person on a horse"], vec!["two dogs play", "dogs in the grass"]];
+        let refs = [
+            vec!["a man rides a horse", "a person on a horse"],
+            vec!["two dogs play", "dogs in the grass"],
+        ];
         let cands = ["a man on a horse", "two dogs in grass"];
         let corpus = score_texts(&refs, &cands, Idf::Corpus, Extra::default(), false);
         let mut interner = Interner::new();

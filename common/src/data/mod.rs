@@ -14,6 +14,7 @@ mod stats;
 mod synth;
 mod vocab;
 
+pub use caprl_score::tokenize::{tokenize, PUNCTUATION};
 pub use dataset::{
     Dataset, Format, Item, OpenOptions, OverLength, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
     FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, VOCAB_JSON,
@@ -22,5 +23,4 @@ pub use error::DataError;
 pub use features::{write_safetensors, FULL_SCAN_BYTES};
 pub use stats::{stats, DatasetStats, SplitStats};
 pub use synth::{already_generated, synth, synth_profile, SynthConfig, SynthProfile, SynthSummary};
-pub use caprl_score::tokenize::{tokenize, PUNCTUATION};
 pub use vocab::{Vocab, SPECIALS};

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""caprl.score against the Python scorers it replaces, in one Python process.
+
+1. Evaluation: 5,000 images x 5 references (the set scripts/score/bench.py scores):
+   pycocoevalcap's Cider, Bleu(4) and Rouge vs caprl.score's, all cores and one thread.
+2. The SCST reward: self-critical.pytorch's CiderD (ruotianluo/cider) with a training
+   document-frequency pickle over --train-images images x 5 references, on batches of
+   10 and 50 images x 5 samples shaped as get_self_critical_reward builds them, vs
+   caprl.score.CiderD on the same pickle.
+
+Each figure is the best of several runs after a warm-up; loading the df table is timed
+once, apart.
+
+Usage (the installed wheel, pycocoevalcap and six in the environment):
+  python scripts/python/bench_score.py --ciderd PATH/TO/cider/pyciderevalcap/ciderD/ciderD_scorer.py
+"""
+import argparse
+import os
+import pickle
+from collections import defaultdict
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "score"))
+from bench import make_set  # noqa: E402  the evaluation set of scripts/score/bench.py
+
+from pycocoevalcap.bleu.bleu import Bleu as RefBleu  # noqa: E402
+from pycocoevalcap.cider.cider import Cider as RefCider  # noqa: E402
+from pycocoevalcap.rouge.rouge import Rouge as RefRouge  # noqa: E402
+
+import caprl.score as cs  # noqa: E402
+
+
+def best_of(fn, reps):
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def row(name, ref_s, caprl_s, caprl_1_s):
+    print(f"| {name:<34} | {ref_s * 1e3:>11.2f} | {caprl_s * 1e3:>9.2f} | {caprl_1_s * 1e3:>9.2f} "
+          f"| {ref_s / caprl_s:>7.0f}x | {ref_s / caprl_1_s:>7.0f}x |")
+
+
+def header(ref_name):
+    print(f"| {'scoring':<34} | {ref_name + ' ms':>11} | {'caprl ms':>9} | {'1 thread':>9} "
+          f"| {'speed-up':>8} | {'1 thread':>8} |")
+    print(f"|{'-' * 36}|{'-' * 13}:|{'-' * 10}:|{'-' * 10}:|{'-' * 9}:|{'-' * 9}:|")
+
+
+def evaluation(images, reps):
+    refs, cands = make_set(images)
+    gts, res = refs, {k: [v] for k, v in cands.items()}
+    print(f"\n### Evaluation: {images} images x 5 references (pycocoevalcap 1.2)\n")
+    header("pycoco")
+    for name, ref, ours, ours_1 in [
+        ("Cider (CIDEr-D)", RefCider(), cs.Cider(), cs.Cider(parallel=False)),
+        ("Bleu(4)", RefBleu(4), cs.Bleu(4), cs.Bleu(4, parallel=False)),
+        ("Rouge (ROUGE-L)", RefRouge(), cs.Rouge(), cs.Rouge(parallel=False)),
+    ]:
+        kwargs = {"verbose": 0} if isinstance(ref, RefBleu) else {}
+        t_ref = best_of(lambda: ref.compute_score(gts, res, **kwargs), max(1, reps // 3))
+        t_ours = best_of(lambda: ours.compute_score(gts, res), reps)
+        t_one = best_of(lambda: ours_1.compute_score(gts, res), reps)
+        row(name, t_ref, t_ours, t_one)
+
+
+def ngram_df(ref_sets):
+    """self-critical.pytorch's prepro_ngrams.py table (document_frequency, ref_len)."""
+    df = defaultdict(float)  # as prepro_ngrams.py writes it (ruotianluo indexes it freely)
+    for refs in ref_sets:
+        seen = set()
+        for r in refs:
+            w = r.split()
+            for n in range(1, 5):
+                seen.update(tuple(w[i:i + n]) for i in range(len(w) - n + 1))
+        for g in seen:
+            df[g] += 1.0
+    return {"document_frequency": df, "ref_len": float(len(ref_sets))}
+
+
+def scst(ciderd_path, train_images, reps, work):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(ciderd_path))))
+    sys.path.insert(0, root)
+    from pyciderevalcap.ciderD.ciderD import CiderD as RefCiderD
+
+    # The table is a pure function of --train-images: kept under --work for the next run.
+    name = f"bench-train-{train_images}"
+    os.makedirs(os.path.join(work, "data"), exist_ok=True)
+    pickle_path = os.path.join(work, "data", name + ".p")
+    if not os.path.exists(pickle_path):
+        train, _ = make_set(train_images, seed=23)
+        table = ngram_df(list(train.values()))
+        with open(pickle_path + ".tmp", "wb") as f:
+            pickle.dump(table, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(pickle_path + ".tmp", pickle_path)
+        del table, train
+    os.chdir(work)
+    t = time.perf_counter()
+    ref = RefCiderD(df=name)
+    t_ref_load = time.perf_counter() - t
+    t = time.perf_counter()
+    with open(os.path.join("data", name + ".p"), "rb") as f:
+        pickle.load(f, encoding="latin1")
+    t_pickle = time.perf_counter() - t
+    t = time.perf_counter()
+    table = cs.load_df(name)
+    t_ours_load = time.perf_counter() - t
+    ours, ours_1 = cs.CiderD(df=table), cs.CiderD(df=table, parallel=False)
+    print(f"\n### SCST reward: CIDEr-D with a training df over {train_images} images x 5 references "
+          f"({len(ref.cider_scorer.document_frequency)} n-grams)\n")
+    print(f"df load, once per run: ruotianluo {t_ref_load:.1f} s, caprl {t_ours_load:.1f} s "
+          f"(pickle.load alone: {t_pickle:.1f} s)\n")
+
+    header("ruotianluo")
+    rng = random.Random(5)
+    val, samples = make_set(200, seed=31)
+    ids = list(val)
+    for batch in (10, 50):
+        seq_per_img = 5
+        chosen = rng.sample(ids, batch)
+        # get_self_critical_reward: gts_ keyed by sample index, res_ a list of dicts.
+        gts = {i: val[chosen[i // seq_per_img]] for i in range(batch * seq_per_img)}
+        pool = list(samples.values())
+        res = [{"image_id": i, "caption": [rng.choice(pool) + " 0"]} for i in range(batch * seq_per_img)]
+        t_ref = best_of(lambda: ref.compute_score(gts, res), reps)
+        t_ours = best_of(lambda: ours.compute_score(gts, res), reps * 10)
+        t_one = best_of(lambda: ours_1.compute_score(gts, res), reps * 10)
+        row(f"CiderD, {batch} images x {seq_per_img} samples", t_ref, t_ours, t_one)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=5000, help="evaluation set size")
+    ap.add_argument("--train-images", type=int, default=113287,
+                    help="images behind the SCST df table (Karpathy's COCO train split: 113287)")
+    ap.add_argument("--ciderd", help="ruotianluo/cider's ciderD_scorer.py (skip the SCST part without it)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--work", default="target/python-bench",
+                    help="where the training df pickle is kept between runs")
+    args = ap.parse_args()
+    print(f"caprl {cs._native.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.2f}")
+    evaluation(args.images, args.reps)
+    if args.ciderd:
+        scst(args.ciderd, args.train_images, args.reps, os.path.abspath(args.work))
+
+
+if __name__ == "__main__":
+    main()
