@@ -115,10 +115,9 @@ fn run_with_rogue(rl_epochs: u32, extra: &[&str]) -> (Vec<serde_json::Value>, St
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Built to produce stale rollouts: the learner issues only each step's own tasks and
-    // waits for them, so real actors, which refuse a task older than its `min_version`,
-    // never get more than `max_policy_lag` behind. A rogue actor answers three tasks with
-    // a policy two versions older than the task's own.
+    // Built to produce stale rollouts: real actors refuse a task older than its
+    // `min_version`, so they never get more than `max_policy_lag` behind. A rogue actor
+    // answers three tasks with a policy two versions older than the task's own.
     let rogue = rogue_actor(&url, STALE);
     let (ok, out) = finish(learner);
     let (_, fast_out) = stop(fast);
@@ -199,7 +198,10 @@ fn stale_rollouts_can_be_reweighted_instead_of_dropped() {
         .iter()
         .filter(|s| s["stale_reweighted"].as_u64() > Some(0))
     {
-        assert_eq!(s["max_lag"].as_u64(), Some(2), "{s}");
+        // Older than max_policy_lag = 1: two versions behind its task, more when the task
+        // was issued steps ahead or waited for a credit.
+        let lag = s["max_lag"].as_u64().unwrap_or(0);
+        assert!(lag >= 2, "{s}");
         let rho = s["importance_weight"]
             .as_f64()
             .expect("ρ of the stale rollouts");

@@ -235,7 +235,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     driver.publish(&model, 0).unwrap();
     let collected = driver
-        .collect(0, 0, &rows)
+        .collect(0, 0, &rows, &[])
         .expect("real work flows past the bad messages");
     assert_eq!(collected.scored.len(), 2);
     assert_eq!(

@@ -13,8 +13,10 @@
 //!   what, nor on the transport. A learner's first step takes the results
 //!   already in the queue (a resumed learner's predecessor's) before it issues
 //!   anything; those for later steps are kept for their step.
-//! - `async`: tasks are issued ahead within `tasks_in_flight` credits; the step
-//!   takes the first `K` scored rollouts whose lag `v - v_rollout` is at most
+//! - `async`: the tasks of the next `max_policy_lag` steps are issued ahead (the
+//!   data order is known), within `tasks_in_flight` credits, so actors decode
+//!   steps `s+1..s+L` while the learner trains step `s`; the step takes the
+//!   first `K` scored rollouts whose lag `v - v_rollout` is at most
 //!   `max_policy_lag`; older ones are dropped and counted, and their images are
 //!   issued again (new task id, current policy) so the credits never run dry.
 //!   With `runtime.stale_rollouts = "reweight"` the older ones are kept instead
@@ -144,6 +146,12 @@ pub struct Driver {
     /// Async: the images of each outstanding task, re-issued when its rollout is dropped.
     rows_of: BTreeMap<TaskId, Vec<u32>>,
     next_async_id: u64,
+    /// Async: the last step whose tasks are queued (that step's own collect, or an earlier
+    /// one issuing ahead).
+    queued_through: Option<u64>,
+    /// Async: scored rollouts that arrived after their step had all it needed, used first
+    /// by the next step (lag checked then).
+    ready: VecDeque<ScoredRollout>,
     /// Every task id already used in a step (sync de-duplication across steps).
     done_below: u64,
     /// Sync: whether the scored results already waiting (a predecessor's) were taken.
@@ -231,6 +239,8 @@ impl Driver {
             queued: VecDeque::new(),
             rows_of: BTreeMap::new(),
             next_async_id: 0,
+            queued_through: None,
+            ready: VecDeque::new(),
             done_below: 0,
             took_waiting: false,
             totals: DriverTotals::default(),
@@ -386,13 +396,25 @@ impl Driver {
         Ok(())
     }
 
+    /// How many later steps async mode issues ahead: `max_policy_lag` (0 in sync mode), so
+    /// that no rollout decoded ahead is older than the lag bound when its step comes.
+    pub fn issue_ahead_steps(&self) -> usize {
+        match self.opts.sync {
+            true => 0,
+            false => usize::try_from(self.opts.max_policy_lag).unwrap_or(usize::MAX),
+        }
+    }
+
     /// Runs the rollouts of optimizer step `step` (images `rows`) under policy
     /// `version` and returns the scored batch (see the module docs for the modes).
+    /// `ahead` holds the images of the following steps; async mode queues the first
+    /// [`Driver::issue_ahead_steps`] of them, sync mode none.
     pub fn collect(
         &mut self,
         step: u64,
         version: u64,
         rows: &[u32],
+        ahead: &[Vec<u32>],
     ) -> Result<Collected, LearnerError> {
         let k = self.tasks_per_step();
         let chunks: Vec<&[u32]> = rows.chunks(self.opts.images_per_task.max(1)).collect();
@@ -456,51 +478,8 @@ impl Driver {
             out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
             out.scored = got.into_values().collect();
         } else {
-            for chunk in &chunks {
-                let id = TaskId(self.next_async_id);
-                self.next_async_id += 1;
-                let t = self.make_task(id, version, chunk);
-                self.queued.push_back(t);
-            }
-            let mut got: Vec<ScoredRollout> = Vec::new();
-            while (got.len() as u64) < (chunks.len() as u64).min(k) {
-                while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
-                    let Some(t) = self.queued.pop_front() else {
-                        break;
-                    };
-                    self.rows_of.insert(t.task_id, t.image_rows.clone());
-                    self.issue(&t)?;
-                    out.tasks_issued += 1;
-                }
-                for s in self.pull(&mut out)? {
-                    let id = s.rollout.task_id;
-                    if !self.outstanding.remove(&id) {
-                        out.duplicates += 1;
-                        continue;
-                    }
-                    let rows = self.rows_of.remove(&id).unwrap_or_default();
-                    let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
-                    tm::observe_policy_lag(lag);
-                    let too_old = lag > self.opts.max_policy_lag;
-                    if too_old && self.opts.stale_rollouts == StaleRollouts::Reweight {
-                        out.stale_reweighted += 1;
-                        tm::count_stale_reweighted(1);
-                        got.push(s);
-                    } else if too_old {
-                        out.dropped_stale += 1;
-                        tm::count_dropped_stale(1);
-                        // Its images go out again, for the current policy, under a new id.
-                        let retry = self.make_task(TaskId(self.next_async_id), version, &rows);
-                        self.next_async_id += 1;
-                        self.queued.push_back(retry);
-                    } else {
-                        got.push(s);
-                    }
-                }
-                tm::set_tasks_in_flight(self.outstanding.len() as u64);
-            }
-            got.sort_by_key(|s| s.rollout.task_id);
-            out.scored = got;
+            let need = chunks.len().min(k as usize);
+            out.scored = self.collect_async(step, version, (rows, ahead), need, &mut out)?;
         }
         let n = out.scored.len().max(1) as f64;
         let lags = || {
@@ -524,6 +503,95 @@ impl Driver {
             .used
             .extend(out.scored.iter().map(|s| s.rollout.task_id));
         Ok(out)
+    }
+
+    /// Async: queues this step's tasks and the next steps' (issue ahead), keeps up to
+    /// `tasks_in_flight` of them issued, and returns the first `need` scored rollouts within
+    /// the lag bound (or reweighted), sorted by task id. Results beyond `need` wait in
+    /// `ready` for the next step, so that the last steps of a run still find theirs.
+    fn collect_async(
+        &mut self,
+        step: u64,
+        version: u64,
+        (rows, ahead): (&[u32], &[Vec<u32>]),
+        need: usize,
+        out: &mut Collected,
+    ) -> Result<Vec<ScoredRollout>, LearnerError> {
+        self.queue_step(step, version, rows);
+        for (j, later) in (1..).zip(ahead.iter().take(self.issue_ahead_steps())) {
+            self.queue_step(step + j, version, later);
+        }
+        let mut got: Vec<ScoredRollout> = Vec::new();
+        loop {
+            while got.len() < need {
+                let Some(s) = self.ready.pop_front() else {
+                    break;
+                };
+                self.take_async(s, version, &mut got, out);
+            }
+            if got.len() >= need {
+                break;
+            }
+            while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
+                let Some(t) = self.queued.pop_front() else {
+                    break;
+                };
+                self.rows_of.insert(t.task_id, t.image_rows.clone());
+                self.issue(&t)?;
+                out.tasks_issued += 1;
+            }
+            for s in self.pull(out)? {
+                if self.outstanding.remove(&s.rollout.task_id) {
+                    self.ready.push_back(s);
+                } else {
+                    out.duplicates += 1;
+                }
+            }
+            tm::set_tasks_in_flight(self.outstanding.len() as u64);
+        }
+        got.sort_by_key(|s| s.rollout.task_id);
+        Ok(got)
+    }
+
+    /// Async: uses `s` at policy `version` if its lag is within the bound (or reweighted);
+    /// else drops it and queues its images again, for the current policy, under a new id.
+    fn take_async(
+        &mut self,
+        s: ScoredRollout,
+        version: u64,
+        got: &mut Vec<ScoredRollout>,
+        out: &mut Collected,
+    ) {
+        let rows = self.rows_of.remove(&s.rollout.task_id).unwrap_or_default();
+        let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
+        tm::observe_policy_lag(lag);
+        let too_old = lag > self.opts.max_policy_lag;
+        if too_old && self.opts.stale_rollouts == StaleRollouts::Reweight {
+            out.stale_reweighted += 1;
+            tm::count_stale_reweighted(1);
+            got.push(s);
+        } else if too_old {
+            out.dropped_stale += 1;
+            tm::count_dropped_stale(1);
+            let retry = self.make_task(TaskId(self.next_async_id), version, &rows);
+            self.next_async_id += 1;
+            self.queued.push_back(retry);
+        } else {
+            got.push(s);
+        }
+    }
+
+    /// Async: queues the tasks of step `step` (images `rows`) unless they already are.
+    fn queue_step(&mut self, step: u64, version: u64, rows: &[u32]) {
+        if self.queued_through.is_some_and(|done| done >= step) {
+            return;
+        }
+        for chunk in rows.chunks(self.opts.images_per_task.max(1)) {
+            let t = self.make_task(TaskId(self.next_async_id), version, chunk);
+            self.next_async_id += 1;
+            self.queued.push_back(t);
+        }
+        self.queued_through = Some(step);
     }
 
     /// Sync, first step of this learner: takes the scored results already in

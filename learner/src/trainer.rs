@@ -230,6 +230,35 @@ impl Trainer {
         Some(rows)
     }
 
+    /// The item indices of the `count` batches after the current one, in the order
+    /// [`Trainer::next_batch`] will hand them out, up to the end of epoch `epochs - 1`
+    /// (what async mode issues ahead).
+    pub fn upcoming_batches(
+        &self,
+        n_items: usize,
+        batch: usize,
+        count: usize,
+        epochs: u64,
+    ) -> Vec<Vec<usize>> {
+        let (mut epoch, mut cursor) = (self.state.epoch, self.state.cursor);
+        let mut order: Option<Vec<usize>> = None;
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count && n_items > 0 {
+            if cursor >= n_items {
+                (epoch, cursor, order) = (epoch + 1, 0, None);
+            }
+            if epoch >= epochs {
+                break;
+            }
+            let order = order
+                .get_or_insert_with(|| epoch_order(self.seed, self.state.phase, epoch, n_items));
+            let end = (cursor + batch).min(n_items);
+            out.push(order[cursor..end].to_vec());
+            cursor = end;
+        }
+        out
+    }
+
     /// One teacher-forced cross-entropy step on all references of `items`.
     pub fn xe_step(
         &mut self,

@@ -1,9 +1,11 @@
 //! The learner's collection of scored rollouts on the in-process bus, with the
 //! roles played by hand: sync steps take exactly their task ids from exactly
 //! the current policy, sorted; duplicates and stale versions are not used;
-//! results for a later step wait for it; async drops beyond `max_policy_lag`.
+//! results for a later step wait for it; async drops beyond `max_policy_lag` and issues the
+//! next steps' tasks ahead, within the lag bound and the credits.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -72,6 +74,10 @@ struct Fixture {
 }
 
 fn fixture(sync: bool) -> Fixture {
+    fixture_with(options(sync))
+}
+
+fn fixture_with(options: DriverOptions) -> Fixture {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -79,12 +85,7 @@ fn fixture(sync: bool) -> Fixture {
         .unwrap();
     let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::for_run("driver")).unwrap());
     let (stop, stop_rx) = ShutdownTrigger::new();
-    let driver = Driver::new(
-        Arc::clone(&bus),
-        rt.handle().clone(),
-        stop_rx,
-        options(sync),
-    );
+    let driver = Driver::new(Arc::clone(&bus), rt.handle().clone(), stop_rx, options);
     Fixture {
         rt,
         bus,
@@ -130,7 +131,7 @@ fn sync_step_uses_each_of_its_task_ids_once_in_order_and_keeps_later_ones() {
     });
     // Answer every task twice (a redelivered duplicate), in reverse order.
     let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0); 2]);
-    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3]).unwrap();
+    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3], &[]).unwrap();
     let ids: Vec<u64> = step0.scored.iter().map(|s| s.rollout.task_id.0).collect();
     assert_eq!(ids, vec![0, 1]);
     assert!(step0
@@ -140,7 +141,7 @@ fn sync_step_uses_each_of_its_task_ids_once_in_order_and_keeps_later_ones() {
     assert_eq!(step0.rejected, 1);
     assert_eq!(step0.dropped_stale, 1, "task 1 from v6");
 
-    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3]).unwrap();
+    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3], &[]).unwrap();
     let ids: Vec<u64> = step1.scored.iter().map(|s| s.rollout.task_id.0).collect();
     assert_eq!(
         ids,
@@ -167,7 +168,10 @@ fn async_step_drops_rollouts_beyond_the_lag_bound() {
     let mut dropped = 0;
     let mut used = 0;
     for step in 0..3u64 {
-        let c = f.driver.collect(step, 10 + step, &[0, 1, 2, 3]).unwrap();
+        let c = f
+            .driver
+            .collect(step, 10 + step, &[0, 1, 2, 3], &[])
+            .unwrap();
         assert!(
             c.scored.iter().all(|s| s.rollout.task_id.0 % 2 == 1),
             "a stale rollout was used"
@@ -190,11 +194,11 @@ fn a_flood_of_results_for_far_off_steps_is_not_buffered_without_bound() {
         }
     });
     let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0)]);
-    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3]).unwrap();
+    let step0 = f.driver.collect(0, 7, &[0, 1, 2, 3], &[]).unwrap();
     // The buffer keeps 4 · max(tasks_in_flight 8, K 2) = 32, the nearest ones.
     assert_eq!(step0.rejected, 10_000 - 32);
     for step in 1..20 {
-        let got = f.driver.collect(step, 7, &[0, 1, 2, 3]).unwrap();
+        let got = f.driver.collect(step, 7, &[0, 1, 2, 3], &[]).unwrap();
         let ids: Vec<u64> = got.scored.iter().map(|s| s.rollout.task_id.0).collect();
         assert_eq!(ids, vec![2 * step, 2 * step + 1]);
     }
@@ -210,7 +214,7 @@ fn sync_first_step_takes_the_results_already_waiting_instead_of_issuing_their_ta
         f.bus.publish(Queue::Scored, scored(3, 7)).await.unwrap();
     });
     let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0)]);
-    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3]).unwrap();
+    let step1 = f.driver.collect(1, 7, &[0, 1, 2, 3], &[]).unwrap();
     let ids: Vec<u64> = step1.scored.iter().map(|s| s.rollout.task_id.0).collect();
     assert_eq!(ids, vec![2, 3]);
     assert_eq!(
@@ -218,7 +222,125 @@ fn sync_first_step_takes_the_results_already_waiting_instead_of_issuing_their_ta
         (0, 2),
         "both results came from the queue, no task was issued again"
     );
-    let step2 = f.driver.collect(2, 8, &[0, 1, 2, 3]).unwrap();
+    let step2 = f.driver.collect(2, 8, &[0, 1, 2, 3], &[]).unwrap();
     assert_eq!((step2.tasks_issued, step2.results_found), (2, 0));
     roles.abort();
+}
+
+/// Images of step `s` in the issue-ahead test: `10·s .. 10·s + 3`, so a task names its step.
+fn step_rows(s: u64) -> Vec<u32> {
+    (0..4).map(|i| 10 * s as u32 + i).collect()
+}
+
+#[test]
+fn async_issues_the_next_steps_ahead_within_the_lag_bound_and_the_credits() {
+    let mut opts = options(false);
+    opts.tasks_in_flight = 3;
+    opts.max_policy_lag = 1;
+    let mut f = fixture_with(opts);
+    // Plays the roles slowly: holds the tasks it is given until none has come for 300 ms,
+    // then answers them all with the policy each names, noting how many it held at once.
+    let seen: Arc<Mutex<Vec<RolloutTask>>> = Arc::default();
+    let most_held = Arc::new(Mutex::new(0usize));
+    let (bus, seen_by_role, held_by_role) = (
+        Arc::clone(&f.bus),
+        Arc::clone(&seen),
+        Arc::clone(&most_held),
+    );
+    let roles = f.rt.spawn(async move {
+        let mut held = Vec::new();
+        let mut quiet = 0;
+        loop {
+            let got = bus
+                .pull(Queue::Tasks, 8, Duration::from_millis(50))
+                .await
+                .unwrap();
+            quiet = if got.is_empty() { quiet + 1 } else { 0 };
+            for d in got {
+                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+                d.ack().await.unwrap();
+                seen_by_role.lock().unwrap().push(task.clone());
+                held.push(task);
+            }
+            if quiet >= 6 && !held.is_empty() {
+                {
+                    let mut most = held_by_role.lock().unwrap();
+                    *most = (*most).max(held.len());
+                }
+                for t in held.drain(..) {
+                    bus.publish(Queue::Scored, scored(t.task_id.0, t.policy_version.0))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    });
+    // The caller knows three later steps; the lag bound allows issuing one of them.
+    let ahead: Vec<Vec<u32>> = (1..4).map(step_rows).collect();
+    let step0 = f.driver.collect(0, 7, &step_rows(0), &ahead).unwrap();
+    assert_eq!(step0.max_lag, 0);
+    let step1 = f.driver.collect(1, 8, &step_rows(1), &ahead[1..]).unwrap();
+    roles.abort();
+    let seen = seen.lock().unwrap();
+    let steps_issued: BTreeSet<u32> = seen
+        .iter()
+        .flat_map(|t| t.image_rows.iter().map(|r| r / 10))
+        .collect();
+    assert!(
+        seen.iter().take(3).any(|t| t.image_rows[0] / 10 == 1),
+        "step 1's images were not issued while step 0 ran: {seen:?}"
+    );
+    assert!(
+        !steps_issued.contains(&3),
+        "tasks for step 3 were issued at step 1 with max_policy_lag 1: {seen:?}"
+    );
+    assert_eq!(*most_held.lock().unwrap(), 3, "tasks_in_flight = 3 credits");
+    assert_eq!(
+        step1.max_lag, 1,
+        "step 1 trained on rollouts decoded by policy 7 while step 0 trained"
+    );
+}
+
+#[test]
+fn sync_mode_issues_nothing_ahead() {
+    let mut f = fixture(true);
+    let seen: Arc<Mutex<Vec<Vec<u32>>>> = Arc::default();
+    let by_role = Arc::clone(&seen);
+    let roles = answer_tasks(&f, move |t| {
+        by_role.lock().unwrap().push(t.image_rows.clone());
+        vec![scored(t.task_id.0, t.policy_version.0)]
+    });
+    let ahead: Vec<Vec<u32>> = (1..4).map(step_rows).collect();
+    f.driver.collect(0, 7, &step_rows(0), &ahead).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    roles.abort();
+    let rows: Vec<u32> = seen.lock().unwrap().iter().flatten().copied().collect();
+    assert!(
+        rows.iter().all(|r| r / 10 == 0),
+        "sync issued later steps' images: {rows:?}"
+    );
+    assert_eq!(f.driver.issue_ahead_steps(), 0);
+}
+
+#[test]
+fn async_issuing_ahead_uses_every_result_once_and_the_last_steps_still_get_theirs() {
+    let mut opts = options(false);
+    opts.max_policy_lag = 2;
+    let mut f = fixture_with(opts);
+    // Answers at once: a pull often brings more results than the step needs (those of tasks
+    // issued ahead); they must wait for the next step, not be used up early so that the
+    // last step waits for results that never come.
+    let roles = answer_tasks(&f, |t| vec![scored(t.task_id.0, t.policy_version.0)]);
+    let steps = 6u64;
+    for s in 0..steps {
+        let ahead: Vec<Vec<u32>> = (s + 1..steps).map(step_rows).collect();
+        let c = f.driver.collect(s, 10 + s, &step_rows(s), &ahead).unwrap();
+        assert_eq!(c.scored.len(), 2, "step {s}");
+        assert!(c.max_lag <= 2, "step {s}: lag {}", c.max_lag);
+    }
+    roles.abort();
+    let used: Vec<u64> = f.driver.totals.used.iter().map(|t| t.0).collect();
+    let distinct: BTreeSet<u64> = used.iter().copied().collect();
+    assert_eq!(used.len(), 12, "{used:?}");
+    assert_eq!(distinct, (0..12).collect(), "each task's result used once");
 }

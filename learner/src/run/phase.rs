@@ -88,11 +88,16 @@ pub(super) fn run_phase(
                     let driver = driver.as_deref_mut().ok_or_else(|| {
                         LearnerError::Invalid("RL phase without a bus driver".into())
                     })?;
+                    let ahead: Vec<Vec<u32>> = trainer
+                        .upcoming_batches(items.len(), bs, driver.issue_ahead_steps(), epochs)
+                        .iter()
+                        .map(|b| b.iter().map(|&i| items[i].row as u32).collect())
+                        .collect();
                     let (stats, mean_reward) = rl_step(
                         run,
                         trainer,
                         (driver, disc.as_deref_mut()),
-                        &batch,
+                        (&batch, &ahead),
                         opts,
                         &mut record,
                     )?;

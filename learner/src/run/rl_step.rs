@@ -18,12 +18,13 @@ use crate::trainer::{PgTargets, PpoBatch, PpoOptions, StepOptions, StepStats, Tr
 use crate::{kl, LearnerError};
 
 /// One RL iteration over the bus: publish the policy, have the batch's
-/// images decoded by actors and scored by reward workers, then update.
+/// images decoded by actors and scored by reward workers, then update. `ahead` holds the
+/// images of the next steps, which async mode issues while this one trains.
 pub(super) fn rl_step(
     run: &Run,
     trainer: &mut Trainer,
     (driver, disc): (&mut Driver, Option<&mut OnlineDisc>),
-    batch: &[&Item],
+    (batch, ahead): (&[&Item], &[Vec<u32>]),
     opts: StepOptions,
     record: &mut StepRecord,
 ) -> Result<(StepStats, f64)> {
@@ -37,7 +38,7 @@ pub(super) fn rl_step(
     record.snapshot_version = Some(driver.published_version(version));
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
-    let collected = driver.collect(trainer.state.step, version, &rows)?;
+    let collected = driver.collect(trainer.state.step, version, &rows, ahead)?;
     driver.record_depths();
     record.rollouts_per_s =
         collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
