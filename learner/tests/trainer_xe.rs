@@ -125,3 +125,34 @@ fn xe_training_lowers_loss_and_raises_validation_cider() {
         "validation CIDEr-D did not rise by 0.3: {c0:.3} → {c1:.3}"
     );
 }
+
+#[test]
+fn upcoming_batches_are_the_ones_next_batch_hands_out_across_epochs_and_stop_at_the_last() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path(), 24);
+    let cfg = tiny_model(&data, 24);
+    let adam = AdamWParams::default();
+    let mut trainer =
+        Trainer::new(Captioner::new(&cfg, &Device::Cpu, 1).unwrap(), adam, 11).unwrap();
+    // 10 images, batches of 4: 3 batches per epoch (4, 4, 2); 2 epochs in all.
+    let (n, batch, epochs) = (10, 4, 2);
+    trainer.next_batch(n, batch).unwrap();
+    let ahead = trainer.upcoming_batches(n, batch, 3, epochs);
+    assert_eq!(
+        ahead.iter().map(Vec::len).collect::<Vec<_>>(),
+        vec![4, 2, 4]
+    );
+    let mut handed = Vec::new();
+    while handed.len() < 3 {
+        match trainer.next_batch(n, batch) {
+            Some(b) => handed.push(b),
+            None => continue, // the end of epoch 0
+        }
+    }
+    assert_eq!(
+        ahead, handed,
+        "issue ahead names the images the steps will train on"
+    );
+    // Two batches of the last epoch are left: asking for five gives those two.
+    assert_eq!(trainer.upcoming_batches(n, batch, 5, epochs).len(), 2);
+}
