@@ -23,23 +23,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "score"))
-from bench import make_set  # noqa: E402  the evaluation set of scripts/score/bench.py
+from bench import make_set, timed  # noqa: E402  the set and timer of scripts/score/bench.py
 
 from pycocoevalcap.bleu.bleu import Bleu as RefBleu  # noqa: E402
 from pycocoevalcap.cider.cider import Cider as RefCider  # noqa: E402
 from pycocoevalcap.rouge.rouge import Rouge as RefRouge  # noqa: E402
 
 import caprl.score as cs  # noqa: E402
-
-
-def best_of(fn, reps):
-    fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def row(name, ref_s, caprl_s, caprl_1_s):
@@ -64,9 +54,9 @@ def evaluation(images, reps):
         ("Rouge (ROUGE-L)", RefRouge(), cs.Rouge(), cs.Rouge(parallel=False)),
     ]:
         kwargs = {"verbose": 0} if isinstance(ref, RefBleu) else {}
-        t_ref = best_of(lambda: ref.compute_score(gts, res, **kwargs), max(1, reps // 3))
-        t_ours = best_of(lambda: ours.compute_score(gts, res), reps)
-        t_one = best_of(lambda: ours_1.compute_score(gts, res), reps)
+        t_ref = timed(lambda: ref.compute_score(gts, res, **kwargs), max(1, reps // 3))
+        t_ours = timed(lambda: ours.compute_score(gts, res), reps)
+        t_one = timed(lambda: ours_1.compute_score(gts, res), reps)
         row(name, t_ref, t_ours, t_one)
 
 
@@ -128,9 +118,9 @@ def scst(ciderd_path, train_images, reps, work):
         gts = {i: val[chosen[i // seq_per_img]] for i in range(batch * seq_per_img)}
         pool = list(samples.values())
         res = [{"image_id": i, "caption": [rng.choice(pool) + " 0"]} for i in range(batch * seq_per_img)]
-        t_ref = best_of(lambda: ref.compute_score(gts, res), reps)
-        t_ours = best_of(lambda: ours.compute_score(gts, res), reps * 10)
-        t_one = best_of(lambda: ours_1.compute_score(gts, res), reps * 10)
+        t_ref = timed(lambda: ref.compute_score(gts, res), reps)
+        t_ours = timed(lambda: ours.compute_score(gts, res), reps * 10)
+        t_one = timed(lambda: ours_1.compute_score(gts, res), reps * 10)
         row(f"CiderD, {batch} images x {seq_per_img} samples", t_ref, t_ours, t_one)
 
 
