@@ -24,9 +24,10 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["Bleu", "Cider", "CiderD", "DocFreq", "PTBTokenizer", "Rouge"]
+__all__ = ["Bleu", "Cider", "CiderD", "DocFreq", "PTBTokenizer", "Rouge", "load_df"]
 
 DocFreq = _native.DocFreq
+
 
 def _check_caption(caption, what):
     if not isinstance(caption, str):
