@@ -223,16 +223,16 @@ impl Trainer {
             self.state.cursor = 0;
             return None;
         }
-        let order = epoch_order(self.seed, self.state.phase, self.state.epoch, n_items);
-        let end = (self.state.cursor + batch).min(n_items);
-        let rows = order[self.state.cursor..end].to_vec();
-        self.state.cursor = end;
+        let rows = self
+            .upcoming_batches(n_items, batch, 1, self.state.epoch + 1)
+            .pop()?;
+        self.state.cursor += rows.len();
         Some(rows)
     }
 
-    /// The item indices of the `count` batches after the current one, in the order
-    /// [`Trainer::next_batch`] will hand them out, up to the end of epoch `epochs - 1`
-    /// (what async mode issues ahead).
+    /// The item indices of the next `count` batches, in the order [`Trainer::next_batch`]
+    /// hands them out (it takes the first), up to the end of epoch `epochs - 1` (async mode
+    /// issues the others ahead).
     pub fn upcoming_batches(
         &self,
         n_items: usize,

@@ -197,14 +197,12 @@ fn ciderd(
     Ok(py.detach(|| match table {
         Some(t) => {
             let mut words = LocalInterner::new(&t.vocab);
-            let set_ids = intern_sets(&sets, |w| words.intern(w));
-            let cand_ids: Vec<Vec<u32>> = cands.iter().map(|c| words.intern_sentence(c)).collect();
+            let (set_ids, cand_ids) = intern_texts(&sets, &cands, |w| words.intern(w));
             score_prepared(&t.scorer, &set_ids, &which, &cand_ids, parallel)
         }
         None => {
             let mut words = Interner::new();
-            let set_ids = intern_sets(&sets, |w| words.intern(w));
-            let cand_ids: Vec<Vec<u32>> = cands.iter().map(|c| words.intern_sentence(c)).collect();
+            let (set_ids, cand_ids) = intern_texts(&sets, &cands, |w| words.intern(w));
             let per_candidate: Vec<Vec<Vec<u32>>> =
                 which.iter().map(|&s| set_ids[s].clone()).collect();
             let scorer = CiderD::new(DocFreq::from_refs(&per_candidate));
@@ -222,14 +220,22 @@ fn one_set_per_candidate(sets: usize, cands: usize) -> PyResult<()> {
     )))
 }
 
-fn intern_sets(sets: &[Vec<String>], mut intern: impl FnMut(&str) -> u32) -> Vec<Vec<Vec<u32>>> {
-    sets.iter()
-        .map(|set| {
-            set.iter()
-                .map(|r| r.split_whitespace().map(&mut intern).collect())
-                .collect()
-        })
-        .collect()
+/// The reference sets and candidates as ids, words split on whitespace (`str.split()`).
+type TextIds = (Vec<Vec<Vec<u32>>>, Vec<Vec<u32>>);
+
+fn intern_texts(
+    sets: &[Vec<String>],
+    cands: &[String],
+    mut intern: impl FnMut(&str) -> u32,
+) -> TextIds {
+    let mut sentence =
+        |text: &String| -> Vec<u32> { text.split_whitespace().map(&mut intern).collect() };
+    let set_ids = sets
+        .iter()
+        .map(|set| set.iter().map(&mut sentence).collect())
+        .collect();
+    let cand_ids = cands.iter().map(&mut sentence).collect();
+    (set_ids, cand_ids)
 }
 
 fn score_prepared(

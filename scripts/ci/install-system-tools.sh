@@ -4,7 +4,8 @@
 # util-linux (the full-disk test's tmpfs half), chromium (the report opened in a
 # real browser), Python's tensorboard package (its reader checks the learner's
 # event files), and a headless Java with Python's pycocoevalcap package (the METEOR tests run
-# the meteor-1.5.jar it ships). Exits non-zero, naming the tool, when one is still missing
+# the meteor-1.5.jar it ships), and Python's venv module (the Python package's tests install the
+# wheel into fresh virtual environments). Exits non-zero, naming the tool, when one is still missing
 # afterwards.
 set -euo pipefail
 
@@ -14,6 +15,8 @@ command -v openssl >/dev/null 2>&1 || packages+=(openssl)
 command -v mount >/dev/null 2>&1 || packages+=(mount)
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
+# Debian's python3 ships venv without ensurepip unless python3-venv is installed.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 if ((${#packages[@]})); then
   apt-get update -qq && apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
