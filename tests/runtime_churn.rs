@@ -1,8 +1,8 @@
 //! Worker churn: while the RL phase runs, actors and reward workers are killed
 //! with -9 one after another (six kills) and replaced by fresh processes.
 //! The run completes with exactly the weights of an undisturbed run, every
-//! task id is trained on exactly once, and the redeliveries of the dead
-//! processes' work are counted.
+//! task id is trained on exactly once, every task a killed actor held is
+//! redelivered, and the survivors count their redeliveries.
 
 mod support;
 
@@ -10,8 +10,14 @@ use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{
-    final_weights, finish, kill9, reference_run, sets, spawn, steps, stop, synth, Reaper,
+    final_weights, finish, kill_and_read, output_of, reference_run, sets, spawn, steps, stop,
+    synth, task_ids, Reaper,
 };
+
+/// What an actor logs (after the task id) when it takes a task; `--delay-ms` below.
+const HOLD_MARKER: &str = " for 400 ms";
+/// How recent a victim's last hold must be for the kill to find it still held (of 400 ms).
+const FRESH: Duration = Duration::from_millis(150);
 
 /// The number before `label` in `text`, summed over every occurrence.
 fn count(text: &str, label: &str) -> u64 {
@@ -41,38 +47,59 @@ fn six_kills_of_actors_and_reward_workers_lose_and_repeat_no_task() {
     // Slow actors hold their task while they are killed, so kills cost redeliveries.
     let actor = |n: usize| {
         let id = format!("actor-{n}");
-        spawn(&args, &["actor", "--id", &id, "--delay-ms", "150"], &url)
+        spawn(&args, &["actor", "--id", &id, "--delay-ms", "400"], &url)
     };
     let worker = |n: usize| {
         let id = format!("worker-{n}");
         spawn(&args, &["reward-worker", "--id", &id], &url)
     };
-    let mut actors = vec![actor(0), actor(1)];
-    let mut workers = vec![worker(0), worker(1)];
+    let mut actors = [actor(0), actor(1)];
+    let mut workers = [worker(0), worker(1)];
     let learner = spawn(&args, &["learner"], &url);
 
     let started = Instant::now();
     let mut kills = 0;
-    let mut survivors_out = String::new();
+    // Actor kills wait for the victim to be holding a task it took moments ago, so each one
+    // dies with a task unacknowledged that another actor must be redelivered.
+    let mut held_at_kill = Vec::new();
+    let mut killed_out = String::new();
+    let mut holds_seen = [0; 2];
+    let mut fresh_hold = [None::<Instant>; 2];
     while kills < 6 {
+        let holds = actors.each_ref().map(|a| task_ids(&output_of(a), HOLD_MARKER));
+        for (slot, held) in holds.iter().enumerate() {
+            if held.len() > holds_seen[slot] {
+                (holds_seen[slot], fresh_hold[slot]) = (held.len(), Some(Instant::now()));
+            }
+        }
+        let slot = (kills / 2) % 2;
         // One kill per RL step, starting with the first.
         if steps(&run, "rl").len() > kills {
             let fresh = 2 + kills;
-            let slot = (kills / 2) % 2;
-            if kills % 2 == 0 {
-                kill9(std::mem::replace(&mut actors[slot], actor(fresh)));
-            } else {
-                kill9(std::mem::replace(&mut workers[slot], worker(fresh)));
+            if kills % 2 == 1 {
+                killed_out.push_str(&kill_and_read(std::mem::replace(
+                    &mut workers[slot],
+                    worker(fresh),
+                )));
+                kills += 1;
+            } else if fresh_hold[slot].is_some_and(|at| at.elapsed() < FRESH) {
+                killed_out.push_str(&kill_and_read(std::mem::replace(
+                    &mut actors[slot],
+                    actor(fresh),
+                )));
+                held_at_kill.push(holds[slot].last().cloned().expect("a held task"));
+                (holds_seen[slot], fresh_hold[slot]) = (0, None);
+                kills += 1;
             }
-            kills += 1;
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
             "only {kills} kills before the run stalled"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
     let done_at_last_kill = steps(&run, "rl").len();
+    let mut survivors_out = String::new();
 
     let (ok, learner_out) = finish(learner);
     for p in actors.into_iter().chain(workers) {
@@ -80,7 +107,7 @@ fn six_kills_of_actors_and_reward_workers_lose_and_repeat_no_task() {
         assert!(ok, "a replacement role failed:\n{out}");
         survivors_out.push_str(&out);
     }
-    let all = format!("{learner_out}\n--- roles\n{survivors_out}");
+    let all = format!("{learner_out}\n--- roles\n{survivors_out}\n--- killed\n{killed_out}");
     assert!(ok, "learner failed:\n{all}");
     assert!(
         done_at_last_kill < 12,
@@ -91,8 +118,20 @@ fn six_kills_of_actors_and_reward_workers_lose_and_repeat_no_task() {
         learner_out.contains("task ids used 48 (48 distinct)"),
         "{all}"
     );
-    let redelivered = count(&all, " redeliveries");
-    assert!(redelivered >= 1, "no redelivery counted:\n{all}");
+    let taken_again = task_ids(&format!("{survivors_out}{killed_out}"), " redelivered");
+    for held in &held_at_kill {
+        assert!(
+            taken_again.contains(held),
+            "{held}, held by a killed actor when it died, was never redelivered \
+             (redelivered: {taken_again:?}):\n{all}"
+        );
+    }
+    // The survivors' closing counts add up their redeliveries.
+    assert_eq!(
+        count(&survivors_out, " redeliveries"),
+        task_ids(&survivors_out, " redelivered").len() as u64,
+        "{all}"
+    );
     assert!(
         final_weights(&run) == final_weights(&reference),
         "the churned run differs from the undisturbed one:\n{all}"
