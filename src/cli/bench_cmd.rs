@@ -45,6 +45,9 @@ pub enum What {
     Audio(super::bench_audio_cmd::AudioBenchArgs),
     /// Seed 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
     Clip(super::bench_clip_cmd::ClipBenchArgs),
+    /// Async throughput against the number of actors over a real nats-server, with the decode
+    /// and the update simulated (stated costs): where the learner or NATS becomes the limit.
+    Scale(super::bench_scale::ScaleArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -71,6 +74,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Transformer(a) => return super::bench_transformer::run(a),
         What::Audio(a) => return super::bench_audio_cmd::run(a),
         What::Clip(a) => return super::bench_clip_cmd::run(a),
+        What::Scale(a) => return super::bench_scale::run(a),
     };
     let mut out = format!(
         "caprl bench transport\n{}\n",

@@ -13,6 +13,7 @@ mod bench_audio_cmd;
 mod bench_clip_cmd;
 mod bench_cmd;
 mod bench_model;
+mod bench_scale;
 mod bench_transformer;
 mod caption_cmd;
 mod clip_cmd;

@@ -1,0 +1,303 @@
+//! `caprl bench scale`: how async training's rollout throughput grows with the number of actors,
+//! over a real nats-server, with the decode and the update **simulated**.
+//!
+//! Every part of the pipeline but the two computations runs for real: the learner's driver
+//! (snapshot publishing, issue-ahead within the lag bound and the credits, collection, lag
+//! checks), each actor's serve loop on its own NATS connection (snapshot watch and fetch, task
+//! pull, ack, rollout publish), the reward workers (CIDEr-D scoring) and JetStream. An actor's
+//! decode is replaced by a sleep of `--token-ms` per generated token (the captions are random
+//! words of the decode's full length), and the learner's update by a sleep of `--update-ms`;
+//! the table says so. The ideal is `min(N · one actor's rate, the learner's rate)`; the
+//! coordination overhead per rollout is the wall time beyond the ideal, divided by the
+//! rollouts. NATS's own message and byte rates come from the server's `/varz`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions, Queue};
+use caprl_common::config::{Mode, RunConfig};
+use caprl_common::data::{synth, Dataset, SynthConfig, Vocab};
+use caprl_common::model::{Captioner, Decoder, ModelError};
+use caprl_common::shutdown::ShutdownTrigger;
+use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
+use caprl_learner::driver::Driver;
+use caprl_learner::run::captioner_config;
+
+use super::write_stdout;
+use crate::roles;
+
+#[derive(Debug, clap::Args)]
+pub struct ScaleArgs {
+    /// Actor counts to measure, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    pub actors: Vec<usize>,
+    /// Simulated decode cost per generated token, in ms (actors sleep instead of decoding).
+    #[arg(long, default_value_t = 0.5)]
+    pub token_ms: f64,
+    /// Simulated learner update per step, in ms (the learner sleeps instead of training).
+    #[arg(long, default_value_t = 200)]
+    pub update_ms: u64,
+    /// Measured RL steps per run (after 2 warm-up steps).
+    #[arg(long, default_value_t = 8)]
+    pub steps: u64,
+    /// Images per step.
+    #[arg(long, default_value_t = 64)]
+    pub batch: u32,
+    /// Images per rollout task.
+    #[arg(long, default_value_t = 4)]
+    pub images_per_task: u32,
+    /// Reward workers (real CIDEr-D scoring).
+    #[arg(long, default_value_t = 2)]
+    pub reward_workers: usize,
+    /// The nats-server binary (2.10 or later).
+    #[arg(long, default_value = "nats-server")]
+    pub nats_server: PathBuf,
+}
+
+/// One run's figures.
+struct Measured {
+    actors: usize,
+    wall: f64,
+    rollouts: u64,
+    images: u64,
+    msgs: f64,
+    bytes: f64,
+}
+
+const WARMUP_STEPS: u64 = 2;
+
+pub fn run(args: ScaleArgs) -> Result<()> {
+    if args.actors.is_empty() || args.actors.contains(&0) {
+        bail!("--actors takes counts >= 1, e.g. --actors 1,2,4,8,16");
+    }
+    if !(args.token_ms > 0.0 && args.token_ms.is_finite()) {
+        bail!("--token-ms must be a number > 0 (got {})", args.token_ms);
+    }
+    let tmp = tempfile::tempdir().context("a temp dir for the synthetic data")?;
+    let data_dir = tmp.path().join("synth");
+    let synth_cfg = SynthConfig {
+        seed: 1,
+        train: 512,
+        val: 8,
+        test: 8,
+        progress: false,
+    };
+    synth(&data_dir, &synth_cfg).context("generating the synthetic data")?;
+    let data = Arc::new(Dataset::open(&data_dir)?);
+    let cfg = scale_config(&args, &data_dir)?;
+    let captions_per_image = cfg.train.samples as u64 + 1;
+    let tokens = cfg.data.max_len as u64 + 1;
+    let task_ms = args.images_per_task as f64 * (captions_per_image * tokens) as f64 * args.token_ms;
+    let actor_rate = args.images_per_task as f64 / (task_ms / 1e3);
+    let learner_rate = args.batch as f64 / (args.update_ms as f64 / 1e3);
+
+    let mut out = format!(
+        "caprl bench scale: SIMULATED decode ({} ms per token: {} captions of {tokens} tokens per \
+         image, {task_ms:.0} ms per task of {} images) and SIMULATED update ({} ms per step); \
+         real nats-server, driver, actor and reward-worker loops, CIDEr-D scoring\n\
+         async, max_policy_lag {}, tasks_in_flight {}, {} images per step, {} reward workers; \
+         one actor's rate {actor_rate:.1} images/s, the learner's {learner_rate:.1} images/s\n\n\
+         | actors | images/s | ideal images/s | of ideal | of linear | NATS msgs/s | NATS MB/s | \
+         overhead ms / rollout |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        args.token_ms,
+        captions_per_image,
+        args.images_per_task,
+        args.update_ms,
+        cfg.runtime.max_policy_lag,
+        cfg.runtime.tasks_in_flight,
+        args.batch,
+        args.reward_workers,
+    );
+    let mut first_rate = None;
+    for &n in &args.actors {
+        let m = measure(&args, &cfg, &data, n)?;
+        let rate = m.images as f64 / m.wall;
+        let ideal = (n as f64 * actor_rate).min(learner_rate);
+        let one = *first_rate.get_or_insert(rate / args.actors[0] as f64);
+        let overhead_ms = (m.wall - m.images as f64 / ideal) / m.rollouts.max(1) as f64 * 1e3;
+        out.push_str(&format!(
+            "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {overhead_ms:.1} |\n",
+            m.actors,
+            100.0 * rate / ideal,
+            100.0 * rate / (one * n as f64),
+            m.msgs / m.wall,
+            m.bytes / m.wall / 1e6,
+        ));
+        eprintln!("{} actors: {rate:.1} images/s", m.actors);
+    }
+    out.push_str(
+        "\n(of linear: against N times the first row's per-actor rate; the learner's rate caps \
+         the ideal, so rows past it fall below linear by design)\n",
+    );
+    write_stdout(&out)
+}
+
+/// The run config of the benchmark: async SCST on the synthetic data, the default captioner.
+fn scale_config(args: &ScaleArgs, data_dir: &std::path::Path) -> Result<RunConfig> {
+    let mut cfg = RunConfig::default();
+    cfg.data.dir = data_dir.display().to_string();
+    cfg.runtime.mode = Mode::Async;
+    cfg.runtime.run_id = "bench-scale".into();
+    cfg.runtime.images_per_task = args.images_per_task;
+    cfg.train.batch_size = args.batch;
+    let tasks_per_step = args.batch.div_ceil(args.images_per_task);
+    cfg.runtime.tasks_in_flight = tasks_per_step * (cfg.runtime.max_policy_lag as u32 + 1);
+    Ok(cfg)
+}
+
+/// One run with `n` actors: a fresh nats-server, the roles as tasks, the learner's loop here.
+fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> Result<Measured> {
+    let monitor = free_port()?;
+    let conf = tempfile::NamedTempFile::new()?;
+    std::fs::write(conf.path(), format!("http: \"127.0.0.1:{monitor}\"\n"))?;
+    let server = LocalNatsServer::start(LocalNatsServerOptions {
+        binary: args.nats_server.clone(),
+        config_file: Some(conf.path().to_path_buf()),
+        ..LocalNatsServerOptions::default()
+    })
+    .with_context(|| format!("starting {}", args.nats_server.display()))?;
+    let url = server.url();
+    let rt = roles::runtime()?;
+    let (stop, shutdown) = ShutdownTrigger::new();
+    let learner_bus = rt.block_on(roles::connect(cfg, Some(&url), &Queue::ALL))?;
+    let model_cfg = captioner_config(cfg, data)?;
+    let device = caprl_common::model::Device::Cpu;
+    let mut roles_running = Vec::new();
+    let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
+    for i in 0..n {
+        let bus = rt.block_on(roles::connect(cfg, Some(&url), &[Queue::Tasks]))?;
+        let actor = roles::actor_config(cfg, Arc::clone(data), device.clone(), format!("sim-actor-{i}"), None)?;
+        let shutdown = shutdown.clone();
+        let simulated = move |_: &Decoder, v: PolicyVersion, d: &Dataset, t: &RolloutTask, id: &str| {
+            simulated_rollout((v, d, t, id), max_len, token_ms)
+        };
+        roles_running.push(rt.spawn(async move {
+            caprl_actor::run_with_rollout(actor, bus, shutdown, simulated)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from)
+        }));
+    }
+    for i in 0..args.reward_workers {
+        let bus = rt.block_on(roles::connect(cfg, Some(&url), &[Queue::Rollouts]))?;
+        let worker = roles::worker_config(cfg, data, format!("worker-{i}"))?;
+        let shutdown = shutdown.clone();
+        roles_running.push(rt.spawn(async move {
+            caprl_reward_worker::run(worker, bus, shutdown)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from)
+        }));
+    }
+    let mut driver = Driver::new(
+        Arc::clone(&learner_bus),
+        rt.handle().clone(),
+        shutdown,
+        roles::driver_options(cfg),
+    );
+    driver.purge()?;
+    driver.continue_versions(0, 0)?;
+    let model = Captioner::new(&model_cfg, &device, cfg.seed)?;
+    let items = &data.train.items;
+    let batch = args.batch as usize;
+    let rows_of = |step: u64| -> Vec<u32> {
+        (0..batch)
+            .map(|j| items[(step as usize * batch + j) % items.len()].row as u32)
+            .collect()
+    };
+    let ahead_steps = driver.issue_ahead_steps() as u64;
+    let (mut started, mut before) = (Instant::now(), varz(monitor)?);
+    let (mut rollouts, mut images) = (0u64, 0u64);
+    for step in 0..WARMUP_STEPS + args.steps {
+        if step == WARMUP_STEPS {
+            (started, before) = (Instant::now(), varz(monitor)?);
+            (rollouts, images) = (0, 0);
+        }
+        driver.publish_with(&model, None, step)?;
+        let ahead: Vec<Vec<u32>> = (1..=ahead_steps).map(|j| rows_of(step + j)).collect();
+        let collected = driver.collect(step, step, &rows_of(step), &ahead)?;
+        rollouts += collected.scored.len() as u64;
+        images += collected
+            .scored
+            .iter()
+            .map(|s| s.rollout.sequences.iter().filter(|q| q.kind == DecodeKind::Greedy).count() as u64)
+            .sum::<u64>();
+        std::thread::sleep(Duration::from_millis(args.update_ms));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let after = varz(monitor)?;
+    stop.trigger();
+    for r in roles_running {
+        rt.block_on(r).context("a role task panicked")??;
+    }
+    drop(server);
+    Ok(Measured {
+        actors: n,
+        wall,
+        rollouts,
+        images,
+        msgs: (after.0 - before.0) as f64,
+        bytes: (after.1 - before.1) as f64,
+    })
+}
+
+/// A stand-in for the decode: per image, the task's samples and greedy caption as random
+/// words of the full decode length, after sleeping `token_ms` per token.
+fn simulated_rollout(
+    (version, data, task, actor_id): (PolicyVersion, &Dataset, &RolloutTask, &str),
+    max_len: usize,
+    token_ms: f64,
+) -> Result<Rollout, ModelError> {
+    let started = Instant::now();
+    let len = max_len + 1;
+    let words = data.vocab.len().max(3) as u64;
+    let mut z = task.seed;
+    let mut word = || {
+        z = z.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        2 + ((z >> 33) % (words - 2)) as u32
+    };
+    let mut sequences = Vec::new();
+    for &row in &task.image_rows {
+        let kinds = std::iter::repeat_n(DecodeKind::Sample, task.samples as usize)
+            .chain(task.greedy.then_some(DecodeKind::Greedy));
+        for kind in kinds {
+            let mut tokens: Vec<u32> = (0..len - 1).map(|_| word()).collect();
+            tokens.push(Vocab::EOS);
+            sequences.push(Sequence {
+                image_row: row,
+                kind,
+                logprobs: vec![-1.0; tokens.len()],
+                tokens,
+            });
+        }
+    }
+    let generated: usize = sequences.iter().map(|s| s.tokens.len()).sum();
+    std::thread::sleep(Duration::from_secs_f64(generated as f64 * token_ms / 1e3));
+    Ok(Rollout {
+        task_id: task.task_id,
+        policy_version: version,
+        actor_id: actor_id.to_string(),
+        sequences,
+        decode_seconds: started.elapsed().as_secs_f32(),
+    })
+}
+
+/// The server's total messages and bytes, in and out, from its monitoring endpoint.
+fn varz(port: u16) -> Result<(u64, u64)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).context("nats-server's /varz")?;
+    s.write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(body).context("nats-server's /varz JSON")?;
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    Ok((n("in_msgs") + n("out_msgs"), n("in_bytes") + n("out_bytes")))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
