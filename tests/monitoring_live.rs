@@ -42,6 +42,10 @@ const MAY_BE_EMPTY: &[&str] = &[
     "caprl_discriminator_accuracy_ratio",
     // Only PPO objectives (`rloo-ppo`) record ratio statistics.
     "caprl_ppo",
+    // Async mode's importance weights: only once an older policy's captions arrive.
+    "caprl_off_policy",
+    // Only with train.dynamic_sampling.
+    "caprl_groups_dropped_total",
     // Rollouts older than max_policy_lag: dropped (the default) or, with
     // `stale_rollouts = "reweight"`, reweighted; whether any arrive depends on timing.
     "caprl_dropped_stale_total",

@@ -112,3 +112,72 @@ fn ppo_runs_in_async_mode_without_the_sequence_importance_weight() {
         assert!(s["importance_weight"].is_null(), "{s}");
     }
 }
+
+fn off_policy(step: &serde_json::Value, name: &str) -> f64 {
+    step["off_policy"][name]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no off_policy.{name} in {step}"))
+}
+
+/// Async mode, GSPO's per-caption ratio with decoupled PPO and token-level masked IS: the
+/// ratio statistics are over captions, and the captions decoded ahead by an older policy carry
+/// importance weights that are 0 or inside the mask's range.
+#[test]
+fn gspo_with_decoupled_ppo_in_async_mode_reports_ratios_and_masked_weights() {
+    let rl = train(
+        "scst",
+        &[
+            "runtime.mode=\"async\"",
+            "train.baseline=\"grpo\"",
+            "train.ppo_epochs=2",
+            "train.ppo_ratio=\"sequence\"",
+            "train.ppo_proximal=\"learner\"",
+            "runtime.off_policy_correction=\"masked-is\"",
+            "runtime.is_level=\"token\"",
+            "runtime.is_mask_low=0.8",
+            "runtime.is_mask_high=1.25",
+        ],
+    );
+    let mut weighted = 0;
+    for s in &rl {
+        assert!(stat(s, "ratio_min") <= stat(s, "ratio_max"), "{s}");
+        if off_policy(s, "stale_sequences") > 0.0 {
+            weighted += 1;
+            let (lo, hi) = (off_policy(s, "weight_min"), off_policy(s, "weight_max"));
+            assert!(lo == 0.0 || lo >= 0.8 - 1e-6, "{s}");
+            assert!(hi <= 1.25 + 1e-6, "{s}");
+            assert!((0.0..=1.0).contains(&off_policy(s, "cut_fraction")), "{s}");
+            let mean = s["importance_weight"].as_f64().expect("importance_weight");
+            assert!(mean >= lo && mean <= hi, "{s}");
+        }
+    }
+    assert!(weighted > 0, "no step trained on captions issued ahead: {rl:?}");
+}
+
+/// Dynamic sampling with GRPO: images whose samples all scored the same are dropped and
+/// counted, the batch is topped up from the next images (more tasks issued in that step), and
+/// no task id is used twice.
+#[test]
+fn dynamic_sampling_drops_flat_groups_and_tops_up_the_batch() {
+    // A low temperature makes many images' samples one caption.
+    let keys = [
+        "train.baseline=\"grpo\"",
+        "train.dynamic_sampling=true",
+        "decode.temperature=0.02",
+    ];
+    let rl = train("scst", &keys);
+    let dropped: u64 = rl.iter().map(|s| s["groups_dropped"].as_u64().unwrap_or(0)).sum();
+    assert!(dropped > 0, "no group dropped: {rl:?}");
+    assert!(
+        rl.iter().any(|s| s["tasks_issued"].as_u64().unwrap_or(0) > 4),
+        "no step topped its batch up: {rl:?}"
+    );
+    let ids: Vec<u64> = rl
+        .iter()
+        .flat_map(|s| s["task_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
+        .collect();
+    let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    assert_eq!(ids.len(), distinct.len(), "a task id used twice: {ids:?}");
+    let plain = train("scst", &keys[..1]);
+    assert!(rl.len() < plain.len(), "refills take later batches: {} vs {} steps", rl.len(), plain.len());
+}

@@ -206,6 +206,103 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
     );
 }
 
+/// Async mode, issuing two rounds ahead: a learner killed with -9 while tasks are in flight
+/// and resumed loses no task and uses none twice. The step records that stand (a redone
+/// step's record supersedes its earlier one) trained on exactly their round's task ids, and
+/// the resumed learner saw its predecessor's in-flight results in JetStream (used, or dropped
+/// as made by a policy past its checkpoint and decoded again).
+#[test]
+fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let extra = [
+        "runtime.mode=\"async\"",
+        "runtime.max_policy_lag=2",
+        "checkpoint.every_steps=1",
+        "runtime.ack_wait_secs=10",
+    ];
+    let run = dir.path().join("run");
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let url = server.url();
+    let args = sets(&data, &run, 3, &extra);
+    let actor = spawn(&args, &["actor", "--id", "a"], &url);
+    let slow = spawn(&args, &["actor", "--id", "slow", "--delay-ms", "700"], &url);
+    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
+    let learner = spawn(&args, &["learner"], &url);
+
+    let started = Instant::now();
+    let mut holds = output_of(&slow).matches("holding").count();
+    loop {
+        let now_holds = output_of(&slow).matches("holding").count();
+        let took_one = now_holds > holds;
+        holds = now_holds;
+        if took_one && steps(&run, "rl").len() >= 3 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let outs = kill_all_and_read([
+                ("actor", actor),
+                ("slow", slow),
+                ("worker", worker),
+                ("learner", learner),
+            ]);
+            panic!("RL never got going, or the slow actor never held a task:\n{outs}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill9(learner);
+    // The roles finish the dead learner's tasks; their results wait in JetStream.
+    std::thread::sleep(Duration::from_secs(2));
+
+    let mut resumed_args = args.clone();
+    resumed_args.push("--resume".into());
+    let (ok, out) = finish(spawn(&resumed_args, &["learner"], &url));
+    let (_, actor_out) = stop(actor);
+    let (_, slow_out) = stop(slow);
+    let (_, worker_out) = stop(worker);
+    let all = format!(
+        "--- resumed learner\n{out}\n--- actor\n{actor_out}\n--- slow actor\n{slow_out}\n\
+         --- worker\n{worker_out}"
+    );
+    assert!(ok, "resumed learner failed:\n{all}");
+
+    let log = run_log(&run);
+    let at = log
+        .iter()
+        .position(|l| l["type"] == "resume")
+        .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"));
+    assert!(log[at]["from_step"].as_u64().is_some(), "started anew:\n{all}");
+    // The record of each step that stands: the last one written for its step number.
+    let mut standing = std::collections::BTreeMap::new();
+    for s in log.iter().filter(|l| l["type"] == "step" && l["phase"] == "rl") {
+        standing.insert(s["step"].as_u64().unwrap(), s);
+    }
+    // 4 XE steps, then 12 RL steps of 4 tasks; step n trained round n - 1: ids 4(n-1) ...
+    assert_eq!(standing.keys().copied().collect::<Vec<_>>(), (5..=16).collect::<Vec<_>>());
+    for (&n, s) in &standing {
+        let ids: Vec<u64> = s["task_ids"]
+            .as_array()
+            .unwrap_or_else(|| panic!("step {n} has no task_ids: {s}"))
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let round = n - 1;
+        assert_eq!(ids, (4 * round..4 * round + 4).collect::<Vec<_>>(), "step {n}:\n{all}");
+        assert!(s["max_lag"].as_u64().unwrap_or(0) <= 2, "step {n}: {s}");
+    }
+    let resumed: Vec<&Value> = log[at..]
+        .iter()
+        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
+        .collect();
+    let seen = sum(resumed.iter().copied(), "results_found")
+        + sum(resumed.iter().copied(), "dropped_stale");
+    assert!(
+        seen >= 1,
+        "the resumed learner found none of its predecessor's in-flight results:\n{all}"
+    );
+}
+
 #[test]
 fn resume_with_no_checkpoint_says_it_starts_a_new_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -29,6 +29,11 @@ fn step(n: u64) -> StepRecord {
         lag: 0.25,
         max_lag: 1,
         importance_weight: 0.9,
+        off_policy: [
+            ("weight_mean".to_string(), 0.9),
+            ("cut_fraction".to_string(), 0.25),
+        ]
+        .into(),
         dropped_stale: 1,
         stale_reweighted: 2,
         ppo: [
@@ -36,6 +41,7 @@ fn step(n: u64) -> StepRecord {
             ("ratio_max".to_string(), 1.3),
         ]
         .into(),
+        groups_dropped: 3,
         tasks_issued: 4,
         results_found: 0,
         task_ids: vec![4 * n, 4 * n + 1],

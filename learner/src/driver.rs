@@ -6,21 +6,27 @@
 //! thread, off the async executor); every bus call goes through
 //! [`tokio::runtime::Handle::block_on`].
 //!
-//! - `sync` (the seed papers' setting): the tasks of step `s` have ids
-//!   `s·K .. s·K+K-1` (`K` = tasks per step) and name policy `v`; the learner
-//!   waits for exactly these ids from exactly `v` and returns them sorted by
-//!   task id, so the batch does not depend on which actor or reward worker ran
-//!   what, nor on the transport. A learner's first step takes the results
-//!   already in the queue (a resumed learner's predecessor's) before it issues
-//!   anything; those for later steps are kept for their step.
-//! - `async`: the tasks of the next `max_policy_lag` steps are issued ahead (the
-//!   data order is known), within `tasks_in_flight` credits, so actors decode
-//!   steps `s+1..s+L` while the learner trains step `s`; the step takes the
-//!   first `K` scored rollouts whose lag `v - v_rollout` is at most
-//!   `max_policy_lag`; older ones are dropped and counted, and their images are
-//!   issued again (new task id, current policy) so the credits never run dry.
-//!   With `runtime.stale_rollouts = "reweight"` the older ones are kept instead
-//!   (counted as reweighted): the learner gives them a truncated importance weight.
+//! Both modes collect a round (a step's batch, or one of dynamic sampling's refills) the same
+//! way: the tasks of round `r` have ids `r·K .. r·K+K-1` (`K` = tasks per step), and the
+//! learner waits for exactly these ids and returns them sorted by task id, so the batch does
+//! not depend on which actor or reward worker ran what, nor on the transport. A learner's
+//! first round takes the results already in the queue (a resumed learner's predecessor's)
+//! before it issues anything; results for later rounds are kept for their round, and a task
+//! whose result is neither kept, in flight nor queued is queued again. So every task id is
+//! trained on once, also across a learner's restart (the step records' `task_ids` are the
+//! ledger).
+//!
+//! - `sync` (the seed papers' setting): the tasks name policy `v`, and only results of
+//!   exactly `v` are taken (others are dropped and their task issued again).
+//! - `async`: the tasks of the next `max_policy_lag` rounds are issued ahead (the data order
+//!   is known), within `tasks_in_flight` credits, so actors decode rounds `r+1..r+L` while
+//!   the learner trains round `r`; a result is taken when its lag `v - v_rollout` is at most
+//!   `max_policy_lag`. Older ones are dropped and counted, and their task is issued again
+//!   first (same id, current policy) so the credits never run dry; with
+//!   `runtime.stale_rollouts = "reweight"` they are kept instead (counted as reweighted),
+//!   and the learner weighs them ([`crate::off_policy`]). A result of a policy newer than the
+//!   learner's (a predecessor's that went further than its checkpoint) is dropped in both
+//!   modes.
 //!
 //! Versions on the bus never go back, also when a learner resumes from a checkpoint older than
 //! the newest snapshot it published before it died: the driver publishes the trainer's version
@@ -111,6 +117,27 @@ pub struct Collected {
 }
 
 impl Collected {
+    /// Adds a further collection round of the same step: its rollouts after these, its counts
+    /// and lags.
+    pub fn absorb(&mut self, more: Collected) {
+        let (n, m) = (self.scored.len() as f64, more.scored.len() as f64);
+        if n + m > 0.0 {
+            self.mean_lag = (self.mean_lag * n + more.mean_lag * m) / (n + m);
+        }
+        self.max_lag = self.max_lag.max(more.max_lag);
+        self.dropped_stale += more.dropped_stale;
+        self.stale_reweighted += more.stale_reweighted;
+        self.duplicates += more.duplicates;
+        self.rejected += more.rejected;
+        for (reason, k) in more.rejected_by {
+            *self.rejected_by.entry(reason).or_default() += k;
+        }
+        self.redeliveries += more.redeliveries;
+        self.tasks_issued += more.tasks_issued;
+        self.results_found += more.results_found;
+        self.scored.extend(more.scored);
+    }
+
     fn reject(&mut self, reason: &'static str) {
         tm::count_rejected(reason);
         self.rejected += 1;
@@ -137,24 +164,18 @@ pub struct Driver {
     shutdown: Shutdown,
     opts: DriverOptions,
     published: Option<SnapshotMeta>,
-    /// Scored rollouts that arrived before their step (sync) or are waiting to be used.
+    /// Scored rollouts of later rounds, kept for their round.
     buffer: BTreeMap<TaskId, ScoredRollout>,
     /// Task ids issued and not yet back.
     outstanding: BTreeSet<TaskId>,
-    /// Async: tasks made but not yet issued (no credit).
+    /// Tasks made but not yet issued (no credit yet).
     queued: VecDeque<RolloutTask>,
-    /// Async: the images of each outstanding task, re-issued when its rollout is dropped.
+    /// The images of each task of the queued rounds, for queueing it again.
     rows_of: BTreeMap<TaskId, Vec<u32>>,
-    next_async_id: u64,
-    /// Async: the last step whose tasks are queued (that step's own collect, or an earlier
-    /// one issuing ahead).
+    /// The last round whose tasks are queued (its own collect, or an earlier one issuing
+    /// ahead).
     queued_through: Option<u64>,
-    /// Async: scored rollouts that arrived after their step had all it needed, used first
-    /// by the next step (lag checked then).
-    ready: VecDeque<ScoredRollout>,
-    /// Every task id already used in a step (sync de-duplication across steps).
-    done_below: u64,
-    /// Sync: whether the scored results already waiting (a predecessor's) were taken.
+    /// Whether the scored results already waiting (a predecessor's) were taken.
     took_waiting: bool,
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
@@ -238,10 +259,7 @@ impl Driver {
             outstanding: BTreeSet::new(),
             queued: VecDeque::new(),
             rows_of: BTreeMap::new(),
-            next_async_id: 0,
             queued_through: None,
-            ready: VecDeque::new(),
-            done_below: 0,
             took_waiting: false,
             totals: DriverTotals::default(),
             readiness: None,
@@ -405,95 +423,81 @@ impl Driver {
         }
     }
 
-    /// Runs the rollouts of optimizer step `step` (images `rows`) under policy
-    /// `version` and returns the scored batch (see the module docs for the modes).
-    /// `ahead` holds the images of the following steps; async mode queues the first
-    /// [`Driver::issue_ahead_steps`] of them, sync mode none.
+    /// Runs the rollouts of collection round `round` (images `rows`; a step's round, or one of
+    /// dynamic sampling's refills) under policy `version` and returns its scored batch: the
+    /// results of exactly the round's task ids `round·K .. round·K + n`, sorted by id (see the
+    /// module docs). `ahead` holds the images of the following rounds; async mode queues the
+    /// first [`Driver::issue_ahead_steps`] of them, sync mode none.
     pub fn collect(
         &mut self,
-        step: u64,
+        round: u64,
         version: u64,
         rows: &[u32],
         ahead: &[Vec<u32>],
     ) -> Result<Collected, LearnerError> {
         let k = self.tasks_per_step();
-        let chunks: Vec<&[u32]> = rows.chunks(self.opts.images_per_task.max(1)).collect();
         let mut out = Collected::default();
-        if self.opts.sync {
-            if !self.took_waiting {
-                self.took_waiting = true;
-                self.take_waiting(step * k, &mut out)?;
+        if !self.took_waiting {
+            self.took_waiting = true;
+            self.take_waiting(round * k, &mut out)?;
+        }
+        self.queue_round(round, version, rows);
+        for (j, later) in (1..).zip(ahead.iter().take(self.issue_ahead_steps())) {
+            self.queue_round(round + j, version, later);
+        }
+        let n = rows.len().div_ceil(self.opts.images_per_task.max(1)) as u64;
+        let wanted: BTreeSet<TaskId> = (0..n.min(k)).map(|i| TaskId(round * k + i)).collect();
+        let mut got: BTreeMap<TaskId, ScoredRollout> = BTreeMap::new();
+        for &id in &wanted {
+            if let Some(s) = self.buffer.remove(&id) {
+                self.queued.retain(|t| t.task_id != id);
+                self.accept(s, version, &mut got, &mut out);
+            } else if !self.outstanding.contains(&id) && !self.queued.iter().any(|t| t.task_id == id)
+            {
+                // Neither answered, in flight nor queued: its result was dropped from a full
+                // buffer, or a predecessor issued it and its result was lost with it.
+                self.requeue(id, version);
             }
-            let ids: Vec<TaskId> = (0..chunks.len() as u64)
-                .map(|i| TaskId(step * k + i))
-                .collect();
-            let mut pending: VecDeque<RolloutTask> = VecDeque::new();
-            let mut got: BTreeMap<TaskId, ScoredRollout> = BTreeMap::new();
-            for (id, chunk) in ids.iter().zip(&chunks) {
-                match self.buffer.remove(id) {
-                    Some(s) if s.rollout.policy_version.0 == version => {
-                        got.insert(*id, s);
-                    }
-                    stale => {
-                        if stale.is_some() {
-                            out.dropped_stale += 1;
-                            tm::count_dropped_stale(1);
-                        }
-                        pending.push_back(self.make_task(*id, version, chunk));
-                    }
+        }
+        let mut issued = BTreeSet::new();
+        while got.len() < wanted.len() {
+            while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
+                let Some(t) = self.queued.pop_front() else {
+                    break;
+                };
+                self.issue(&t)?;
+                issued.insert(t.task_id);
+            }
+            for s in self.pull(&mut out)? {
+                let id = s.rollout.task_id;
+                self.outstanding.remove(&id);
+                if wanted.contains(&id) && !got.contains_key(&id) {
+                    self.accept(s, version, &mut got, &mut out);
+                } else if id.0 >= round * k + k && !self.buffer.contains_key(&id) {
+                    self.keep_for_later(id, s, &mut out);
+                } else {
+                    out.duplicates += 1;
                 }
             }
-            let wanted: BTreeSet<TaskId> = ids.iter().copied().collect();
-            self.done_below = self.done_below.max(step * k);
-            let mut issued = BTreeSet::new();
-            while got.len() < ids.len() {
-                while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
-                    let Some(t) = pending.pop_front() else { break };
-                    self.issue(&t)?;
-                    issued.insert(t.task_id);
-                }
-                for s in self.pull(&mut out)? {
-                    let id = s.rollout.task_id;
-                    self.outstanding.remove(&id);
-                    if wanted.contains(&id) {
-                        if s.rollout.policy_version.0 != version {
-                            out.dropped_stale += 1;
-                            tm::count_dropped_stale(1);
-                        } else if let std::collections::btree_map::Entry::Vacant(e) = got.entry(id)
-                        {
-                            e.insert(s);
-                        } else {
-                            out.duplicates += 1;
-                        }
-                    } else if id.0 >= step * k + k && !self.buffer.contains_key(&id) {
-                        self.keep_for_later(id, s, &mut out);
-                    } else {
-                        out.duplicates += 1;
-                    }
-                }
-            }
-            self.outstanding.retain(|id| !wanted.contains(id));
             tm::set_tasks_in_flight(self.outstanding.len() as u64);
-            out.tasks_issued = issued.len() as u64;
-            out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
-            out.scored = got.into_values().collect();
-        } else {
-            let need = chunks.len().min(k as usize);
-            out.scored = self.collect_async(step, version, (rows, ahead), need, &mut out)?;
         }
+        self.outstanding.retain(|id| !wanted.contains(id));
+        self.rows_of.retain(|id, _| !wanted.contains(id));
+        tm::set_tasks_in_flight(self.outstanding.len() as u64);
+        out.tasks_issued = issued.len() as u64;
+        out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
+        out.scored = got.into_values().collect();
         let n = out.scored.len().max(1) as f64;
-        let lags = || {
-            out.scored
-                .iter()
-                .map(|s| s.rollout.policy_version.lag_behind(PolicyVersion(version)))
-        };
-        out.max_lag = lags().max().unwrap_or(0);
-        out.mean_lag = lags().map(|l| l as f64).sum::<f64>() / n;
-        if self.opts.sync {
-            for _ in &out.scored {
-                tm::observe_policy_lag(0);
-            }
+        let lags: Vec<u64> = out
+            .scored
+            .iter()
+            .map(|s| s.rollout.policy_version.lag_behind(PolicyVersion(version)))
+            .collect();
+        for &lag in &lags {
+            tm::observe_policy_lag(lag);
         }
+        out.max_lag = lags.iter().copied().max().unwrap_or(0);
+        out.mean_lag = lags.iter().map(|&l| l as f64).sum::<f64>() / n;
         self.totals.dropped_stale += out.dropped_stale;
         self.totals.duplicates += out.duplicates;
         self.totals.rejected += out.rejected;
@@ -505,99 +509,68 @@ impl Driver {
         Ok(out)
     }
 
-    /// Async: queues this step's tasks and the next steps' (issue ahead), keeps up to
-    /// `tasks_in_flight` of them issued, and returns the first `need` scored rollouts within
-    /// the lag bound (or reweighted), sorted by task id. Results beyond `need` wait in
-    /// `ready` for the next step, so that the last steps of a run still find theirs.
-    fn collect_async(
-        &mut self,
-        step: u64,
-        version: u64,
-        (rows, ahead): (&[u32], &[Vec<u32>]),
-        need: usize,
-        out: &mut Collected,
-    ) -> Result<Vec<ScoredRollout>, LearnerError> {
-        self.queue_step(step, version, rows);
-        for (j, later) in (1..).zip(ahead.iter().take(self.issue_ahead_steps())) {
-            self.queue_step(step + j, version, later);
-        }
-        let mut got: Vec<ScoredRollout> = Vec::new();
-        loop {
-            while got.len() < need {
-                let Some(s) = self.ready.pop_front() else {
-                    break;
-                };
-                self.take_async(s, version, &mut got, out);
-            }
-            if got.len() >= need {
-                break;
-            }
-            while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
-                let Some(t) = self.queued.pop_front() else {
-                    break;
-                };
-                self.rows_of.insert(t.task_id, t.image_rows.clone());
-                self.issue(&t)?;
-                out.tasks_issued += 1;
-            }
-            for s in self.pull(out)? {
-                if self.outstanding.remove(&s.rollout.task_id) {
-                    self.ready.push_back(s);
-                } else {
-                    out.duplicates += 1;
-                }
-            }
-            tm::set_tasks_in_flight(self.outstanding.len() as u64);
-        }
-        got.sort_by_key(|s| s.rollout.task_id);
-        Ok(got)
-    }
-
-    /// Async: uses `s` at policy `version` if its lag is within the bound (or reweighted);
-    /// else drops it and queues its images again, for the current policy, under a new id.
-    fn take_async(
+    /// Takes `s` for the round at policy `version` if its policy fits: exactly `version` in
+    /// sync mode, at most `max_policy_lag` older in async mode (or older still, reweighted).
+    /// Otherwise (also a policy newer than `version`: a predecessor's that went further than
+    /// its checkpoint) drops it and queues its task again, first, for the current policy.
+    fn accept(
         &mut self,
         s: ScoredRollout,
         version: u64,
-        got: &mut Vec<ScoredRollout>,
+        got: &mut BTreeMap<TaskId, ScoredRollout>,
         out: &mut Collected,
     ) {
-        let rows = self.rows_of.remove(&s.rollout.task_id).unwrap_or_default();
-        let lag = s.rollout.policy_version.lag_behind(PolicyVersion(version));
-        tm::observe_policy_lag(lag);
-        let too_old = lag > self.opts.max_policy_lag;
-        if too_old && self.opts.stale_rollouts == StaleRollouts::Reweight {
+        let made_by = s.rollout.policy_version.0;
+        let lag = version.saturating_sub(made_by);
+        let bound = match self.opts.sync {
+            true => 0,
+            false => self.opts.max_policy_lag,
+        };
+        let id = s.rollout.task_id;
+        if made_by <= version && lag <= bound {
+            got.insert(id, s);
+        } else if made_by <= version
+            && !self.opts.sync
+            && self.opts.stale_rollouts == StaleRollouts::Reweight
+        {
             out.stale_reweighted += 1;
             tm::count_stale_reweighted(1);
-            got.push(s);
-        } else if too_old {
+            got.insert(id, s);
+        } else {
             out.dropped_stale += 1;
             tm::count_dropped_stale(1);
-            let retry = self.make_task(TaskId(self.next_async_id), version, &rows);
-            self.next_async_id += 1;
-            self.queued.push_back(retry);
-        } else {
-            got.push(s);
+            self.requeue(id, version);
         }
     }
 
-    /// Async: queues the tasks of step `step` (images `rows`) unless they already are.
-    fn queue_step(&mut self, step: u64, version: u64, rows: &[u32]) {
-        if self.queued_through.is_some_and(|done| done >= step) {
+    /// Queues task `id` again, ahead of the others, for policy `version`.
+    fn requeue(&mut self, id: TaskId, version: u64) {
+        let rows = self.rows_of.get(&id).cloned().unwrap_or_default();
+        self.queued.retain(|t| t.task_id != id);
+        let task = self.make_task(id, version, &rows);
+        self.queued.push_front(task);
+    }
+
+    /// Queues the tasks of round `round` (images `rows`, ids `round·K ..`) unless they already
+    /// are.
+    fn queue_round(&mut self, round: u64, version: u64, rows: &[u32]) {
+        if self.queued_through.is_some_and(|done| done >= round) {
             return;
         }
-        for chunk in rows.chunks(self.opts.images_per_task.max(1)) {
-            let t = self.make_task(TaskId(self.next_async_id), version, chunk);
-            self.next_async_id += 1;
+        let k = self.tasks_per_step();
+        for (i, chunk) in (0..).zip(rows.chunks(self.opts.images_per_task.max(1))) {
+            let id = TaskId(round * k + i);
+            self.rows_of.insert(id, chunk.to_vec());
+            let t = self.make_task(id, version, chunk);
             self.queued.push_back(t);
         }
-        self.queued_through = Some(step);
+        self.queued_through = Some(round);
     }
 
-    /// Sync, first step of this learner: takes the scored results already in
-    /// JetStream (those of a killed predecessor's last tasks) before issuing
-    /// anything, so that their tasks are not issued and run a second time.
-    /// Results for steps before `first_id`'s are duplicates of trained-on work.
+    /// First round of this learner: takes the scored results already in JetStream (those of a
+    /// killed predecessor's last tasks, and in async mode those it issued ahead) before
+    /// issuing anything, so that their tasks are not issued and run a second time. Results for
+    /// rounds before `first_id`'s are duplicates of trained-on work.
     fn take_waiting(&mut self, first_id: u64, out: &mut Collected) -> Result<(), LearnerError> {
         loop {
             let waiting = self.pull(out)?;
@@ -615,12 +588,12 @@ impl Driver {
         }
     }
 
-    /// Sync: keeps a result for a later step (a resumed learner finds those of
-    /// its predecessor in JetStream). The buffer holds at most
+    /// Keeps a result for a later round (one issued ahead, or a resumed learner's
+    /// predecessor's found in JetStream). The buffer holds at most
     /// `4 · max(tasks_in_flight, K)` results so that a flood of scored
     /// rollouts for far-off task ids cannot grow memory; the one furthest
     /// ahead is dropped, and its task is simply issued again at its step
-    /// (sync tasks are deterministic, so the result is the same).
+    /// (in sync mode tasks are deterministic, so the result is the same).
     fn keep_for_later(&mut self, id: TaskId, s: ScoredRollout, out: &mut Collected) {
         let cap = 4 * self
             .opts

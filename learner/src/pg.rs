@@ -51,8 +51,23 @@ pub fn loss(
     aggregate(&logp.mul(mask)?.broadcast_mul(&a)?, mask, norm)?.neg()
 }
 
+/// [`loss`] with a weight `wᵢₜ` (no gradient) on each term, `[N, T]`: async mode's importance
+/// weights ([`crate::off_policy`]). The normalisation still counts tokens, not weights.
+pub fn weighted_loss(
+    logp: &Tensor,
+    mask: &Tensor,
+    multipliers: &[f32],
+    weights: &Tensor,
+    norm: LossNorm,
+) -> candle_core::Result<Tensor> {
+    let a = column(multipliers, logp)?;
+    let w = weights.detach().to_dtype(logp.dtype())?;
+    let terms = logp.mul(mask)?.mul(&w)?.broadcast_mul(&a)?;
+    aggregate(&terms, mask, norm)?.neg()
+}
+
 /// `N` multipliers as an `[N, 1]` column in `like`'s dtype and device.
-fn column(values: &[f32], like: &Tensor) -> candle_core::Result<Tensor> {
+pub(crate) fn column(values: &[f32], like: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::from_slice(values, (values.len(), 1), like.device())?.to_dtype(like.dtype())
 }
 
@@ -82,21 +97,24 @@ pub struct RatioStats {
 /// `L = −norm Σᵢₜ mᵢₜ min(ρᵢₜ Aᵢ, clip(ρᵢₜ, 1 − ε_low, 1 + ε_high) Aᵢ)`,
 /// `ρᵢₜ = exp(log π(wᵢₜ) − log μ(wᵢₜ))`
 ///
-/// with `μ` the policy that sampled the tokens (`behaviour`, `[N, T]`, no gradient). The
-/// gradient is `ρ A ∇log π` where the term is not clipped and 0 where it is; at `ρ = 1` it is
-/// [`loss`]'s.
+/// with `μ` the policy the ratio is taken to (`old`, `[N, T]`, no gradient: the actors' policy,
+/// or decoupled PPO's proximal one). The gradient is `ρ A ∇log π` where the term is not clipped
+/// and 0 where it is; at `ρ = 1` it is [`loss`]'s. `weights` (`[N, T]`, no gradient) multiply
+/// each term: decoupled PPO's `π_old/μ` importance weights ([`crate::off_policy`]).
 pub fn clipped_loss(
     logp: &Tensor,
-    behaviour: &Tensor,
+    old: &Tensor,
     mask: &Tensor,
     advantages: &[f32],
-    clip: ClipRange,
-    norm: LossNorm,
+    weights: Option<&Tensor>,
+    (clip, norm): (ClipRange, LossNorm),
 ) -> candle_core::Result<(Tensor, RatioStats)> {
+    let mask_w = match weights {
+        Some(w) => mask.mul(&w.detach().to_dtype(mask.dtype())?)?,
+        None => mask.clone(),
+    };
     let a = column(advantages, logp)?.broadcast_as(logp.shape())?;
-    let ratio = logp
-        .sub(&behaviour.detach().to_dtype(logp.dtype())?)?
-        .exp()?;
+    let ratio = logp.sub(&old.detach().to_dtype(logp.dtype())?)?.exp()?;
     let r = ratio.detach();
     let hi = r.gt(1.0 + clip.high as f64)?.to_dtype(logp.dtype())?;
     let lo = r.lt(1.0 - clip.low as f64)?.to_dtype(logp.dtype())?;
@@ -105,13 +123,13 @@ pub fn clipped_loss(
     // Clipped: the ratio is past the bound on the side the advantage pushes it to.
     let clipped = pos.mul(&hi)?.add(&neg.mul(&lo)?)?;
     let kept = clipped.affine(-1.0, 1.0)?;
-    let surrogate = ratio.mul(&a)?.mul(&kept)?.mul(mask)?;
+    let surrogate = ratio.mul(&a)?.mul(&kept)?.mul(&mask_w)?;
     // The value is the clipped objective; the gradient is the surrogate's.
     let clipped_value = r
         .clamp(1.0 - clip.low, 1.0 + clip.high)?
         .mul(&a)?
         .minimum(&r.mul(&a)?)?
-        .mul(mask)?;
+        .mul(&mask_w)?;
     let grad_part = aggregate(&surrogate, mask, norm)?;
     let value = aggregate(&clipped_value, mask, norm)?;
     let loss = grad_part.sub(&grad_part.detach())?.add(&value)?.neg()?;
@@ -138,7 +156,7 @@ pub fn merge_ratio_stats(parts: &[RatioStats]) -> RatioStats {
     }
 }
 
-fn ratio_stats(ratio: &Tensor, clipped: &Tensor, mask: &Tensor) -> candle_core::Result<RatioStats> {
+pub(crate) fn ratio_stats(ratio: &Tensor, clipped: &Tensor, mask: &Tensor) -> candle_core::Result<RatioStats> {
     let f32s = |t: &Tensor| -> candle_core::Result<Vec<f32>> {
         t.to_dtype(candle_core::DType::F32)?
             .flatten_all()?
@@ -250,7 +268,7 @@ mod tests {
         for norm in [LossNorm::Tokens, LossNorm::Sequences, LossNorm::Constant(5)] {
             let plain = loss(logp.as_tensor(), &mask, &a, norm).unwrap();
             let (clipped, stats) =
-                clipped_loss(logp.as_tensor(), &mu, &mask, &a, clip, norm).unwrap();
+                clipped_loss(logp.as_tensor(), &mu, &mask, &a, None, (clip, norm)).unwrap();
             // The surrogate's value is `−norm Σ ρ·A·m`, here `−norm Σ A·m`.
             let ones = Tensor::ones((2, 3), candle_core::DType::F32, &dev).unwrap();
             let want = loss(&ones, &mask, &a, norm)
@@ -284,8 +302,8 @@ mod tests {
             &mu,
             &mask,
             &[1.0, -1.0],
-            clip,
-            LossNorm::Tokens,
+            None,
+            (clip, LossNorm::Tokens),
         )
         .unwrap();
         let rho = 0.5f32.exp();
@@ -296,6 +314,33 @@ mod tests {
         assert!((g[1][0] - rho / 2.0).abs() < 1e-6, "{g:?}");
         assert!((stats.clip_fraction - 0.5).abs() < 1e-9);
         assert!((stats.approx_kl - ((rho as f64 - 1.0) - 0.5)).abs() < 1e-6);
+    }
+
+    /// Weights scale each token's gradient to `−w·A·m / Σm` and leave the normaliser alone; in
+    /// the clipped loss they scale the unclipped tokens' `ρ·A` the same way.
+    #[test]
+    fn weights_scale_each_terms_gradient() {
+        let dev = Device::Cpu;
+        let logp = Var::from_slice(&[-1.0f32, -2.0, -0.5, -0.1, -3.0, 0.0], (2, 3), &dev).unwrap();
+        let mask = Tensor::from_slice(&[1.0f32, 1.0, 1.0, 1.0, 1.0, 0.0], (2, 3), &dev).unwrap();
+        let w = Tensor::from_slice(&[0.5f32, 1.0, 0.0, 2.0, 2.0, 1.0], (2, 3), &dev).unwrap();
+        let l = weighted_loss(logp.as_tensor(), &mask, &[0.5, -2.0], &w, LossNorm::Tokens).unwrap();
+        assert_close(
+            &grad_of(&l, &logp),
+            &[vec![-0.05, -0.1, 0.0], vec![0.8, 0.8, 0.0]],
+        );
+        let clip = ClipRange { low: 0.2, high: 0.2 };
+        let mu = logp.as_tensor().detach();
+        let (c, _) = clipped_loss(
+            logp.as_tensor(),
+            &mu,
+            &mask,
+            &[0.5, -2.0],
+            Some(&w),
+            (clip, LossNorm::Tokens),
+        )
+        .unwrap();
+        assert_close(&grad_of(&c, &logp), &grad_of(&l, &logp));
     }
 
     /// The gradient of the loss w.r.t. each log-prob is `−A·m / Σm`.

@@ -18,9 +18,10 @@ use crate::batch;
 use crate::checkpoint::{self, Checkpoint};
 use crate::critic::{self, Critic};
 use crate::error::LearnerError;
+use crate::off_policy::{self, Correction, WeightStats};
 use crate::pg::{ClipRange, LossNorm, RatioStats};
-use crate::{kl, pg, xe};
-use caprl_common::config::KlEstimator;
+use crate::{gspo, kl, pg, xe};
+use caprl_common::config::{KlEstimator, PpoRatio};
 
 /// Which part of the schedule the learner is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ pub struct TrainState {
     pub version_offset: u64,
     /// Batches skipped because a reward, loss or gradient was not finite.
     pub skipped_batches: u64,
+    /// RL collection rounds beyond one per step (dynamic sampling's refills): round
+    /// `step + extra_rounds` is the next, and names its tasks.
+    #[serde(default)]
+    pub extra_rounds: u64,
     dropout_rng: RngState,
 }
 
@@ -64,6 +69,8 @@ pub struct StepStats {
     pub parts: Vec<(&'static str, f32)>,
     /// PPO updates: the ratios `π/μ` over all passes (clip fraction, approximate KL, ...).
     pub ratios: Option<RatioStats>,
+    /// Async mode: the importance weights of the older policies' captions.
+    pub off_policy: Option<WeightStats>,
 }
 
 /// Per-step knobs (from `[optim]` and `[train]`).
@@ -94,11 +101,25 @@ pub enum PgTargets<'a> {
     /// Per-token value targets `yᵢₜ` (mc-pg's `Q` estimates, actor-critic's returns): the
     /// advantage is `yᵢₜ − v(sᵢₜ)` and the value head is regressed on `y` ([`crate::critic`]).
     Critic(&'a [Vec<f32>]),
-    /// PPO's clipped surrogate ([`crate::pg::clipped_loss`]): one advantage per sequence and the
-    /// per-token log-probs `log μ` of the policy that decoded it.
+    /// A sequence-level loss as [`PgTargets::Sequence`] whose captions sampled by an older
+    /// policy carry an importance weight ([`crate::off_policy`]): `behaviour` is each
+    /// caption's `log μ` per token, `stale[i]` whether an older policy sampled it.
+    OffPolicy {
+        multipliers: &'a [f32],
+        norm: LossNorm,
+        behaviour: &'a [Vec<f32>],
+        stale: &'a [bool],
+        correction: Correction,
+    },
+    /// PPO's clipped surrogate ([`crate::pg::clipped_loss`], or GSPO's per-caption
+    /// [`crate::gspo::sequence_clipped_loss`]): one advantage per sequence, the per-token
+    /// log-probs of the policy `π_old` the ratio is taken to, and optional importance weights
+    /// per token (decoupled PPO's `π_old/μ`).
     Clipped {
         advantages: &'a [f32],
-        behaviour: &'a [Vec<f32>],
+        old: &'a [Vec<f32>],
+        weights: Option<&'a [Vec<f32>]>,
+        ratio: PpoRatio,
         clip: ClipRange,
         norm: LossNorm,
     },
@@ -121,16 +142,23 @@ pub struct PpoOptions {
     pub epochs: u32,
     pub minibatches: u32,
     pub clip: ClipRange,
+    /// Per-token ratios, or GSPO's per-caption one.
+    pub ratio: PpoRatio,
+    /// Decoupled PPO: `Some` takes the ratio to the learner's weights at the step's start and
+    /// weighs each caption's terms by this correction of `π_old/μ`; `None` takes it to `μ`.
+    pub proximal: Option<Correction>,
 }
 
 /// One scored batch for [`Trainer::ppo_update`]: sequence `i` of image `rows[i]`, with its
-/// advantage and the per-token log-probs `log μ` of the policy that decoded it.
+/// advantage, the per-token log-probs `log μ` of the policy that decoded it and whether that
+/// was an older policy than the learner's.
 #[derive(Debug, Clone, Copy)]
 pub struct PpoBatch<'a> {
     pub rows: &'a [usize],
     pub seqs: &'a [Vec<u32>],
     pub advantages: &'a [f32],
     pub behaviour: &'a [Vec<f32>],
+    pub stale: &'a [bool],
     pub norm: LossNorm,
 }
 
@@ -140,6 +168,7 @@ struct PgLoss {
     parts: Vec<(&'static str, f32)>,
     tokens: usize,
     ratios: Option<RatioStats>,
+    off_policy: Option<WeightStats>,
 }
 
 pub struct Trainer {
@@ -174,6 +203,7 @@ impl Trainer {
             policy_version: 0,
             version_offset: 0,
             skipped_batches: 0,
+            extra_rounds: 0,
             dropout_rng: dropout_rng.state(),
         };
         Ok(Self {
@@ -228,6 +258,12 @@ impl Trainer {
             .pop()?;
         self.state.cursor += rows.len();
         Some(rows)
+    }
+
+    /// Whether this epoch's order has batches left ([`Trainer::next_batch`] would hand one out
+    /// rather than end the epoch).
+    pub fn epoch_has_more(&self, n_items: usize) -> bool {
+        self.state.cursor < n_items
     }
 
     /// The item indices of the next `count` batches, in the order [`Trainer::next_batch`]
@@ -338,7 +374,9 @@ impl Trainer {
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
         let finite = match targets {
-            PgTargets::Sequence { multipliers, .. } => multipliers.iter().all(|x| x.is_finite()),
+            PgTargets::Sequence { multipliers, .. } | PgTargets::OffPolicy { multipliers, .. } => {
+                multipliers.iter().all(|x| x.is_finite())
+            }
             PgTargets::Critic(y) => y.iter().flatten().all(|x| x.is_finite()),
             PgTargets::Clipped { advantages, .. } => advantages.iter().all(|x| x.is_finite()),
         };
@@ -352,6 +390,7 @@ impl Trainer {
         }
         stats.parts = pg.parts;
         stats.ratios = pg.ratios;
+        stats.off_policy = pg.off_policy;
         Ok(stats)
     }
 
@@ -372,6 +411,7 @@ impl Trainer {
             seqs,
             advantages,
             behaviour,
+            stale,
             norm,
         } = batch;
         if !advantages.iter().all(|x| x.is_finite()) {
@@ -380,6 +420,17 @@ impl Trainer {
         let device = self.model.device().clone();
         on_rayon(&device, || {
             let n = seqs.len();
+            // Decoupled PPO: the ratio's `π_old` is the weights now, before the first minibatch.
+            let (old, weights, off_policy) = match ppo.proximal {
+                None => (behaviour.to_vec(), None, None),
+                Some(correction) => {
+                    let proximal = self.taken_logprobs(data, rows, seqs)?;
+                    let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+                    let (w, stats) =
+                        off_policy::weights(correction, &proximal, behaviour, &lens, stale);
+                    (proximal, Some(w), Some(stats))
+                }
+            };
             let per_minibatch = n.div_ceil(ppo.minibatches.max(1) as usize).max(1);
             let mut total = StepStats::default();
             let mut ratios = Vec::new();
@@ -390,11 +441,15 @@ impl Trainer {
                     let mb_rows: Vec<usize> = chunk.iter().map(|&i| rows[i]).collect();
                     let mb_seqs: Vec<Vec<u32>> = chunk.iter().map(|&i| seqs[i].clone()).collect();
                     let mb_adv: Vec<f32> = chunk.iter().map(|&i| advantages[i]).collect();
-                    let mb_mu: Vec<Vec<f32>> =
-                        chunk.iter().map(|&i| behaviour[i].clone()).collect();
+                    let mb_old: Vec<Vec<f32>> = chunk.iter().map(|&i| old[i].clone()).collect();
+                    let mb_w: Option<Vec<Vec<f32>>> = weights
+                        .as_ref()
+                        .map(|w| chunk.iter().map(|&i| w[i].clone()).collect());
                     let targets = PgTargets::Clipped {
                         advantages: &mb_adv,
-                        behaviour: &mb_mu,
+                        old: &mb_old,
+                        weights: mb_w.as_deref(),
+                        ratio: ppo.ratio,
                         clip: ppo.clip,
                         norm,
                     };
@@ -422,6 +477,7 @@ impl Trainer {
             total.grad_norm /= updates as f32;
             total.lr = opts.lr;
             total.ratios = Some(pg::merge_ratio_stats(&ratios));
+            total.off_policy = off_policy;
             Ok(total)
         })
     }
@@ -469,8 +525,24 @@ impl Trainer {
         let mask = self.model.token_mask(&toks)?;
         let mut parts = Vec::new();
         let mut ratios = None;
+        let mut off_policy = None;
         let mut loss = match targets {
             PgTargets::Sequence { multipliers, norm } => pg::loss(&logp, &mask, multipliers, norm)?,
+            PgTargets::OffPolicy {
+                multipliers,
+                norm,
+                behaviour,
+                stale,
+                correction,
+            } => {
+                let current: Vec<Vec<f32>> = logp.detach().to_dtype(candle_core::DType::F32)?.to_vec2()?;
+                let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+                let (w, stats) = off_policy::weights(correction, &current, behaviour, &lens, stale);
+                off_policy = Some(stats);
+                let (_, t) = toks.dims2()?;
+                let w = critic::targets_tensor(&w, t, &device)?;
+                pg::weighted_loss(&logp, &mask, multipliers, &w, norm)?
+            }
             PgTargets::Critic(y) => {
                 let critic = self.critic.as_ref().ok_or_else(|| {
                     LearnerError::Invalid(
@@ -488,13 +560,25 @@ impl Trainer {
             }
             PgTargets::Clipped {
                 advantages,
-                behaviour,
+                old,
+                weights,
+                ratio,
                 clip,
                 norm,
             } => {
                 let (_, t) = toks.dims2()?;
-                let mu = critic::targets_tensor(behaviour, t, &device)?;
-                let (loss, stats) = pg::clipped_loss(&logp, &mu, &mask, advantages, clip, norm)?;
+                let old = critic::targets_tensor(old, t, &device)?;
+                let w = weights
+                    .map(|w| critic::targets_tensor(w, t, &device))
+                    .transpose()?;
+                let (loss, stats) = match ratio {
+                    PpoRatio::Token => {
+                        pg::clipped_loss(&logp, &old, &mask, advantages, w.as_ref(), (clip, norm))?
+                    }
+                    PpoRatio::Sequence => {
+                        gspo::sequence_clipped_loss(&logp, &old, &mask, advantages, w.as_ref(), clip)?
+                    }
+                };
                 ratios = Some(stats);
                 loss
             }
@@ -529,6 +613,7 @@ impl Trainer {
             parts,
             tokens,
             ratios,
+            off_policy,
         })
     }
 
@@ -543,22 +628,24 @@ impl Trainer {
         let Some(reference) = self.reference.as_ref() else {
             return Ok(None);
         };
-        if seqs.is_empty() {
-            return Ok(Some(Vec::new()));
-        }
-        let device = reference.device().clone();
-        on_rayon(&device, || {
-            let x = inputs_for_rows(data, rows, reference.config(), &device)?;
-            let toks = batch_tokens(seqs, &device)?;
-            let (logp, _) = reference.token_logprobs(&x, &toks, None)?;
-            let logp: Vec<Vec<f32>> = logp.to_dtype(candle_core::DType::F32)?.to_vec2()?;
-            Ok(Some(
-                logp.into_iter()
-                    .zip(seqs)
-                    .map(|(row, s)| row[..s.len().min(row.len())].to_vec())
-                    .collect(),
-            ))
+        on_rayon(reference.device(), || {
+            taken_logprobs(reference, data, rows, seqs).map(Some)
         })
+    }
+
+    /// The current policy's log-probs of each token of `seqs` (images `rows`), as its
+    /// policy-gradient passes compute them (batch norm on running statistics): decoupled PPO's
+    /// proximal policy.
+    fn taken_logprobs(
+        &mut self,
+        data: &Dataset,
+        rows: &[usize],
+        seqs: &[Vec<u32>],
+    ) -> Result<Vec<Vec<f32>>, LearnerError> {
+        self.model.set_running_norm(true);
+        let logp = taken_logprobs(&self.model, data, rows, seqs);
+        self.model.set_running_norm(false);
+        logp
     }
 
     fn skip(&mut self, reason: &str) -> StepStats {
@@ -706,6 +793,29 @@ fn scalar(t: &candle_core::Tensor) -> Result<f32, LearnerError> {
 }
 
 /// The order of the sequences in pass `pass` of the PPO update at step `step`.
+/// `model`'s log-prob of each token of `seqs` (images `rows`), one row per sequence, as long
+/// as the sequence.
+fn taken_logprobs(
+    model: &Captioner,
+    data: &Dataset,
+    rows: &[usize],
+    seqs: &[Vec<u32>],
+) -> Result<Vec<Vec<f32>>, LearnerError> {
+    if seqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let device = model.device();
+    let x = inputs_for_rows(data, rows, model.config(), device)?;
+    let toks = batch_tokens(seqs, device)?;
+    let (logp, _) = model.token_logprobs(&x, &toks, None)?;
+    let logp: Vec<Vec<f32>> = logp.to_dtype(candle_core::DType::F32)?.to_vec2()?;
+    Ok(logp
+        .into_iter()
+        .zip(seqs)
+        .map(|(row, s)| row[..s.len().min(row.len())].to_vec())
+        .collect())
+}
+
 fn ppo_order(seed: u64, step: u64, pass: u32, n: usize) -> Vec<usize> {
     let mut rng = ChaCha8Rng::seed_from_u64(
         seed ^ 0x5050_4f00u64.rotate_left(40)

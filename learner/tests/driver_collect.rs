@@ -156,9 +156,12 @@ fn sync_step_uses_each_of_its_task_ids_once_in_order_and_keeps_later_ones() {
 #[test]
 fn async_step_drops_rollouts_beyond_the_lag_bound() {
     let mut f = fixture(false);
-    // The "actor" answers with a policy 3 versions old for even ids, current for odd ones.
-    let roles = answer_tasks(&f, |t| {
-        let v = if t.task_id.0 % 2 == 0 {
+    // The "actor" answers even ids the first time with a policy 3 versions old, then (the
+    // task issued again) with the current one; odd ids at once with the current one.
+    let first_time: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
+    let roles = answer_tasks(&f, move |t| {
+        let fresh = first_time.lock().unwrap().insert(t.task_id.0);
+        let v = if t.task_id.0 % 2 == 0 && fresh {
             t.policy_version.0.saturating_sub(3)
         } else {
             t.policy_version.0
@@ -166,22 +169,60 @@ fn async_step_drops_rollouts_beyond_the_lag_bound() {
         vec![scored(t.task_id.0, v)]
     });
     let mut dropped = 0;
-    let mut used = 0;
     for step in 0..3u64 {
         let c = f
             .driver
             .collect(step, 10 + step, &[0, 1, 2, 3], &[])
             .unwrap();
-        assert!(
-            c.scored.iter().all(|s| s.rollout.task_id.0 % 2 == 1),
-            "a stale rollout was used"
-        );
+        let ids: Vec<u64> = c.scored.iter().map(|s| s.rollout.task_id.0).collect();
+        assert_eq!(ids, vec![2 * step, 2 * step + 1], "the round's own ids");
+        assert_eq!(c.max_lag, 0, "a stale rollout was used");
         dropped += c.dropped_stale;
-        used += c.scored.len();
     }
     roles.abort();
-    assert_eq!(used, 6);
-    assert!(dropped >= 5, "dropped {dropped}");
+    assert_eq!(dropped, 3, "one stale answer per step, its task issued again");
+}
+
+/// A learner resumed in async mode finds, before it issues anything, the results its
+/// predecessor's tasks left in JetStream: those of the round it resumes at and of the rounds
+/// issued ahead. It uses each once, at its round, and issues only the tasks nobody answered.
+#[test]
+fn async_first_round_takes_the_waiting_results_of_this_and_the_rounds_issued_ahead() {
+    let mut opts = options(false);
+    opts.max_policy_lag = 2;
+    let mut f = fixture_with(opts);
+    // The predecessor trained rounds 0 and 1 and had issued rounds 2..3 ahead (ids 4..7) at
+    // policy 7; ids 4, 5 and 7 came back scored after it died; id 2 is round 1's, used.
+    f.rt.block_on(async {
+        for id in [2, 4, 5, 7] {
+            f.bus.publish(Queue::Scored, scored(id, 7)).await.unwrap();
+        }
+    });
+    let issued: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let by_role = Arc::clone(&issued);
+    let roles = answer_tasks(&f, move |t| {
+        by_role.lock().unwrap().push(t.task_id.0);
+        vec![scored(t.task_id.0, t.policy_version.0)]
+    });
+    let ahead: Vec<Vec<u32>> = (3..5).map(step_rows).collect();
+    let round2 = f.driver.collect(2, 8, &step_rows(2), &ahead).unwrap();
+    let ids: Vec<u64> = round2.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    assert_eq!(ids, vec![4, 5]);
+    assert_eq!((round2.tasks_issued, round2.results_found), (0, 2));
+    assert_eq!(round2.duplicates, 1, "id 2 was trained on before the restart");
+    let round3 = f.driver.collect(3, 9, &step_rows(3), &ahead[1..]).unwrap();
+    let ids: Vec<u64> = round3.scored.iter().map(|s| s.rollout.task_id.0).collect();
+    assert_eq!(ids, vec![6, 7]);
+    assert_eq!(round3.results_found, 1, "id 7's result was waiting");
+    assert_eq!(round3.max_lag, 2, "id 7 was decoded by policy 7");
+    roles.abort();
+    let issued = issued.lock().unwrap();
+    assert!(
+        !issued.iter().any(|id| [2, 4, 5, 7].contains(id)),
+        "a task whose result was waiting was issued again: {issued:?}"
+    );
+    let used: Vec<u64> = f.driver.totals.used.iter().map(|t| t.0).collect();
+    assert_eq!(used, vec![4, 5, 6, 7]);
 }
 
 #[test]

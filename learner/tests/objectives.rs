@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use caprl_common::config::KlEstimator;
+use caprl_common::config::{IsLevel, KlEstimator, OffPolicyCorrection, PpoRatio};
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, ModelKind,
@@ -14,6 +14,7 @@ use caprl_common::model::{
 use caprl_common::optim::AdamWParams;
 use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
+use caprl_learner::off_policy::Correction;
 use caprl_learner::pg::{ClipRange, LossNorm};
 use caprl_learner::trainer::{PpoBatch, PpoOptions};
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
@@ -391,6 +392,8 @@ fn ppo(epochs: u32, minibatches: u32) -> PpoOptions {
             low: 0.2,
             high: 0.28,
         },
+        ratio: PpoRatio::Token,
+        proximal: None,
     }
 }
 
@@ -437,6 +440,7 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
                 seqs: &seqs,
                 advantages: &a,
                 behaviour: &mu,
+                stale: &[false; 4],
                 norm: LossNorm::Tokens,
             },
             ppo(1, 1),
@@ -470,6 +474,170 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     assert_eq!(clipped.state.step, plain.state.step);
 }
 
+/// The largest difference between two weight lists.
+fn max_apart(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn correction(kind: OffPolicyCorrection, level: IsLevel) -> Correction {
+    Correction {
+        kind,
+        level,
+        clip: 1.0,
+        keep: (0.5, 2.0),
+    }
+}
+
+/// `μ` of an older policy for the first two sequences: `log μ = log π + 3` on every token, so
+/// their caption ratio is `e^(−3|y|)`, far below any range.
+fn older_behaviour(mu: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    mu.iter()
+        .enumerate()
+        .map(|(i, row)| row.iter().map(|x| if i < 2 { x + 3.0 } else { *x }).collect())
+        .collect()
+}
+
+/// Off-policy weights leave fresh captions alone (bit for bit the plain step), and masked IS
+/// takes a caption whose ratio is out of range out of the update: the step equals the plain
+/// step with that caption's multiplier 0; truncated IS scales it by its tiny ratio instead.
+#[test]
+fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let new = || {
+        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 5).unwrap();
+        Trainer::new(model, AdamWParams::default(), 5).unwrap()
+    };
+    let probe = new();
+    let (rows, seqs) = samples(&probe.model, &data);
+    let mu = token_logp(&probe.model, &data, &rows, &seqs);
+    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let plain = |a: &[f32]| {
+        let mut t = new();
+        t.pg_step(&data, &rows, &seqs, PgTargets::sequence(a), opts(1e-2))
+            .unwrap();
+        flat_weights(&t.model)
+    };
+    let weighted = |kind, behaviour: &[Vec<f32>], stale: &[bool]| {
+        let mut t = new();
+        let targets = PgTargets::OffPolicy {
+            multipliers: &a,
+            norm: LossNorm::Tokens,
+            behaviour,
+            stale,
+            correction: correction(kind, IsLevel::Sequence),
+        };
+        let stats = t.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
+        (flat_weights(&t.model), stats.off_policy.expect("weight stats"))
+    };
+    let (fresh, stats) = weighted(OffPolicyCorrection::MaskedIs, &older_behaviour(&mu), &[false; 4]);
+    assert_eq!(fresh, plain(&a), "fresh captions were reweighted");
+    assert_eq!(stats.stale_sequences, 0);
+
+    let older = older_behaviour(&mu);
+    let stale = [true, false, false, false];
+    let (masked, stats) = weighted(OffPolicyCorrection::MaskedIs, &older, &stale);
+    assert!(max_apart(&masked, &plain(&[0.0, -0.4, 1.0, -1.0])) < 1e-6);
+    assert!(max_apart(&masked, &plain(&a)) > 1e-4, "the stale caption still moved the weights");
+    assert_eq!((stats.stale_sequences, stats.cut_fraction, stats.mean), (1, 1.0, 0.0));
+    let (truncated, stats) = weighted(OffPolicyCorrection::TruncatedIs, &older, &stale);
+    let rho = stats.mean as f32;
+    assert!(rho > 0.0 && rho < 1e-3, "ρ = {rho}");
+    assert!(max_apart(&truncated, &plain(&[0.4 * rho, -0.4, 1.0, -1.0])) < 1e-6);
+}
+
+/// Decoupled PPO, one pass in one minibatch: the clipped ratio is to the learner's own
+/// weights (1 exactly), and the captions an older policy sampled are weighted by the
+/// correction of `π_old/μ`, so the step is the plain step with off-policy weights.
+#[test]
+fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let new = || {
+        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 6).unwrap();
+        Trainer::new(model, AdamWParams::default(), 6).unwrap()
+    };
+    let probe = new();
+    let (rows, seqs) = samples(&probe.model, &data);
+    let older = older_behaviour(&token_logp(&probe.model, &data, &rows, &seqs));
+    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let stale = [true, true, false, false];
+    let c = correction(OffPolicyCorrection::TruncatedIs, IsLevel::Token);
+    let mut weighted = new();
+    let targets = PgTargets::OffPolicy {
+        multipliers: &a,
+        norm: LossNorm::Tokens,
+        behaviour: &older,
+        stale: &stale,
+        correction: c,
+    };
+    let want = weighted.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
+    let mut decoupled = new();
+    let options = PpoOptions {
+        proximal: Some(c),
+        ..ppo(1, 1)
+    };
+    let batch = PpoBatch {
+        rows: &rows,
+        seqs: &seqs,
+        advantages: &a,
+        behaviour: &older,
+        stale: &stale,
+        norm: LossNorm::Tokens,
+    };
+    let got = decoupled.ppo_update(&data, batch, options, opts(1e-2)).unwrap();
+    let r = got.ratios.expect("ratio statistics");
+    assert!((r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6, "{r:?}");
+    let (w, g) = (want.off_policy.unwrap(), got.off_policy.unwrap());
+    assert!((w.mean - g.mean).abs() < 1e-6 && w.stale_sequences == 2, "{w:?} vs {g:?}");
+    assert!(max_apart(&flat_weights(&weighted.model), &flat_weights(&decoupled.model)) < 1e-5);
+    // Coupled PPO takes the ratio to μ instead: the stale tokens' ratio e^−3 is below 1 − ε,
+    // and caption 1's (negative advantage) are clipped.
+    let mut coupled = new();
+    let got = coupled.ppo_update(&data, batch, ppo(1, 1), opts(1e-2)).unwrap();
+    let r = got.ratios.unwrap();
+    assert!(r.clip_fraction > 0.0 && r.min < 0.06, "{r:?}");
+    assert!(max_apart(&flat_weights(&coupled.model), &flat_weights(&decoupled.model)) > 1e-4);
+}
+
+/// GSPO, one pass in one minibatch at the behaviour policy: every caption's ratio is 1 and
+/// each token weighs `1/|y|` of its caption, so the step is the plain step normalised per
+/// sequence.
+#[test]
+fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tiny_data(tmp.path());
+    let new = || {
+        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 7).unwrap();
+        Trainer::new(model, AdamWParams::default(), 7).unwrap()
+    };
+    let (mut plain, mut gspo) = (new(), new());
+    let (rows, seqs) = samples(&plain.model, &data);
+    let mu = token_logp(&plain.model, &data, &rows, &seqs);
+    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let targets = PgTargets::Sequence {
+        multipliers: &a,
+        norm: LossNorm::Sequences,
+    };
+    plain.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
+    let options = PpoOptions {
+        ratio: PpoRatio::Sequence,
+        ..ppo(1, 1)
+    };
+    let batch = PpoBatch {
+        rows: &rows,
+        seqs: &seqs,
+        advantages: &a,
+        behaviour: &mu,
+        stale: &[false; 4],
+        norm: LossNorm::Tokens,
+    };
+    let stats = gspo.ppo_update(&data, batch, options, opts(1e-2)).unwrap();
+    let r = stats.ratios.unwrap();
+    assert!((r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6, "{r:?}");
+    assert!(max_apart(&flat_weights(&plain.model), &flat_weights(&gspo.model)) < 1e-5);
+}
+
 /// K passes over M minibatches are one step and one policy version; the ratios move away from
 /// 1 after the first update; the order of the minibatches repeats from the seed.
 #[test]
@@ -490,6 +658,7 @@ fn ppo_passes_are_one_step_and_repeat_from_the_seed() {
                     seqs: &seqs,
                     advantages: &a,
                     behaviour: &mu,
+                    stale: &[false; 4],
                     norm: LossNorm::Sequences,
                 },
                 ppo(4, 2),

@@ -27,9 +27,9 @@ pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{
     Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource,
-    Distance, Dtype, KlEstimator, KlIn, Mode, ModelConfig, ModelKind, NatsConfig, Objective,
-    OptimConfig, RewardConfig, RnnKind, RunConfig, RuntimeConfig, Schedule, StaleRollouts,
-    TrainConfig, WtfBaseline,
+    Distance, Dtype, IsLevel, KlEstimator, KlIn, Mode, ModelConfig, ModelKind, NatsConfig,
+    Objective, OffPolicyCorrection, OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind,
+    RunConfig, RuntimeConfig, Schedule, StaleRollouts, TrainConfig, WtfBaseline,
 };
 
 /// The commented default config file; parses to exactly `RunConfig::default()`.

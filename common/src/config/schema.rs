@@ -227,10 +227,17 @@ pub struct TrainConfig {
     pub kl_estimator: KlEstimator,
     /// Where the KL penalty goes: a loss term or a reward penalty.
     pub kl_in: KlIn,
+    /// DAPO's dynamic sampling: drop images whose samples all score the same (a group baseline
+    /// gives them no gradient) and fill the batch with the next images of the epoch.
+    pub dynamic_sampling: bool,
     /// PPO-style reuse: passes over each scored batch; 0 = one plain policy-gradient step.
     pub ppo_epochs: u32,
     /// Minibatches per PPO pass; >= 1.
     pub ppo_minibatches: u32,
+    /// PPO: per-token ratio or GSPO's per-caption one.
+    pub ppo_ratio: PpoRatio,
+    /// PPO: whose policy the ratio's denominator is (decoupled PPO: the learner's).
+    pub ppo_proximal: PpoProximal,
     /// PPO clip range below 1 (`ρ ≥ 1 − clip_low`); in (0, 1).
     pub clip_low: f64,
     /// PPO clip range above 1 (`ρ ≤ 1 + clip_high`; DAPO raises it above `clip_low`); > 0.
@@ -265,8 +272,11 @@ impl Default for TrainConfig {
             kl_coef: 0.0,
             kl_estimator: KlEstimator::Full,
             kl_in: KlIn::Loss,
+            dynamic_sampling: false,
             ppo_epochs: 0,
             ppo_minibatches: 1,
+            ppo_ratio: PpoRatio::Token,
+            ppo_proximal: PpoProximal::Behaviour,
             clip_low: 0.2,
             clip_high: 0.2,
             eval_every: 1,
@@ -474,8 +484,16 @@ pub struct RuntimeConfig {
     pub max_policy_lag: u64,
     /// Async: what happens to rollouts older than `max_policy_lag`.
     pub stale_rollouts: StaleRollouts,
-    /// Async: truncate importance ratios at this value; > 0.
+    /// Async: how sequences sampled by an older policy are weighted (`learner::off_policy`).
+    pub off_policy_correction: OffPolicyCorrection,
+    /// Async: whether the ratio `π/μ` is one per caption or one per token.
+    pub is_level: IsLevel,
+    /// Async, truncated IS: ratios above this are cut to it; > 0.
     pub is_clip: f64,
+    /// Async, masked IS: sequences (or tokens) whose ratio is below this get no gradient; >= 0.
+    pub is_mask_low: f64,
+    /// Async, masked IS: ... or above this; > `is_mask_low`.
+    pub is_mask_high: f64,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -491,7 +509,11 @@ impl Default for RuntimeConfig {
             run_id: "default".to_string(),
             max_policy_lag: 2,
             stale_rollouts: StaleRollouts::Drop,
+            off_policy_correction: OffPolicyCorrection::TruncatedIs,
+            is_level: IsLevel::Sequence,
             is_clip: 1.0,
+            is_mask_low: 0.5,
+            is_mask_high: 2.0,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,
@@ -508,6 +530,52 @@ pub enum StaleRollouts {
     /// Train on it with the truncated importance weight `min(is_clip, π/μ)`, like any rollout
     /// of an older policy.
     Reweight,
+}
+
+/// Async mode: the importance weight `w` of a sequence (or token) sampled by an older policy,
+/// from its ratio `ρ = π/μ`; the current policy's own sequences always have `w = 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffPolicyCorrection {
+    /// `w = min(ρ, is_clip)` (V-trace's truncated IS; verl's and OpenRLHF's "TIS").
+    TruncatedIs,
+    /// `w = ρ` inside `[is_mask_low, is_mask_high]`, 0 (no gradient) outside ("MIS").
+    MaskedIs,
+    /// `w = 1`: the older policies' sequences are trained on as if on-policy.
+    None,
+}
+
+/// Async mode: whether importance ratios are taken per caption or per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsLevel {
+    /// `ρ = π(y)/μ(y)`, the whole caption as one action (SCST's bandit view).
+    Sequence,
+    /// `ρₜ = π(wₜ)/μ(wₜ)` for each token.
+    Token,
+}
+
+/// PPO (`train.ppo_epochs > 0`): the ratio the clipped surrogate clips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PpoRatio {
+    /// `π(wₜ)/π_old(wₜ)` per token (PPO as OpenRLHF and veRL apply it).
+    Token,
+    /// GSPO's `(π(y)/π_old(y))^(1/|y|)`, one clipped ratio per caption.
+    Sequence,
+}
+
+/// PPO: the policy `π_old` of the ratio that is clipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PpoProximal {
+    /// The policy that sampled the caption (the actors'): the ratio is also the off-policy
+    /// correction.
+    Behaviour,
+    /// The learner's weights at the step's start (decoupled PPO): the clipped ratio measures
+    /// only this update, and the actors' lag is corrected by `runtime.off_policy_correction`
+    /// applied to `π_old/μ`.
+    Learner,
 }
 
 /// `sync`: every rollout of a step comes from the current policy; `async`:

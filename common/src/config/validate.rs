@@ -5,7 +5,9 @@ use std::fmt::Display;
 use std::ops::RangeBounds;
 
 use super::error::ConfigError;
-use super::schema::{Baseline, KlEstimator, KlIn, Objective, RunConfig, Schedule};
+use super::schema::{
+    Baseline, KlEstimator, KlIn, Objective, PpoProximal, PpoRatio, RunConfig, Schedule,
+};
 
 /// One check: the key it is about, what is allowed (for the message), and a
 /// function returning the offending value when the check fails.
@@ -115,6 +117,25 @@ const RULES: &[Rule] = &[
             ppo.then(|| format!("{} with objective \"{}\"", c.train.ppo_epochs, spelled(&c.train.objective)))
         },
     },
+    Rule {
+        key: "train.dynamic_sampling",
+        allowed: "false unless objective = scst or sle with a group baseline (mean, grpo, dr-grpo: only then does a group whose samples score the same carry no gradient)",
+        violation: |c| {
+            let t = &c.train;
+            let fits = matches!(t.objective, Objective::Scst | Objective::Sle) && t.baseline.is_group();
+            (t.dynamic_sampling && !fits).then(|| format!("true with objective \"{}\" and baseline \"{}\"", spelled(&t.objective), spelled(&t.baseline)))
+        },
+    },
+    Rule {
+        key: "train.ppo_ratio",
+        allowed: "token unless ppo_epochs >= 1 (GSPO's ratio belongs to a PPO update)",
+        violation: |c| (c.train.ppo_ratio == PpoRatio::Sequence && c.train.ppo_epochs == 0).then(|| "sequence with ppo_epochs = 0".to_string()),
+    },
+    Rule {
+        key: "train.ppo_proximal",
+        allowed: "behaviour unless ppo_epochs >= 1 (decoupled PPO is a PPO update)",
+        violation: |c| (c.train.ppo_proximal == PpoProximal::Learner && c.train.ppo_epochs == 0).then(|| "learner with ppo_epochs = 0".to_string()),
+    },
     Rule { key: "train.ppo_minibatches", allowed: "1..=1024", violation: |c| outside(c.train.ppo_minibatches, 1..=1024) },
     Rule { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
     Rule { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
@@ -149,6 +170,12 @@ const RULES: &[Rule] = &[
     },
     Rule { key: "runtime.max_policy_lag", allowed: TOML_INT, violation: |c| toml_int(c.runtime.max_policy_lag) },
     Rule { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |c| fails(c.runtime.is_clip, |x| x > 0.0 && x.is_finite()) },
+    Rule { key: "runtime.is_mask_low", allowed: "a finite number >= 0", violation: |c| fails(c.runtime.is_mask_low, |x| x >= 0.0 && x.is_finite()) },
+    Rule {
+        key: "runtime.is_mask_high",
+        allowed: "a finite number > is_mask_low",
+        violation: |c| fails(c.runtime.is_mask_high, |x| x > c.runtime.is_mask_low && x.is_finite()),
+    },
     Rule { key: "runtime.tasks_in_flight", allowed: ">= 1", violation: |c| outside(c.runtime.tasks_in_flight, 1..) },
     Rule { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
     Rule { key: "runtime.ack_wait_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.runtime.ack_wait_secs, 1..=i64::MAX as u64) },

@@ -58,6 +58,14 @@ pub fn describe_all() {
         PPO,
         "PPO updates: clip fraction, approximate KL(mu || pi) and ratio pi/mu statistics at the last learner step."
     );
+    describe_counter!(
+        GROUPS_DROPPED_TOTAL,
+        "Images dynamic sampling dropped because their sampled captions all scored the same."
+    );
+    describe_gauge!(
+        OFF_POLICY,
+        "Async mode: importance weights of the captions an older policy sampled (their count, weight mean/min/max, fraction truncated or masked, mean ratio pi/mu) at the last learner step."
+    );
     describe_gauge!(
         GRAD_NORM,
         "Global L2 norm of the gradient before clipping, last learner step."
@@ -161,8 +169,14 @@ pub fn record_step(record: &StepRecord) {
     for (stat, value) in &record.ppo {
         gauge!(PPO, LABEL_STAT => stat.clone()).set(*value);
     }
+    for (stat, value) in &record.off_policy {
+        gauge!(OFF_POLICY, LABEL_STAT => stat.clone()).set(*value);
+    }
     for (component, value) in &record.rewards {
         gauge!(REWARD_MEAN, LABEL_COMPONENT => component.clone()).set(*value);
+    }
+    if record.groups_dropped > 0 {
+        counter!(GROUPS_DROPPED_TOTAL).increment(record.groups_dropped);
     }
     gauge!(GRAD_NORM).set(record.grad_norm);
     gauge!(LEARNING_RATE).set(record.lr);

@@ -50,6 +50,9 @@ pub const LOSS: &str = "caprl_loss";
 /// Gauge: PPO's ratios `π/μ` at the last learner step (label `stat`: `clip_fraction`,
 /// `approx_kl`, `ratio_mean`, `ratio_min`, `ratio_max`).
 pub const PPO: &str = "caprl_ppo";
+/// Gauge: async mode's importance weights at the last learner step (label `stat`:
+/// `stale_sequences`, `weight_mean`, `weight_min`, `weight_max`, `cut_fraction`, `ratio_mean`).
+pub const OFF_POLICY: &str = "caprl_off_policy";
 /// Gauge: global L2 norm of the gradient before clipping, last learner step.
 pub const GRAD_NORM: &str = "caprl_grad_norm";
 /// Gauge: learning rate used by the last learner step.
@@ -63,6 +66,8 @@ pub const POLICY_LAG: &str = "caprl_policy_lag_versions";
 pub const MAX_POLICY_LAG: &str = "caprl_max_policy_lag_versions";
 /// Counter: rollouts dropped because they were older than `max_policy_lag`.
 pub const DROPPED_STALE_TOTAL: &str = "caprl_dropped_stale_total";
+/// Counter: images dynamic sampling dropped because their samples all scored the same.
+pub const GROUPS_DROPPED_TOTAL: &str = "caprl_groups_dropped_total";
 /// Counter: rollouts older than `max_policy_lag` trained on with a truncated importance weight
 /// (`runtime.stale_rollouts = "reweight"`).
 pub const STALE_REWEIGHTED_TOTAL: &str = "caprl_stale_reweighted_total";
@@ -111,12 +116,14 @@ const ALL: &[&str] = &[
     REWARD,
     LOSS,
     PPO,
+    OFF_POLICY,
     GRAD_NORM,
     LEARNING_RATE,
     POLICY_VERSION,
     POLICY_LAG,
     MAX_POLICY_LAG,
     DROPPED_STALE_TOTAL,
+    GROUPS_DROPPED_TOTAL,
     STALE_REWEIGHTED_TOTAL,
     ROLLOUTS_TOTAL,
     TOKENS_TOTAL,

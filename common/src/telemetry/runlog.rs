@@ -76,10 +76,15 @@ pub struct StepRecord {
     /// most `runtime.max_policy_lag`.
     #[serde(default)]
     pub max_lag: u64,
-    /// Mean truncated importance ratio `ρ` applied to the batch's sequences
-    /// sampled by an older policy; NaN (`null`) when the batch has none.
+    /// Mean importance weight applied to the batch's sequences sampled by an
+    /// older policy (async mode; decoupled PPO: to `π_old/μ`); NaN (`null`) when
+    /// the batch has none.
     #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub importance_weight: f64,
+    /// Async mode's off-policy correction: `stale_sequences`, `weight_mean`,
+    /// `weight_min`, `weight_max`, `cut_fraction` (truncated or masked), `ratio_mean`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "map_null_as_nan")]
+    pub off_policy: BTreeMap<String, f64>,
     /// Rollouts dropped as stale during this step.
     #[serde(default)]
     pub dropped_stale: u64,
@@ -89,6 +94,9 @@ pub struct StepRecord {
     /// PPO updates: `clip_fraction`, `approx_kl`, `ratio_mean`, `ratio_min`, `ratio_max`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ppo: BTreeMap<String, f64>,
+    /// Dynamic sampling: images dropped because their samples all scored the same.
+    #[serde(default)]
+    pub groups_dropped: u64,
     /// Rollout tasks the learner published during this step.
     #[serde(default)]
     pub tasks_issued: u64,

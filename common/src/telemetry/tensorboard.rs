@@ -150,6 +150,7 @@ pub(crate) fn step_scalars(record: &StepRecord) -> Vec<(String, f64)> {
         ("train/dropped_stale", record.dropped_stale as f64),
         ("train/stale_reweighted", record.stale_reweighted as f64),
         ("train/tasks_issued", record.tasks_issued as f64),
+        ("train/groups_dropped", record.groups_dropped as f64),
         ("train/results_found", record.results_found as f64),
         ("train/epoch", record.epoch as f64),
         ("train/policy_version", record.policy_version as f64),
@@ -166,6 +167,12 @@ pub(crate) fn step_scalars(record: &StepRecord) -> Vec<(String, f64)> {
             .map(|(reason, n)| (format!("rejected/{reason}"), *n as f64)),
     );
     out.extend(record.ppo.iter().map(|(k, v)| (format!("ppo/{k}"), *v)));
+    out.extend(
+        record
+            .off_policy
+            .iter()
+            .map(|(k, v)| (format!("off_policy/{k}"), *v)),
+    );
     out
 }
 

@@ -12,7 +12,7 @@ use caprl_common::progress::Progress;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
 
 use super::layout::{best_cider, latest_in, save_best, save_checkpoint, BEST_RL, BEST_XE};
-use super::rl_step::rl_step;
+use super::rl_step::{ahead_rows, rl_step};
 use super::setup::schedule;
 use super::Run;
 use crate::disc_online::OnlineDisc;
@@ -64,6 +64,7 @@ pub(super) fn run_phase(
         let mut last = Instant::now();
         while let Some(idx) = trainer.next_batch(items.len(), bs) {
             let batch: Vec<&Item> = idx.iter().map(|&i| &items[i]).collect();
+            let cursor = trainer.state.cursor;
             let opts = StepOptions {
                 lr: schedule.lr(trainer.state.step, epoch),
                 grad_clip: cfg.optim.grad_clip,
@@ -88,11 +89,7 @@ pub(super) fn run_phase(
                     let driver = driver.as_deref_mut().ok_or_else(|| {
                         LearnerError::Invalid("RL phase without a bus driver".into())
                     })?;
-                    let ahead: Vec<Vec<u32>> = trainer
-                        .upcoming_batches(items.len(), bs, driver.issue_ahead_steps(), epochs)
-                        .iter()
-                        .map(|b| b.iter().map(|&i| items[i].row as u32).collect())
-                        .collect();
+                    let ahead = ahead_rows(cfg, items, trainer, driver.issue_ahead_steps());
                     let (stats, mean_reward) = rl_step(
                         run,
                         trainer,
@@ -142,7 +139,8 @@ pub(super) fn run_phase(
                 ),
             };
             bar.set_message(&msg);
-            bar.inc(1);
+            // Dynamic sampling's refills take further batches within the step.
+            bar.inc(1 + (trainer.state.cursor - cursor).div_ceil(bs) as u64);
             if trainer
                 .state
                 .step

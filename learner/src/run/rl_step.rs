@@ -1,19 +1,19 @@
-//! One RL iteration over the bus, and the async-mode importance correction of its targets.
+//! One RL iteration over the bus.
 
 use std::time::Instant;
 
 use super::Result;
-use caprl_common::config::{self, KlIn, RunConfig};
+use caprl_common::config::{KlIn, Mode, PpoProximal, RunConfig};
 use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{batch_tokens, inputs_for_rows, DType};
 use caprl_common::telemetry::StepRecord;
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 
 use super::Run;
 use crate::disc_online::OnlineDisc;
-use crate::driver::Driver;
+use crate::driver::{Collected, Driver};
+use crate::dynamic_sampling;
+use crate::off_policy::Correction;
 use crate::pg::ClipRange;
-use crate::targets::PgBatch;
 use crate::trainer::{PgTargets, PpoBatch, PpoOptions, StepOptions, StepStats, Trainer};
 use crate::{kl, LearnerError};
 
@@ -38,7 +38,12 @@ pub(super) fn rl_step(
     record.snapshot_version = Some(driver.published_version(version));
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
-    let collected = driver.collect(trainer.state.step, version, &rows, ahead)?;
+    let round = trainer.state.step + trainer.state.extra_rounds;
+    let mut collected = driver.collect(round, version, &rows, ahead)?;
+    let first_round = collected.scored.len();
+    if cfg.train.dynamic_sampling {
+        refill(run, trainer, driver, version, &mut collected)?;
+    }
     driver.record_depths();
     record.rollouts_per_s =
         collected.scored.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
@@ -54,6 +59,19 @@ pub(super) fn rl_step(
         .map(|s| s.rollout.task_id.0)
         .collect();
     record.duplicates = collected.duplicates;
+    if cfg.train.dynamic_sampling {
+        let mut all = std::mem::take(&mut collected.scored);
+        let filled = dynamic_sampling::fill(all.clone(), cfg.train.batch_size as usize);
+        record.groups_dropped = filled.groups_dropped;
+        collected.scored = if filled.scored.is_empty() {
+            // No image with spread in any round: the first round as it is (its advantages
+            // are all 0), rather than no step at all.
+            all.truncate(first_round);
+            all
+        } else {
+            filled.scored
+        };
+    }
     record.rejected = collected
         .rejected_by
         .iter()
@@ -73,12 +91,12 @@ pub(super) fn rl_step(
         let kl = penalise_rewards(cfg, data, trainer, &mut scored)?;
         record.losses.insert("kl".into(), kl);
     }
-    let mut pg = objective.targets(&scored, version)?;
+    let pg = objective.targets(&scored, version)?;
     let ppo = cfg.train.ppo_epochs > 0;
-    // PPO's clipped ratio π/μ is its own off-policy correction.
-    if cfg.runtime.mode != config::Mode::Sync && !ppo {
-        record.importance_weight = importance_weights(cfg, data, trainer, &mut pg)?;
-    }
+    // Sequences an older policy sampled get async mode's importance weights (crate::off_policy);
+    // coupled PPO's clipped ratio π/μ is its own correction.
+    let stale: Vec<bool> = pg.lags.iter().map(|&lag| lag > 0).collect();
+    let correction = Correction::from_config(&cfg.runtime);
     for (name, value) in &pg.components {
         record.rewards.insert(name.clone(), *value);
     }
@@ -92,25 +110,43 @@ pub(super) fn rl_step(
                 low: t.clip_low as f32,
                 high: t.clip_high as f32,
             },
+            ratio: t.ppo_ratio,
+            proximal: (t.ppo_proximal == PpoProximal::Learner).then_some(correction),
         };
         let batch = PpoBatch {
             rows: &pg.rows,
             seqs: &pg.seqs,
             advantages: &pg.multipliers,
             behaviour: &pg.behaviour,
+            stale: &stale,
             norm: pg.norm,
         };
         trainer.ppo_update(data, batch, options, opts)?
     } else {
-        let targets = match objective.uses_value_head() {
-            true => PgTargets::Critic(&pg.values),
-            false => PgTargets::Sequence {
+        let targets = if objective.uses_value_head() {
+            PgTargets::Critic(&pg.values)
+        } else if cfg.runtime.mode == Mode::Async {
+            PgTargets::OffPolicy {
                 multipliers: &pg.multipliers,
                 norm: pg.norm,
-            },
+                behaviour: &pg.behaviour,
+                stale: &stale,
+                correction,
+            }
+        } else {
+            PgTargets::Sequence {
+                multipliers: &pg.multipliers,
+                norm: pg.norm,
+            }
         };
         trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?
     };
+    if let Some(w) = &stats.off_policy {
+        record.importance_weight = w.mean;
+        for (name, value) in w.named() {
+            record.off_policy.insert(name.into(), value);
+        }
+    }
     if let Some(r) = &stats.ratios {
         for (name, value) in [
             ("clip_fraction", r.clip_fraction),
@@ -123,6 +159,53 @@ pub(super) fn rl_step(
         }
     }
     Ok((stats, pg.mean_reward))
+}
+
+/// Dynamic sampling ([`crate::dynamic_sampling`]): collects further rounds, each the next
+/// batch of the epoch, until the step's rollouts hold `batch_size` images whose samples
+/// spread, the epoch has no batch left, or [`dynamic_sampling::MAX_ROUNDS`] rounds ran.
+fn refill(
+    run: &Run,
+    trainer: &mut Trainer,
+    driver: &mut Driver,
+    version: u64,
+    collected: &mut Collected,
+) -> Result<()> {
+    let cfg = run.cfg;
+    let items = &run.data.train.items;
+    let batch = cfg.train.batch_size as usize;
+    let mut rounds = 1;
+    while dynamic_sampling::images_with_spread(&collected.scored) < batch
+        && rounds < dynamic_sampling::MAX_ROUNDS
+        && trainer.epoch_has_more(items.len())
+    {
+        let Some(idx) = trainer.next_batch(items.len(), batch) else {
+            break;
+        };
+        trainer.state.extra_rounds += 1;
+        let rows: Vec<u32> = idx.iter().map(|&i| items[i].row as u32).collect();
+        let ahead = ahead_rows(cfg, items, trainer, driver.issue_ahead_steps());
+        let round = trainer.state.step + trainer.state.extra_rounds;
+        collected.absorb(driver.collect(round, version, &rows, &ahead)?);
+        rounds += 1;
+    }
+    Ok(())
+}
+
+/// The image rows of the `count` batches after the current one (what async mode issues
+/// ahead), up to the end of the RL phase.
+pub(super) fn ahead_rows(
+    cfg: &RunConfig,
+    items: &[Item],
+    trainer: &Trainer,
+    count: usize,
+) -> Vec<Vec<u32>> {
+    let batch = cfg.train.batch_size as usize;
+    trainer
+        .upcoming_batches(items.len(), batch, count, cfg.train.rl_epochs as u64)
+        .iter()
+        .map(|b| b.iter().map(|&i| items[i].row as u32).collect())
+        .collect()
 }
 
 /// `train.kl_in = "reward"`: subtracts `β·Σₜ kₜ` ([`crate::kl::sequence_penalty`], from the
@@ -188,44 +271,4 @@ fn disc_examples(scored: &[ScoredRollout]) -> (Captioned, Captioned) {
             .collect()
     };
     (pick(DecodeKind::GroundTruth), pick(fake_kind))
-}
-
-/// Async mode: multiplies each sampled sequence's multiplier by the truncated
-/// importance ratio `ρ = min(is_clip, π(y)/μ(y))`, with `π` the current
-/// policy and `μ` the behaviour policy that sampled `y` (its per-token
-/// log-probs ride along in the rollout). This is the truncated-IS correction
-/// of V-trace (Espeholt et al. 2018) at the sequence level, where the whole
-/// caption is one action of the SCST bandit (seed 000/002). Sequences from
-/// the current policy have `ρ = 1` exactly and are not recomputed. Returns the
-/// mean `ρ` applied to the older policies' sequences (NaN when there are none).
-fn importance_weights(
-    cfg: &RunConfig,
-    data: &Dataset,
-    trainer: &Trainer,
-    pg: &mut PgBatch,
-) -> Result<f64> {
-    let stale: Vec<usize> = (0..pg.seqs.len()).filter(|&i| pg.lags[i] > 0).collect();
-    if stale.is_empty() {
-        return Ok(f64::NAN);
-    }
-    // π in f32 whatever the learner's passes compute in: the ratio compares it with μ, which
-    // CPU actors compute in f32, and bf16's 8-bit mantissa would show as a bias in ρ.
-    let model = &trainer.model.with_compute_dtype(DType::F32)?;
-    let rows: Vec<usize> = stale.iter().map(|&i| pg.rows[i]).collect();
-    let seqs: Vec<Vec<u32>> = stale.iter().map(|&i| pg.seqs[i].clone()).collect();
-    let x = inputs_for_rows(data, &rows, model.config(), model.device())?;
-    let toks = batch_tokens(&seqs, model.device())?;
-    let (logp, _mask) = model.token_logprobs(&x, &toks, None)?;
-    let pi: Vec<f32> = logp.sum(1)?.to_vec1()?;
-    let clip = cfg.runtime.is_clip as f32;
-    let mut rho_sum = 0.0f64;
-    for (j, &i) in stale.iter().enumerate() {
-        let rho = (pi[j] - pg.behaviour[i].iter().sum::<f32>())
-            .exp()
-            .min(clip);
-        let rho = if rho.is_finite() { rho } else { 0.0 };
-        pg.multipliers[i] *= rho;
-        rho_sum += rho as f64;
-    }
-    Ok(rho_sum / stale.len() as f64)
 }
