@@ -31,7 +31,10 @@ fn bench_scale_prints_a_row_per_actor_count_and_says_it_is_simulated() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("SIMULATED decode") && stdout.contains("SIMULATED update"), "{stdout}");
+    assert!(
+        stdout.contains("SIMULATED decode") && stdout.contains("SIMULATED update"),
+        "{stdout}"
+    );
     let rows: Vec<Vec<f64>> = stdout
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| actors"))
@@ -45,8 +48,9 @@ fn bench_scale_prints_a_row_per_actor_count_and_says_it_is_simulated() {
     assert_eq!(rows.len(), 2, "{stdout}");
     assert_eq!((rows[0][0], rows[1][0]), (1.0, 3.0), "{stdout}");
     for r in &rows {
-        // images/s, ideal, of ideal, of linear, NATS msgs/s and MB/s.
-        assert!(r[1..7].iter().all(|x| *x > 0.0), "{stdout}");
+        // images/s, ideal, of ideal, of linear, NATS msgs/s and MB/s, the snapshots' share.
+        assert_eq!(r.len(), 9, "{stdout}");
+        assert!(r[1..8].iter().all(|x| *x > 0.0), "{stdout}");
     }
 }
 

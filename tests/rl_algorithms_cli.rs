@@ -151,7 +151,10 @@ fn gspo_with_decoupled_ppo_in_async_mode_reports_ratios_and_masked_weights() {
             assert!(mean >= lo && mean <= hi, "{s}");
         }
     }
-    assert!(weighted > 0, "no step trained on captions issued ahead: {rl:?}");
+    assert!(
+        weighted > 0,
+        "no step trained on captions issued ahead: {rl:?}"
+    );
 }
 
 /// Dynamic sampling with GRPO: images whose samples all scored the same are dropped and
@@ -166,18 +169,33 @@ fn dynamic_sampling_drops_flat_groups_and_tops_up_the_batch() {
         "decode.temperature=0.02",
     ];
     let rl = train("scst", &keys);
-    let dropped: u64 = rl.iter().map(|s| s["groups_dropped"].as_u64().unwrap_or(0)).sum();
+    let dropped: u64 = rl
+        .iter()
+        .map(|s| s["groups_dropped"].as_u64().unwrap_or(0))
+        .sum();
     assert!(dropped > 0, "no group dropped: {rl:?}");
     assert!(
-        rl.iter().any(|s| s["tasks_issued"].as_u64().unwrap_or(0) > 4),
+        rl.iter()
+            .any(|s| s["tasks_issued"].as_u64().unwrap_or(0) > 4),
         "no step topped its batch up: {rl:?}"
     );
     let ids: Vec<u64> = rl
         .iter()
-        .flat_map(|s| s["task_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
+        .flat_map(|s| {
+            s["task_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+        })
         .collect();
     let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
     assert_eq!(ids.len(), distinct.len(), "a task id used twice: {ids:?}");
     let plain = train("scst", &keys[..1]);
-    assert!(rl.len() < plain.len(), "refills take later batches: {} vs {} steps", rl.len(), plain.len());
+    assert!(
+        rl.len() < plain.len(),
+        "refills take later batches: {} vs {} steps",
+        rl.len(),
+        plain.len()
+    );
 }

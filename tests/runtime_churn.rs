@@ -66,7 +66,9 @@ fn six_kills_of_actors_and_reward_workers_lose_and_repeat_no_task() {
     let mut holds_seen = [0; 2];
     let mut fresh_hold = [None::<Instant>; 2];
     while kills < 6 {
-        let holds = actors.each_ref().map(|a| task_ids(&output_of(a), HOLD_MARKER));
+        let holds = actors
+            .each_ref()
+            .map(|a| task_ids(&output_of(a), HOLD_MARKER));
         for (slot, held) in holds.iter().enumerate() {
             if held.len() > holds_seen[slot] {
                 (holds_seen[slot], fresh_hold[slot]) = (held.len(), Some(Instant::now()));

@@ -272,14 +272,23 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
         .iter()
         .position(|l| l["type"] == "resume")
         .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"));
-    assert!(log[at]["from_step"].as_u64().is_some(), "started anew:\n{all}");
+    assert!(
+        log[at]["from_step"].as_u64().is_some(),
+        "started anew:\n{all}"
+    );
     // The record of each step that stands: the last one written for its step number.
     let mut standing = std::collections::BTreeMap::new();
-    for s in log.iter().filter(|l| l["type"] == "step" && l["phase"] == "rl") {
+    for s in log
+        .iter()
+        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
+    {
         standing.insert(s["step"].as_u64().unwrap(), s);
     }
     // 4 XE steps, then 12 RL steps of 4 tasks; step n trained round n - 1: ids 4(n-1) ...
-    assert_eq!(standing.keys().copied().collect::<Vec<_>>(), (5..=16).collect::<Vec<_>>());
+    assert_eq!(
+        standing.keys().copied().collect::<Vec<_>>(),
+        (5..=16).collect::<Vec<_>>()
+    );
     for (&n, s) in &standing {
         let ids: Vec<u64> = s["task_ids"]
             .as_array()
@@ -288,7 +297,11 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
             .map(|v| v.as_u64().unwrap())
             .collect();
         let round = n - 1;
-        assert_eq!(ids, (4 * round..4 * round + 4).collect::<Vec<_>>(), "step {n}:\n{all}");
+        assert_eq!(
+            ids,
+            (4 * round..4 * round + 4).collect::<Vec<_>>(),
+            "step {n}:\n{all}"
+        );
         assert!(s["max_lag"].as_u64().unwrap_or(0) <= 2, "step {n}: {s}");
     }
     let resumed: Vec<&Value> = log[at..]

@@ -98,8 +98,18 @@ fn out_of_range_values_name_key_value_and_range() {
             "[a-z0-9-]",
         ),
         ("runtime.is_clip=0", "runtime.is_clip", "0", "> 0"),
-        ("runtime.is_mask_low=-1", "runtime.is_mask_low", "-1", ">= 0"),
-        ("runtime.is_mask_high=0.4", "runtime.is_mask_high", "0.4", "> is_mask_low"),
+        (
+            "runtime.is_mask_low=-1",
+            "runtime.is_mask_low",
+            "-1",
+            ">= 0",
+        ),
+        (
+            "runtime.is_mask_high=0.4",
+            "runtime.is_mask_high",
+            "0.4",
+            "> is_mask_low",
+        ),
         (
             "train.ppo_ratio=\"sequence\"",
             "train.ppo_ratio",
@@ -402,9 +412,16 @@ fn nats_replicas_are_one_to_five() {
 #[test]
 fn gspo_decoupled_ppo_and_dynamic_sampling_are_accepted_where_they_apply() {
     for sets in [
-        &["train.ppo_epochs=2", "train.ppo_ratio=\"sequence\"", "train.ppo_proximal=\"learner\""][..],
+        &[
+            "train.ppo_epochs=2",
+            "train.ppo_ratio=\"sequence\"",
+            "train.ppo_proximal=\"learner\"",
+        ][..],
         &["train.baseline=\"grpo\"", "train.dynamic_sampling=true"][..],
-        &["runtime.off_policy_correction=\"masked-is\"", "runtime.is_level=\"token\""][..],
+        &[
+            "runtime.off_policy_correction=\"masked-is\"",
+            "runtime.is_level=\"token\"",
+        ][..],
     ] {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         RunConfig::load(None, &sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));

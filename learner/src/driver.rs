@@ -376,10 +376,16 @@ impl Driver {
         Ok(meta)
     }
 
-    fn make_task(&self, id: TaskId, version: u64, rows: &[u32]) -> RolloutTask {
+    /// The task `id` for images `rows`, made at policy `version` for the round `lead` rounds
+    /// after the current one. Its `min_version` keeps the rollout within the lag bound when
+    /// its round comes (at version `version + lead` or older): async actors may decode it with
+    /// a policy at most `max_policy_lag - lead` versions older than `version`.
+    fn make_task(&self, id: TaskId, version: u64, rows: &[u32], lead: u64) -> RolloutTask {
         let oldest = match self.opts.sync {
             true => version,
-            false => version.saturating_sub(self.opts.max_policy_lag),
+            false => (version + lead)
+                .saturating_sub(self.opts.max_policy_lag)
+                .min(version),
         };
         RolloutTask {
             task_id: id,
@@ -441,9 +447,9 @@ impl Driver {
             self.took_waiting = true;
             self.take_waiting(round * k, &mut out)?;
         }
-        self.queue_round(round, version, rows);
+        self.queue_round(round, version, rows, 0);
         for (j, later) in (1..).zip(ahead.iter().take(self.issue_ahead_steps())) {
-            self.queue_round(round + j, version, later);
+            self.queue_round(round + j, version, later, j);
         }
         let n = rows.len().div_ceil(self.opts.images_per_task.max(1)) as u64;
         let wanted: BTreeSet<TaskId> = (0..n.min(k)).map(|i| TaskId(round * k + i)).collect();
@@ -452,7 +458,8 @@ impl Driver {
             if let Some(s) = self.buffer.remove(&id) {
                 self.queued.retain(|t| t.task_id != id);
                 self.accept(s, version, &mut got, &mut out);
-            } else if !self.outstanding.contains(&id) && !self.queued.iter().any(|t| t.task_id == id)
+            } else if !self.outstanding.contains(&id)
+                && !self.queued.iter().any(|t| t.task_id == id)
             {
                 // Neither answered, in flight nor queued: its result was dropped from a full
                 // buffer, or a predecessor issued it and its result was lost with it.
@@ -547,13 +554,13 @@ impl Driver {
     fn requeue(&mut self, id: TaskId, version: u64) {
         let rows = self.rows_of.get(&id).cloned().unwrap_or_default();
         self.queued.retain(|t| t.task_id != id);
-        let task = self.make_task(id, version, &rows);
+        let task = self.make_task(id, version, &rows, 0);
         self.queued.push_front(task);
     }
 
-    /// Queues the tasks of round `round` (images `rows`, ids `round·K ..`) unless they already
-    /// are.
-    fn queue_round(&mut self, round: u64, version: u64, rows: &[u32]) {
+    /// Queues the tasks of round `round` (images `rows`, ids `round·K ..`), `lead` rounds
+    /// after the current one, unless they already are.
+    fn queue_round(&mut self, round: u64, version: u64, rows: &[u32], lead: u64) {
         if self.queued_through.is_some_and(|done| done >= round) {
             return;
         }
@@ -561,7 +568,7 @@ impl Driver {
         for (i, chunk) in (0..).zip(rows.chunks(self.opts.images_per_task.max(1))) {
             let id = TaskId(round * k + i);
             self.rows_of.insert(id, chunk.to_vec());
-            let t = self.make_task(id, version, chunk);
+            let t = self.make_task(id, version, chunk, lead);
             self.queued.push_back(t);
         }
         self.queued_through = Some(round);

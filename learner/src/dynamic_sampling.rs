@@ -63,7 +63,10 @@ pub fn keep_images(scored: Vec<ScoredRollout>, keep: &BTreeSet<u32>) -> Vec<Scor
 /// How many images of `scored` have samples with some spread: those that count toward a
 /// dynamically sampled batch.
 pub fn images_with_spread(scored: &[ScoredRollout]) -> usize {
-    image_spread(scored).iter().filter(|(_, spread)| *spread).count()
+    image_spread(scored)
+        .iter()
+        .filter(|(_, spread)| *spread)
+        .count()
 }
 
 /// A dynamically sampled batch: the rollouts of its images and the groups dropped.
@@ -73,9 +76,11 @@ pub struct Filled {
     pub groups_dropped: u64,
 }
 
-/// The step's batch from the rollouts of all its rounds, in order: images without spread
-/// dropped, the others kept up to `batch` images in all.
-pub fn fill(scored: Vec<ScoredRollout>, batch: usize) -> Filled {
+/// The step's batch from the rollouts of all its rounds, in order (the first round's are the
+/// first `first_round`): images without spread dropped, the others kept up to `batch` images
+/// in all. When no image of any round has spread, the first round as it is (its advantages are
+/// all 0) rather than no step at all.
+pub fn fill(mut scored: Vec<ScoredRollout>, batch: usize, first_round: usize) -> Filled {
     let mut keep = BTreeSet::new();
     let mut groups_dropped = 0;
     for (row, spread) in image_spread(&scored) {
@@ -84,6 +89,13 @@ pub fn fill(scored: Vec<ScoredRollout>, batch: usize) -> Filled {
         } else if keep.len() < batch {
             keep.insert(row);
         }
+    }
+    if keep.is_empty() {
+        scored.truncate(first_round);
+        return Filled {
+            scored,
+            groups_dropped,
+        };
     }
     Filled {
         scored: keep_images(scored, &keep),
@@ -108,7 +120,10 @@ mod tests {
                 logprobs: vec![-1.0, -1.0],
             };
             sequences.push(greedy);
-            rewards.push(RewardVector { total: 0.3, components: vec![] });
+            rewards.push(RewardVector {
+                total: 0.3,
+                components: vec![],
+            });
             for &t in totals {
                 sequences.push(Sequence {
                     image_row: row,
@@ -116,7 +131,10 @@ mod tests {
                     tokens: vec![2, 0],
                     logprobs: vec![-1.0, -1.0],
                 });
-                rewards.push(RewardVector { total: t, components: vec![] });
+                rewards.push(RewardVector {
+                    total: t,
+                    components: vec![],
+                });
             }
         }
         ScoredRollout {
@@ -140,9 +158,30 @@ mod tests {
         rows
     }
 
+    /// Nothing with spread in two rounds: the first round's rollouts, untouched.
+    #[test]
+    fn without_any_spread_the_first_round_is_the_batch() {
+        let flat: &[f32] = &[0.0, 0.0];
+        let scored = vec![
+            rollout(0, &[(0, flat)]),
+            rollout(1, &[(1, flat)]),
+            rollout(2, &[(2, flat)]),
+        ];
+        let f = fill(scored.clone(), 4, 2);
+        assert_eq!(f.groups_dropped, 3);
+        assert_eq!(f.scored, scored[..2].to_vec());
+    }
+
     #[test]
     fn images_whose_samples_all_score_the_same_have_no_spread() {
-        let r = rollout(0, &[(3, &[0.5, 0.5, 0.5]), (4, &[0.5, 0.7, 0.5]), (5, &[0.0, 0.0])]);
+        let r = rollout(
+            0,
+            &[
+                (3, &[0.5, 0.5, 0.5]),
+                (4, &[0.5, 0.7, 0.5]),
+                (5, &[0.0, 0.0]),
+            ],
+        );
         assert_eq!(image_spread(&[r]), vec![(3, false), (4, true), (5, false)]);
     }
 
@@ -151,18 +190,28 @@ mod tests {
     #[test]
     fn filling_drops_flat_groups_and_tops_up_to_the_batch_size() {
         let (flat, spread): (&[f32], &[f32]) = (&[1.0, 1.0], &[0.0, 1.0]);
-        let mut scored = vec![rollout(0, &[(0, flat), (1, spread)]), rollout(1, &[(2, spread), (3, flat)])];
+        let mut scored = vec![
+            rollout(0, &[(0, flat), (1, spread)]),
+            rollout(1, &[(2, spread), (3, flat)]),
+        ];
         assert_eq!(images_with_spread(&scored), 2);
-        scored.extend([rollout(2, &[(4, spread), (5, flat)]), rollout(3, &[(6, spread), (7, spread)])]);
+        scored.extend([
+            rollout(2, &[(4, spread), (5, flat)]),
+            rollout(3, &[(6, spread), (7, spread)]),
+        ]);
         assert_eq!(images_with_spread(&scored), 5);
-        let f = fill(scored, 4);
+        let f = fill(scored, 4, 2);
         assert_eq!(f.groups_dropped, 3);
         assert_eq!(rows(&f.scored), vec![1, 2, 4, 6]);
         let ids: Vec<u64> = f.scored.iter().map(|s| s.rollout.task_id.0).collect();
         assert_eq!(ids, vec![0, 1, 2, 3]);
         for s in &f.scored {
             assert_eq!(s.rollout.sequences.len(), s.rewards.len());
-            assert_eq!(s.rollout.sequences.len(), 3, "greedy + 2 samples per kept image");
+            assert_eq!(
+                s.rollout.sequences.len(),
+                3,
+                "greedy + 2 samples per kept image"
+            );
         }
     }
 }

@@ -83,9 +83,13 @@ mod tests {
     fn the_ratio_is_the_length_normalised_caption_ratio_and_clips_per_caption() {
         let dev = Device::Cpu;
         let logp = Var::from_slice(&[-0.7f32, -1.0, -1.0, -1.4, -1.0, 5.0], (2, 3), &dev).unwrap();
-        let old = Tensor::from_slice(&[-1.0f32, -1.0, -1.0, -1.0, -1.0, 0.0], (2, 3), &dev).unwrap();
+        let old =
+            Tensor::from_slice(&[-1.0f32, -1.0, -1.0, -1.0, -1.0, 0.0], (2, 3), &dev).unwrap();
         let mask = Tensor::from_slice(&[1.0f32, 1.0, 1.0, 1.0, 1.0, 0.0], (2, 3), &dev).unwrap();
-        let clip = ClipRange { low: 0.15, high: 0.15 };
+        let clip = ClipRange {
+            low: 0.15,
+            high: 0.15,
+        };
         let (s0, s1) = (0.1f32.exp(), (-0.2f32).exp());
 
         let (l, stats) =
@@ -120,13 +124,19 @@ mod tests {
         let old = logp.as_tensor().detach();
         let mask = Tensor::from_slice(&[1.0f32, 1.0, 1.0, 0.0], (2, 2), &dev).unwrap();
         let w = Tensor::from_slice(&[0.5f32, 1.5, 0.25, 9.0], (2, 2), &dev).unwrap();
-        let clip = ClipRange { low: 0.2, high: 0.2 };
+        let clip = ClipRange {
+            low: 0.2,
+            high: 0.2,
+        };
         let (l, _) =
             sequence_clipped_loss(logp.as_tensor(), &old, &mask, &[1.0, 2.0], Some(&w), clip)
                 .unwrap();
         // s = 1: ∂L/∂log π = −w̄ᵢ Aᵢ / (N |yᵢ|) with w̄ = (1, 0.25).
         let g = grad(&l, &logp);
-        assert!((g[0][0] + 0.25).abs() < 1e-6 && (g[0][1] + 0.25).abs() < 1e-6, "{g:?}");
+        assert!(
+            (g[0][0] + 0.25).abs() < 1e-6 && (g[0][1] + 0.25).abs() < 1e-6,
+            "{g:?}"
+        );
         assert!((g[1][0] + 0.25).abs() < 1e-6 && g[1][1] == 0.0, "{g:?}");
     }
 }

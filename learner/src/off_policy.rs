@@ -175,7 +175,11 @@ mod tests {
     /// −ln 2, so ρ = 1.5 and ρₜ = (3, 0.5); sequence 2 has ρ = e^−2.
     fn case() -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<usize>, Vec<bool>) {
         let (l3, l2) = (3f32.ln(), 2f32.ln());
-        let current = vec![vec![-1.0, -1.0, 0.0], vec![l3 - 1.0, -l2 - 1.0, 7.0], vec![-3.0, 0.0, 0.0]];
+        let current = vec![
+            vec![-1.0, -1.0, 0.0],
+            vec![l3 - 1.0, -l2 - 1.0, 7.0],
+            vec![-3.0, 0.0, 0.0],
+        ];
         let behaviour = vec![vec![-2.0, -2.0], vec![-1.0, -1.0], vec![-1.0]];
         (current, behaviour, vec![2, 2, 1], vec![false, true, true])
     }
@@ -197,12 +201,24 @@ mod tests {
         let (seq, s) = run(OffPolicyCorrection::TruncatedIs, IsLevel::Sequence);
         let e2 = (-2f32).exp();
         // The fresh sequence keeps 1 even where log π ≠ log μ.
-        assert!(close(&seq, &[vec![1.0; 3], vec![1.0, 1.0, 1.0], vec![e2, 1.0, 1.0]]), "{seq:?}");
+        assert!(
+            close(
+                &seq,
+                &[vec![1.0; 3], vec![1.0, 1.0, 1.0], vec![e2, 1.0, 1.0]]
+            ),
+            "{seq:?}"
+        );
         assert_eq!(s.stale_sequences, 2);
         assert!((s.cut_fraction - 0.5).abs() < 1e-9);
         assert!((s.ratio_mean - (1.5 + e2 as f64) / 2.0).abs() < 1e-5);
         let (tok, s) = run(OffPolicyCorrection::TruncatedIs, IsLevel::Token);
-        assert!(close(&tok, &[vec![1.0; 3], vec![1.0, 0.5, 1.0], vec![e2, 1.0, 1.0]]), "{tok:?}");
+        assert!(
+            close(
+                &tok,
+                &[vec![1.0; 3], vec![1.0, 0.5, 1.0], vec![e2, 1.0, 1.0]]
+            ),
+            "{tok:?}"
+        );
         assert!((s.cut_fraction - 1.0 / 3.0).abs() < 1e-9, "{s:?}");
         assert!((s.mean - (1.0 + 0.5 + e2 as f64) / 3.0).abs() < 1e-5);
     }
@@ -210,12 +226,24 @@ mod tests {
     #[test]
     fn masked_is_zeroes_ratios_outside_the_range() {
         let (seq, s) = run(OffPolicyCorrection::MaskedIs, IsLevel::Sequence);
-        assert!(close(&seq, &[vec![1.0; 3], vec![1.5, 1.5, 1.0], vec![0.0, 1.0, 1.0]]), "{seq:?}");
+        assert!(
+            close(
+                &seq,
+                &[vec![1.0; 3], vec![1.5, 1.5, 1.0], vec![0.0, 1.0, 1.0]]
+            ),
+            "{seq:?}"
+        );
         assert_eq!((s.min, s.max), (0.0, 1.5));
         assert!((s.cut_fraction - 0.5).abs() < 1e-9);
         let (tok, s) = run(OffPolicyCorrection::MaskedIs, IsLevel::Token);
         // ρₜ = 3 is past 2: masked; 0.5 is kept (the range is closed).
-        assert!(close(&tok, &[vec![1.0; 3], vec![0.0, 0.5, 1.0], vec![0.0, 1.0, 1.0]]), "{tok:?}");
+        assert!(
+            close(
+                &tok,
+                &[vec![1.0; 3], vec![0.0, 0.5, 1.0], vec![0.0, 1.0, 1.0]]
+            ),
+            "{tok:?}"
+        );
         assert!((s.cut_fraction - 2.0 / 3.0).abs() < 1e-9);
     }
 

@@ -156,7 +156,11 @@ pub fn merge_ratio_stats(parts: &[RatioStats]) -> RatioStats {
     }
 }
 
-pub(crate) fn ratio_stats(ratio: &Tensor, clipped: &Tensor, mask: &Tensor) -> candle_core::Result<RatioStats> {
+pub(crate) fn ratio_stats(
+    ratio: &Tensor,
+    clipped: &Tensor,
+    mask: &Tensor,
+) -> candle_core::Result<RatioStats> {
     let f32s = |t: &Tensor| -> candle_core::Result<Vec<f32>> {
         t.to_dtype(candle_core::DType::F32)?
             .flatten_all()?
@@ -329,7 +333,10 @@ mod tests {
             &grad_of(&l, &logp),
             &[vec![-0.05, -0.1, 0.0], vec![0.8, 0.8, 0.0]],
         );
-        let clip = ClipRange { low: 0.2, high: 0.2 };
+        let clip = ClipRange {
+            low: 0.2,
+            high: 0.2,
+        };
         let mu = logp.as_tensor().detach();
         let (c, _) = clipped_loss(
             logp.as_tensor(),

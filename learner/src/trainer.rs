@@ -48,8 +48,8 @@ pub struct TrainState {
     pub version_offset: u64,
     /// Batches skipped because a reward, loss or gradient was not finite.
     pub skipped_batches: u64,
-    /// RL collection rounds beyond one per step (dynamic sampling's refills): round
-    /// `step + extra_rounds` is the next, and names its tasks.
+    /// RL collection rounds beyond one per step (dynamic sampling's refills, and the rounds of
+    /// skipped steps): round `step + extra_rounds` is the next, and names its tasks.
     #[serde(default)]
     pub extra_rounds: u64,
     dropout_rng: RngState,
@@ -535,7 +535,8 @@ impl Trainer {
                 stale,
                 correction,
             } => {
-                let current: Vec<Vec<f32>> = logp.detach().to_dtype(candle_core::DType::F32)?.to_vec2()?;
+                let current: Vec<Vec<f32>> =
+                    logp.detach().to_dtype(candle_core::DType::F32)?.to_vec2()?;
                 let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
                 let (w, stats) = off_policy::weights(correction, &current, behaviour, &lens, stale);
                 off_policy = Some(stats);
@@ -575,9 +576,14 @@ impl Trainer {
                     PpoRatio::Token => {
                         pg::clipped_loss(&logp, &old, &mask, advantages, w.as_ref(), (clip, norm))?
                     }
-                    PpoRatio::Sequence => {
-                        gspo::sequence_clipped_loss(&logp, &old, &mask, advantages, w.as_ref(), clip)?
-                    }
+                    PpoRatio::Sequence => gspo::sequence_clipped_loss(
+                        &logp,
+                        &old,
+                        &mask,
+                        advantages,
+                        w.as_ref(),
+                        clip,
+                    )?,
                 };
                 ratios = Some(stats);
                 loss

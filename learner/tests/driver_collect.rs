@@ -180,7 +180,10 @@ fn async_step_drops_rollouts_beyond_the_lag_bound() {
         dropped += c.dropped_stale;
     }
     roles.abort();
-    assert_eq!(dropped, 3, "one stale answer per step, its task issued again");
+    assert_eq!(
+        dropped, 3,
+        "one stale answer per step, its task issued again"
+    );
 }
 
 /// A learner resumed in async mode finds, before it issues anything, the results its
@@ -209,7 +212,10 @@ fn async_first_round_takes_the_waiting_results_of_this_and_the_rounds_issued_ahe
     let ids: Vec<u64> = round2.scored.iter().map(|s| s.rollout.task_id.0).collect();
     assert_eq!(ids, vec![4, 5]);
     assert_eq!((round2.tasks_issued, round2.results_found), (0, 2));
-    assert_eq!(round2.duplicates, 1, "id 2 was trained on before the restart");
+    assert_eq!(
+        round2.duplicates, 1,
+        "id 2 was trained on before the restart"
+    );
     let round3 = f.driver.collect(3, 9, &step_rows(3), &ahead[1..]).unwrap();
     let ids: Vec<u64> = round3.scored.iter().map(|s| s.rollout.task_id.0).collect();
     assert_eq!(ids, vec![6, 7]);
@@ -336,6 +342,12 @@ fn async_issues_the_next_steps_ahead_within_the_lag_bound_and_the_credits() {
         "tasks for step 3 were issued at step 1 with max_policy_lag 1: {seen:?}"
     );
     assert_eq!(*most_held.lock().unwrap(), 3, "tasks_in_flight = 3 credits");
+    // A task j rounds ahead may be decoded by a policy at most max_policy_lag − j older than
+    // the one it was made at, so that it is within the bound when its round comes.
+    for t in seen.iter().filter(|t| t.policy_version.0 == 7) {
+        let lead = (t.image_rows[0] / 10) as u64;
+        assert_eq!(t.min_version.0, 7 + lead - 1, "{t:?}");
+    }
     assert_eq!(
         step1.max_lag, 1,
         "step 1 trained on rollouts decoded by policy 7 while step 0 trained"

@@ -476,7 +476,10 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
 
 /// The largest difference between two weight lists.
 fn max_apart(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 fn correction(kind: OffPolicyCorrection, level: IsLevel) -> Correction {
@@ -493,7 +496,11 @@ fn correction(kind: OffPolicyCorrection, level: IsLevel) -> Correction {
 fn older_behaviour(mu: &[Vec<f32>]) -> Vec<Vec<f32>> {
     mu.iter()
         .enumerate()
-        .map(|(i, row)| row.iter().map(|x| if i < 2 { x + 3.0 } else { *x }).collect())
+        .map(|(i, row)| {
+            row.iter()
+                .map(|x| if i < 2 { x + 3.0 } else { *x })
+                .collect()
+        })
         .collect()
 }
 
@@ -528,9 +535,16 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
             correction: correction(kind, IsLevel::Sequence),
         };
         let stats = t.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
-        (flat_weights(&t.model), stats.off_policy.expect("weight stats"))
+        (
+            flat_weights(&t.model),
+            stats.off_policy.expect("weight stats"),
+        )
     };
-    let (fresh, stats) = weighted(OffPolicyCorrection::MaskedIs, &older_behaviour(&mu), &[false; 4]);
+    let (fresh, stats) = weighted(
+        OffPolicyCorrection::MaskedIs,
+        &older_behaviour(&mu),
+        &[false; 4],
+    );
     assert_eq!(fresh, plain(&a), "fresh captions were reweighted");
     assert_eq!(stats.stale_sequences, 0);
 
@@ -538,8 +552,14 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
     let stale = [true, false, false, false];
     let (masked, stats) = weighted(OffPolicyCorrection::MaskedIs, &older, &stale);
     assert!(max_apart(&masked, &plain(&[0.0, -0.4, 1.0, -1.0])) < 1e-6);
-    assert!(max_apart(&masked, &plain(&a)) > 1e-4, "the stale caption still moved the weights");
-    assert_eq!((stats.stale_sequences, stats.cut_fraction, stats.mean), (1, 1.0, 0.0));
+    assert!(
+        max_apart(&masked, &plain(&a)) > 1e-4,
+        "the stale caption still moved the weights"
+    );
+    assert_eq!(
+        (stats.stale_sequences, stats.cut_fraction, stats.mean),
+        (1, 1.0, 0.0)
+    );
     let (truncated, stats) = weighted(OffPolicyCorrection::TruncatedIs, &older, &stale);
     let rho = stats.mean as f32;
     assert!(rho > 0.0 && rho < 1e-3, "ρ = {rho}");
@@ -571,7 +591,9 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
         stale: &stale,
         correction: c,
     };
-    let want = weighted.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
+    let want = weighted
+        .pg_step(&data, &rows, &seqs, targets, opts(1e-2))
+        .unwrap();
     let mut decoupled = new();
     let options = PpoOptions {
         proximal: Some(c),
@@ -585,19 +607,39 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
         stale: &stale,
         norm: LossNorm::Tokens,
     };
-    let got = decoupled.ppo_update(&data, batch, options, opts(1e-2)).unwrap();
+    let got = decoupled
+        .ppo_update(&data, batch, options, opts(1e-2))
+        .unwrap();
     let r = got.ratios.expect("ratio statistics");
-    assert!((r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6, "{r:?}");
+    assert!(
+        (r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6,
+        "{r:?}"
+    );
     let (w, g) = (want.off_policy.unwrap(), got.off_policy.unwrap());
-    assert!((w.mean - g.mean).abs() < 1e-6 && w.stale_sequences == 2, "{w:?} vs {g:?}");
-    assert!(max_apart(&flat_weights(&weighted.model), &flat_weights(&decoupled.model)) < 1e-5);
+    assert!(
+        (w.mean - g.mean).abs() < 1e-6 && w.stale_sequences == 2,
+        "{w:?} vs {g:?}"
+    );
+    assert!(
+        max_apart(
+            &flat_weights(&weighted.model),
+            &flat_weights(&decoupled.model)
+        ) < 1e-5
+    );
     // Coupled PPO takes the ratio to μ instead: the stale tokens' ratio e^−3 is below 1 − ε,
     // and caption 1's (negative advantage) are clipped.
     let mut coupled = new();
-    let got = coupled.ppo_update(&data, batch, ppo(1, 1), opts(1e-2)).unwrap();
+    let got = coupled
+        .ppo_update(&data, batch, ppo(1, 1), opts(1e-2))
+        .unwrap();
     let r = got.ratios.unwrap();
     assert!(r.clip_fraction > 0.0 && r.min < 0.06, "{r:?}");
-    assert!(max_apart(&flat_weights(&coupled.model), &flat_weights(&decoupled.model)) > 1e-4);
+    assert!(
+        max_apart(
+            &flat_weights(&coupled.model),
+            &flat_weights(&decoupled.model)
+        ) > 1e-4
+    );
 }
 
 /// GSPO, one pass in one minibatch at the behaviour policy: every caption's ratio is 1 and
@@ -619,7 +661,9 @@ fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
         multipliers: &a,
         norm: LossNorm::Sequences,
     };
-    plain.pg_step(&data, &rows, &seqs, targets, opts(1e-2)).unwrap();
+    plain
+        .pg_step(&data, &rows, &seqs, targets, opts(1e-2))
+        .unwrap();
     let options = PpoOptions {
         ratio: PpoRatio::Sequence,
         ..ppo(1, 1)
@@ -634,7 +678,10 @@ fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
     };
     let stats = gspo.ppo_update(&data, batch, options, opts(1e-2)).unwrap();
     let r = stats.ratios.unwrap();
-    assert!((r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6, "{r:?}");
+    assert!(
+        (r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6,
+        "{r:?}"
+    );
     assert!(max_apart(&flat_weights(&plain.model), &flat_weights(&gspo.model)) < 1e-5);
 }
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Does async mode overlap acting and learning? For each seed, the same run in sync and in async
 # mode over a fresh nats-server, the roles started by hand and pinned: the learner on core 0,
-# 2 actors and 2 reward workers on core 1 (taskset). Prints per run the RL wall time, the time
-# per step and its two stages as the step records time them (collecting the scored rollouts;
-# the update), the rollouts/s, the largest policy lag trained on and the test CIDEr-D (beam 3);
-# then the async speed-up against the ideal overlap of the sync runs' stage times, and both
-# modes' CIDEr-D spread.
+# 2 actors and 2 reward workers on core 1 (taskset). Prints per run the RL wall
+# time, the time per step and its two stages as the step records time them (collecting the
+# scored rollouts; the update), the rollouts/s, the largest policy lag trained on and the test
+# CIDEr-D (beam 3); then the async speed-up against the ideal overlap of the sync runs' stage
+# times, and both modes' CIDEr-D spread.
 #
 #   cargo build --release && bash scripts/results/async_overlap.sh
 #
@@ -43,6 +43,7 @@ for seed in $SEEDS; do
     rm -rf "$run"
     store=$(mktemp -d)
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # The broker is not pinned (with the roles on core 1 it slows them: 1.18x, see BENCHMARKS.md).
     "$NATS_SERVER" -js -a 127.0.0.1 -p "$port" -sd "$store" >/dev/null 2>&1 &
     pids+=($!)
     sleep 0.5

@@ -25,6 +25,11 @@ LABELS = {
     "ppo1": "PPO K=1, leave-one-out",
     "ppo2": "PPO K=2, leave-one-out",
     "ppo4": "PPO K=4, leave-one-out",
+    "grpo-ds": "GRPO + dynamic sampling",
+    "async-rloo": "async, leave-one-out, truncated IS",
+    "async-rloo-mis": "async, leave-one-out, masked IS",
+    "async-decoupled": "async, decoupled PPO K=2",
+    "async-gspo": "async, GSPO K=2",
 }
 
 

@@ -6,7 +6,10 @@
 # same RL epochs and the same actor decodes per
 # image: 5 samples + the greedy caption for the greedy baseline, 6 samples for the others. The
 # variant greedy-noeos is the greedy baseline with CIDEr-D scored without <eos>
-# (reward.cider_eos = false). Each is evaluated on the test split with beam 3. Prints the table
+# (reward.cider_eos = false). Further variants (not in the default list): grpo-ds (GRPO with
+# dynamic sampling), and in async mode (tasks issued 2 steps ahead): async-rloo (truncated IS),
+# async-rloo-mis (masked IS), async-decoupled (decoupled PPO, K = 2), async-gspo (GSPO, K = 2,
+# the paper's clip range). Each is evaluated on the test split with beam 3. Prints the table
 # (scripts/results/rl_algorithms.py).
 #
 #   cargo build --release && bash scripts/results/rl_algorithms.sh
@@ -37,6 +40,11 @@ variant_sets() { # variant -> its [train] keys
       k=${1#ppo}; m=${k#*m}; k=${k%m*}
       echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=$k --set train.ppo_minibatches=$m" ;;
     ppo*) echo "--set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=${1#ppo} --set train.ppo_minibatches=2" ;;
+    grpo-ds) echo "--set train.baseline=grpo --set train.samples=6 --set train.dynamic_sampling=true" ;;
+    async-rloo) echo "--set runtime.mode=async --set train.baseline=mean --set train.samples=6" ;;
+    async-rloo-mis) echo "--set runtime.mode=async --set train.baseline=mean --set train.samples=6 --set runtime.off_policy_correction=masked-is" ;;
+    async-decoupled) echo "--set runtime.mode=async --set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=2 --set train.ppo_minibatches=2 --set train.ppo_proximal=learner" ;;
+    async-gspo) echo "--set runtime.mode=async --set train.baseline=mean --set train.samples=6 --set train.ppo_epochs=2 --set train.ppo_minibatches=2 --set train.ppo_ratio=sequence --set train.clip_low=3e-4 --set train.clip_high=4e-4" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }

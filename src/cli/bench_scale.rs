@@ -64,6 +64,9 @@ struct Measured {
     wall: f64,
     rollouts: u64,
     images: u64,
+    steps: u64,
+    /// One policy snapshot's size; every actor fetches every version.
+    snapshot_bytes: u64,
     msgs: f64,
     bytes: f64,
 }
@@ -91,7 +94,8 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     let cfg = scale_config(&args, &data_dir)?;
     let captions_per_image = cfg.train.samples as u64 + 1;
     let tokens = cfg.data.max_len as u64 + 1;
-    let task_ms = args.images_per_task as f64 * (captions_per_image * tokens) as f64 * args.token_ms;
+    let task_ms =
+        args.images_per_task as f64 * (captions_per_image * tokens) as f64 * args.token_ms;
     let actor_rate = args.images_per_task as f64 / (task_ms / 1e3);
     let learner_rate = args.batch as f64 / (args.update_ms as f64 / 1e3);
 
@@ -102,7 +106,8 @@ pub fn run(args: ScaleArgs) -> Result<()> {
          async, max_policy_lag {}, tasks_in_flight {}, {} images per step, {} reward workers; \
          one actor's rate {actor_rate:.1} images/s, the learner's {learner_rate:.1} images/s\n\n\
          | actors | images/s | ideal images/s | of ideal | of linear | NATS msgs/s | NATS MB/s | \
-         overhead ms / rollout |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         snapshots' share of the bytes | overhead ms / rollout |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         args.token_ms,
         captions_per_image,
         args.images_per_task,
@@ -113,26 +118,34 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         args.reward_workers,
     );
     let mut first_rate = None;
+    let mut snapshot_mb = 0.0;
     for &n in &args.actors {
         let m = measure(&args, &cfg, &data, n)?;
         let rate = m.images as f64 / m.wall;
         let ideal = (n as f64 * actor_rate).min(learner_rate);
         let one = *first_rate.get_or_insert(rate / args.actors[0] as f64);
         let overhead_ms = (m.wall - m.images as f64 / ideal) / m.rollouts.max(1) as f64 * 1e3;
+        // Each version goes in once and out to every actor.
+        let snapshot_share =
+            ((n as u64 + 1) * m.steps * m.snapshot_bytes) as f64 / m.bytes.max(1.0);
         out.push_str(&format!(
-            "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {overhead_ms:.1} |\n",
+            "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {:.0}% | \
+             {overhead_ms:.1} |\n",
             m.actors,
             100.0 * rate / ideal,
             100.0 * rate / (one * n as f64),
             m.msgs / m.wall,
             m.bytes / m.wall / 1e6,
+            100.0 * snapshot_share.min(1.0),
         ));
+        snapshot_mb = m.snapshot_bytes as f64 / 1e6;
         eprintln!("{} actors: {rate:.1} images/s", m.actors);
     }
-    out.push_str(
+    out.push_str(&format!(
         "\n(of linear: against N times the first row's per-actor rate; the learner's rate caps \
-         the ideal, so rows past it fall below linear by design)\n",
-    );
+         the ideal, so rows past it fall below linear by design. A policy snapshot is \
+         {snapshot_mb:.1} MB, published every step and fetched by every actor.)\n"
+    ));
     write_stdout(&out)
 }
 
@@ -170,11 +183,18 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
     for i in 0..n {
         let bus = rt.block_on(roles::connect(cfg, Some(&url), &[Queue::Tasks]))?;
-        let actor = roles::actor_config(cfg, Arc::clone(data), device.clone(), format!("sim-actor-{i}"), None)?;
+        let actor = roles::actor_config(
+            cfg,
+            Arc::clone(data),
+            device.clone(),
+            format!("sim-actor-{i}"),
+            None,
+        )?;
         let shutdown = shutdown.clone();
-        let simulated = move |_: &Decoder, v: PolicyVersion, d: &Dataset, t: &RolloutTask, id: &str| {
-            simulated_rollout((v, d, t, id), max_len, token_ms)
-        };
+        let simulated =
+            move |_: &Decoder, v: PolicyVersion, d: &Dataset, t: &RolloutTask, id: &str| {
+                simulated_rollout((v, d, t, id), max_len, token_ms)
+            };
         roles_running.push(rt.spawn(async move {
             caprl_actor::run_with_rollout(actor, bus, shutdown, simulated)
                 .await
@@ -211,20 +231,26 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     };
     let ahead_steps = driver.issue_ahead_steps() as u64;
     let (mut started, mut before) = (Instant::now(), varz(monitor)?);
-    let (mut rollouts, mut images) = (0u64, 0u64);
+    let (mut rollouts, mut images, mut snapshot_bytes) = (0u64, 0u64, 0u64);
     for step in 0..WARMUP_STEPS + args.steps {
         if step == WARMUP_STEPS {
             (started, before) = (Instant::now(), varz(monitor)?);
             (rollouts, images) = (0, 0);
         }
-        driver.publish_with(&model, None, step)?;
+        snapshot_bytes = driver.publish_with(&model, None, step)?.bytes;
         let ahead: Vec<Vec<u32>> = (1..=ahead_steps).map(|j| rows_of(step + j)).collect();
         let collected = driver.collect(step, step, &rows_of(step), &ahead)?;
         rollouts += collected.scored.len() as u64;
         images += collected
             .scored
             .iter()
-            .map(|s| s.rollout.sequences.iter().filter(|q| q.kind == DecodeKind::Greedy).count() as u64)
+            .map(|s| {
+                s.rollout
+                    .sequences
+                    .iter()
+                    .filter(|q| q.kind == DecodeKind::Greedy)
+                    .count() as u64
+            })
             .sum::<u64>();
         std::thread::sleep(Duration::from_millis(args.update_ms));
     }
@@ -240,6 +266,8 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
         wall,
         rollouts,
         images,
+        steps: args.steps,
+        snapshot_bytes,
         msgs: (after.0 - before.0) as f64,
         bytes: (after.1 - before.1) as f64,
     })
@@ -257,7 +285,9 @@ fn simulated_rollout(
     let words = data.vocab.len().max(3) as u64;
     let mut z = task.seed;
     let mut word = || {
-        z = z.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        z = z
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         2 + ((z >> 33) % (words - 2)) as u32
     };
     let mut sequences = Vec::new();
@@ -299,5 +329,7 @@ fn varz(port: u16) -> Result<(u64, u64)> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
 }

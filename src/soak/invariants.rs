@@ -1,6 +1,7 @@
 //! What must hold after a soak round, read from what the run left on disk: the final weights
 //! (sync mode: bit-identical to an undisturbed run), every task id of every step used exactly
-//! once, the step counters adding up, every checkpoint verifying against its manifest, numbers
+//! once (both modes: each step trains on its own round's ids), the step counters adding up
+//! (sync mode: async steps issue later rounds' tasks too), every checkpoint verifying against its manifest, numbers
 //! that only go forward (steps and policy versions within each learner's life, across the XE
 //! to RL boundary; the snapshot versions actors saw over the whole run, restarts included),
 //! and (async mode) every step's batch within `max_policy_lag`.
@@ -28,8 +29,8 @@ impl Check {
 pub struct Expected<'a> {
     /// Sync mode: the undisturbed run's final weights.
     pub weights: Option<&'a [u8]>,
-    /// Tasks per optimizer step (sync: the step logged as `s` trains on tasks
-    /// `(s-1)·K .. (s-1)·K+K-1`, issued from the weights of step `s-1`).
+    /// Tasks per optimizer step (the step logged as `s` trains on tasks
+    /// `(s-1)·K .. (s-1)·K+K-1`; sync: issued from the weights of step `s-1`).
     pub tasks_per_step: u64,
     /// The last optimizer step of the run.
     pub last_step: u64,
@@ -77,10 +78,12 @@ pub fn check(run_dir: &Path, want: &Expected) -> Vec<Check> {
         .copied()
         .filter(|r| !r.task_ids.is_empty())
         .collect();
-    let mut checks = vec![steps_complete(&lineage, &rl, want)];
+    let mut checks = vec![
+        steps_complete(&lineage, &rl, want),
+        task_ids_once(&rl, want),
+    ];
     if want.sync {
         checks.push(weights(run_dir, want));
-        checks.push(task_ids_once(&rl, want));
         checks.push(counters(&records, &rl, want));
     } else {
         checks.push(lag_bounded(&rl, want));
@@ -455,6 +458,30 @@ mod tests {
             failed(&check(dir.path(), &expected(w))),
             ["checkpoints verify"]
         );
+    }
+
+    /// Async runs keep the ledger too: a step that trained on another round's task fails.
+    #[test]
+    fn async_runs_use_each_rounds_own_task_ids() {
+        let w = b"weights".as_slice();
+        let mut lines = good_lines();
+        let rl_line = lines
+            .iter()
+            .position(|l| l.contains("\"task_ids\":[") && !l.contains("\"task_ids\":[]"))
+            .unwrap();
+        let ids =
+            serde_json::from_str::<serde_json::Value>(&lines[rl_line]).unwrap()["task_ids"].clone();
+        let first = ids[0].as_u64().unwrap();
+        lines[rl_line] =
+            lines[rl_line].replacen(&format!("[{first},"), &format!("[{},", first + 1000), 1);
+        let dir = run_dir(&lines, w);
+        let want = Expected {
+            weights: None,
+            sync: false,
+            max_policy_lag: 2,
+            ..expected(w)
+        };
+        assert_eq!(failed(&check(dir.path(), &want)), ["task ids used once"]);
     }
 
     #[test]

@@ -83,7 +83,11 @@ pub struct StepRecord {
     pub importance_weight: f64,
     /// Async mode's off-policy correction: `stale_sequences`, `weight_mean`,
     /// `weight_min`, `weight_max`, `cut_fraction` (truncated or masked), `ratio_mean`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", deserialize_with = "map_null_as_nan")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "map_null_as_nan"
+    )]
     pub off_policy: BTreeMap<String, f64>,
     /// Rollouts dropped as stale during this step.
     #[serde(default)]

@@ -60,17 +60,10 @@ pub(super) fn rl_step(
         .collect();
     record.duplicates = collected.duplicates;
     if cfg.train.dynamic_sampling {
-        let mut all = std::mem::take(&mut collected.scored);
-        let filled = dynamic_sampling::fill(all.clone(), cfg.train.batch_size as usize);
+        let all = std::mem::take(&mut collected.scored);
+        let filled = dynamic_sampling::fill(all, cfg.train.batch_size as usize, first_round);
         record.groups_dropped = filled.groups_dropped;
-        collected.scored = if filled.scored.is_empty() {
-            // No image with spread in any round: the first round as it is (its advantages
-            // are all 0), rather than no step at all.
-            all.truncate(first_round);
-            all
-        } else {
-            filled.scored
-        };
+        collected.scored = filled.scored;
     }
     record.rejected = collected
         .rejected_by
@@ -157,6 +150,11 @@ pub(super) fn rl_step(
         ] {
             record.ppo.insert(name.into(), value);
         }
+    }
+    if stats.skipped {
+        // The step did not advance, but its round's task ids are used: the next step takes
+        // the next round.
+        trainer.state.extra_rounds += 1;
     }
     Ok((stats, pg.mean_reward))
 }
