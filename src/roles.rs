@@ -173,6 +173,7 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         stale_rollouts: cfg.runtime.stale_rollouts,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
         keep_snapshots: 2,
+        snapshot_dtype: cfg.runtime.snapshot_dtype.into(),
     }
 }
 

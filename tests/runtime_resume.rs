@@ -35,6 +35,38 @@ fn sum<'a>(steps: impl IntoIterator<Item = &'a Value>, key: &str) -> u64 {
         .sum()
 }
 
+/// Waits until the run has logged 3 RL steps and the role named `slow` (second of `roles`) has
+/// just taken a task, and hands the roles back; after 90 s kills them all and fails with their
+/// output and the broker's.
+fn wait_for_a_fresh_hold(
+    run: &Path,
+    roles: [(&str, std::process::Child); 4],
+    server: &LocalNatsServer,
+) -> [std::process::Child; 4] {
+    let started = Instant::now();
+    let holds = |roles: &[(&str, std::process::Child); 4]| {
+        output_of(&roles[1].1).matches("holding").count()
+    };
+    let mut seen = holds(&roles);
+    loop {
+        let now = holds(&roles);
+        let took_one = now > seen;
+        seen = now;
+        if took_one && steps(run, "rl").len() >= 3 {
+            return roles.map(|(_, child)| child);
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let outs = kill_all_and_read(roles);
+            panic!(
+                "RL never got going, or the slow actor never held a task during it:\n{outs}\n\
+                 --- broker log\n{}",
+                server.log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_in_jetstream() {
     let _reaper = Reaper;
@@ -68,31 +100,13 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
 
     // Kill the learner once RL is under way and right after the slow actor took a task: that
     // task's result reaches JetStream only after the learner is dead.
-    let started = Instant::now();
-    let mut holds = output_of(&slow).matches("holding").count();
-    loop {
-        let now_holds = output_of(&slow).matches("holding").count();
-        let took_one = now_holds > holds;
-        holds = now_holds;
-        if took_one && steps(&run, "rl").len() >= 3 {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            let outs = kill_all_and_read([
-                ("actor", actor),
-                ("slow", slow),
-                ("worker", worker),
-                ("learner", learner),
-            ]);
-            panic!(
-                "RL never got going, or the slow actor never held a task during it:\n{}\n\
-                 --- broker log\n{}",
-                outs,
-                server.log_tail()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let roles = [
+        ("actor", actor),
+        ("slow", slow),
+        ("worker", worker),
+        ("learner", learner),
+    ];
+    let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
     kill9(learner);
     let last_logged = steps(&run, "rl")
         .last()
@@ -231,26 +245,13 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
     let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
     let learner = spawn(&args, &["learner"], &url);
 
-    let started = Instant::now();
-    let mut holds = output_of(&slow).matches("holding").count();
-    loop {
-        let now_holds = output_of(&slow).matches("holding").count();
-        let took_one = now_holds > holds;
-        holds = now_holds;
-        if took_one && steps(&run, "rl").len() >= 3 {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(90) {
-            let outs = kill_all_and_read([
-                ("actor", actor),
-                ("slow", slow),
-                ("worker", worker),
-                ("learner", learner),
-            ]);
-            panic!("RL never got going, or the slow actor never held a task:\n{outs}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let roles = [
+        ("actor", actor),
+        ("slow", slow),
+        ("worker", worker),
+        ("learner", learner),
+    ];
+    let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
     kill9(learner);
     // The roles finish the dead learner's tasks; their results wait in JetStream.
     std::thread::sleep(Duration::from_secs(2));

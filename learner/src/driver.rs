@@ -44,7 +44,7 @@ use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::clip::Discriminator;
 use caprl_common::config::StaleRollouts;
-use caprl_common::model::Captioner;
+use caprl_common::model::{Captioner, DType};
 use caprl_common::role::reject_reason;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
@@ -91,6 +91,8 @@ pub struct DriverOptions {
     pub max_message_bytes: usize,
     /// Snapshots kept in the store besides the newest.
     pub keep_snapshots: u64,
+    /// The dtype the policy's weights travel in (`runtime.snapshot_dtype`).
+    pub snapshot_dtype: DType,
 }
 
 /// What one step's collection saw.
@@ -216,27 +218,30 @@ pub fn task_seed(seed: u64, task: TaskId) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The snapshot: the captioner's tensors, plus the discriminator's (`disc.*`) when given.
+/// The snapshot: the captioner's tensors in `dtype`, plus the discriminator's (`disc.*`, as
+/// they are) when given; sorted by name, so the same weights give the same bytes.
 fn snapshot_bytes(
     model: &Captioner,
     disc: Option<&Discriminator>,
+    dtype: DType,
 ) -> Result<Vec<u8>, LearnerError> {
-    let Some(disc) = disc else {
-        return Ok(model.to_safetensors()?);
-    };
+    // A hand-off point: the bytes leave the device only after every queued update.
+    model.device().synchronize()?;
     let mut named: Vec<(String, candle_core::Tensor)> = {
         let data =
             model.varmap().data().lock().map_err(|_| {
                 LearnerError::Invalid("the model's VarMap lock was poisoned".into())
             })?;
         data.iter()
-            .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-            .collect()
+            .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
+            .collect::<Result<_, candle_core::Error>>()?
     };
-    named.extend(
-        disc.tensors()
-            .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
-    );
+    if let Some(disc) = disc {
+        named.extend(
+            disc.tensors()
+                .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
+        );
+    }
     named.sort_by(|a, b| a.0.cmp(&b.0));
     safetensors::tensor::serialize(named, None)
         .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
@@ -358,7 +363,7 @@ impl Driver {
             }
         }
         let started = Instant::now();
-        let bytes = Bytes::from(snapshot_bytes(model, disc)?);
+        let bytes = Bytes::from(snapshot_bytes(model, disc, self.opts.snapshot_dtype)?);
         let bus = Arc::clone(&self.bus);
         let meta = self.retry("publishing a snapshot", || {
             let (bus, bytes) = (Arc::clone(&bus), bytes.clone());

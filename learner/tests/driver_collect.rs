@@ -41,6 +41,7 @@ fn options(sync: bool) -> DriverOptions {
         stale_rollouts: caprl_common::config::StaleRollouts::Drop,
         max_message_bytes: LIMIT,
         keep_snapshots: 2,
+        snapshot_dtype: caprl_common::model::DType::F32,
     }
 }
 
@@ -396,4 +397,51 @@ fn async_issuing_ahead_uses_every_result_once_and_the_last_steps_still_get_their
     let distinct: BTreeSet<u64> = used.iter().copied().collect();
     assert_eq!(used.len(), 12, "{used:?}");
     assert_eq!(distinct, (0..12).collect(), "each task's result used once");
+}
+
+/// `runtime.snapshot_dtype = "bf16"`: the policy travels in half the bytes and loads into an
+/// f32 actor as the learner's weights rounded to bf16; f32 snapshots are the weights exactly.
+#[test]
+fn bf16_snapshots_halve_the_bytes_and_load_into_an_f32_actor() {
+    use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind};
+    let cfg = CaptionerConfig::new(ModelKind::Fc, 20, 8, None);
+    let model = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    // Every weight, in name order, after a round trip through `via`.
+    let weights = |m: &Captioner, via: DType| -> Vec<f32> {
+        let vars = m.varmap().data().lock().unwrap();
+        let mut names: Vec<&String> = vars.keys().collect();
+        names.sort();
+        names
+            .iter()
+            .flat_map(|n| {
+                let t = vars[*n].as_tensor().to_dtype(via).unwrap();
+                t.to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let mut sizes = Vec::new();
+    for dtype in [DType::F32, DType::BF16] {
+        let mut f = fixture_with(DriverOptions {
+            snapshot_dtype: dtype,
+            ..options(false)
+        });
+        let meta = f.driver.publish(&model, 1).unwrap();
+        let bytes = f.rt.block_on(f.bus.get_snapshot(&meta)).unwrap();
+        let loaded = Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap();
+        assert_eq!(weights(&loaded, DType::F32), weights(&model, dtype));
+        if dtype == DType::BF16 {
+            assert_ne!(weights(&loaded, DType::F32), weights(&model, DType::F32));
+        }
+        sizes.push(meta.bytes as f64);
+    }
+    let ratio = sizes[1] / sizes[0];
+    assert!(
+        ratio > 0.45 && ratio < 0.55,
+        "bf16 / f32 snapshot bytes = {ratio}"
+    );
 }

@@ -421,10 +421,7 @@ fn flat_weights(model: &Captioner) -> Vec<f32> {
 fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || {
-        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 2).unwrap();
-        Trainer::new(model, AdamWParams::default(), 2).unwrap()
-    };
+    let new = || fresh_trainer(&data, 2);
     let (mut plain, mut clipped) = (new(), new());
     let (rows, seqs) = samples(&plain.model, &data);
     let mu = token_logp(&plain.model, &data, &rows, &seqs);
@@ -449,16 +446,7 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
         .unwrap();
     let before = flat_weights(&new().model);
     let (p, c) = (flat_weights(&plain.model), flat_weights(&clipped.model));
-    let moved = p
-        .iter()
-        .zip(&before)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
-    let apart = p
-        .iter()
-        .zip(&c)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max);
+    let (moved, apart) = (max_apart(&p, &before), max_apart(&p, &c));
     assert!(
         moved > 1e-3,
         "the plain step did not move the weights ({moved})"
@@ -472,6 +460,12 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
         "PPO's step differs from the plain one by {apart}"
     );
     assert_eq!(clipped.state.step, plain.state.step);
+}
+
+/// A tiny trainer for `data`, the same at every call with one `seed`.
+fn fresh_trainer(data: &Dataset, seed: u64) -> Trainer {
+    let model = Captioner::new(&tiny_model(data), &Device::Cpu, seed).unwrap();
+    Trainer::new(model, AdamWParams::default(), seed).unwrap()
 }
 
 /// The largest difference between two weight lists.
@@ -511,10 +505,7 @@ fn older_behaviour(mu: &[Vec<f32>]) -> Vec<Vec<f32>> {
 fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || {
-        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 5).unwrap();
-        Trainer::new(model, AdamWParams::default(), 5).unwrap()
-    };
+    let new = || fresh_trainer(&data, 5);
     let probe = new();
     let (rows, seqs) = samples(&probe.model, &data);
     let mu = token_logp(&probe.model, &data, &rows, &seqs);
@@ -573,10 +564,7 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
 fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || {
-        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 6).unwrap();
-        Trainer::new(model, AdamWParams::default(), 6).unwrap()
-    };
+    let new = || fresh_trainer(&data, 6);
     let probe = new();
     let (rows, seqs) = samples(&probe.model, &data);
     let older = older_behaviour(&token_logp(&probe.model, &data, &rows, &seqs));
@@ -649,10 +637,7 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
 fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || {
-        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 7).unwrap();
-        Trainer::new(model, AdamWParams::default(), 7).unwrap()
-    };
+    let new = || fresh_trainer(&data, 7);
     let (mut plain, mut gspo) = (new(), new());
     let (rows, seqs) = samples(&plain.model, &data);
     let mu = token_logp(&plain.model, &data, &rows, &seqs);

@@ -74,7 +74,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Transformer(a) => return super::bench_transformer::run(a),
         What::Audio(a) => return super::bench_audio_cmd::run(a),
         What::Clip(a) => return super::bench_clip_cmd::run(a),
-        What::Scale(a) => return super::bench_scale::run(a),
+        What::Scale(a) => return super::bench_scale::run(a, global),
     };
     let mut out = format!(
         "caprl bench transport\n{}\n",

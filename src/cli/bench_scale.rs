@@ -27,7 +27,7 @@ use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequen
 use caprl_learner::driver::Driver;
 use caprl_learner::run::captioner_config;
 
-use super::write_stdout;
+use super::{write_stdout, Global};
 use crate::roles;
 
 #[derive(Debug, clap::Args)]
@@ -73,7 +73,9 @@ struct Measured {
 
 const WARMUP_STEPS: u64 = 2;
 
-pub fn run(args: ScaleArgs) -> Result<()> {
+/// Runs the benchmark; `global`'s `--config` and `--set` apply under the benchmark's own
+/// settings (e.g. `--set runtime.snapshot_dtype="bf16"`, `--set model.hidden=1024`).
+pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     if args.actors.is_empty() || args.actors.contains(&0) {
         bail!("--actors takes counts >= 1, e.g. --actors 1,2,4,8,16");
     }
@@ -91,7 +93,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     };
     synth(&data_dir, &synth_cfg).context("generating the synthetic data")?;
     let data = Arc::new(Dataset::open(&data_dir)?);
-    let cfg = scale_config(&args, &data_dir)?;
+    let cfg = scale_config(&args, global.load_config()?, &data_dir);
     let captions_per_image = cfg.train.samples as u64 + 1;
     let tokens = cfg.data.max_len as u64 + 1;
     let task_ms =
@@ -103,8 +105,9 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         "caprl bench scale: SIMULATED decode ({} ms per token: {} captions of {tokens} tokens per \
          image, {task_ms:.0} ms per task of {} images) and SIMULATED update ({} ms per step); \
          real nats-server, driver, actor and reward-worker loops, CIDEr-D scoring\n\
-         async, max_policy_lag {}, tasks_in_flight {}, {} images per step, {} reward workers; \
-         one actor's rate {actor_rate:.1} images/s, the learner's {learner_rate:.1} images/s\n\n\
+         async, max_policy_lag {}, tasks_in_flight {}, {} images per step, {} reward workers, \
+         snapshots in {:?}; one actor's rate {actor_rate:.1} images/s, the learner's \
+         {learner_rate:.1} images/s\n\n\
          | actors | images/s | ideal images/s | of ideal | of linear | NATS msgs/s | NATS MB/s | \
          snapshots' share of the bytes | overhead ms / rollout |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
@@ -116,6 +119,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
         cfg.runtime.tasks_in_flight,
         args.batch,
         args.reward_workers,
+        cfg.runtime.snapshot_dtype,
     );
     let mut first_rate = None;
     let mut snapshot_mb = 0.0;
@@ -149,9 +153,9 @@ pub fn run(args: ScaleArgs) -> Result<()> {
     write_stdout(&out)
 }
 
-/// The run config of the benchmark: async SCST on the synthetic data, the default captioner.
-fn scale_config(args: &ScaleArgs, data_dir: &std::path::Path) -> Result<RunConfig> {
-    let mut cfg = RunConfig::default();
+/// The run config of the benchmark: `cfg` (the defaults, or what `--config`/`--set` said) in
+/// async mode on the synthetic data, with the benchmark's batch and task sizes.
+fn scale_config(args: &ScaleArgs, mut cfg: RunConfig, data_dir: &std::path::Path) -> RunConfig {
     cfg.data.dir = data_dir.display().to_string();
     cfg.runtime.mode = Mode::Async;
     cfg.runtime.run_id = "bench-scale".into();
@@ -159,7 +163,7 @@ fn scale_config(args: &ScaleArgs, data_dir: &std::path::Path) -> Result<RunConfi
     cfg.train.batch_size = args.batch;
     let tasks_per_step = args.batch.div_ceil(args.images_per_task);
     cfg.runtime.tasks_in_flight = tasks_per_step * (cfg.runtime.max_policy_lag as u32 + 1);
-    Ok(cfg)
+    cfg
 }
 
 /// One run with `n` actors: a fresh nats-server, the roles as tasks, the learner's loop here.

@@ -460,6 +460,16 @@ mod tests {
         );
     }
 
+    /// What an async run with `max_policy_lag = 2` is held to.
+    fn async_expected(w: &[u8]) -> Expected<'_> {
+        Expected {
+            weights: None,
+            sync: false,
+            max_policy_lag: 2,
+            ..expected(w)
+        }
+    }
+
     /// Async runs keep the ledger too: a step that trained on another round's task fails.
     #[test]
     fn async_runs_use_each_rounds_own_task_ids() {
@@ -475,12 +485,7 @@ mod tests {
         lines[rl_line] =
             lines[rl_line].replacen(&format!("[{first},"), &format!("[{},", first + 1000), 1);
         let dir = run_dir(&lines, w);
-        let want = Expected {
-            weights: None,
-            sync: false,
-            max_policy_lag: 2,
-            ..expected(w)
-        };
+        let want = async_expected(w);
         assert_eq!(failed(&check(dir.path(), &want)), ["task ids used once"]);
     }
 
@@ -490,12 +495,7 @@ mod tests {
         let mut lines = good_lines();
         lines[2] = lines[2].replace("\"policy_version\":3", "\"policy_version\":3,\"max_lag\":3");
         let dir = run_dir(&lines, w);
-        let want = Expected {
-            weights: None,
-            sync: false,
-            max_policy_lag: 2,
-            ..expected(w)
-        };
+        let want = async_expected(w);
         assert_eq!(failed(&check(dir.path(), &want)), ["policy lag bounded"]);
     }
 }

@@ -97,13 +97,6 @@ pub struct PreparedRefs {
     lens: Vec<i64>,
 }
 
-impl PreparedRefs {
-    /// Number of references.
-    pub fn num_refs(&self) -> usize {
-        self.nrefs
-    }
-}
-
 #[derive(Default)]
 struct Scratch {
     keys: Vec<NgramKey>,

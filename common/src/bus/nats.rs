@@ -66,11 +66,6 @@ impl NatsBus {
         NatsBus::with_client_pulling(client, opts, pulls).await
     }
 
-    /// Same as [`NatsBus::connect`] on an existing client.
-    pub async fn with_client(client: async_nats::Client, opts: &BusOptions) -> BusResult<NatsBus> {
-        NatsBus::with_client_pulling(client, opts, &Queue::ALL).await
-    }
-
     async fn with_client_pulling(
         client: async_nats::Client,
         opts: &BusOptions,

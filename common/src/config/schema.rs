@@ -494,6 +494,9 @@ pub struct RuntimeConfig {
     pub is_mask_low: f64,
     /// Async, masked IS: ... or above this; > `is_mask_low`.
     pub is_mask_high: f64,
+    /// The dtype policy snapshots travel in (`bf16` halves the bytes every actor fetches; the
+    /// learner keeps f32 weights, actors load them into their own dtype).
+    pub snapshot_dtype: Dtype,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -514,6 +517,7 @@ impl Default for RuntimeConfig {
             is_clip: 1.0,
             is_mask_low: 0.5,
             is_mask_high: 2.0,
+            snapshot_dtype: Dtype::F32,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,

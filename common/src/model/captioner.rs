@@ -89,15 +89,6 @@ impl Captioner {
         self.model.varmap()
     }
 
-    /// Number of values the model stores: every variable's element count, the `crnn` encoder's
-    /// batch-norm running statistics included (`crnn_param_count` counts without them).
-    pub fn param_count(&self) -> Result<usize> {
-        let data = self.varmap().data().lock().map_err(|_| {
-            super::ModelError::Internal("the model's VarMap lock was poisoned".into())
-        })?;
-        Ok(data.values().map(|v| v.as_tensor().elem_count()).sum())
-    }
-
     /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
     pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
         self.model.set_compute_dtype(dtype)

@@ -206,11 +206,6 @@ pub fn observe_reward(component: &str, reward: f64) {
     histogram!(REWARD, LABEL_COMPONENT => component.to_owned()).record(reward);
 }
 
-/// Reward worker / learner: the mean reward of a batch for one component.
-pub fn set_reward_mean(component: &str, mean: f64) {
-    gauge!(REWARD_MEAN, LABEL_COMPONENT => component.to_owned()).set(mean);
-}
-
 /// Learner: lag `v_learner - v_rollout` of a received rollout (before filtering).
 pub fn observe_policy_lag(lag: u64) {
     histogram!(POLICY_LAG).record(lag as f64);
