@@ -1,6 +1,7 @@
 //! The RL algorithms of `[train]` through `caprl train` on a tiny run: group baselines, PPO's
-//! clipped passes with their ratio statistics in the run log, and the KL to the XE model as a
-//! reward penalty or a loss term.
+//! clipped passes with their ratio statistics in the run log, the KL to the XE model as a
+//! reward penalty or a loss term, GSPO and decoupled PPO with async mode's importance weights,
+//! dynamic sampling, and async mode without policy lag being the sync run.
 
 mod support;
 
@@ -197,5 +198,35 @@ fn dynamic_sampling_drops_flat_groups_and_tops_up_the_batch() {
         "refills take later batches: {} vs {} steps",
         rl.len(),
         plain.len()
+    );
+}
+
+/// `runtime.max_policy_lag = 0` in async mode issues nothing ahead and takes only rollouts of
+/// the current policy: the run is the sync run, bit for bit.
+#[test]
+fn async_mode_with_no_policy_lag_is_the_sync_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = |name: &str, keys: &[&str]| {
+        let dir = tmp.path().join(name);
+        let out = caprl()
+            .args(["train", "-q", "--objective", "scst"])
+            .args(sets(&data, &dir, 2, keys))
+            .output()
+            .expect("caprl runs");
+        assert!(out.status.success(), "{keys:?}: {}", text(&out));
+        dir
+    };
+    let sync = run("sync", &[]);
+    let lag0 = run("lag0", &["runtime.mode=\"async\"", "runtime.max_policy_lag=0"]);
+    let (a, b) = (steps(&sync, "rl"), steps(&lag0, "rl"));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x["task_ids"], y["task_ids"], "{y}");
+        assert_eq!(y["max_lag"].as_u64(), Some(0), "{y}");
+    }
+    assert!(
+        support::final_weights(&sync) == support::final_weights(&lag0),
+        "async with max_policy_lag 0 trained other weights than sync"
     );
 }
