@@ -218,7 +218,10 @@ fn async_mode_with_no_policy_lag_is_the_sync_run() {
         dir
     };
     let sync = run("sync", &[]);
-    let lag0 = run("lag0", &["runtime.mode=\"async\"", "runtime.max_policy_lag=0"]);
+    let lag0 = run(
+        "lag0",
+        &["runtime.mode=\"async\"", "runtime.max_policy_lag=0"],
+    );
     let (a, b) = (steps(&sync, "rl"), steps(&lag0, "rl"));
     assert_eq!(a.len(), b.len());
     for (x, y) in a.iter().zip(&b) {

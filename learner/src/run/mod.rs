@@ -8,7 +8,8 @@
 //! arrived. Every step goes to `RUN_DIR/run.jsonl` and the Prometheus metrics.
 //!
 //! - [`phase`]: the epochs and steps of one phase, validation, best checkpoints;
-//! - [`rl_step`]: one RL iteration over the bus and the async importance weights;
+//! - [`rl_step`]: one RL iteration over the bus: the collection (with dynamic sampling's
+//!   refills), the targets and the update;
 //! - [`disc_setup`]: the online discriminator at the start of RL;
 //! - [`layout`]: the run directory and the files every checkpoint carries;
 //! - [`load`]: opening a checkpoint to evaluate, caption or start RL from;

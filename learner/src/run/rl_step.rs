@@ -14,6 +14,7 @@ use crate::driver::{Collected, Driver};
 use crate::dynamic_sampling;
 use crate::off_policy::Correction;
 use crate::pg::ClipRange;
+use crate::targets::PgBatch;
 use crate::trainer::{PgTargets, PpoBatch, PpoOptions, StepOptions, StepStats, Trainer};
 use crate::{kl, LearnerError};
 
@@ -36,6 +37,46 @@ pub(super) fn rl_step(
     let version = trainer.state.policy_version;
     driver.publish_with(&trainer.model, disc.as_ref().map(|d| &d.disc), version)?;
     record.snapshot_version = Some(driver.published_version(version));
+    let mut scored = collect_batch(run, trainer, driver, (batch, ahead), record)?;
+    if let Some(disc) = disc {
+        let (real, fake) = disc_examples(&scored);
+        let s = disc.step(data, &real, &fake)?;
+        record.losses.insert("disc".into(), s.loss as f64);
+        record.losses.insert("disc_acc".into(), s.accuracy as f64);
+        caprl_common::telemetry::metrics::set_discriminator_accuracy(s.accuracy as f64);
+        record.losses.insert("p_d_real".into(), s.p_real as f64);
+        record.losses.insert("p_d_fake".into(), s.p_fake as f64);
+    }
+    if cfg.train.kl_coef > 0.0 && cfg.train.kl_in == KlIn::Reward {
+        let kl = penalise_rewards(cfg, data, trainer, &mut scored)?;
+        record.losses.insert("kl".into(), kl);
+    }
+    let pg = objective.targets(&scored, version)?;
+    for (name, value) in &pg.components {
+        record.rewards.insert(name.clone(), *value);
+    }
+    record.rewards.insert("total".into(), pg.mean_reward);
+    let stats = update(run, trainer, &pg, opts)?;
+    record_update(record, &stats);
+    if stats.skipped {
+        // The step did not advance, but its round's task ids are used: the next step takes
+        // the next round.
+        trainer.state.extra_rounds += 1;
+    }
+    Ok((stats, pg.mean_reward))
+}
+
+/// The step's scored rollouts: its round, and with dynamic sampling the further rounds that
+/// fill the batch and the groups it drops; what the collection saw goes into `record`.
+fn collect_batch(
+    run: &Run,
+    trainer: &mut Trainer,
+    driver: &mut Driver,
+    (batch, ahead): (&[&Item], &[Vec<u32>]),
+    record: &mut StepRecord,
+) -> Result<Vec<ScoredRollout>> {
+    let cfg = run.cfg;
+    let version = trainer.state.policy_version;
     let rows: Vec<u32> = batch.iter().map(|it| it.row as u32).collect();
     let started = Instant::now();
     let round = trainer.state.step + trainer.state.extra_rounds;
@@ -59,43 +100,34 @@ pub(super) fn rl_step(
         .map(|s| s.rollout.task_id.0)
         .collect();
     record.duplicates = collected.duplicates;
-    if cfg.train.dynamic_sampling {
-        let all = std::mem::take(&mut collected.scored);
-        let filled = dynamic_sampling::fill(all, cfg.train.batch_size as usize, first_round);
-        record.groups_dropped = filled.groups_dropped;
-        collected.scored = filled.scored;
-    }
     record.rejected = collected
         .rejected_by
         .iter()
         .map(|(reason, n)| (reason.to_string(), *n))
         .collect();
-    if let Some(disc) = disc {
-        let (real, fake) = disc_examples(&collected.scored);
-        let s = disc.step(data, &real, &fake)?;
-        record.losses.insert("disc".into(), s.loss as f64);
-        record.losses.insert("disc_acc".into(), s.accuracy as f64);
-        caprl_common::telemetry::metrics::set_discriminator_accuracy(s.accuracy as f64);
-        record.losses.insert("p_d_real".into(), s.p_real as f64);
-        record.losses.insert("p_d_fake".into(), s.p_fake as f64);
+    if !cfg.train.dynamic_sampling {
+        return Ok(collected.scored);
     }
-    let mut scored = collected.scored;
-    if cfg.train.kl_coef > 0.0 && cfg.train.kl_in == KlIn::Reward {
-        let kl = penalise_rewards(cfg, data, trainer, &mut scored)?;
-        record.losses.insert("kl".into(), kl);
-    }
-    let pg = objective.targets(&scored, version)?;
-    let ppo = cfg.train.ppo_epochs > 0;
-    // Sequences an older policy sampled get async mode's importance weights (crate::off_policy);
-    // coupled PPO's clipped ratio π/μ is its own correction.
+    let filled =
+        dynamic_sampling::fill(collected.scored, cfg.train.batch_size as usize, first_round);
+    record.groups_dropped = filled.groups_dropped;
+    Ok(filled.scored)
+}
+
+/// The update on the step's targets: PPO passes, or one policy-gradient step (on a value head's
+/// targets, or per caption with async mode's importance weights for the captions an older
+/// policy sampled, [`crate::off_policy`]; coupled PPO's clipped ratio `π/μ` is its own
+/// correction).
+fn update(run: &Run, trainer: &mut Trainer, pg: &PgBatch, opts: StepOptions) -> Result<StepStats> {
+    let Run {
+        cfg,
+        data,
+        objective,
+    } = *run;
     let stale: Vec<bool> = pg.lags.iter().map(|&lag| lag > 0).collect();
     let correction = Correction::from_config(&cfg.runtime);
-    for (name, value) in &pg.components {
-        record.rewards.insert(name.clone(), *value);
-    }
-    record.rewards.insert("total".into(), pg.mean_reward);
-    let stats = if ppo {
-        let t = &cfg.train;
+    let t = &cfg.train;
+    if t.ppo_epochs > 0 {
         let options = PpoOptions {
             epochs: t.ppo_epochs,
             minibatches: t.ppo_minibatches,
@@ -114,26 +146,29 @@ pub(super) fn rl_step(
             stale: &stale,
             norm: pg.norm,
         };
-        trainer.ppo_update(data, batch, options, opts)?
+        return Ok(trainer.ppo_update(data, batch, options, opts)?);
+    }
+    let targets = if objective.uses_value_head() {
+        PgTargets::Critic(&pg.values)
+    } else if cfg.runtime.mode == Mode::Async {
+        PgTargets::OffPolicy {
+            multipliers: &pg.multipliers,
+            norm: pg.norm,
+            behaviour: &pg.behaviour,
+            stale: &stale,
+            correction,
+        }
     } else {
-        let targets = if objective.uses_value_head() {
-            PgTargets::Critic(&pg.values)
-        } else if cfg.runtime.mode == Mode::Async {
-            PgTargets::OffPolicy {
-                multipliers: &pg.multipliers,
-                norm: pg.norm,
-                behaviour: &pg.behaviour,
-                stale: &stale,
-                correction,
-            }
-        } else {
-            PgTargets::Sequence {
-                multipliers: &pg.multipliers,
-                norm: pg.norm,
-            }
-        };
-        trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?
+        PgTargets::Sequence {
+            multipliers: &pg.multipliers,
+            norm: pg.norm,
+        }
     };
+    Ok(trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?)
+}
+
+/// The update's importance weights and PPO ratios in the step record.
+fn record_update(record: &mut StepRecord, stats: &StepStats) {
     if let Some(w) = &stats.off_policy {
         record.importance_weight = w.mean;
         for (name, value) in w.named() {
@@ -151,12 +186,6 @@ pub(super) fn rl_step(
             record.ppo.insert(name.into(), value);
         }
     }
-    if stats.skipped {
-        // The step did not advance, but its round's task ids are used: the next step takes
-        // the next round.
-        trainer.state.extra_rounds += 1;
-    }
-    Ok((stats, pg.mean_reward))
 }
 
 /// Dynamic sampling ([`crate::dynamic_sampling`]): collects further rounds, each the next
