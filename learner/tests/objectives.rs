@@ -468,6 +468,19 @@ fn fresh_trainer(data: &Dataset, seed: u64) -> Trainer {
     Trainer::new(model, AdamWParams::default(), seed).unwrap()
 }
 
+/// [`fresh_trainer`] whose first Adam step is proportional to the gradient wherever the
+/// gradient is small (`eps` 1e-4, not 1e-8), so that comparing two steps' weights compares
+/// their gradients: with the default, a near-zero gradient whose sign differs by rounding
+/// moves its weight by ±lr either way.
+fn comparing_trainer(data: &Dataset, seed: u64) -> Trainer {
+    let model = Captioner::new(&tiny_model(data), &Device::Cpu, seed).unwrap();
+    let adam = AdamWParams {
+        eps: 1e-4,
+        ..AdamWParams::default()
+    };
+    Trainer::new(model, adam, seed).unwrap()
+}
+
 /// The largest difference between two weight lists.
 fn max_apart(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -505,7 +518,7 @@ fn older_behaviour(mu: &[Vec<f32>]) -> Vec<Vec<f32>> {
 fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || fresh_trainer(&data, 5);
+    let new = || comparing_trainer(&data, 5);
     let probe = new();
     let (rows, seqs) = samples(&probe.model, &data);
     let mu = token_logp(&probe.model, &data, &rows, &seqs);
@@ -564,7 +577,7 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
 fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || fresh_trainer(&data, 6);
+    let new = || comparing_trainer(&data, 6);
     let probe = new();
     let (rows, seqs) = samples(&probe.model, &data);
     let older = older_behaviour(&token_logp(&probe.model, &data, &rows, &seqs));
@@ -637,7 +650,7 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
 fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || fresh_trainer(&data, 7);
+    let new = || comparing_trainer(&data, 7);
     let (mut plain, mut gspo) = (new(), new());
     let (rows, seqs) = samples(&plain.model, &data);
     let mu = token_logp(&plain.model, &data, &rows, &seqs);
