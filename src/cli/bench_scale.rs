@@ -11,6 +11,7 @@
 //! coordination overhead per rollout is the wall time beyond the ideal, divided by the
 //! rollouts. NATS's own message and byte rates come from the server's `/varz`.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use caprl_common::model::{Captioner, Decoder, ModelError};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 use caprl_learner::driver::Driver;
+use caprl_learner::objective::Objective;
 use caprl_learner::run::captioner_config;
 
 use super::{write_stdout, Global};
@@ -94,7 +96,8 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     synth(&data_dir, &synth_cfg).context("generating the synthetic data")?;
     let data = Arc::new(Dataset::open(&data_dir)?);
     let cfg = scale_config(&args, global.load_config()?, &data_dir);
-    let captions_per_image = cfg.train.samples as u64 + 1;
+    let decodes = Objective::from_config(&cfg).decodes(&cfg);
+    let captions_per_image = decodes.samples as u64 + decodes.greedy as u64;
     let tokens = cfg.data.max_len as u64 + 1;
     let task_ms =
         args.images_per_task as f64 * (captions_per_image * tokens) as f64 * args.token_ms;
@@ -249,11 +252,8 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
             .scored
             .iter()
             .map(|s| {
-                s.rollout
-                    .sequences
-                    .iter()
-                    .filter(|q| q.kind == DecodeKind::Greedy)
-                    .count() as u64
+                let rows: BTreeSet<u32> = s.rollout.sequences.iter().map(|q| q.image_row).collect();
+                rows.len() as u64
             })
             .sum::<u64>();
         std::thread::sleep(Duration::from_millis(args.update_ms));
