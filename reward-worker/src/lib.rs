@@ -16,4 +16,6 @@ mod service;
 pub use clip_reward::{contrast, ClipParts, ClipReward, CLIP_S_WEIGHT};
 pub use embed::EmbedReward;
 pub use rewarder::{exploration_terms, RewardError, Rewarder};
-pub use service::{run, WorkerConfig, WorkerError, WorkerStats};
+pub use service::{
+    run, run_with_scorer, ScoreFn, WorkerConfig, WorkerError, WorkerStats, INTERNAL_FAULT_RETRY,
+};

@@ -64,6 +64,15 @@ pub enum RewardError {
     UnknownRow(u32),
 }
 
+impl RewardError {
+    /// Whether the rollout itself can never be scored (it names an image the data set does not
+    /// have): it is rejected. Every other error is the worker's (configuration, a missing
+    /// discriminator, a fault inside the encoder), and the rollout is handed back.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(self, RewardError::UnknownRow(_))
+    }
+}
+
 impl Rewarder {
     /// A rewarder for `items` with document frequencies `df` (the precomputed
     /// training table for SCST, as self-critical.pytorch does).

@@ -3,7 +3,11 @@
 //! rollout (at-least-once; the learner de-duplicates by task id).
 //!
 //! Undecodable messages, future schema versions and rollouts naming images
-//! the data set does not have are rejected with `term`, logged and counted.
+//! the data set does not have are rejected with `term`, logged and counted. A scoring failure
+//! that is not the rollout's fault (a missing discriminator or encoder, an error inside the
+//! encoder) is logged as an error and the rollout handed back with a delay, as the actor does
+//! with a decode that fails inside the model: a bug or a misconfigured worker must not drop
+//! work.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,10 +17,10 @@ use caprl_common::bus::{Bus, BusError, Delivery, Queue};
 use caprl_common::role::{self, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
-use caprl_common::wire::{self, Rollout, TaskId};
+use caprl_common::wire::{self, Rollout, ScoredRollout, TaskId};
 use tokio::sync::watch;
 
-use crate::Rewarder;
+use crate::{RewardError, Rewarder};
 
 /// Everything a reward worker needs besides the bus.
 #[derive(Clone)]
@@ -42,13 +46,41 @@ pub struct WorkerStats {
     pub scored: u64,
     pub rejected: u64,
     pub redeliveries: u64,
+    /// Scorings that failed for a reason not the rollout's; their rollouts were handed back.
+    pub internal_faults: u64,
 }
+
+/// How one rollout is scored: [`Rewarder::score`], or a stand-in for it (see
+/// [`run_with_scorer`]).
+pub trait ScoreFn:
+    Fn(&Rewarder, Rollout) -> Result<ScoredRollout, RewardError> + Send + Sync + 'static
+{
+}
+
+impl<F> ScoreFn for F where
+    F: Fn(&Rewarder, Rollout) -> Result<ScoredRollout, RewardError> + Send + Sync + 'static
+{
+}
+
+/// How long a rollout whose scoring hit an internal fault waits before it is handed out again.
+pub const INTERNAL_FAULT_RETRY: Duration = Duration::from_secs(2);
 
 /// Runs the reward worker until `shutdown`.
 pub async fn run(
     cfg: WorkerConfig,
     bus: Arc<dyn Bus>,
     shutdown: Shutdown,
+) -> Result<WorkerStats, WorkerError> {
+    run_with_scorer(cfg, bus, shutdown, |r: &Rewarder, x: Rollout| r.score(x)).await
+}
+
+/// [`run`], scoring each rollout with `score` instead of [`Rewarder::score`]: the seam where a
+/// test puts a scoring that fails the way a bug would.
+pub async fn run_with_scorer(
+    cfg: WorkerConfig,
+    bus: Arc<dyn Bus>,
+    shutdown: Shutdown,
+    score: impl ScoreFn,
 ) -> Result<WorkerStats, WorkerError> {
     let spec = ServeSpec {
         role: Role::RewardWorker,
@@ -62,6 +94,7 @@ pub async fn run(
     let mut work = WorkerWork {
         cfg,
         stats: WorkerStats::default(),
+        score: Arc::new(score),
     };
     let served = role::serve(&spec, &mut work, bus, version_rx, shutdown).await?;
     let mut stats = work.stats;
@@ -71,12 +104,13 @@ pub async fn run(
 }
 
 /// The reward worker's part of the serve loop.
-struct WorkerWork {
+struct WorkerWork<S> {
     cfg: WorkerConfig,
     stats: WorkerStats,
+    score: Arc<S>,
 }
 
-impl Work for WorkerWork {
+impl<S: ScoreFn> Work for WorkerWork<S> {
     type Message = Rollout;
     type Error = WorkerError;
 
@@ -86,7 +120,8 @@ impl Work for WorkerWork {
         delivery: Delivery,
         rollout: Rollout,
     ) -> Result<(), WorkerError> {
-        handle(&self.cfg, bus, delivery, rollout, &mut self.stats).await
+        let score = Arc::clone(&self.score);
+        handle(&self.cfg, score, bus, delivery, rollout, &mut self.stats).await
     }
 
     fn bus_error(e: &WorkerError) -> Option<&BusError> {
@@ -102,8 +137,9 @@ impl Work for WorkerWork {
 }
 
 /// Scores one rollout (with the newest discriminator when the spec needs one) and publishes it.
-async fn handle(
+async fn handle<S: ScoreFn>(
     cfg: &WorkerConfig,
+    score: Arc<S>,
     bus: &dyn Bus,
     delivery: Delivery,
     rollout: Rollout,
@@ -123,16 +159,27 @@ async fn handle(
         }
     }
     let rewarder = Arc::clone(&cfg.rewarder);
-    let scored = tokio::task::spawn_blocking(move || rewarder.score(rollout))
+    let scored = tokio::task::spawn_blocking(move || score(&rewarder, rollout))
         .await
         .map_err(|e| WorkerError::Join(e.to_string()))?;
     let scored = match scored {
         Ok(s) => s,
-        Err(e) => {
+        Err(e) if e.is_bad_input() => {
             tracing::warn!("reward worker {}: rejecting {task_id}: {e}", cfg.id);
             telemetry::metrics::count_rejected("unscorable");
             stats.rejected += 1;
             delivery.term().await?;
+            return Ok(());
+        }
+        Err(e) => {
+            tracing::error!(
+                "reward worker {}: scoring {task_id} failed ({e}); handing it back to be \
+                 scored again in {INTERNAL_FAULT_RETRY:?}",
+                cfg.id
+            );
+            telemetry::metrics::count_internal_fault();
+            stats.internal_faults += 1;
+            delivery.nak(Some(INTERNAL_FAULT_RETRY)).await?;
             return Ok(());
         }
     };

@@ -28,10 +28,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         .run(|bus, shutdown| caprl_reward_worker::run(worker, bus, shutdown))
         .with_context(|| format!("reward worker {id}"))?;
     tracing::info!(
-        "reward worker {id} stopped: {} scored, {} rejected, {} redeliveries",
+        "reward worker {id} stopped: {} scored, {} rejected, {} redeliveries, {} internal faults",
         stats.scored,
         stats.rejected,
-        stats.redeliveries
+        stats.redeliveries,
+        stats.internal_faults
     );
     Ok(())
 }
