@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use caprl_common::config::{DataConfig, RunConfig};
 use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{parse_device, Device};
+use caprl_common::model::{open_device, Device};
 
 /// Opens `data.dir`. A missing directory is generated (the synthetic task, cached afterwards)
 /// only when `generate_if_missing` is set and it is the default location `data/synth`: any
@@ -54,5 +54,5 @@ pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> 
 
 /// The compute device named by `device` in the config.
 pub fn device(cfg: &RunConfig) -> Result<Device> {
-    Ok(parse_device(&cfg.device.to_string())?)
+    Ok(open_device(cfg.device)?)
 }

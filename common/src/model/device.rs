@@ -3,31 +3,29 @@
 use candle_core::Device;
 
 use super::error::{ModelError, Result};
+use crate::config::DeviceSpec;
 
 /// Opens the device named by the run config's `device` key: `"cpu"`, `"cuda"` (= `cuda:0`) or
-/// `"cuda:N"`. A CUDA device in a build without the `cuda` feature is an error that says how to
+/// `"cuda:N"`, read by the config's own grammar ([`DeviceSpec`]: one parser for the key and the
+/// flags). A CUDA device in a build without the `cuda` feature is an error that says how to
 /// rebuild.
 pub fn parse_device(s: &str) -> Result<Device> {
-    let err = |reason: String| ModelError::Device {
+    let spec: DeviceSpec = s.trim().parse().map_err(|_| ModelError::Device {
         given: s.to_string(),
-        reason,
-    };
-    let t = s.trim();
-    if t == "cpu" {
-        return Ok(Device::Cpu);
+        reason: "expected `cpu` or `cuda:N` with N a GPU index (e.g. `cuda:0`)".into(),
+    })?;
+    open_device(spec)
+}
+
+/// Opens the device `spec` names.
+pub fn open_device(spec: DeviceSpec) -> Result<Device> {
+    match spec {
+        DeviceSpec::Cpu => Ok(Device::Cpu),
+        DeviceSpec::Cuda(ordinal) => open_cuda(ordinal).map_err(|reason| ModelError::Device {
+            given: spec.to_string(),
+            reason,
+        }),
     }
-    let ordinal = if t == "cuda" {
-        0
-    } else if let Some(n) = t.strip_prefix("cuda:") {
-        n.parse::<usize>().map_err(|_| {
-            err(format!(
-                "`{n}` is not a GPU index; write `cuda:N` with N a number, e.g. `cuda:0`"
-            ))
-        })?
-    } else {
-        return Err(err("expected `cpu` or `cuda:N` (e.g. `cuda:0`)".into()));
-    };
-    open_cuda(ordinal).map_err(err)
 }
 
 /// Opens GPU `ordinal` once per process, on one stream of its own, and hands out that device

@@ -18,7 +18,7 @@
 //! - [`Inputs`], [`batch_tokens`], [`inputs_for_rows`]: what the models read.
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
-//! - [`parse_device`]: `cpu` or `cuda:N`.
+//! - [`parse_device`], [`open_device`]: `cpu` or `cuda:N` (the config's [`crate::config::DeviceSpec`] grammar).
 //!
 //! # Adding an architecture
 //!
@@ -57,7 +57,7 @@ pub use decoding::{
     BAD_ENDING_WORDS,
 };
 pub(crate) use device::keep_elementwise_ops_on_one_thread;
-pub use device::parse_device;
+pub use device::{open_device, parse_device};
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};
 pub use kernels::{
