@@ -177,20 +177,12 @@ impl Objective {
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
 /// every rollout: the contrastive text pool and the discriminator's real examples).
 pub fn uses_clip(cfg: &RunConfig) -> bool {
-    cfg.reward
-        .spec
-        .terms()
-        .iter()
-        .any(|(n, _)| n.needs_encoder())
+    cfg.reward.spec.needs_encoder()
 }
 
 /// Whether the reward spec has `disc`: the learner trains the discriminator (seed 004).
 pub fn uses_disc(cfg: &RunConfig) -> bool {
-    cfg.reward
-        .spec
-        .terms()
-        .iter()
-        .any(|(n, _)| *n == RewardName::Disc)
+    cfg.reward.spec.contains(RewardName::Disc)
 }
 
 #[cfg(test)]

@@ -155,6 +155,11 @@ impl RewardSpec {
         &self.terms
     }
 
+    /// Whether any term reads the text–image encoder (`clip`, `clip-i2t`, `clip-s`, `disc`).
+    pub fn needs_encoder(&self) -> bool {
+        self.terms.iter().any(|(n, _)| n.needs_encoder())
+    }
+
     /// Whether the spec contains `name` with any weight.
     pub fn contains(&self, name: RewardName) -> bool {
         self.terms.iter().any(|(n, _)| *n == name)

@@ -198,8 +198,7 @@ const RULES: &[Rule] = &[
         key: "clip.reward",
         allowed: "an encoder path when the reward spec has clip, clip-i2t, clip-s or disc (train one with `caprl clip train`)",
         violation: |c| {
-            let needs = c.reward.spec.terms().iter().any(|(n, _)| n.needs_encoder());
-            (needs && c.clip.reward.is_empty()).then(|| "\"\"".into())
+            (c.reward.spec.needs_encoder() && c.clip.reward.is_empty()).then(|| "\"\"".into())
         },
     },
     Rule {
@@ -207,8 +206,7 @@ const RULES: &[Rule] = &[
         allowed: "a spec with clip, clip-i2t, clip-s or disc for objective wtf / wtf-rl (seed 004: clip=0.94,disc=0.06)",
         violation: |c| {
             let wtf = matches!(c.train.objective, Objective::Wtf | Objective::WtfRl);
-            let clip = c.reward.spec.terms().iter().any(|(n, _)| n.needs_encoder());
-            (wtf && !clip).then(|| c.reward.spec.to_string())
+            (wtf && !c.reward.spec.needs_encoder()).then(|| c.reward.spec.to_string())
         },
     },
     Rule { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
