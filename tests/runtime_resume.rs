@@ -35,6 +35,29 @@ fn sum<'a>(steps: impl IntoIterator<Item = &'a Value>, key: &str) -> u64 {
         .sum()
 }
 
+/// A fast actor, a slow one (it logs each task it holds, then waits `slow_ms` before decoding
+/// it), a reward worker and the learner, named for [`wait_for_a_fresh_hold`].
+fn start_roles(
+    args: &[String],
+    url: &str,
+    slow_ms: u32,
+) -> [(&'static str, std::process::Child); 4] {
+    let slow_ms = slow_ms.to_string();
+    [
+        ("actor", spawn(args, &["actor", "--id", "a"], url)),
+        (
+            "slow",
+            spawn(
+                args,
+                &["actor", "--id", "slow", "--delay-ms", &slow_ms],
+                url,
+            ),
+        ),
+        ("worker", spawn(args, &["reward-worker", "--id", "w"], url)),
+        ("learner", spawn(args, &["learner"], url)),
+    ]
+}
+
 /// Waits until the run has logged 3 RL steps and the role named `slow` (second of `roles`) has
 /// just taken a task, and hands the roles back; after 90 s kills them all and fails with their
 /// output and the broker's.
@@ -88,24 +111,9 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
     let args = sets(&data, &run, 3, &extra);
-    let actor = spawn(&args, &["actor", "--id", "a"], &url);
-    // The slow actor logs each task it holds, then waits 1 s before decoding it.
-    let slow = spawn(
-        &args,
-        &["actor", "--id", "slow", "--delay-ms", "1000"],
-        &url,
-    );
-    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
-    let learner = spawn(&args, &["learner"], &url);
-
     // Kill the learner once RL is under way and right after the slow actor took a task: that
     // task's result reaches JetStream only after the learner is dead.
-    let roles = [
-        ("actor", actor),
-        ("slow", slow),
-        ("worker", worker),
-        ("learner", learner),
-    ];
+    let roles = start_roles(&args, &url, 1000);
     let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
     kill9(learner);
     let last_logged = steps(&run, "rl")
@@ -240,17 +248,7 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let url = server.url();
     let args = sets(&data, &run, 3, &extra);
-    let actor = spawn(&args, &["actor", "--id", "a"], &url);
-    let slow = spawn(&args, &["actor", "--id", "slow", "--delay-ms", "700"], &url);
-    let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
-    let learner = spawn(&args, &["learner"], &url);
-
-    let roles = [
-        ("actor", actor),
-        ("slow", slow),
-        ("worker", worker),
-        ("learner", learner),
-    ];
+    let roles = start_roles(&args, &url, 700);
     let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
     kill9(learner);
     // The roles finish the dead learner's tasks; their results wait in JetStream.

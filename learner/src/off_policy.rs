@@ -162,13 +162,13 @@ pub fn weights(
 mod tests {
     use super::*;
 
+    /// `kind` at `level` with the config's defaults: `is_clip` 1, kept ratios `[0.5, 2]`.
     fn correction(kind: OffPolicyCorrection, level: IsLevel) -> Correction {
-        Correction {
-            kind,
-            level,
-            clip: 1.0,
-            keep: (0.5, 2.0),
-        }
+        Correction::from_config(&caprl_common::config::RuntimeConfig {
+            off_policy_correction: kind,
+            is_level: level,
+            ..Default::default()
+        })
     }
 
     /// Sequence 0 is fresh; sequence 1 (2 tokens, a third padded) has log-ratios ln 3 and

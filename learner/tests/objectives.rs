@@ -384,6 +384,13 @@ fn token_logp(
         .collect()
 }
 
+/// [`samples`] with the per-token log-probs of the policy that sampled them.
+fn sampled_batch(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>>, Vec<Vec<f32>>) {
+    let (rows, seqs) = samples(model, data);
+    let mu = token_logp(model, data, &rows, &seqs);
+    (rows, seqs, mu)
+}
+
 fn ppo(epochs: u32, minibatches: u32) -> PpoOptions {
     PpoOptions {
         epochs,
@@ -423,8 +430,7 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     let data = tiny_data(tmp.path());
     let new = || fresh_trainer(&data, 2);
     let (mut plain, mut clipped) = (new(), new());
-    let (rows, seqs) = samples(&plain.model, &data);
-    let mu = token_logp(&plain.model, &data, &rows, &seqs);
+    let (rows, seqs, mu) = sampled_batch(&plain.model, &data);
     let a = [0.4f32, -0.4, 1.0, -1.0];
     plain
         .pg_step(&data, &rows, &seqs, PgTargets::sequence(&a), opts(1e-2))
@@ -489,13 +495,13 @@ fn max_apart(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// `kind` at `level` with the config's defaults: `is_clip` 1, kept ratios `[0.5, 2]`.
 fn correction(kind: OffPolicyCorrection, level: IsLevel) -> Correction {
-    Correction {
-        kind,
-        level,
-        clip: 1.0,
-        keep: (0.5, 2.0),
-    }
+    Correction::from_config(&caprl_common::config::RuntimeConfig {
+        off_policy_correction: kind,
+        is_level: level,
+        ..Default::default()
+    })
 }
 
 /// `μ` of an older policy for the first two sequences: `log μ = log π + 3` on every token, so
@@ -520,8 +526,7 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
     let data = tiny_data(tmp.path());
     let new = || comparing_trainer(&data, 5);
     let probe = new();
-    let (rows, seqs) = samples(&probe.model, &data);
-    let mu = token_logp(&probe.model, &data, &rows, &seqs);
+    let (rows, seqs, mu) = sampled_batch(&probe.model, &data);
     let a = [0.4f32, -0.4, 1.0, -1.0];
     let plain = |a: &[f32]| {
         let mut t = new();
@@ -579,8 +584,8 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
     let data = tiny_data(tmp.path());
     let new = || comparing_trainer(&data, 6);
     let probe = new();
-    let (rows, seqs) = samples(&probe.model, &data);
-    let older = older_behaviour(&token_logp(&probe.model, &data, &rows, &seqs));
+    let (rows, seqs, mu) = sampled_batch(&probe.model, &data);
+    let older = older_behaviour(&mu);
     let a = [0.4f32, -0.4, 1.0, -1.0];
     let stale = [true, true, false, false];
     let c = correction(OffPolicyCorrection::TruncatedIs, IsLevel::Token);
@@ -652,8 +657,7 @@ fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
     let data = tiny_data(tmp.path());
     let new = || comparing_trainer(&data, 7);
     let (mut plain, mut gspo) = (new(), new());
-    let (rows, seqs) = samples(&plain.model, &data);
-    let mu = token_logp(&plain.model, &data, &rows, &seqs);
+    let (rows, seqs, mu) = sampled_batch(&plain.model, &data);
     let a = [0.4f32, -0.4, 1.0, -1.0];
     let targets = PgTargets::Sequence {
         multipliers: &a,
