@@ -24,6 +24,7 @@ use caprl_common::model::{CaptionerConfig, Decoder, Device, ModelError};
 use caprl_common::role::{self, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
+use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
 use tokio::sync::watch;
 
@@ -262,7 +263,9 @@ async fn handle_task<R: RolloutFn>(
     let task_for_decode = task.clone();
     let rollout_fn = Arc::clone(rollout_fn);
     let rollout = tokio::task::spawn_blocking(move || {
-        rollout_fn(&policy, version, &data, &task_for_decode, &id)
+        stages::time(Stage::Decode, || {
+            rollout_fn(&policy, version, &data, &task_for_decode, &id)
+        })
     })
     .await
     .map_err(|e| ActorError::Join(e.to_string()))?;
@@ -292,6 +295,7 @@ async fn handle_task<R: RolloutFn>(
         }
     };
     let tokens: usize = rollout.sequences.iter().map(|s| s.tokens.len()).sum();
+    let _publish = stages::Timer::start(Stage::RolloutPublish);
     let bytes = match wire::encode(&rollout, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {

@@ -10,6 +10,7 @@ use caprl_common::bus::{Bus, BusError, SnapshotMeta};
 use caprl_common::model::{Captioner, Decoder};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
+use caprl_common::telemetry::stages::{self, Stage};
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -145,10 +146,14 @@ async fn load_snapshot(
 ) -> Result<Arc<Decoder>, ActorError> {
     let started = Instant::now();
     // The bus checks length and sha256 against `meta` before returning the bytes.
+    let fetch = stages::Timer::start(Stage::SnapshotFetch);
     let bytes = bus.get_snapshot(meta).await?;
+    drop(fetch);
     let (model, device) = (cfg.model.clone(), cfg.device.clone());
     let policy = tokio::task::spawn_blocking(move || {
-        Captioner::from_safetensors(&bytes, &model, &device)?.decoder()
+        stages::time(Stage::SnapshotLoad, || {
+            Captioner::from_safetensors(&bytes, &model, &device)?.decoder()
+        })
     })
     .await
     .map_err(|e| ActorError::Join(e.to_string()))??;

@@ -48,6 +48,11 @@ fn step(n: u64) -> StepRecord {
         duplicates: 1,
         rejected: [("bad_magic".to_string(), 2)].into(),
         seconds: 0.5,
+        stages: [
+            ("forward".to_string(), 0.2),
+            ("wait_results".to_string(), 0.1),
+        ]
+        .into(),
         unix_ms: 1_700_000_000_000 + n,
     }
 }

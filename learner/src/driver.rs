@@ -48,6 +48,7 @@ use caprl_common::model::{Captioner, DType};
 use caprl_common::role::reject_reason;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
+use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::Readiness;
 use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
@@ -363,12 +364,17 @@ impl Driver {
             }
         }
         let started = Instant::now();
-        let bytes = Bytes::from(snapshot_bytes(model, disc, self.opts.snapshot_dtype)?);
+        let bytes = stages::time(Stage::SnapshotSerialise, || {
+            snapshot_bytes(model, disc, self.opts.snapshot_dtype)
+        })?;
+        let bytes = Bytes::from(bytes);
         let bus = Arc::clone(&self.bus);
+        let put = stages::Timer::start(Stage::SnapshotPut);
         let meta = self.retry("publishing a snapshot", || {
             let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
             async move { bus.put_snapshot(version, bytes).await }
         })?;
+        drop(put);
         tm::record_snapshot(meta.bytes, started.elapsed());
         tm::set_policy_version(version);
         if let Some(old) = version.checked_sub(self.opts.keep_snapshots + 1) {
@@ -446,6 +452,7 @@ impl Driver {
         rows: &[u32],
         ahead: &[Vec<u32>],
     ) -> Result<Collected, LearnerError> {
+        let _waiting = stages::Timer::start(Stage::WaitResults);
         let k = self.tasks_per_step();
         let mut out = Collected::default();
         if !self.took_waiting {

@@ -9,6 +9,7 @@ use caprl_common::model::{
     batch_tokens, inputs_for_rows, on_rayon, CaprlRng, Captioner, CaptionerConfig, Device, RngState,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_common::telemetry::stages::{self, Stage};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -312,6 +313,7 @@ impl Trainer {
         items: &[&Item],
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
+        let forward = stages::Timer::start(Stage::Forward);
         let cfg = self.model.config().clone();
         let mut rows = Vec::new();
         let mut targets = Vec::new();
@@ -340,6 +342,7 @@ impl Trainer {
             (xe::nll(&logp, &mask)?, mask)
         };
         let tokens = token_count(&mask)?;
+        drop(forward);
         let stats = self.update(loss, opts, tokens)?;
         if !stats.skipped {
             self.advance();
@@ -492,6 +495,7 @@ impl Trainer {
         targets: PgTargets,
         opts: StepOptions,
     ) -> Result<PgLoss, LearnerError> {
+        let _forward = stages::Timer::start(Stage::Forward);
         let cfg = self.model.config().clone();
         let device = self.model.device().clone();
         let x = inputs_for_rows(data, rows, &cfg, &device)?;
@@ -674,6 +678,7 @@ impl Trainer {
         if !value.is_finite() {
             return Ok(self.skip("loss"));
         }
+        let backward = stages::Timer::start(Stage::Backward);
         let mut grads = loss.backward()?;
         let vars = self.opt.vars();
         let norm = if opts.grad_clip > 0.0 {
@@ -681,9 +686,11 @@ impl Trainer {
         } else {
             caprl_common::optim::grad_norm(&grads, &vars)?
         };
+        drop(backward);
         if !norm.is_finite() {
             return Ok(self.skip("gradient"));
         }
+        let _optimizer = stages::Timer::start(Stage::Optimizer);
         if let Some(critic) = self.critic.as_mut() {
             let vars = critic.opt.vars();
             if vars.iter().any(|v| grads.get(v.as_tensor()).is_some()) {

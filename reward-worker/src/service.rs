@@ -17,6 +17,7 @@ use caprl_common::bus::{Bus, BusError, Delivery, Queue};
 use caprl_common::role::{self, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
+use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::{self, Rollout, ScoredRollout, TaskId};
 use tokio::sync::watch;
 
@@ -159,9 +160,11 @@ async fn handle<S: ScoreFn>(
         }
     }
     let rewarder = Arc::clone(&cfg.rewarder);
-    let scored = tokio::task::spawn_blocking(move || score(&rewarder, rollout))
-        .await
-        .map_err(|e| WorkerError::Join(e.to_string()))?;
+    let scored = tokio::task::spawn_blocking(move || {
+        stages::time(Stage::Score, || score(&rewarder, rollout))
+    })
+    .await
+    .map_err(|e| WorkerError::Join(e.to_string()))?;
     let scored = match scored {
         Ok(s) => s,
         Err(e) if e.is_bad_input() => {
@@ -183,6 +186,7 @@ async fn handle<S: ScoreFn>(
             return Ok(());
         }
     };
+    let publish = stages::Timer::start(Stage::ScoredPublish);
     let bytes = match wire::encode(&scored, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {
@@ -197,6 +201,7 @@ async fn handle<S: ScoreFn>(
     };
     bus.publish(Queue::Scored, Bytes::from(bytes)).await?;
     delivery.ack().await?;
+    drop(publish);
     telemetry::metrics::observe_reward_latency(started.elapsed());
     for reward in &scored.rewards {
         telemetry::metrics::observe_reward("total", f64::from(reward.total));

@@ -48,6 +48,9 @@ pub enum What {
     /// Async throughput against the number of actors over a real nats-server, with the decode
     /// and the update simulated (stated costs): where the learner or NATS becomes the limit.
     Scale(super::bench_scale::ScaleArgs),
+    /// Where an RL step's time goes, role by role, in one process and over NATS with A actors
+    /// and W reward workers (any config): stage times, start-up, peak memory per process.
+    Pipeline(super::bench_pipeline::PipelineArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -75,6 +78,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Audio(a) => return super::bench_audio_cmd::run(a),
         What::Clip(a) => return super::bench_clip_cmd::run(a),
         What::Scale(a) => return super::bench_scale::run(a, global),
+        What::Pipeline(a) => return super::bench_pipeline::run(a, global),
     };
     let mut out = format!(
         "caprl bench transport\n{}\n",

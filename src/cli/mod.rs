@@ -13,6 +13,7 @@ mod bench_audio_cmd;
 mod bench_clip_cmd;
 mod bench_cmd;
 mod bench_model;
+mod bench_pipeline;
 mod bench_scale;
 mod bench_transformer;
 mod caption_cmd;
@@ -128,6 +129,23 @@ pub enum Command {
 }
 
 impl Command {
+    /// How the process names itself in its stage report (`actor actor-0`, `local`, ...).
+    fn process_label(&self) -> String {
+        let with_id = |role: &str, id: &Option<String>| match id {
+            Some(id) => format!("{role} {id}"),
+            None => role.to_string(),
+        };
+        match self {
+            Command::Actor(a) => with_id("actor", &a.id),
+            Command::RewardWorker(a) => with_id("reward-worker", &a.id),
+            Command::Learner(_) => "learner".into(),
+            Command::Local(_) => "local".into(),
+            Command::Train(_) => "train".into(),
+            Command::Run(_) => "run".into(),
+            _ => "caprl".into(),
+        }
+    }
+
     /// Whether the command runs the model kernels (its start-up log names their SIMD level).
     fn computes(&self) -> bool {
         matches!(
@@ -156,7 +174,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.command.computes() {
         tracing::info!("{}", caprl_common::fastmath::describe());
     }
-    match cli.command {
+    let process = cli.command.process_label();
+    let started = std::time::Instant::now();
+    let result = match cli.command {
         Command::Run(args) => run_cmd::run(args, global),
         Command::Train(args) => train_cmd::run(args, global),
         Command::Eval(args) => eval_cmd::run(args, global),
@@ -175,7 +195,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status_cmd::run(args, global),
         Command::Bench(args) => bench_cmd::run(args, global),
         Command::Selftest(args) => selftest_cmd::run(args),
-    }
+    };
+    caprl_common::telemetry::stages::write_report(&process, started);
+    result
 }
 
 /// Prints `error: ...` with the cause chain; exit code 2 for config errors

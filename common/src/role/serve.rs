@@ -12,6 +12,7 @@ use super::{spawn_heartbeat, Role};
 use crate::bus::{Backoff, Bus, BusError, Delivery, Queue};
 use crate::shutdown::Shutdown;
 use crate::telemetry;
+use crate::telemetry::stages::{self, Stage};
 use crate::wire::{self, TaskId, WireError};
 
 /// How long one pull waits for messages before the loop looks at its state again.
@@ -97,10 +98,12 @@ pub async fn serve<W: Work>(
         if !work.prepare(bus.as_ref(), &mut shutdown).await {
             continue;
         }
+        let waiting = Stage::queue_wait(spec.role.name()).map(stages::Timer::start);
         let deliveries = tokio::select! {
             d = bus.pull(spec.queue, spec.batch, PULL_WAIT) => d,
             _ = shutdown.recv() => continue,
         };
+        drop(waiting);
         let deliveries = match deliveries {
             Ok(d) => d,
             Err(e) if e.is_transient() => {

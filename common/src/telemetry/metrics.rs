@@ -156,6 +156,11 @@ pub fn describe_all() {
         Unit::Seconds,
         "Seconds an actor spent on one task's Monte-Carlo completions."
     );
+    describe_histogram!(
+        STAGE_SECONDS,
+        Unit::Seconds,
+        "Seconds of one stage of a role's work (label stage): where each step's time goes."
+    );
 }
 
 /// Learner: sets the per-step gauges from the record also written to

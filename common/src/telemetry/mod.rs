@@ -5,6 +5,7 @@
 //! - [`metrics`]: metric descriptions and the recording helpers the roles call.
 //! - [`server`]: `/metrics`, `/healthz`, `/readyz` on `--metrics-addr`.
 //! - [`runlog`]: `RUN_DIR/config.toml` + `RUN_DIR/run.jsonl`, written and read back.
+//! - [`stages`]: where each role's time goes, as histograms, totals and a per-process report.
 //! - [`tensorboard`]: the same records as TensorBoard event files (`RUN_DIR/tb/`).
 //! - [`report`] / [`plot`]: `caprl report`, one self-contained HTML page with SVG plots
 //!   (its config-difference and sample-caption tables in `report_tables`).
@@ -18,6 +19,7 @@ pub mod report;
 mod report_tables;
 pub mod runlog;
 pub mod server;
+pub mod stages;
 pub mod tensorboard;
 
 pub use error::{Result, TelemetryError};

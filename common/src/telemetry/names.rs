@@ -26,6 +26,8 @@ pub const LABEL_STAT: &str = "stat";
 pub const LABEL_QUEUE: &str = "queue";
 /// Label: why a message was rejected or a batch skipped.
 pub const LABEL_REASON: &str = "reason";
+/// Label: a stage of a role's work (`decode`, `forward`, `snapshot_put`, ...; see `stages`).
+pub const LABEL_STAGE: &str = "stage";
 /// Label: eval metric (`cider_d`, `bleu4`, `rouge_l`, ...).
 pub const LABEL_METRIC: &str = "metric";
 /// Label: eval split (`val`, `test`).
@@ -107,6 +109,9 @@ pub const TASKS_IN_FLIGHT: &str = "caprl_tasks_in_flight";
 pub const MC_COMPLETIONS_TOTAL: &str = "caprl_mc_completions_total";
 /// Histogram: seconds an actor spent on one task's Monte-Carlo completions (mc-pg's extra cost).
 pub const MC_DECODE_SECONDS: &str = "caprl_mc_decode_seconds";
+/// Histogram: seconds of one stage of a role's work (label `stage`, unique over the roles): where
+/// a step's time goes, role by role.
+pub const STAGE_SECONDS: &str = "caprl_stage_seconds";
 
 const ALL: &[&str] = &[
     INFO,
@@ -143,6 +148,7 @@ const ALL: &[&str] = &[
     TASKS_IN_FLIGHT,
     MC_COMPLETIONS_TOTAL,
     MC_DECODE_SECONDS,
+    STAGE_SECONDS,
 ];
 
 /// Every metric name caprl exports (histograms by base name, without the
@@ -161,6 +167,7 @@ pub fn histogram_names() -> &'static [&'static str] {
         SNAPSHOT_BROADCAST_SECONDS,
         LEARNER_STEP_SECONDS,
         MC_DECODE_SECONDS,
+        STAGE_SECONDS,
     ]
 }
 

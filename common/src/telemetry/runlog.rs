@@ -122,6 +122,15 @@ pub struct StepRecord {
     /// Wall seconds of the step.
     #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub seconds: f64,
+    /// RL steps: the learner's seconds in each stage of the step (`snapshot_serialise`,
+    /// `wait_results`, `forward`, ...; see `telemetry::stages`); the rest of `seconds` is
+    /// bookkeeping.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "map_null_as_nan"
+    )]
+    pub stages: BTreeMap<String, f64>,
     /// Wall clock at the end of the step, milliseconds since the Unix epoch
     /// (`RunLog::log_step` fills it in when left 0).
     #[serde(default)]

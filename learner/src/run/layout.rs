@@ -15,6 +15,7 @@ use super::Result;
 use crate::error::{Doing, LearnerError};
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
+use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::{tensorboard::TB_DIR, RunLog};
 
 use crate::checkpoint;
@@ -188,6 +189,7 @@ pub(super) fn save_checkpoint(
     trainer: &mut Trainer,
     disc: Option<&OnlineDisc>,
 ) -> Result<()> {
+    let _writing = stages::Timer::start(Stage::Checkpoint);
     let files = files(cfg, data, disc)?;
     trainer.save(&cfg.checkpoint_dir(), cfg.checkpoint.keep as usize, &files)?;
     Ok(())

@@ -9,6 +9,7 @@ use crate::LearnerError;
 use caprl_common::config::{KlIn, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::progress::Progress;
+use caprl_common::telemetry::stages;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
 
 use super::layout::{best_cider, latest_in, save_best, save_checkpoint, BEST_RL, BEST_XE};
@@ -83,6 +84,7 @@ pub(super) fn run_phase(
                 importance_weight: f64::NAN,
                 ..StepRecord::default()
             };
+            let stage_totals = stages::totals();
             let stats = match phase {
                 Phase::Xe => trainer.xe_step(data, &batch, opts)?,
                 Phase::Rl => {
@@ -117,6 +119,7 @@ pub(super) fn run_phase(
             record.lr = stats.lr;
             record.tokens_per_s = stats.tokens as f64 / secs_step.max(1e-9);
             record.seconds = secs_step;
+            record.stages = stages::since(&stage_totals, "learner");
             tm::record_step(&record);
             if let Some(log) = log.as_mut() {
                 log.log_step(&record)?;

@@ -5,6 +5,7 @@ use std::time::Instant;
 use super::Result;
 use caprl_common::config::{KlIn, Mode, PpoProximal, RunConfig};
 use caprl_common::data::{Dataset, Item};
+use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::StepRecord;
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 
@@ -51,7 +52,7 @@ pub(super) fn rl_step(
         let kl = penalise_rewards(cfg, data, trainer, &mut scored)?;
         record.losses.insert("kl".into(), kl);
     }
-    let pg = objective.targets(&scored, version)?;
+    let pg = stages::time(Stage::Targets, || objective.targets(&scored, version))?;
     for (name, value) in &pg.components {
         record.rewards.insert(name.clone(), *value);
     }
