@@ -115,7 +115,14 @@ pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
 /// precomputed training document frequencies.
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
     let items = &data.train.items;
+    let started = std::time::Instant::now();
     let df = Rewarder::training_df(data, items, cfg.reward.cider_eos);
+    tracing::info!(
+        "reward worker {id}: document frequencies of {} training images ({} n-grams) in {:.1} s",
+        df.num_images(),
+        df.len(),
+        started.elapsed().as_secs_f64()
+    );
     let exploration =
         Objective::from_config(cfg)
             .wants_exploration()

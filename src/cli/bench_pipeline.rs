@@ -285,10 +285,17 @@ fn table(runs: &[Measured]) -> String {
                 .map_or("-".into(), |b| format!("{:.0}", *b as f64 / 1e6))
         });
     }
+    row(&mut out, "checkpoints written (s each)", &|r| {
+        let key = format!("{}/{}", Stage::Checkpoint.role(), Stage::Checkpoint.name());
+        let (per_step, count) = r.stages.get(&key).copied().unwrap_or_default();
+        let each = per_step * r.steps as f64 / count.max(1) as f64;
+        format!("{count} ({each:.2})")
+    });
     out.push_str(
         "\nA role's stages are summed over its processes (actors and reward workers work side \
          by side, so their sums can pass 100%); the snapshot path is the learner's serialise + \
-         put and one actor's mean fetch + load per step. Waits are idle time on a queue.\n",
+         put and one actor's mean fetch + load per step. Waits are idle time on a queue. Checkpoints \
+         come every `checkpoint.every_steps` and at the end of the run, spread here over its steps.\n",
     );
     out
 }

@@ -20,7 +20,12 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let id = args.id.unwrap_or_else(roles::default_id);
     // The data set is needed only to build the references and document frequencies.
     let worker = caprl_common::process::handing_back_freed_pages(|| -> Result<_> {
+        let started = std::time::Instant::now();
         let data = setup::open_data(&cfg, false)?;
+        tracing::info!(
+            "reward worker {id}: data set read in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         roles::worker_config(&cfg, &data, id.clone())
     })?;
     let started = roles::start_role(&cfg, Role::RewardWorker, &id, &args.role)?;

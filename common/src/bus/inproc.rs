@@ -27,7 +27,8 @@ pub struct InProcBus {
 struct Inner {
     opts: BusOptions,
     queues: [QueueCell; 3],
-    snapshots: Mutex<HashMap<u64, Bytes>>,
+    /// Each snapshot with the meta its bytes were hashed into when put.
+    snapshots: Mutex<HashMap<u64, (SnapshotMeta, Bytes)>>,
     latest: watch::Sender<Option<SnapshotMeta>>,
     kv: Mutex<BTreeMap<String, (Bytes, SystemTime)>>,
 }
@@ -276,7 +277,7 @@ impl Bus for InProcBus {
     fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>> {
         Box::pin(async move {
             let meta = SnapshotMeta::describe(version, &data);
-            lock(&self.inner.snapshots).insert(version, data);
+            lock(&self.inner.snapshots).insert(version, (meta.clone(), data));
             self.inner.latest.send_replace(Some(meta.clone()));
             Ok(meta)
         })
@@ -284,13 +285,22 @@ impl Bus for InProcBus {
 
     fn get_snapshot<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>> {
         Box::pin(async move {
-            let data = lock(&self.inner.snapshots)
+            let (stored, data) = lock(&self.inner.snapshots)
                 .get(&meta.version)
                 .cloned()
                 .ok_or(BusError::SnapshotMissing {
                     version: meta.version,
                 })?;
-            meta.verify(&data)?;
+            // The bytes handed out are the very bytes hashed at put (shared, never copied):
+            // comparing the metas checks them without hashing every snapshot twice.
+            if stored.sha256 != meta.sha256 || stored.bytes != meta.bytes {
+                return Err(BusError::ChecksumMismatch {
+                    version: meta.version,
+                    expected: meta.sha256.clone(),
+                    actual: stored.sha256,
+                    bytes: data.len(),
+                });
+            }
             Ok(data)
         })
     }

@@ -4,6 +4,8 @@
 //! lists the architectures, and forwards to it; decoding goes through [`Captioner::decoder`]
 //! (see [`Decoder`](super::Decoder)).
 
+use std::collections::HashMap;
+
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
@@ -15,19 +17,28 @@ use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};
 use super::transformer::TransformerCaptioner;
 
-/// The architecture of `cfg.kind`, its weights drawn from `seed`: the registration of every
-/// model kind.
+/// The architecture of `cfg.kind`, its weights from `origin`: the registration of every model
+/// kind.
 fn architecture(
     cfg: &CaptionerConfig,
     device: &Device,
-    seed: u64,
+    origin: &ParamOrigin,
 ) -> Result<Box<dyn CaptionModel>> {
     match cfg.kind {
         ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => {
-            Ok(Box::new(RnnCaptioner::new(cfg, device, seed)?))
+            Ok(Box::new(RnnCaptioner::new(cfg, device, origin)?))
         }
-        ModelKind::Transformer => Ok(Box::new(TransformerCaptioner::new(cfg, device, seed)?)),
+        ModelKind::Transformer => Ok(Box::new(TransformerCaptioner::new(cfg, device, origin)?)),
     }
+}
+
+/// Where a new model's parameters come from.
+pub(crate) enum ParamOrigin<'a> {
+    /// Drawn from this seed (each architecture's initialisation).
+    Seed(u64),
+    /// Taken from loaded tensors (a snapshot or a checkpoint), each checked against the config
+    /// by [`super::io::loaded_param`]: nothing is drawn.
+    Loaded(&'a HashMap<String, Tensor>),
 }
 
 /// The captioning policy. Owns its weights in a candle `VarMap` under stable names.
@@ -48,7 +59,20 @@ impl Captioner {
     pub fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
         cfg.validate()?;
         Ok(Self {
-            model: architecture(cfg, device, seed)?,
+            model: architecture(cfg, device, &ParamOrigin::Seed(seed))?,
+        })
+    }
+
+    /// A captioner shaped by `cfg` over `loaded`'s tensors (every parameter present, floating
+    /// point and of the shape `cfg` implies; others ignored), without drawing initial weights.
+    pub(crate) fn from_loaded(
+        cfg: &CaptionerConfig,
+        device: &Device,
+        loaded: &HashMap<String, Tensor>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            model: architecture(cfg, device, &ParamOrigin::Loaded(loaded))?,
         })
     }
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 
 use super::captioner::Captioner;
 use super::config::CaptionerConfig;
@@ -44,52 +44,50 @@ impl Captioner {
 
     /// A captioner from safetensors bytes made by [`Captioner::to_safetensors`].
     pub fn from_safetensors(bytes: &[u8], cfg: &CaptionerConfig, device: &Device) -> Result<Self> {
-        // `Var::set` writes in place: the architecture's handles on its parameters see the
-        // loaded values.
-        let model = Captioner::new(cfg, device, 0)?;
         let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(bytes, device)
             .map_err(|e| ModelError::Weights {
                 path: "<memory>".into(),
                 reason: format!("not a safetensors file: {e}"),
             })?;
-        {
-            let data =
-                model.varmap().data().lock().map_err(|_| {
-                    ModelError::Internal("the model's VarMap lock was poisoned".into())
-                })?;
-            for (name, var) in data.iter() {
-                let t = loaded.get(name).ok_or_else(|| ModelError::Weights {
-                    path: "<memory>".into(),
-                    reason: format!(
-                        "parameter `{name}` is missing; the file was saved from a model with a \
-                         different [model] config"
-                    ),
-                })?;
-                // An integer tensor would convert to float without complaint: refuse it.
-                if !t.dtype().is_float() {
-                    return Err(ModelError::Weights {
-                        path: "<memory>".into(),
-                        reason: format!(
-                            "parameter `{name}` is stored as {:?}; weights are floating point",
-                            t.dtype()
-                        ),
-                    });
-                }
-                if t.dims() != var.dims() {
-                    return Err(ModelError::Weights {
-                        path: "<memory>".into(),
-                        reason: format!(
-                            "parameter `{name}` has shape {:?}, the config implies {:?}",
-                            t.dims(),
-                            var.dims()
-                        ),
-                    });
-                }
-                var.set(&t.to_dtype(cfg.dtype)?)?;
-            }
-        }
-        Ok(model)
+        Captioner::from_loaded(cfg, device, &loaded)
     }
+}
+
+/// The parameter `name` of a model built from `loaded` tensors: present, floating point and of
+/// `shape`, as a variable in `dtype`.
+pub(crate) fn loaded_param(
+    loaded: &HashMap<String, Tensor>,
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+) -> Result<Var> {
+    let t = loaded.get(name).ok_or_else(|| ModelError::Weights {
+        path: "<memory>".into(),
+        reason: format!(
+            "parameter `{name}` is missing; the file was saved from a model with a different \
+             [model] config"
+        ),
+    })?;
+    // An integer tensor would convert to float without complaint: refuse it.
+    if !t.dtype().is_float() {
+        return Err(ModelError::Weights {
+            path: "<memory>".into(),
+            reason: format!(
+                "parameter `{name}` is stored as {:?}; weights are floating point",
+                t.dtype()
+            ),
+        });
+    }
+    if t.dims() != shape {
+        return Err(ModelError::Weights {
+            path: "<memory>".into(),
+            reason: format!(
+                "parameter `{name}` has shape {:?}, the config implies {shape:?}",
+                t.dims()
+            ),
+        });
+    }
+    Ok(Var::from_tensor(&t.to_dtype(dtype)?)?)
 }
 
 /// Every variable of `varmap` as safetensors bytes, sorted by name (deterministic bytes).

@@ -253,7 +253,12 @@ mod tests {
         cfg.hidden = 24;
         cfg.att_hidden = 8;
         cfg.max_len = 7;
-        let m = RnnCaptioner::new(&cfg, &Device::Cpu, 3).unwrap();
+        let m = RnnCaptioner::new(
+            &cfg,
+            &Device::Cpu,
+            &crate::model::captioner::ParamOrigin::Seed(3),
+        )
+        .unwrap();
         let wave = |n: usize, k: usize| -> Vec<f32> {
             (0..n).map(|i| ((i * k % 29) as f32 - 14.0) / 6.0).collect()
         };

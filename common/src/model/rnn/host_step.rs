@@ -454,7 +454,12 @@ mod tests {
         cfg.embed = 16;
         cfg.hidden = 64;
         cfg.max_len = 6;
-        let m = RnnCaptioner::new(&cfg, &Device::Cpu, 5).unwrap();
+        let m = RnnCaptioner::new(
+            &cfg,
+            &Device::Cpu,
+            &crate::model::captioner::ParamOrigin::Seed(5),
+        )
+        .unwrap();
         // 100 images: the gate products of a step are large enough to run on several threads.
         let b = 100;
         let fc: Vec<f32> = (0..b * 12)

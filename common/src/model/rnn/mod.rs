@@ -33,9 +33,11 @@ use candle_nn::VarMap;
 use self::attention::{AttKeys, AttWeights};
 use self::cell::CellWeights;
 use self::crnn::Crnn;
+use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
+use crate::model::io::loaded_param;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
 
@@ -131,10 +133,17 @@ impl RnnCaptioner {
     /// `init.{l}.bias`, `rnn.{l}.w_ih`, `rnn.{l}.b_ih`, `rnn.{l}.w_hh`, `rnn.{l}.b_hh`,
     /// `rnn.0.w_fc`, `att.feat.weight`, `att.feat.bias`, `att.hid.weight`, `att.score.weight`,
     /// `att.ctx.weight`, `logit.weight`, `logit.bias` (PyTorch `[out, in]` layout).
-    pub(crate) fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
+    pub(crate) fn new(
+        cfg: &CaptionerConfig,
+        device: &Device,
+        origin: &ParamOrigin,
+    ) -> Result<Self> {
         cfg.validate()?;
         let varmap = VarMap::new();
-        let mut rng = CaprlRng::new(seed);
+        let mut rng = CaprlRng::new(match origin {
+            ParamOrigin::Seed(seed) => *seed,
+            ParamOrigin::Loaded(_) => 0,
+        });
         let (v, e, h) = (cfg.vocab_size, cfg.embed, cfg.hidden);
         let g = cfg.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
@@ -181,18 +190,28 @@ impl RnnCaptioner {
             let mut data = varmap.data().lock().map_err(|_| {
                 ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
             })?;
-            for (name, shape) in constants {
-                let value = crnn::init_value(&name);
-                let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
-                data.insert(name, Var::from_tensor(&t)?);
-            }
-            for (name, shape, bound) in shapes {
-                let n: usize = shape.iter().product();
-                let vals: Vec<f64> = (0..n)
-                    .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
-                    .collect();
-                let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
-                data.insert(name, Var::from_tensor(&t)?);
+            if let ParamOrigin::Loaded(loaded) = origin {
+                let names = constants
+                    .into_iter()
+                    .chain(shapes.into_iter().map(|(n, s, _)| (n, s)));
+                for (name, shape) in names {
+                    let var = loaded_param(loaded, &name, &shape, cfg.dtype)?;
+                    data.insert(name, var);
+                }
+            } else {
+                for (name, shape) in constants {
+                    let value = crnn::init_value(&name);
+                    let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
+                    data.insert(name, Var::from_tensor(&t)?);
+                }
+                for (name, shape, bound) in shapes {
+                    let n: usize = shape.iter().product();
+                    let vals: Vec<f64> = (0..n)
+                        .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
+                        .collect();
+                    let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
+                    data.insert(name, Var::from_tensor(&t)?);
+                }
             }
         }
         let p = Params::from_varmap(&varmap, cfg)?;

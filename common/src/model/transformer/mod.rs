@@ -30,9 +30,11 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use self::layers::{Linear, Norm};
+use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, TransformerShape};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
+use crate::model::io::loaded_param;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
 use crate::model::{BOS, PAD};
@@ -247,18 +249,31 @@ pub(crate) fn source_dim(cfg: &CaptionerConfig) -> usize {
 }
 
 impl TransformerCaptioner {
-    /// A freshly initialised Transformer on `device`, its weights drawn from `seed` (Xavier-uniform
+    /// A Transformer on `device` with loaded weights, or weights drawn from a seed (Xavier-uniform
     /// matrices, PyTorch-style biases, unit layer-norm gains) so that two runs with the same seed
     /// start identically.
-    pub(crate) fn new(cfg: &CaptionerConfig, device: &Device, seed: u64) -> Result<Self> {
+    pub(crate) fn new(
+        cfg: &CaptionerConfig,
+        device: &Device,
+        origin: &ParamOrigin,
+    ) -> Result<Self> {
         cfg.validate()?;
         let varmap = VarMap::new();
-        let mut rng = CaprlRng::new(seed);
+        let mut rng = CaprlRng::new(match origin {
+            ParamOrigin::Seed(seed) => *seed,
+            ParamOrigin::Loaded(_) => 0,
+        });
         {
             let mut data = varmap.data().lock().map_err(|_| {
                 ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
             })?;
             Weights::visit(cfg, &mut |name, shape, init| {
+                if let ParamOrigin::Loaded(loaded) = origin {
+                    let var = loaded_param(loaded, name, shape, cfg.dtype)?;
+                    let handle = var.as_tensor().clone();
+                    data.insert(name.to_string(), var);
+                    return Ok(handle);
+                }
                 let n: usize = shape.iter().product();
                 let vals: Vec<f64> = match init {
                     Init::Const(c) => vec![c; n],
