@@ -58,6 +58,7 @@ fn bench_pipeline_times_every_roles_stages_in_process_and_over_nats() {
         let mode = run["mode"].as_str().unwrap();
         assert_eq!(run["steps"], STEPS, "{mode}");
         assert!(run["step_seconds"].as_f64().unwrap() > 0.0, "{mode}");
+        assert!(run["later_step_seconds"].as_f64().unwrap() > 0.0, "{mode}");
         assert!(run["first_step_seconds"].as_f64().unwrap() > 0.0, "{mode}");
         // One snapshot per step, one decode and one score per task: nothing timed twice.
         assert_eq!(stage(run, "learner/snapshot_serialise").1, STEPS, "{mode}");

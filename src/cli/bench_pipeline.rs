@@ -73,6 +73,8 @@ struct Measured {
     steps: u64,
     /// Mean wall seconds of an RL step (the step records' `seconds`).
     step_seconds: f64,
+    /// Mean of the steps after the first (which also waits for every role to come up).
+    later_step_seconds: f64,
     /// Seconds from starting the command to its first RL step's record.
     first_step_seconds: f64,
     /// Per `role/stage`: seconds per step summed over the role's processes, and observations.
@@ -198,7 +200,7 @@ fn measure(
     );
     let log = read_run_log(&run_dir.join("run.jsonl"))?;
     let steps: Vec<_> = log.steps.iter().filter(|s| s.phase == "rl").collect();
-    let (Some(first), false) = (steps.first(), steps.is_empty()) else {
+    let Some(first) = steps.first() else {
         bail!("the {} run logged no RL step", mode.name());
     };
     let n = steps.len() as u64;
@@ -218,6 +220,8 @@ fn measure(
         reward_workers: workers,
         steps: n,
         step_seconds: steps.iter().map(|s| s.seconds).sum::<f64>() / n as f64,
+        later_step_seconds: steps[1..].iter().map(|s| s.seconds).sum::<f64>()
+            / (n - 1).max(1) as f64,
         first_step_seconds: first.unix_ms.saturating_sub(started_ms) as f64 / 1e3,
         stages,
         peak_rss,
@@ -268,6 +272,9 @@ fn table(runs: &[Measured]) -> String {
     }
     row(&mut out, "step (learner, mean)", &|r| {
         format!("{:.3}", r.step_seconds)
+    });
+    row(&mut out, "steps after the first (mean)", &|r| {
+        format!("{:.3}", r.later_step_seconds)
     });
     row(&mut out, "snapshot path (share of step)", &|r| {
         let s = r.snapshot_path();
