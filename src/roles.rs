@@ -116,7 +116,7 @@ pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
     let items = &data.train.items;
     let started = std::time::Instant::now();
-    let df = Rewarder::training_df(data, items, cfg.reward.cider_eos);
+    let df = caprl_reward_worker::cached_training_df(data, items, cfg.reward.cider_eos);
     tracing::info!(
         "reward worker {id}: document frequencies of {} training images ({} n-grams) in {:.1} s",
         df.num_images(),

@@ -8,12 +8,14 @@
 //! [`run`] is the reward-worker role on a bus.
 
 mod clip_reward;
+mod df_cache;
 mod embed;
 mod lse;
 mod rewarder;
 mod service;
 
 pub use clip_reward::{contrast, ClipParts, ClipReward, CLIP_S_WEIGHT};
+pub use df_cache::{cache_path, cached_training_df};
 pub use embed::EmbedReward;
 pub use rewarder::{exploration_terms, RewardError, Rewarder};
 pub use service::{
