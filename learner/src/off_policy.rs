@@ -171,9 +171,12 @@ mod tests {
         })
     }
 
+    /// Per-token log-probs of the learner and of the behaviour policy, lengths, staleness.
+    type Case = (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<usize>, Vec<bool>);
+
     /// Sequence 0 is fresh; sequence 1 (2 tokens, a third padded) has log-ratios ln 3 and
     /// −ln 2, so ρ = 1.5 and ρₜ = (3, 0.5); sequence 2 has ρ = e^−2.
-    fn case() -> (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<usize>, Vec<bool>) {
+    fn case() -> Case {
         let (l3, l2) = (3f32.ln(), 2f32.ln());
         let current = vec![
             vec![-1.0, -1.0, 0.0],

@@ -147,7 +147,7 @@ fn update(run: &Run, trainer: &mut Trainer, pg: &PgBatch, opts: StepOptions) -> 
             stale: &stale,
             norm: pg.norm,
         };
-        return Ok(trainer.ppo_update(data, batch, options, opts)?);
+        return trainer.ppo_update(data, batch, options, opts);
     }
     let targets = if objective.uses_value_head() {
         PgTargets::Critic(&pg.values)
@@ -165,7 +165,7 @@ fn update(run: &Run, trainer: &mut Trainer, pg: &PgBatch, opts: StepOptions) -> 
             norm: pg.norm,
         }
     };
-    Ok(trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)?)
+    trainer.pg_step(data, &pg.rows, &pg.seqs, targets, opts)
 }
 
 /// The update's importance weights and PPO ratios in the step record.
