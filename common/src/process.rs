@@ -58,3 +58,15 @@ pub fn handing_back_freed_pages<R>(f: impl FnOnce() -> R) -> R {
     keep_freed_pages();
     r
 }
+
+/// A size field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`, ...) in KiB, for the process `pid`
+/// or, with `None`, this one; `None` where there is no such process, field or procfs.
+pub fn status_kib(pid: Option<u32>, field: &str) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    let status = std::fs::read_to_string(path).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..].split_whitespace().next()?.parse().ok()
+}

@@ -3,29 +3,17 @@
 //! references that all end with it and a df counted over them, as self-critical.pytorch's
 //! `get_self_critical_reward` does; with the option off both are plain CIDEr-D.
 
+mod support;
+
 use caprl_common::config::RewardName;
-use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_common::data::Dataset;
 use caprl_common::model::EOS;
 use caprl_common::score::{
     pairwise_distances, refs_with_eos, with_eos, CiderD, Distance, DocFreq, Interner, EOS_MARK,
 };
 use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use caprl_reward_worker::{exploration_terms, Rewarder};
-
-fn dataset(dir: &std::path::Path) -> Dataset {
-    synth(
-        dir,
-        &SynthConfig {
-            seed: 7,
-            train: 60,
-            val: 4,
-            test: 4,
-            progress: false,
-        },
-    )
-    .unwrap();
-    Dataset::open(dir).unwrap()
-}
+use support::dataset;
 
 /// Every training image's references as vocabulary ids (the rewarder's interning).
 fn training_refs(data: &Dataset) -> Vec<Vec<Vec<u32>>> {
@@ -53,7 +41,7 @@ fn cider(r: &Rewarder, row: usize, tokens: &[u32]) -> f64 {
 #[test]
 fn finished_caption_gets_eos_and_one_cut_at_max_len_does_not() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = dataset(&tmp.path().join("synth"));
+    let data = dataset(&tmp.path().join("synth"), 7, 60);
     let refs = training_refs(&data);
     let (i, item) = (3, &data.train.items[3]);
     // A caption with the words of the image's first reference, once finished and once cut.
@@ -95,7 +83,7 @@ fn finished_caption_gets_eos_and_one_cut_at_max_len_does_not() {
 #[test]
 fn sle_cider_distance_sees_the_marker_like_the_reward() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = dataset(&tmp.path().join("synth"));
+    let data = dataset(&tmp.path().join("synth"), 7, 60);
     let refs = training_refs(&data);
     let item = &data.train.items[5];
     let words = refs[5][0].clone();

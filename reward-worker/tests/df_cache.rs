@@ -2,28 +2,15 @@
 //! table the first computed, a changed data set or `<eos>` rule gets a table of its own, and a
 //! damaged file is counted again and replaced, never used.
 
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_reward_worker::{cache_path, cached_training_df, Rewarder};
+mod support;
 
-fn dataset(dir: &std::path::Path, seed: u64) -> Dataset {
-    synth(
-        dir,
-        &SynthConfig {
-            seed,
-            train: 40,
-            val: 4,
-            test: 4,
-            progress: false,
-        },
-    )
-    .unwrap();
-    Dataset::open(dir).unwrap()
-}
+use caprl_reward_worker::{cache_path, cached_training_df, Rewarder};
+use support::dataset;
 
 #[test]
 fn the_table_is_kept_read_back_keyed_by_the_references_and_recounted_when_damaged() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = dataset(&tmp.path().join("a"), 7);
+    let data = dataset(&tmp.path().join("a"), 7, 40);
     let items = &data.train.items;
     let counted = Rewarder::training_df(&data, items, true);
     let path = cache_path(&data, items, true);
@@ -40,7 +27,7 @@ fn the_table_is_kept_read_back_keyed_by_the_references_and_recounted_when_damage
     // Another rule, another image set, another data set: other names.
     assert_ne!(cache_path(&data, items, false), path);
     assert_ne!(cache_path(&data, &items[1..], true), path);
-    let other = dataset(&tmp.path().join("b"), 8);
+    let other = dataset(&tmp.path().join("b"), 8, 40);
     let other_path = cache_path(&other, &other.train.items, true);
     assert_ne!(other_path.file_name(), path.file_name());
 

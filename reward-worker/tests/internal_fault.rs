@@ -3,6 +3,8 @@
 //! and scores it on the retry. A rollout naming an image the data set does not have can never
 //! be scored and is termed instead. Real reward-worker loop on the in-process bus.
 
+mod support;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,12 +12,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
 use caprl_common::config::RewardName;
-use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{
     self, DecodeKind, PolicyVersion, Rollout, ScoredRollout, Sequence, TaskId,
 };
 use caprl_reward_worker::{RewardError, Rewarder, WorkerConfig, INTERNAL_FAULT_RETRY};
+use support::dataset;
 
 const LIMIT: usize = 8 << 20;
 
@@ -37,16 +39,7 @@ fn rollout(id: u64, row: u32) -> Rollout {
 #[test]
 fn an_internal_fault_hands_the_rollout_back_and_bad_input_is_termed() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("synth");
-    let synth_cfg = SynthConfig {
-        seed: 3,
-        train: 16,
-        val: 4,
-        test: 4,
-        progress: false,
-    };
-    synth(&dir, &synth_cfg).unwrap();
-    let data = Dataset::open(&dir).unwrap();
+    let data = dataset(&tmp.path().join("synth"), 3, 16);
     let items = &data.train.items;
     let df = Rewarder::training_df(&data, items, true);
     let rewarder = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df, None).unwrap();

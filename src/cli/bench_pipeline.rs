@@ -11,11 +11,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::telemetry::read_run_log;
+use caprl_common::telemetry::runlog::unix_ms_now;
 use caprl_common::telemetry::stages::{Stage, StageReport, REPORT_DIR_ENV};
 use serde::Serialize;
 
@@ -180,7 +181,7 @@ fn measure(
     if !global.quiet && global.verbose == 0 {
         cmd.arg("-q");
     }
-    let started_ms = unix_ms();
+    let started_ms = unix_ms_now();
     let started = Instant::now();
     let status = cmd
         .status()
@@ -312,10 +313,4 @@ fn heading(r: &Measured) -> String {
         PipelineMode::InProcess => "in-process".into(),
         PipelineMode::Nats => format!("NATS {}A {}W", r.actors, r.reward_workers),
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -296,7 +296,10 @@ impl<'a> Soak<'a> {
             if sampled.elapsed() >= Duration::from_secs(1) {
                 sampled = Instant::now();
                 for name in sup.names() {
-                    if let Some(kib) = sup.pid(&name).and_then(rss_kib) {
+                    if let Some(kib) = sup
+                        .pid(&name)
+                        .and_then(|pid| caprl_common::process::status_kib(Some(pid), "VmRSS:"))
+                    {
                         let max = self.rss_max.entry(name).or_default();
                         *max = (*max).max(kib);
                     }
@@ -368,13 +371,6 @@ fn reference_run(base: &Global, dir: &Path) -> Result<PathBuf> {
         );
     }
     Ok(dir.to_path_buf())
-}
-
-/// Resident memory of a process in KiB (`VmRSS` of `/proc/<pid>/status`).
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn memory_check(rss_max: &BTreeMap<String, u64>, max_mib: u64) -> Check {

@@ -116,11 +116,9 @@ impl Stage {
         }
     }
 
+    /// Its place in [`Stage::ALL`] (declared in the same order; a test checks it).
     fn index(self) -> usize {
-        Stage::ALL
-            .iter()
-            .position(|&s| s == self)
-            .expect("every stage is in Stage::ALL")
+        self as usize
     }
 }
 
@@ -268,14 +266,9 @@ pub fn write_report(process: &str, started: Instant) {
     }
 }
 
-/// A size field of `/proc/self/status`, in bytes (0 where there is no procfs).
+/// A size field of this process's `/proc/self/status`, in bytes (0 where there is no procfs).
 fn status_bytes(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib * 1024)
+    crate::process::status_kib(None, field).map_or(0, |kib| kib * 1024)
 }
 
 #[cfg(test)]
