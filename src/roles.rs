@@ -181,6 +181,7 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         max_message_bytes: cfg.nats.max_message_bytes as usize,
         keep_snapshots: 2,
         snapshot_dtype: cfg.runtime.snapshot_dtype.into(),
+        snapshot_every: cfg.runtime.snapshot_every,
     }
 }
 

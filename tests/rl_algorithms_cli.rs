@@ -1,7 +1,8 @@
 //! The RL algorithms of `[train]` through `caprl train` on a tiny run: group baselines, PPO's
 //! clipped passes with their ratio statistics in the run log, the KL to the XE model as a
 //! reward penalty or a loss term, GSPO and decoupled PPO with async mode's importance weights,
-//! dynamic sampling, and async mode without policy lag being the sync run.
+//! dynamic sampling (also with snapshots every other version), and async mode without policy
+//! lag being the sync run.
 
 mod support;
 
@@ -198,6 +199,41 @@ fn dynamic_sampling_drops_flat_groups_and_tops_up_the_batch() {
         "refills take later batches: {} vs {} steps",
         rl.len(),
         plain.len()
+    );
+}
+
+/// Async snapshots every 2nd version (`runtime.snapshot_every = 2`, lag bound 1) with dynamic
+/// sampling, whose refills bring a round before its version: the run finishes, every step
+/// trains within the bound, and the policy is published about every other step.
+#[test]
+fn async_snapshots_every_other_version_with_refills_stay_within_the_lag_bound() {
+    let keys = [
+        "runtime.mode=\"async\"",
+        "runtime.max_policy_lag=1",
+        "runtime.snapshot_every=2",
+        "train.baseline=\"grpo\"",
+        "train.dynamic_sampling=true",
+        "decode.temperature=0.02",
+        "train.batch_size=8",
+    ];
+    let rl = train("scst", &keys);
+    assert!(rl.len() >= 4, "{} steps: {rl:?}", rl.len());
+    for s in &rl {
+        assert!(s["max_lag"].as_u64().unwrap() <= 1, "{s}");
+    }
+    let published: std::collections::BTreeSet<u64> = rl
+        .iter()
+        .map(|s| s["snapshot_version"].as_u64().unwrap())
+        .collect();
+    assert!(
+        published.len() < rl.len(),
+        "a snapshot every step: {published:?} over {} steps",
+        rl.len()
+    );
+    assert!(
+        rl.iter()
+            .any(|s| s["tasks_issued"].as_u64().unwrap_or(0) > 2),
+        "no step refilled its batch: {rl:?}"
     );
 }
 

@@ -231,6 +231,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             max_message_bytes: LIMIT,
             keep_snapshots: 2,
             snapshot_dtype: caprl_common::model::DType::F32,
+            snapshot_every: 1,
         },
     );
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();

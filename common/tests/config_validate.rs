@@ -129,6 +129,12 @@ fn out_of_range_values_name_key_value_and_range() {
             "group baseline",
         ),
         (
+            "runtime.snapshot_every=2",
+            "runtime.snapshot_every",
+            "2 in sync mode",
+            "1 in sync mode",
+        ),
+        (
             "runtime.tasks_in_flight=0",
             "runtime.tasks_in_flight",
             "0",
@@ -426,4 +432,24 @@ fn gspo_decoupled_ppo_and_dynamic_sampling_are_accepted_where_they_apply() {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         RunConfig::load(None, &sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
     }
+}
+
+/// Async snapshots every N versions: N ≤ max_policy_lag + 1 (the oldest published policy
+/// must stay within the lag bound); inside it the config loads.
+#[test]
+fn snapshot_every_is_bounded_by_the_policy_lag_in_async_mode() {
+    let load = |sets: &[&str]| {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        RunConfig::load(None, &sets)
+    };
+    let base = ["runtime.mode=\"async\"", "runtime.max_policy_lag=2"];
+    let err = load(&[&base[..], &["runtime.snapshot_every=4"]].concat())
+        .expect_err("snapshot_every 4 with max_policy_lag 2 was accepted")
+        .to_string();
+    assert!(err.contains("runtime.snapshot_every"), "{err}");
+    assert!(err.contains("4 with max_policy_lag = 2"), "{err}");
+    assert!(err.contains("1..=max_policy_lag + 1"), "{err}");
+    let ok = load(&[&base[..], &["runtime.snapshot_every=3"]].concat()).unwrap();
+    assert_eq!(ok.runtime.snapshot_every, 3);
+    assert!(load(&[&base[..], &["runtime.snapshot_every=0"]].concat()).is_err());
 }

@@ -28,6 +28,12 @@
 //!   learner's (a predecessor's that went further than its checkpoint) is dropped in both
 //!   modes.
 //!
+//! A snapshot is published every version, or in async mode every `snapshot_every` versions
+//! (at most `max_policy_lag + 1`, so the newest published policy is always within the bound):
+//! the broadcast, which every actor fetches, then costs `1/snapshot_every` per step. A task
+//! waits for no policy newer than its `min_version`, and the learner publishes early when a
+//! round's task needs it ([`Driver::publish_with`]).
+//!
 //! Versions on the bus never go back, also when a learner resumes from a checkpoint older than
 //! the newest snapshot it published before it died: the driver publishes the trainer's version
 //! plus an offset chosen at start ([`Driver::continue_versions`]), and translates the versions
@@ -94,6 +100,9 @@ pub struct DriverOptions {
     pub keep_snapshots: u64,
     /// The dtype the policy's weights travel in (`runtime.snapshot_dtype`).
     pub snapshot_dtype: DType,
+    /// Async: a snapshot is published every this many versions (`runtime.snapshot_every`;
+    /// 1 = every version, the only value sync mode takes).
+    pub snapshot_every: u64,
 }
 
 /// What one step's collection saw.
@@ -167,14 +176,19 @@ pub struct Driver {
     shutdown: Shutdown,
     opts: DriverOptions,
     published: Option<SnapshotMeta>,
+    /// The bus versions of the snapshots this learner published that are still stored,
+    /// oldest first.
+    stored: VecDeque<u64>,
     /// Scored rollouts of later rounds, kept for their round.
     buffer: BTreeMap<TaskId, ScoredRollout>,
     /// Task ids issued and not yet back.
     outstanding: BTreeSet<TaskId>,
     /// Tasks made but not yet issued (no credit yet).
     queued: VecDeque<RolloutTask>,
-    /// The images of each task of the queued rounds, for queueing it again.
-    rows_of: BTreeMap<TaskId, Vec<u32>>,
+    /// Each task of the queued rounds, for queueing it again and for the policy it waits for.
+    planned: BTreeMap<TaskId, Planned>,
+    /// The round the next [`Driver::collect`] takes (the next step's, or a refill's).
+    next_round: u64,
     /// The last round whose tasks are queued (its own collect, or an earlier one issuing
     /// ahead).
     queued_through: Option<u64>,
@@ -183,6 +197,13 @@ pub struct Driver {
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
     versions: Versions,
+}
+
+/// A task of a queued round: its images, and the oldest policy (bus version) that may decode it.
+#[derive(Debug, Clone)]
+struct Planned {
+    rows: Vec<u32>,
+    min_version: u64,
 }
 
 /// How the trainer's policy versions map to the versions on the bus.
@@ -261,10 +282,12 @@ impl Driver {
             shutdown,
             opts,
             published: None,
+            stored: VecDeque::new(),
             buffer: BTreeMap::new(),
             outstanding: BTreeSet::new(),
             queued: VecDeque::new(),
-            rows_of: BTreeMap::new(),
+            planned: BTreeMap::new(),
+            next_round: 0,
             queued_through: None,
             took_waiting: false,
             totals: DriverTotals::default(),
@@ -340,7 +363,10 @@ impl Driver {
         Ok(())
     }
 
-    /// Publishes `model` as policy `version` unless that exact snapshot is already `latest`.
+    /// Publishes `model` as policy `version` when a snapshot is due (see
+    /// [`Driver::snapshot_due`]); returns the snapshot that is `latest` afterwards. Call it
+    /// before each [`Driver::collect`], also of a round in the same version (a refill): a
+    /// task of that round may wait for this version.
     pub fn publish(
         &mut self,
         model: &Captioner,
@@ -358,10 +384,12 @@ impl Driver {
         version: u64,
     ) -> Result<SnapshotMeta, LearnerError> {
         let version = self.versions.published(version);
-        if let Some(p) = &self.published {
-            if p.version == version {
-                return Ok(p.clone());
-            }
+        if let Some(p) = self
+            .published
+            .as_ref()
+            .filter(|_| !self.snapshot_due(version))
+        {
+            return Ok(p.clone());
         }
         let started = Instant::now();
         let bytes = stages::time(Stage::SnapshotSerialise, || {
@@ -377,14 +405,39 @@ impl Driver {
         drop(put);
         tm::record_snapshot(meta.bytes, started.elapsed());
         tm::set_policy_version(version);
-        if let Some(old) = version.checked_sub(self.opts.keep_snapshots + 1) {
-            let _ = self.rt.block_on(self.bus.delete_snapshot(old));
+        self.stored.push_back(version);
+        while self.stored.len() as u64 > self.opts.keep_snapshots + 1 {
+            if let Some(old) = self.stored.pop_front() {
+                let _ = self.rt.block_on(self.bus.delete_snapshot(old));
+            }
         }
         self.published = Some(meta.clone());
         if let Some(r) = &self.readiness {
             r.set_ready(true);
         }
         Ok(meta)
+    }
+
+    /// Whether policy `version` (a bus version) is to be published: always when nothing is yet,
+    /// never twice, else once `snapshot_every` versions have passed since the last one, or
+    /// sooner when a task of the next round waits for a newer policy than `latest` (a task
+    /// issued ahead whose round came early, after a dynamic-sampling refill or a skipped step:
+    /// without it, actors would wait for a snapshot the learner waits for their results to
+    /// publish).
+    fn snapshot_due(&self, version: u64) -> bool {
+        let Some(p) = &self.published else {
+            return true;
+        };
+        let k = self.tasks_per_step();
+        let first = TaskId(self.next_round * k);
+        let needed = self
+            .planned
+            .range(first..TaskId(first.0 + k))
+            .map(|(_, t)| t.min_version)
+            .max()
+            .unwrap_or(0);
+        version > p.version
+            && (version >= p.version + self.opts.snapshot_every.max(1) || needed > p.version)
     }
 
     /// The task `id` for images `rows`, made at policy `version` for the round `lead` rounds
@@ -501,7 +554,8 @@ impl Driver {
             tm::set_tasks_in_flight(self.outstanding.len() as u64);
         }
         self.outstanding.retain(|id| !wanted.contains(id));
-        self.rows_of.retain(|id, _| !wanted.contains(id));
+        self.planned.retain(|id, _| !wanted.contains(id));
+        self.next_round = round + 1;
         tm::set_tasks_in_flight(self.outstanding.len() as u64);
         out.tasks_issued = issued.len() as u64;
         out.results_found = got.keys().filter(|id| !issued.contains(id)).count() as u64;
@@ -564,10 +618,24 @@ impl Driver {
 
     /// Queues task `id` again, ahead of the others, for policy `version`.
     fn requeue(&mut self, id: TaskId, version: u64) {
-        let rows = self.rows_of.get(&id).cloned().unwrap_or_default();
+        let rows = self
+            .planned
+            .get(&id)
+            .map(|t| t.rows.clone())
+            .unwrap_or_default();
         self.queued.retain(|t| t.task_id != id);
         let task = self.make_task(id, version, &rows, 0);
+        self.plan(&task);
         self.queued.push_front(task);
+    }
+
+    /// Remembers `task`'s images and the policy it waits for until its round is collected.
+    fn plan(&mut self, task: &RolloutTask) {
+        let planned = Planned {
+            rows: task.image_rows.clone(),
+            min_version: task.min_version.0,
+        };
+        self.planned.insert(task.task_id, planned);
     }
 
     /// Queues the tasks of round `round` (images `rows`, ids `round·K ..`), `lead` rounds
@@ -578,9 +646,8 @@ impl Driver {
         }
         let k = self.tasks_per_step();
         for (i, chunk) in (0..).zip(rows.chunks(self.opts.images_per_task.max(1))) {
-            let id = TaskId(round * k + i);
-            self.rows_of.insert(id, chunk.to_vec());
-            let t = self.make_task(id, version, chunk, lead);
+            let t = self.make_task(TaskId(round * k + i), version, chunk, lead);
+            self.plan(&t);
             self.queued.push_back(t);
         }
         self.queued_through = Some(round);

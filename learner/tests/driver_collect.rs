@@ -42,6 +42,7 @@ fn options(sync: bool) -> DriverOptions {
         max_message_bytes: LIMIT,
         keep_snapshots: 2,
         snapshot_dtype: caprl_common::model::DType::F32,
+        snapshot_every: 1,
     }
 }
 
@@ -70,7 +71,7 @@ fn scored(id: u64, version: u64) -> Bytes {
 struct Fixture {
     rt: tokio::runtime::Runtime,
     bus: Arc<dyn Bus>,
-    _stop: ShutdownTrigger,
+    stop: ShutdownTrigger,
     driver: Driver,
 }
 
@@ -90,7 +91,7 @@ fn fixture_with(options: DriverOptions) -> Fixture {
     Fixture {
         rt,
         bus,
-        _stop: stop,
+        stop,
         driver,
     }
 }
@@ -444,4 +445,111 @@ fn bf16_snapshots_halve_the_bytes_and_load_into_an_f32_actor() {
         ratio > 0.45 && ratio < 0.55,
         "bf16 / f32 snapshot bytes = {ratio}"
     );
+}
+
+/// Plays an async actor + reward worker: decodes a task with the newest published policy once
+/// that is at least the task's `min_version`, and hands it back for later until then.
+fn answer_like_an_actor(f: &Fixture) -> tokio::task::JoinHandle<()> {
+    let bus = Arc::clone(&f.bus);
+    f.rt.spawn(async move {
+        loop {
+            let got = bus
+                .pull(Queue::Tasks, 8, Duration::from_millis(50))
+                .await
+                .unwrap();
+            for d in got {
+                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+                let held = bus.latest().await.unwrap().map_or(0, |m| m.version);
+                if held < task.min_version.0 {
+                    d.nak(Some(Duration::from_millis(20))).await.unwrap();
+                    continue;
+                }
+                bus.publish(Queue::Scored, scored(task.task_id.0, held))
+                    .await
+                    .unwrap();
+                d.ack().await.unwrap();
+            }
+        }
+    })
+}
+
+/// A tiny policy to publish.
+fn tiny_model() -> caprl_common::model::Captioner {
+    use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
+    let cfg = CaptionerConfig::new(ModelKind::Fc, 20, 8, None);
+    Captioner::new(&cfg, &Device::Cpu, 1).unwrap()
+}
+
+/// Stops `f`'s driver after `secs`, so that a collection that waits for ever fails instead.
+fn stop_after(f: &mut Fixture, secs: u64) {
+    let (trigger, _) = ShutdownTrigger::new();
+    let old = std::mem::replace(&mut f.stop, trigger);
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(secs));
+        old.trigger();
+    });
+}
+
+/// `runtime.snapshot_every = 3` with `max_policy_lag = 2`: versions 0, 3, 6 are published
+/// (and only the newest `keep_snapshots + 1` stay stored); every step still trains within the
+/// lag bound, on rollouts of the newest published policy at the latest.
+#[test]
+fn async_snapshots_every_third_version_keep_every_step_within_the_lag_bound() {
+    let mut f = fixture_with(DriverOptions {
+        max_policy_lag: 2,
+        snapshot_every: 3,
+        keep_snapshots: 1,
+        ..options(false)
+    });
+    stop_after(&mut f, 60);
+    let model = tiny_model();
+    let roles = answer_like_an_actor(&f);
+    let steps = 8u64;
+    let mut latest = Vec::new();
+    let mut metas = Vec::new();
+    for s in 0..steps {
+        let meta = f.driver.publish(&model, s).unwrap();
+        latest.push(meta.version);
+        metas.push(meta);
+        let ahead: Vec<Vec<u32>> = (s + 1..steps).map(step_rows).collect();
+        let c = f.driver.collect(s, s, &step_rows(s), &ahead).unwrap();
+        assert_eq!(c.scored.len(), 2, "step {s}");
+        assert!(c.max_lag <= 2, "step {s}: lag {}", c.max_lag);
+        assert_eq!(c.dropped_stale, 0, "step {s}");
+    }
+    roles.abort();
+    assert_eq!(latest, [0, 0, 0, 3, 3, 3, 6, 6]);
+    let stored = |v: u64| {
+        f.rt.block_on(f.bus.get_snapshot(&metas[v as usize]))
+            .is_ok()
+    };
+    assert!(!stored(0), "version 0 is past keep_snapshots = 1");
+    assert!(stored(3) && stored(6));
+}
+
+/// A round that comes before its version does (a dynamic-sampling refill, or a skipped step,
+/// in the same version): its tasks were issued ahead needing that version, which is not due by
+/// `snapshot_every`; publishing before the round publishes it, so actors can answer.
+#[test]
+fn a_round_that_comes_early_gets_the_snapshot_its_tasks_wait_for() {
+    let mut f = fixture_with(DriverOptions {
+        max_policy_lag: 1,
+        snapshot_every: 2,
+        ..options(false)
+    });
+    stop_after(&mut f, 60);
+    let model = tiny_model();
+    let roles = answer_like_an_actor(&f);
+    let rows: Vec<Vec<u32>> = (0..5).map(step_rows).collect();
+    assert_eq!(f.driver.publish(&model, 0).unwrap().version, 0);
+    f.driver.collect(0, 0, &rows[0], &rows[1..2]).unwrap();
+    // Version 1 is not due (every 2nd) and round 1's tasks take version 0.
+    assert_eq!(f.driver.publish(&model, 1).unwrap().version, 0);
+    f.driver.collect(1, 1, &rows[1], &rows[2..3]).unwrap();
+    // Round 2 was issued at version 1, one round ahead: it needs version 1, and comes at once.
+    assert_eq!(f.driver.publish(&model, 1).unwrap().version, 1);
+    let c = f.driver.collect(2, 1, &rows[2], &rows[3..4]).unwrap();
+    roles.abort();
+    assert_eq!(c.scored.len(), 2);
+    assert!(c.scored.iter().all(|s| s.rollout.policy_version.0 == 1));
 }

@@ -12,6 +12,8 @@
 # Environment: SEEDS (default "1 2 3"), OUT (default runs/async-overlap), CAPRL (default
 # target/release/caprl), CORES (default "0 1": the learner's core, then the other roles'),
 # NATS_SERVER (default nats-server: use 2.10 or later, see docs/runtime.md).
+# ASYNC_SETS: overrides for the async runs only, space-separated KEY=VALUE (e.g.
+# "runtime.snapshot_every=3", which sync mode refuses).
 # Arguments are extra `--set KEY=VALUE` overrides. Defaults: configs/scst.toml on the 2,000-image
 # synthetic subset, fc-GRU of 256 units, 1 XE + 2 RL epochs (32 images = 4 tasks per step).
 set -euo pipefail
@@ -49,6 +51,9 @@ for seed in $SEEDS; do
     sleep 0.5
     run_sets=("${SETS[@]}" --set "seed=$seed" --set "run_dir=\"$run\"" --set "runtime.mode=\"$mode\""
               --nats-url "nats://127.0.0.1:$port" -q)
+    if [ "$mode" = async ]; then
+      for kv in ${ASYNC_SETS:-}; do run_sets+=(--set "$kv"); done
+    fi
     for i in 0 1; do
       taskset -c "$ROLE_CORE" "$CAPRL" actor --id "actor-$i" "${run_sets[@]}" &
       pids+=($!)

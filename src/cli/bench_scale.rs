@@ -66,8 +66,9 @@ struct Measured {
     wall: f64,
     rollouts: u64,
     images: u64,
-    steps: u64,
-    /// One policy snapshot's size; every actor fetches every version.
+    /// Snapshots published in the measured steps; every actor fetches each.
+    snapshots: u64,
+    /// One policy snapshot's size.
     snapshot_bytes: u64,
     msgs: f64,
     bytes: f64,
@@ -134,7 +135,7 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         let overhead_ms = (m.wall - m.images as f64 / ideal) / m.rollouts.max(1) as f64 * 1e3;
         // Each version goes in once and out to every actor.
         let snapshot_share =
-            ((n as u64 + 1) * m.steps * m.snapshot_bytes) as f64 / m.bytes.max(1.0);
+            ((n as u64 + 1) * m.snapshots * m.snapshot_bytes) as f64 / m.bytes.max(1.0);
         out.push_str(&format!(
             "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {:.0}% | \
              {overhead_ms:.1} |\n",
@@ -151,7 +152,9 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     out.push_str(&format!(
         "\n(of linear: against N times the first row's per-actor rate; the learner's rate caps \
          the ideal, so rows past it fall below linear by design. A policy snapshot is \
-         {snapshot_mb:.1} MB, published every step and fetched by every actor.)\n"
+         {snapshot_mb:.1} MB, published every {} step(s) (runtime.snapshot_every) and fetched by \
+         every actor.)\n",
+        cfg.runtime.snapshot_every
     ));
     write_stdout(&out)
 }
@@ -239,12 +242,15 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     let ahead_steps = driver.issue_ahead_steps() as u64;
     let (mut started, mut before) = (Instant::now(), varz(monitor)?);
     let (mut rollouts, mut images, mut snapshot_bytes) = (0u64, 0u64, 0u64);
+    let (mut snapshots, mut latest) = (0u64, None);
     for step in 0..WARMUP_STEPS + args.steps {
         if step == WARMUP_STEPS {
             (started, before) = (Instant::now(), varz(monitor)?);
-            (rollouts, images) = (0, 0);
+            (rollouts, images, snapshots) = (0, 0, 0);
         }
-        snapshot_bytes = driver.publish_with(&model, None, step)?.bytes;
+        let meta = driver.publish_with(&model, None, step)?;
+        snapshot_bytes = meta.bytes;
+        snapshots += u64::from(latest.replace(meta.version) != Some(meta.version));
         let ahead: Vec<Vec<u32>> = (1..=ahead_steps).map(|j| rows_of(step + j)).collect();
         let collected = driver.collect(step, step, &rows_of(step), &ahead)?;
         rollouts += collected.scored.len() as u64;
@@ -270,7 +276,7 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
         wall,
         rollouts,
         images,
-        steps: args.steps,
+        snapshots,
         snapshot_bytes,
         msgs: (after.0 - before.0) as f64,
         bytes: (after.1 - before.1) as f64,

@@ -497,6 +497,10 @@ pub struct RuntimeConfig {
     /// The dtype policy snapshots travel in (`bf16` halves the bytes every actor fetches; the
     /// learner keeps f32 weights, actors load them into their own dtype).
     pub snapshot_dtype: Dtype,
+    /// Async: the learner publishes its policy every this many versions (actors fetch each
+    /// one), so the broadcast costs 1/`snapshot_every` per step; 1 in sync mode, at most
+    /// `max_policy_lag + 1`.
+    pub snapshot_every: u64,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -518,6 +522,7 @@ impl Default for RuntimeConfig {
             is_mask_low: 0.5,
             is_mask_high: 2.0,
             snapshot_dtype: Dtype::F32,
+            snapshot_every: 1,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,

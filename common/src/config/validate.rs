@@ -6,7 +6,7 @@ use std::ops::RangeBounds;
 
 use super::error::ConfigError;
 use super::schema::{
-    Baseline, KlEstimator, KlIn, Objective, PpoProximal, PpoRatio, RunConfig, Schedule,
+    Baseline, KlEstimator, KlIn, Mode, Objective, PpoProximal, PpoRatio, RunConfig, Schedule,
 };
 
 /// One check: the key it is about, what is allowed (for the message), and a
@@ -169,6 +169,18 @@ const RULES: &[Rule] = &[
         },
     },
     Rule { key: "runtime.max_policy_lag", allowed: TOML_INT, violation: |c| toml_int(c.runtime.max_policy_lag) },
+    Rule {
+        key: "runtime.snapshot_every",
+        allowed: "1 in sync mode (a sync task is decoded by exactly the learner's policy), 1..=max_policy_lag + 1 in async mode (the oldest published policy must stay within the lag bound)",
+        violation: |c| {
+            let r = &c.runtime;
+            let (most, context) = match r.mode {
+                Mode::Sync => (1, " in sync mode".to_string()),
+                Mode::Async => (r.max_policy_lag.saturating_add(1), format!(" with max_policy_lag = {}", r.max_policy_lag)),
+            };
+            outside(r.snapshot_every, 1..=most).map(|v| format!("{v}{context}"))
+        },
+    },
     Rule { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |c| fails(c.runtime.is_clip, |x| x > 0.0 && x.is_finite()) },
     Rule { key: "runtime.is_mask_low", allowed: "a finite number >= 0", violation: |c| fails(c.runtime.is_mask_low, |x| x >= 0.0 && x.is_finite()) },
     Rule {

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::Result;
+use caprl_common::clip::Discriminator;
 use caprl_common::config::{KlIn, Mode, PpoProximal, RunConfig};
 use caprl_common::data::{Dataset, Item};
 use caprl_common::telemetry::stages::{self, Stage};
@@ -36,9 +37,16 @@ pub(super) fn rl_step(
         objective,
     } = *run;
     let version = trainer.state.policy_version;
-    driver.publish_with(&trainer.model, disc.as_ref().map(|d| &d.disc), version)?;
-    record.snapshot_version = Some(driver.published_version(version));
-    let mut scored = collect_batch(run, trainer, driver, (batch, ahead), record)?;
+    let snapshot_disc = disc.as_deref().map(|d| &d.disc);
+    let latest = driver.publish_with(&trainer.model, snapshot_disc, version)?;
+    record.snapshot_version = Some(latest.version);
+    let mut scored = collect_batch(
+        run,
+        trainer,
+        (driver, snapshot_disc),
+        (batch, ahead),
+        record,
+    )?;
     if let Some(disc) = disc {
         let (real, fake) = disc_examples(&scored);
         let s = disc.step(data, &real, &fake)?;
@@ -72,7 +80,7 @@ pub(super) fn rl_step(
 fn collect_batch(
     run: &Run,
     trainer: &mut Trainer,
-    driver: &mut Driver,
+    (driver, disc): (&mut Driver, Option<&Discriminator>),
     (batch, ahead): (&[&Item], &[Vec<u32>]),
     record: &mut StepRecord,
 ) -> Result<Vec<ScoredRollout>> {
@@ -84,7 +92,7 @@ fn collect_batch(
     let mut collected = driver.collect(round, version, &rows, ahead)?;
     let first_round = collected.scored.len();
     if cfg.train.dynamic_sampling {
-        refill(run, trainer, driver, version, &mut collected)?;
+        refill(run, trainer, (driver, disc), version, &mut collected)?;
     }
     driver.record_depths();
     record.rollouts_per_s =
@@ -191,11 +199,14 @@ fn record_update(record: &mut StepRecord, stats: &StepStats) {
 
 /// Dynamic sampling ([`crate::dynamic_sampling`]): collects further rounds, each the next
 /// batch of the epoch, until the step's rollouts hold `batch_size` images whose samples
-/// spread, the epoch has no batch left, or [`dynamic_sampling::MAX_ROUNDS`] rounds ran.
+/// spread, the epoch has no batch left, or [`dynamic_sampling::MAX_ROUNDS`] rounds ran. Each
+/// round is offered the policy first, as the step's own was: with `runtime.snapshot_every > 1`
+/// a task issued ahead for this round may wait for the current version (see
+/// [`Driver::publish_with`]).
 fn refill(
     run: &Run,
     trainer: &mut Trainer,
-    driver: &mut Driver,
+    (driver, disc): (&mut Driver, Option<&Discriminator>),
     version: u64,
     collected: &mut Collected,
 ) -> Result<()> {
@@ -214,6 +225,7 @@ fn refill(
         let rows: Vec<u32> = idx.iter().map(|&i| items[i].row as u32).collect();
         let ahead = ahead_rows(cfg, items, trainer, driver.issue_ahead_steps());
         let round = trainer.state.step + trainer.state.extra_rounds;
+        driver.publish_with(&trainer.model, disc, version)?;
         collected.absorb(driver.collect(round, version, &rows, &ahead)?);
         rounds += 1;
     }
