@@ -90,6 +90,11 @@ impl<F> RolloutFn for F where
 /// How long a task whose policy is not published waits before it is handed out again.
 const NOT_PUBLISHED_RETRY: Duration = Duration::from_secs(1);
 
+/// Async mode: how long an actor holds a task whose policy is the learner's next snapshot
+/// (a task issued ahead under `runtime.snapshot_every > 1`) before handing it back. Handed
+/// back at once, it would wait [`NOT_PUBLISHED_RETRY`] after the snapshot came out.
+const NEXT_POLICY_WAIT: Duration = Duration::from_secs(5);
+
 /// How long a task whose decode hit an internal fault waits before it is handed out again.
 pub const INTERNAL_FAULT_RETRY: Duration = Duration::from_secs(2);
 
@@ -193,58 +198,16 @@ async fn handle_task<R: RolloutFn>(
     delivery: Delivery,
     task: RolloutTask,
 ) -> Result<(), ActorError> {
+    let Some((policy, version, delivery)) = policy_for(work, bus, delivery, &task).await? else {
+        return Ok(());
+    };
     let ActorWork {
         cfg,
-        state,
         stats,
         rollout: rollout_fn,
         ..
     } = work;
     let cfg = &*cfg;
-    let want = task.policy_version.0;
-    let need = if cfg.sync { want } else { task.min_version.0 };
-    if cfg.sync && state.version().is_some_and(|v| v > want) {
-        // Either the learner moved past this task's step, or it restarted from an
-        // older checkpoint and `latest` went back: ask the store, not the watch.
-        if let Some(meta) = bus.latest().await? {
-            state.load(cfg, bus, meta, stats).await;
-        }
-    }
-    if state.version().is_none_or(|v| v < need) {
-        // The task was issued right after a new snapshot. The learner sets `latest` before it
-        // issues a task, so the store says whether that snapshot exists (the watch may lag,
-        // and a broker restart ends it).
-        if let Some(meta) = bus.latest().await? {
-            if meta.version >= need {
-                state.load(cfg, bus, meta, stats).await;
-            }
-        }
-    }
-    let Some(held) = state.held.as_ref() else {
-        delivery.nak(Some(Duration::from_millis(100))).await?;
-        return Ok(());
-    };
-    let have = held.meta.version;
-    if cfg.sync && have != want || !cfg.sync && have < task.min_version.0 {
-        if have > want {
-            // The learner has moved past this task's step: nobody will use its result.
-            stats.stale_tasks += 1;
-            delivery.ack().await?;
-        } else {
-            // The policy this task needs is not published: the task of a learner that died
-            // and was resumed from an earlier checkpoint, which reaches that step later (or a
-            // snapshot we could not fetch yet). Retry it later, not at once: JetStream hands
-            // out due redeliveries first, so tasks like this redelivered every few hundred ms
-            // kept the current step's tasks from ever reaching an actor.
-            tracing::debug!(
-                "actor {}: {} needs policy v{need}, newest is v{have}; retrying it later",
-                cfg.id,
-                task.task_id
-            );
-            delivery.nak(Some(NOT_PUBLISHED_RETRY)).await?;
-        }
-        return Ok(());
-    }
     if !cfg.delay.is_zero() {
         tracing::info!(
             "actor {}: holding {} for {} ms before decoding (--delay-ms)",
@@ -254,12 +217,7 @@ async fn handle_task<R: RolloutFn>(
         );
         tokio::time::sleep(cfg.delay).await;
     }
-    let (policy, data, id) = (
-        Arc::clone(&held.policy),
-        Arc::clone(&cfg.data),
-        cfg.id.clone(),
-    );
-    let version = PolicyVersion(have);
+    let (data, id) = (Arc::clone(&cfg.data), cfg.id.clone());
     let task_for_decode = task.clone();
     let rollout_fn = Arc::clone(rollout_fn);
     let rollout = tokio::task::spawn_blocking(move || {
@@ -294,6 +252,97 @@ async fn handle_task<R: RolloutFn>(
             return Ok(());
         }
     };
+    publish_rollout(cfg, stats, bus, delivery, &task, rollout).await
+}
+
+/// The policy `task` is to be decoded with (fetching `latest` when the held one is too old),
+/// with its version and the delivery; `None` when the task was settled instead: acked as
+/// stale (the learner moved past its step), or handed back until its policy is published.
+async fn policy_for<R: RolloutFn>(
+    work: &mut ActorWork<R>,
+    bus: &dyn Bus,
+    delivery: Delivery,
+    task: &RolloutTask,
+) -> Result<Option<(Arc<Decoder>, PolicyVersion, Delivery)>, ActorError> {
+    let ActorWork {
+        cfg,
+        state,
+        stats,
+        newest,
+        ..
+    } = work;
+    let cfg = &*cfg;
+    let want = task.policy_version.0;
+    let need = if cfg.sync { want } else { task.min_version.0 };
+    if !cfg.sync && state.version().is_some_and(|v| v < need) {
+        // Issued ahead for a policy the learner publishes when it gets there: wait for it.
+        let published = async {
+            let meta = newest.wait_for(|m| m.as_ref().is_some_and(|m| m.version >= need));
+            meta.await.ok().and_then(|m| m.clone())
+        };
+        if let Ok(Some(meta)) = tokio::time::timeout(NEXT_POLICY_WAIT, published).await {
+            state.load(cfg, bus, meta, stats).await;
+        }
+    }
+    if cfg.sync && state.version().is_some_and(|v| v > want) {
+        // Either the learner moved past this task's step, or it restarted from an
+        // older checkpoint and `latest` went back: ask the store, not the watch.
+        if let Some(meta) = bus.latest().await? {
+            state.load(cfg, bus, meta, stats).await;
+        }
+    }
+    if state.version().is_none_or(|v| v < need) {
+        // The task was issued right after a new snapshot. The learner sets `latest` before it
+        // issues a task, so the store says whether that snapshot exists (the watch may lag,
+        // and a broker restart ends it).
+        if let Some(meta) = bus.latest().await? {
+            if meta.version >= need {
+                state.load(cfg, bus, meta, stats).await;
+            }
+        }
+    }
+    let Some(held) = state.held.as_ref() else {
+        delivery.nak(Some(Duration::from_millis(100))).await?;
+        return Ok(None);
+    };
+    let have = held.meta.version;
+    if cfg.sync && have != want || !cfg.sync && have < task.min_version.0 {
+        if have > want {
+            // The learner has moved past this task's step: nobody will use its result.
+            stats.stale_tasks += 1;
+            delivery.ack().await?;
+        } else {
+            // The policy this task needs is not published: the task of a learner that died
+            // and was resumed from an earlier checkpoint, which reaches that step later (or a
+            // snapshot we could not fetch yet). Retry it later, not at once: JetStream hands
+            // out due redeliveries first, so tasks like this redelivered every few hundred ms
+            // kept the current step's tasks from ever reaching an actor.
+            tracing::debug!(
+                "actor {}: {} needs policy v{need}, newest is v{have}; retrying it later",
+                cfg.id,
+                task.task_id
+            );
+            delivery.nak(Some(NOT_PUBLISHED_RETRY)).await?;
+        }
+        return Ok(None);
+    }
+    Ok(Some((
+        Arc::clone(&held.policy),
+        PolicyVersion(have),
+        delivery,
+    )))
+}
+
+/// Publishes `rollout` and acks its task (or terms the task when the rollout cannot fit a
+/// message).
+async fn publish_rollout(
+    cfg: &ActorConfig,
+    stats: &mut ActorStats,
+    bus: &dyn Bus,
+    delivery: Delivery,
+    task: &RolloutTask,
+    rollout: Rollout,
+) -> Result<(), ActorError> {
     let tokens: usize = rollout.sequences.iter().map(|s| s.tokens.len()).sum();
     let _publish = stages::Timer::start(Stage::RolloutPublish);
     let bytes = match wire::encode(&rollout, cfg.max_message_bytes) {

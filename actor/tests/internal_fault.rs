@@ -4,84 +4,21 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use caprl_actor::{ActorConfig, ActorStats};
-use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
-use caprl_common::model::{Captioner, Device, ModelError};
+use caprl_actor::ActorStats;
+use caprl_common::bus::Queue;
+use caprl_common::model::ModelError;
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{self, Rollout, RolloutTask, TaskId};
+use caprl_common::wire::TaskId;
 
 mod support;
 
-const LIMIT: usize = 8 << 20;
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    rt: tokio::runtime::Runtime,
-    bus: Arc<dyn Bus>,
-    cfg: ActorConfig,
-}
-
-fn setup(run: &str) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let (data, model) = support::tiny(dir.path());
-    let data = Arc::new(data);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::for_run(run)).unwrap());
-    let weights = Captioner::new(&model, &Device::Cpu, 1)
-        .unwrap()
-        .to_safetensors()
-        .unwrap();
-    rt.block_on(bus.put_snapshot(0, Bytes::from(weights)))
-        .unwrap();
-    let cfg = ActorConfig {
-        id: "actor-test".into(),
-        data,
-        model,
-        device: Device::Cpu,
-        max_message_bytes: LIMIT,
-        sync: true,
-        delay: Duration::ZERO,
-    };
-    Setup {
-        _dir: dir,
-        rt,
-        bus,
-        cfg,
-    }
-}
-
-fn publish(s: &Setup, t: &RolloutTask) {
-    let bytes = wire::encode(t, LIMIT).unwrap();
-    s.rt.block_on(s.bus.publish(Queue::Tasks, Bytes::from(bytes)))
-        .unwrap();
-}
-
-/// Waits up to `within` for one rollout and acks it.
-fn next_rollout(s: &Setup, within: Duration) -> Option<Rollout> {
-    let until = Instant::now() + within;
-    while Instant::now() < until {
-        let got =
-            s.rt.block_on(s.bus.pull(Queue::Rollouts, 1, Duration::from_millis(200)))
-                .unwrap();
-        if let Some(d) = got.into_iter().next() {
-            let r: Rollout = wire::decode(d.payload(), LIMIT).unwrap();
-            s.rt.block_on(d.ack()).unwrap();
-            return Some(r);
-        }
-    }
-    None
-}
+use support::{next_rollout, publish, setup};
 
 #[test]
 fn internal_fault_during_a_rollout_loses_no_task() {
-    let s = setup("internal-fault");
+    let s = setup("internal-fault", true);
     let rows: Vec<u32> = s.cfg.data.train.items[..2]
         .iter()
         .map(|it| it.row as u32)
@@ -123,7 +60,7 @@ fn internal_fault_during_a_rollout_loses_no_task() {
 
 #[test]
 fn task_the_model_cannot_decode_is_termed_not_retried() {
-    let s = setup("bad-input");
+    let s = setup("bad-input", true);
     publish(&s, &support::task(9, vec![u32::MAX]));
 
     let (stop, shutdown) = ShutdownTrigger::new();

@@ -1,10 +1,18 @@
-//! A tiny synthetic data set and a matching small captioner config for the actor's tests.
+//! A tiny synthetic data set and a matching small captioner config for the actor's tests, and
+//! an actor's setup on the in-process bus.
+
+#![allow(dead_code)] // each test binary uses part of it
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use caprl_actor::ActorConfig;
+use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
 use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{CaptionerConfig, ModelKind};
-use caprl_common::wire::{PolicyVersion, RolloutTask, TaskId};
+use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
+use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
 
 /// Writes an 8-image synthetic data set under `dir` and opens it, with an FC captioner config
 /// small enough to decode in milliseconds.
@@ -49,4 +57,71 @@ pub fn task(id: u64, rows: Vec<u32>) -> RolloutTask {
         with_gt: false,
         mc_rollouts: 0,
     }
+}
+
+pub const LIMIT: usize = 8 << 20;
+
+/// An actor's config over a tiny data set, and an in-process bus holding policy v0.
+pub struct Setup {
+    _dir: tempfile::TempDir,
+    pub rt: tokio::runtime::Runtime,
+    pub bus: Arc<dyn Bus>,
+    pub cfg: ActorConfig,
+}
+
+/// A [`Setup`] on a bus named `run`, for a `sync` or async actor.
+pub fn setup(run: &str, sync: bool) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, model) = tiny(dir.path());
+    let data = Arc::new(data);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::for_run(run)).unwrap());
+    let weights = Captioner::new(&model, &Device::Cpu, 1)
+        .unwrap()
+        .to_safetensors()
+        .unwrap();
+    rt.block_on(bus.put_snapshot(0, Bytes::from(weights)))
+        .unwrap();
+    let cfg = ActorConfig {
+        id: "actor-test".into(),
+        data,
+        model,
+        device: Device::Cpu,
+        max_message_bytes: LIMIT,
+        sync,
+        delay: Duration::ZERO,
+    };
+    Setup {
+        _dir: dir,
+        rt,
+        bus,
+        cfg,
+    }
+}
+
+/// Queues task `t`.
+pub fn publish(s: &Setup, t: &RolloutTask) {
+    let bytes = wire::encode(t, LIMIT).unwrap();
+    s.rt.block_on(s.bus.publish(Queue::Tasks, Bytes::from(bytes)))
+        .unwrap();
+}
+
+/// Waits up to `within` for one rollout and acks it.
+pub fn next_rollout(s: &Setup, within: Duration) -> Option<Rollout> {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        let got =
+            s.rt.block_on(s.bus.pull(Queue::Rollouts, 1, Duration::from_millis(200)))
+                .unwrap();
+        if let Some(d) = got.into_iter().next() {
+            let r: Rollout = wire::decode(d.payload(), LIMIT).unwrap();
+            s.rt.block_on(d.ack()).unwrap();
+            return Some(r);
+        }
+    }
+    None
 }
