@@ -96,7 +96,13 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     };
     synth(&data_dir, &synth_cfg).context("generating the synthetic data")?;
     let data = Arc::new(Dataset::open(&data_dir)?);
-    let cfg = scale_config(&args, global.load_config()?, &data_dir);
+    // Validated as the async config it becomes (async-only keys such as
+    // `runtime.snapshot_every` are refused in sync mode).
+    let sets: Vec<String> = std::iter::once("runtime.mode=\"async\"".to_string())
+        .chain(global.sets.iter().cloned())
+        .collect();
+    let loaded = RunConfig::load(global.config.as_deref(), &sets)?;
+    let cfg = scale_config(&args, loaded, &data_dir);
     let decodes = Objective::from_config(&cfg).decodes(&cfg);
     let captions_per_image = decodes.samples as u64 + decodes.greedy as u64;
     let tokens = cfg.data.max_len as u64 + 1;
