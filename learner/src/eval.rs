@@ -168,18 +168,16 @@ pub fn evaluate_with(
         .collect();
 
     let mut main: Vec<Vec<u32>> = Vec::with_capacity(items.len());
-    let mut div_sample = [0.0f64; 3];
-    let mut div_beam = [0.0f64; 3];
+    let (mut div_sample, mut div_beam) = ([0.0f64; 3], [0.0f64; 3]);
     let mut rng = CaprlRng::new(opts.seed);
     let bar = opts
         .progress
         .then(|| Progress::new(items.len() as u64, "eval"));
     let groups = opts.beam_groups.max(1);
     let beam_width = opts.beam.max(opts.samples).max(1).div_ceil(groups) * groups;
-    let bad_endings = if opts.remove_bad_endings {
-        BadEndings::from_vocab(&data.vocab)
-    } else {
-        BadEndings::none()
+    let bad_endings = match opts.remove_bad_endings {
+        true => BadEndings::from_vocab(&data.vocab),
+        false => BadEndings::none(),
     };
     // The weights do not change during the evaluation: prepared once for every batch.
     let decoder = model.decoder()?;
@@ -223,18 +221,15 @@ pub fn evaluate_with(
             }
         }
         if opts.samples > 1 {
-            let d = decoder.sample(
-                &x,
-                &SampleOptions {
-                    n_per_input: opts.samples,
-                    temperature: opts.temperature,
-                    top_k: 0,
-                    top_p: opts.top_p,
-                    bad_endings: bad_endings.clone(),
-                    max_len: cfg.max_len,
-                },
-                &mut rng,
-            )?;
+            let sample = SampleOptions {
+                n_per_input: opts.samples,
+                temperature: opts.temperature,
+                top_k: 0,
+                top_p: opts.top_p,
+                bad_endings: bad_endings.clone(),
+                max_len: cfg.max_len,
+            };
+            let d = decoder.sample(&x, &sample, &mut rng)?;
             for set in d.tokens.chunks(opts.samples) {
                 let set: Vec<Vec<u32>> = set.iter().map(|t| strip_eos(t)).collect();
                 add_diversity(&mut div_sample, &set);
@@ -248,31 +243,51 @@ pub fn evaluate_with(
         b.finish();
     }
 
-    let n = items.len() as f64;
+    let diversity = (opts.samples > 1).then_some([("sample", div_sample), ("beam", div_beam)]);
+    let metrics = corpus_metrics(&refs, &main, diversity);
+    let captions = caption_texts(items, &main, &interner);
+    Ok(EvalReport {
+        metrics,
+        captions,
+        tokens: main,
+    })
+}
+
+/// The corpus scores of the main captions `main` against `refs` (one entry per image), and
+/// the mean diversity of each named caption set (`div1_*`, `div2_*`, `mbleu4_*`) when given.
+fn corpus_metrics(
+    refs: &[Vec<Vec<u32>>],
+    main: &[Vec<u32>],
+    diversity: Option<[(&str, [f64; 3]); 2]>,
+) -> BTreeMap<String, f64> {
+    let n = main.len().max(1) as f64;
     let mut metrics = BTreeMap::new();
-    let (bleu, _) = score::bleu_corpus(&refs, &main);
+    let (bleu, _) = score::bleu_corpus(refs, main);
     for (k, b) in bleu.iter().enumerate() {
         metrics.insert(format!("bleu{}", k + 1), *b);
     }
-    metrics.insert("rouge_l".into(), score::rouge_l_corpus(&refs, &main).0);
-    metrics.insert("cider_d".into(), score::cider_corpus(&refs, &main).0);
-    metrics.insert("self_bleu".into(), score::self_bleu(&main));
+    metrics.insert("rouge_l".into(), score::rouge_l_corpus(refs, main).0);
+    metrics.insert("cider_d".into(), score::cider_corpus(refs, main).0);
+    metrics.insert("self_bleu".into(), score::self_bleu(main));
     let used: BTreeSet<u32> = main.iter().flatten().copied().collect();
     metrics.insert("vocab_used".into(), used.len() as f64);
     metrics.insert(
         "mean_len".into(),
         main.iter().map(|c| c.len()).sum::<usize>() as f64 / n,
     );
-    if opts.samples > 1 {
-        for (name, v) in [("sample", div_sample), ("beam", div_beam)] {
-            metrics.insert(format!("div1_{name}"), v[0] / n);
-            metrics.insert(format!("div2_{name}"), v[1] / n);
-            metrics.insert(format!("mbleu4_{name}"), v[2] / n);
-        }
+    for (name, v) in diversity.into_iter().flatten() {
+        metrics.insert(format!("div1_{name}"), v[0] / n);
+        metrics.insert(format!("div2_{name}"), v[1] / n);
+        metrics.insert(format!("mbleu4_{name}"), v[2] / n);
     }
-    let captions = items
+    metrics
+}
+
+/// Each item's id and its main caption as words.
+fn caption_texts(items: &[Item], main: &[Vec<u32>], interner: &Interner) -> Vec<(String, String)> {
+    items
         .iter()
-        .zip(&main)
+        .zip(main)
         .map(|(it, c)| {
             let words: Vec<&str> = c
                 .iter()
@@ -280,12 +295,7 @@ pub fn evaluate_with(
                 .collect();
             (it.id.clone(), words.join(" "))
         })
-        .collect();
-    Ok(EvalReport {
-        metrics,
-        captions,
-        tokens: main,
-    })
+        .collect()
 }
 
 fn add_diversity(acc: &mut [f64; 3], set: &[Vec<u32>]) {

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod names;
 pub mod plot;
 mod png_text;
+mod records;
 pub mod report;
 mod report_tables;
 pub mod runlog;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, Device};
+use caprl_common::model::{Captioner, CaptionerConfig, Device};
 use caprl_common::telemetry::ResumeRecord;
 
 pub use load::{load_checkpoint, Loaded};
@@ -80,16 +80,7 @@ pub fn train(
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
     objective.check_mode(cfg.runtime.mode)?;
-    if let Some(o) = data.train.over_length(cfg.data.max_len as usize) {
-        tracing::warn!(
-            "{} training captions are longer than data.max_len = {} words and are cut to it \
-             (the longest: {} words, image {}); raise data.max_len to train on them whole",
-            o.count,
-            cfg.data.max_len,
-            o.longest,
-            o.id
-        );
-    }
+    warn_over_length(cfg, data);
     let run = Run {
         cfg,
         data,
@@ -122,17 +113,7 @@ pub fn train(
                     ck_root.display()
                 ));
             }
-            // A bad --start-from is refused before an earlier run is moved aside.
-            let model = match start_from {
-                Some(dir) => start_model(dir, data, &model_cfg, device)?,
-                None => Captioner::new(&model_cfg, device, cfg.seed)?,
-            };
-            set_aside_previous_run(cfg)?;
-            let mut trainer = Trainer::new(model, adam, cfg.seed)?;
-            if start_from.is_some() {
-                trainer.enter_phase(Phase::Rl, adam)?;
-            }
-            trainer
+            new_trainer(cfg, data, (&model_cfg, device), start_from)?
         }
     };
     let mut outcome = Outcome {
@@ -156,32 +137,12 @@ pub fn train(
         )?);
     }
     if wants_rl && cfg.train.rl_epochs > 0 {
-        if trainer.state.phase == Phase::Xe {
-            // RL starts from the best XE weights, as in the seed papers' schedules, and goes
-            // on counting steps and policy versions from where XE stopped.
-            if let Some(best) = &outcome.best_xe {
-                let ck = checkpoint::open(best)?;
-                trainer.adopt_weights(&ck, &model_cfg, device, adam)?;
-            }
-            trainer.enter_phase(Phase::Rl, adam)?;
-        }
-        if objective.uses_value_head() {
-            trainer.ensure_critic(adam)?;
-        }
-        if cfg.train.kl_coef > 0.0 {
-            let xe_dir = outcome
-                .best_xe
-                .clone()
-                .unwrap_or_else(|| Path::new(&cfg.run_dir).join(BEST_XE));
-            let ck = resolve_checkpoint(&xe_dir).doing(|| {
-                format!(
-                    "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
-                     (train XE first, or pass --start-from)",
-                    xe_dir.display()
-                )
-            })?;
-            trainer.set_reference(Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?);
-        }
+        enter_rl(
+            &run,
+            &mut trainer,
+            outcome.best_xe.as_deref(),
+            (&model_cfg, device),
+        )?;
         let mut disc = match uses_disc(cfg) {
             true => Some(online_disc(cfg, data, &trainer, resumed_from.as_deref())?),
             false => None,
@@ -201,4 +162,77 @@ pub fn train(
         )?);
     }
     Ok(outcome)
+}
+
+/// Warns when training captions are longer than `data.max_len` (they are cut to it).
+fn warn_over_length(cfg: &RunConfig, data: &Dataset) {
+    if let Some(o) = data.train.over_length(cfg.data.max_len as usize) {
+        tracing::warn!(
+            "{} training captions are longer than data.max_len = {} words and are cut to it \
+             (the longest: {} words, image {}); raise data.max_len to train on them whole",
+            o.count,
+            cfg.data.max_len,
+            o.longest,
+            o.id
+        );
+    }
+}
+
+/// A new run's trainer: a fresh model, or the one `start_from` names (then in the RL phase).
+/// A bad `start_from` is refused before an earlier run is moved aside.
+fn new_trainer(
+    cfg: &RunConfig,
+    data: &Dataset,
+    (model_cfg, device): (&CaptionerConfig, &Device),
+    start_from: Option<&Path>,
+) -> Result<Trainer> {
+    let adam = adam_params(cfg);
+    let model = match start_from {
+        Some(dir) => start_model(dir, data, model_cfg, device)?,
+        None => Captioner::new(model_cfg, device, cfg.seed)?,
+    };
+    set_aside_previous_run(cfg)?;
+    let mut trainer = Trainer::new(model, adam, cfg.seed)?;
+    if start_from.is_some() {
+        trainer.enter_phase(Phase::Rl, adam)?;
+    }
+    Ok(trainer)
+}
+
+/// Readies `trainer` for the RL phase: the best XE weights when it comes from XE (RL starts
+/// from them, as in the seed papers' schedules, and goes on counting steps and policy versions
+/// from where XE stopped), the value head its objective needs, and the XE model as the KL
+/// reference when `train.kl_coef > 0`.
+fn enter_rl(
+    run: &Run,
+    trainer: &mut Trainer,
+    best_xe: Option<&Path>,
+    (model_cfg, device): (&CaptionerConfig, &Device),
+) -> Result<()> {
+    let cfg = run.cfg;
+    let adam = adam_params(cfg);
+    if trainer.state.phase == Phase::Xe {
+        if let Some(best) = best_xe {
+            let ck = checkpoint::open(best)?;
+            trainer.adopt_weights(&ck, model_cfg, device, adam)?;
+        }
+        trainer.enter_phase(Phase::Rl, adam)?;
+    }
+    if run.objective.uses_value_head() {
+        trainer.ensure_critic(adam)?;
+    }
+    if cfg.train.kl_coef > 0.0 {
+        let xe_dir = best_xe
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| Path::new(&cfg.run_dir).join(BEST_XE));
+        let ck = resolve_checkpoint(&xe_dir).doing(|| {
+            format!(
+                "train.kl_coef > 0 needs the XE model RL started from, and {} holds none \
+                 (train XE first, or pass --start-from)",
+                xe_dir.display()
+            )
+        })?;
+        trainer.set_reference(Captioner::load(&ck.file(WEIGHTS), model_cfg, device)?);
+    }
+    Ok(())
 }

@@ -20,7 +20,7 @@ use crate::disc_online::OnlineDisc;
 use crate::driver::Driver;
 use crate::eval::{self, EvalOptions, EvalReport};
 use crate::objective::{uses_clip, Objective};
-use crate::trainer::{Phase, StepOptions, Trainer};
+use crate::trainer::{Phase, StepOptions, StepStats, Trainer};
 
 /// Runs the remaining epochs of one phase and returns its best checkpoint dir.
 pub(super) fn run_phase(
@@ -31,11 +31,7 @@ pub(super) fn run_phase(
     mut disc: Option<&mut OnlineDisc>,
     log: &mut Option<RunLog>,
 ) -> Result<PathBuf> {
-    let Run {
-        cfg,
-        data,
-        objective,
-    } = *run;
+    let Run { cfg, data, .. } = *run;
     let epochs = match phase {
         Phase::Xe => cfg.train.xe_epochs,
         Phase::Rl => cfg.train.rl_epochs,
@@ -48,36 +44,19 @@ pub(super) fn run_phase(
     let mut best = best_cider(&best_dir);
     let items = &data.train.items;
     let bs = cfg.train.batch_size as usize;
-    let label = match phase {
-        Phase::Xe => "xe",
-        Phase::Rl => "rl",
-    };
+    let label = phase_label(phase);
+    let reached_max_steps =
+        |t: &Trainer| cfg.train.max_steps > 0 && t.state.step >= cfg.train.max_steps;
     while trainer.state.epoch < epochs {
         let epoch = trainer.state.epoch;
         let steps = items.len().div_ceil(bs) as u64;
         let bar = Progress::new(steps, &format!("{label} epoch {}/{epochs}", epoch + 1));
         bar.inc((trainer.state.cursor / bs) as u64);
-        let started = Instant::now();
-        let mut tokens = 0usize;
-        let mut loss_sum = 0.0f64;
-        let mut reward_sum = 0.0f64;
-        let mut n = 0usize;
-        let mut last = Instant::now();
+        let mut tally = EpochTally::new();
         while let Some(idx) = trainer.next_batch(items.len(), bs) {
             let batch: Vec<&Item> = idx.iter().map(|&i| &items[i]).collect();
             let cursor = trainer.state.cursor;
-            let opts = StepOptions {
-                lr: schedule.lr(trainer.state.step, epoch),
-                grad_clip: cfg.optim.grad_clip,
-                label_smoothing: cfg.train.label_smoothing as f32,
-                entropy_coef: cfg.train.entropy_coef as f32,
-                kl_coef: match cfg.train.kl_in {
-                    KlIn::Loss => cfg.train.kl_coef as f32,
-                    KlIn::Reward => 0.0,
-                },
-                kl_estimator: cfg.train.kl_estimator,
-                value_lr: cfg.optim.value_lr,
-            };
+            let opts = step_options(cfg, schedule.lr(trainer.state.step, epoch));
             let mut record = StepRecord {
                 epoch,
                 phase: label.to_string(),
@@ -85,63 +64,30 @@ pub(super) fn run_phase(
                 ..StepRecord::default()
             };
             let stage_totals = stages::totals();
-            let stats = match phase {
-                Phase::Xe => trainer.xe_step(data, &batch, opts)?,
+            let (stats, mean_reward) = match phase {
+                Phase::Xe => (trainer.xe_step(data, &batch, opts)?, 0.0),
                 Phase::Rl => {
                     let driver = driver.as_deref_mut().ok_or_else(|| {
                         LearnerError::Invalid("RL phase without a bus driver".into())
                     })?;
                     let ahead = ahead_rows(cfg, items, trainer, driver.issue_ahead_steps());
-                    let (stats, mean_reward) = rl_step(
+                    rl_step(
                         run,
                         trainer,
                         (driver, disc.as_deref_mut()),
                         (&batch, &ahead),
                         opts,
                         &mut record,
-                    )?;
-                    reward_sum += mean_reward;
-                    stats
+                    )?
                 }
             };
-            if stats.skipped {
-                tm::count_skipped_batch("non_finite");
-            }
-            let secs_step = last.elapsed().as_secs_f64();
-            last = Instant::now();
-            record.step = trainer.state.step;
-            record.policy_version = trainer.state.policy_version;
-            record.losses.insert("total".into(), stats.loss as f64);
-            for (name, value) in &stats.parts {
-                record.losses.insert((*name).into(), *value as f64);
-            }
-            record.grad_norm = stats.grad_norm as f64;
-            record.lr = stats.lr;
-            record.tokens_per_s = stats.tokens as f64 / secs_step.max(1e-9);
-            record.seconds = secs_step;
-            record.stages = stages::since(&stage_totals, "learner");
+            let seconds = tally.step_done(&stats, mean_reward);
+            finish_record(&mut record, trainer, &stats, seconds, &stage_totals);
             tm::record_step(&record);
             if let Some(log) = log.as_mut() {
                 log.log_step(&record)?;
             }
-            tokens += stats.tokens;
-            loss_sum += stats.loss as f64;
-            n += 1;
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            let msg = match phase {
-                Phase::Xe => format!(
-                    "loss {:.3} · {:.0} tok/s",
-                    loss_sum / n as f64,
-                    tokens as f64 / secs
-                ),
-                Phase::Rl => format!(
-                    "reward {:.3} · loss {:.3} · {:.0} tok/s",
-                    reward_sum / n as f64,
-                    loss_sum / n as f64,
-                    tokens as f64 / secs
-                ),
-            };
-            bar.set_message(&msg);
+            bar.set_message(&tally.message(phase));
             // Dynamic sampling's refills take further batches within the step.
             bar.inc(1 + (trainer.state.cursor - cursor).div_ceil(bs) as u64);
             if trainer
@@ -151,7 +97,7 @@ pub(super) fn run_phase(
             {
                 save_checkpoint(cfg, data, trainer, disc.as_deref())?;
             }
-            if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
+            if reached_max_steps(trainer) {
                 break;
             }
         }
@@ -160,28 +106,7 @@ pub(super) fn run_phase(
         if finished_epoch.is_multiple_of(cfg.train.eval_every.max(1) as u64)
             || finished_epoch == epochs
         {
-            let report = validate(cfg, data, trainer)?;
-            let cider = report.metrics.get("cider_d").copied().unwrap_or(0.0);
-            tracing::info!(
-                "{label} epoch {finished_epoch}: val CIDEr-D {cider:.4} BLEU-4 {:.4}",
-                report.metrics.get("bleu4").copied().unwrap_or(0.0)
-            );
-            let eval_record = EvalRecord {
-                step: trainer.state.step,
-                epoch: finished_epoch,
-                split: "val".into(),
-                metrics: report
-                    .metrics
-                    .iter()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect(),
-                unix_ms: 0,
-            };
-            tm::record_eval(&eval_record);
-            if let Some(log) = log.as_mut() {
-                log.log_eval(&eval_record)?;
-                log_samples(cfg, data, objective, trainer, finished_epoch, log)?;
-            }
+            let cider = validate_epoch(run, trainer, phase, log)?;
             // The CLIP rewards trade CIDEr-D for distinctiveness on purpose: selecting their
             // epochs by CIDEr-D would undo it, so their best model is the latest.
             let by_latest = phase == Phase::Rl && uses_clip(cfg);
@@ -191,7 +116,7 @@ pub(super) fn run_phase(
             }
         }
         save_checkpoint(cfg, data, trainer, disc.as_deref())?;
-        if cfg.train.max_steps > 0 && trainer.state.step >= cfg.train.max_steps {
+        if reached_max_steps(trainer) {
             break;
         }
     }
@@ -199,6 +124,141 @@ pub(super) fn run_phase(
         save_best(cfg, data, &best_dir, trainer, 0.0, disc.as_deref())?;
     }
     latest_in(&best_dir)
+}
+
+/// The phase's name in step records and progress bars.
+fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Xe => "xe",
+        Phase::Rl => "rl",
+    }
+}
+
+/// A step's knobs from `[optim]` and `[train]`, at learning rate `lr`.
+fn step_options(cfg: &RunConfig, lr: f64) -> StepOptions {
+    StepOptions {
+        lr,
+        grad_clip: cfg.optim.grad_clip,
+        label_smoothing: cfg.train.label_smoothing as f32,
+        entropy_coef: cfg.train.entropy_coef as f32,
+        kl_coef: match cfg.train.kl_in {
+            KlIn::Loss => cfg.train.kl_coef as f32,
+            KlIn::Reward => 0.0,
+        },
+        kl_estimator: cfg.train.kl_estimator,
+        value_lr: cfg.optim.value_lr,
+    }
+}
+
+/// Fills in what the step itself did: its step and version, losses, rates and stage times.
+fn finish_record(
+    record: &mut StepRecord,
+    trainer: &Trainer,
+    stats: &StepStats,
+    seconds: f64,
+    stage_totals: &stages::Totals,
+) {
+    if stats.skipped {
+        tm::count_skipped_batch("non_finite");
+    }
+    record.step = trainer.state.step;
+    record.policy_version = trainer.state.policy_version;
+    record.losses.insert("total".into(), stats.loss as f64);
+    for (name, value) in &stats.parts {
+        record.losses.insert((*name).into(), *value as f64);
+    }
+    record.grad_norm = stats.grad_norm as f64;
+    record.lr = stats.lr;
+    record.tokens_per_s = stats.tokens as f64 / seconds.max(1e-9);
+    record.seconds = seconds;
+    record.stages = stages::since(stage_totals, "learner");
+}
+
+/// The running means of one epoch's steps, for its progress bar.
+struct EpochTally {
+    started: Instant,
+    last: Instant,
+    tokens: usize,
+    loss_sum: f64,
+    reward_sum: f64,
+    steps: usize,
+}
+
+impl EpochTally {
+    fn new() -> EpochTally {
+        EpochTally {
+            started: Instant::now(),
+            last: Instant::now(),
+            tokens: 0,
+            loss_sum: 0.0,
+            reward_sum: 0.0,
+            steps: 0,
+        }
+    }
+
+    /// Counts a finished step; returns the seconds since the previous one.
+    fn step_done(&mut self, stats: &StepStats, mean_reward: f64) -> f64 {
+        let seconds = self.last.elapsed().as_secs_f64();
+        self.last = Instant::now();
+        self.tokens += stats.tokens;
+        self.loss_sum += stats.loss as f64;
+        self.reward_sum += mean_reward;
+        self.steps += 1;
+        seconds
+    }
+
+    fn message(&self, phase: Phase) -> String {
+        let n = self.steps.max(1) as f64;
+        let rate = self.tokens as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+        match phase {
+            Phase::Xe => format!("loss {:.3} · {rate:.0} tok/s", self.loss_sum / n),
+            Phase::Rl => format!(
+                "reward {:.3} · loss {:.3} · {rate:.0} tok/s",
+                self.reward_sum / n,
+                self.loss_sum / n
+            ),
+        }
+    }
+}
+
+/// Validates at the end of an epoch, logs the scores (and sample captions) and returns the
+/// val CIDEr-D.
+fn validate_epoch(
+    run: &Run,
+    trainer: &Trainer,
+    phase: Phase,
+    log: &mut Option<RunLog>,
+) -> Result<f64> {
+    let Run {
+        cfg,
+        data,
+        objective,
+    } = *run;
+    let epoch = trainer.state.epoch;
+    let report = validate(cfg, data, trainer)?;
+    let cider = report.metrics.get("cider_d").copied().unwrap_or(0.0);
+    tracing::info!(
+        "{} epoch {epoch}: val CIDEr-D {cider:.4} BLEU-4 {:.4}",
+        phase_label(phase),
+        report.metrics.get("bleu4").copied().unwrap_or(0.0)
+    );
+    let eval_record = EvalRecord {
+        step: trainer.state.step,
+        epoch,
+        split: "val".into(),
+        metrics: report
+            .metrics
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        unix_ms: 0,
+    };
+    tm::record_eval(&eval_record);
+    if let Some(log) = log.as_mut() {
+        log.log_eval(&eval_record)?;
+        log_samples(cfg, data, objective, trainer, epoch, log)?;
+    }
+    Ok(cider)
 }
 
 /// Validation with greedy decoding on (part of) the val split (bad endings removed when

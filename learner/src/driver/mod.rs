@@ -40,17 +40,21 @@
 //! of the scored rollouts it collects back into the trainer's, those of its predecessor's
 //! rollouts with the predecessor's offset. The trainer's versions stay a pure function of its
 //! steps, so a resumed run repeats the undisturbed one.
+//!
+//! [`publish`] holds the snapshots and the versions; [`tasks`] the tasks a round issues.
+
+mod publish;
+mod tasks;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
-use caprl_common::clip::Discriminator;
 use caprl_common::config::StaleRollouts;
-use caprl_common::model::{Captioner, DType};
+use caprl_common::model::DType;
 use caprl_common::role::reject_reason;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
@@ -60,6 +64,9 @@ use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId
 use tokio::runtime::Handle;
 
 use crate::LearnerError;
+use publish::Versions;
+pub use tasks::task_seed;
+use tasks::Planned;
 
 /// How the learner drives the roles; from `[runtime]`, `[train]` and `[decode]`.
 #[derive(Debug, Clone)]
@@ -199,76 +206,6 @@ pub struct Driver {
     versions: Versions,
 }
 
-/// A task of a queued round: its images, and the oldest policy (bus version) that may decode it.
-#[derive(Debug, Clone)]
-struct Planned {
-    rows: Vec<u32>,
-    min_version: u64,
-}
-
-/// How the trainer's policy versions map to the versions on the bus.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Versions {
-    /// Added to the trainer's version when publishing and issuing.
-    offset: u64,
-    /// The newest version on the bus when this learner started and the offset of the learner
-    /// that published it: rollouts at or below it are that learner's.
-    before: Option<(u64, u64)>,
-}
-
-impl Versions {
-    /// The bus version of trainer version `v`.
-    fn published(&self, v: u64) -> u64 {
-        v + self.offset
-    }
-
-    /// The trainer version of a rollout made with bus version `p`.
-    fn trainer(&self, p: u64) -> u64 {
-        match self.before {
-            Some((newest, offset)) if p <= newest => p.saturating_sub(offset),
-            _ => p.saturating_sub(self.offset),
-        }
-    }
-}
-
-/// The sampling seed of a task: a pure function of (run seed, task id), so a
-/// task gives the same samples whichever actor runs it (splitmix64 finaliser).
-pub fn task_seed(seed: u64, task: TaskId) -> u64 {
-    let mut z = seed ^ task.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The snapshot: the captioner's tensors in `dtype`, plus the discriminator's (`disc.*`, as
-/// they are) when given; sorted by name, so the same weights give the same bytes.
-fn snapshot_bytes(
-    model: &Captioner,
-    disc: Option<&Discriminator>,
-    dtype: DType,
-) -> Result<Vec<u8>, LearnerError> {
-    // A hand-off point: the bytes leave the device only after every queued update.
-    model.device().synchronize()?;
-    let mut named: Vec<(String, candle_core::Tensor)> = {
-        let data =
-            model.varmap().data().lock().map_err(|_| {
-                LearnerError::Invalid("the model's VarMap lock was poisoned".into())
-            })?;
-        data.iter()
-            .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
-            .collect::<Result<_, candle_core::Error>>()?
-    };
-    if let Some(disc) = disc {
-        named.extend(
-            disc.tensors()
-                .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
-        );
-    }
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    safetensors::tensor::serialize(named, None)
-        .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
-}
-
 impl Driver {
     /// A driver on `bus`, calling it through `rt`; stops waiting on `shutdown`.
     pub fn new(bus: Arc<dyn Bus>, rt: Handle, shutdown: Shutdown, opts: DriverOptions) -> Driver {
@@ -294,43 +231,6 @@ impl Driver {
             readiness: None,
             versions: Versions::default(),
         }
-    }
-
-    /// Chooses how trainer versions map to bus versions for this learner, which resumes at
-    /// trainer version `version` with the offset its checkpoint recorded (0 for a new run), and
-    /// returns the offset to record in its checkpoints. When the bus already holds a snapshot
-    /// at or past `version + offset` (the learner this one replaces went further than its last
-    /// checkpoint, or an earlier run of the same run id published it), this learner publishes
-    /// past it; rollouts made at or below it are read with the recorded offset.
-    pub fn continue_versions(&mut self, version: u64, offset: u64) -> Result<u64, LearnerError> {
-        let bus = Arc::clone(&self.bus);
-        let newest = self.retry("reading the newest snapshot", || {
-            let bus = Arc::clone(&bus);
-            async move { bus.latest().await }
-        })?;
-        self.versions = match newest {
-            Some(meta) if meta.version >= version + offset => Versions {
-                offset: meta.version + 1 - version,
-                before: Some((meta.version, offset)),
-            },
-            _ => Versions {
-                offset,
-                before: None,
-            },
-        };
-        if let Some((newest, _)) = self.versions.before {
-            tracing::info!(
-                "learner: the bus holds policy v{newest}; publishing trainer version {version} \
-                 as v{} so that versions never go back",
-                self.versions.published(version)
-            );
-        }
-        Ok(self.versions.offset)
-    }
-
-    /// The bus version trainer version `version` is published as.
-    pub fn published_version(&self, version: u64) -> u64 {
-        self.versions.published(version)
     }
 
     /// Marks `readiness` ready once the first snapshot is published.
@@ -363,114 +263,6 @@ impl Driver {
         Ok(())
     }
 
-    /// Publishes `model` as policy `version` when a snapshot is due (see
-    /// [`Driver::snapshot_due`]); returns the snapshot that is `latest` afterwards. Call it
-    /// before each [`Driver::collect`], also of a round in the same version (a refill): a
-    /// task of that round may wait for this version.
-    pub fn publish(
-        &mut self,
-        model: &Captioner,
-        version: u64,
-    ) -> Result<SnapshotMeta, LearnerError> {
-        self.publish_with(model, None, version)
-    }
-
-    /// [`Driver::publish`] with the discriminator's weights riding along (seed 004: reward
-    /// workers score `disc` with the learner's current `D`).
-    pub fn publish_with(
-        &mut self,
-        model: &Captioner,
-        disc: Option<&Discriminator>,
-        version: u64,
-    ) -> Result<SnapshotMeta, LearnerError> {
-        let version = self.versions.published(version);
-        if let Some(p) = self
-            .published
-            .as_ref()
-            .filter(|_| !self.snapshot_due(version))
-        {
-            return Ok(p.clone());
-        }
-        let started = Instant::now();
-        let bytes = stages::time(Stage::SnapshotSerialise, || {
-            snapshot_bytes(model, disc, self.opts.snapshot_dtype)
-        })?;
-        let bytes = Bytes::from(bytes);
-        let bus = Arc::clone(&self.bus);
-        let put = stages::Timer::start(Stage::SnapshotPut);
-        let meta = self.retry("publishing a snapshot", || {
-            let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
-            async move { bus.put_snapshot(version, bytes).await }
-        })?;
-        drop(put);
-        tm::record_snapshot(meta.bytes, started.elapsed());
-        tm::set_policy_version(version);
-        self.stored.push_back(version);
-        while self.stored.len() as u64 > self.opts.keep_snapshots + 1 {
-            if let Some(old) = self.stored.pop_front() {
-                let _ = self.rt.block_on(self.bus.delete_snapshot(old));
-            }
-        }
-        self.published = Some(meta.clone());
-        if let Some(r) = &self.readiness {
-            r.set_ready(true);
-        }
-        Ok(meta)
-    }
-
-    /// Whether policy `version` (a bus version) is to be published: always when nothing is yet,
-    /// never twice, else once `snapshot_every` versions have passed since the last one, or
-    /// sooner when a task of the next round waits for a newer policy than `latest` (a task
-    /// issued ahead whose round came early, after a dynamic-sampling refill or a skipped step:
-    /// without it, actors would wait for a snapshot the learner waits for their results to
-    /// publish).
-    fn snapshot_due(&self, version: u64) -> bool {
-        let Some(p) = &self.published else {
-            return true;
-        };
-        let k = self.tasks_per_step();
-        let first = TaskId(self.next_round * k);
-        let needed = self
-            .planned
-            .range(first..TaskId(first.0 + k))
-            .map(|(_, t)| t.min_version)
-            .max()
-            .unwrap_or(0);
-        version > p.version
-            && (version >= p.version + self.opts.snapshot_every.max(1) || needed > p.version)
-    }
-
-    /// The task `id` for images `rows`, made at policy `version` for the round `lead` rounds
-    /// after the current one. Its `min_version` keeps the rollout within the lag bound when
-    /// its round comes (at version `version + lead` or older): async actors may decode it with
-    /// a policy at most `max_policy_lag - lead` versions older than `version`.
-    fn make_task(&self, id: TaskId, version: u64, rows: &[u32], lead: u64) -> RolloutTask {
-        let oldest = match self.opts.sync {
-            true => version,
-            false => (version + lead)
-                .saturating_sub(self.opts.max_policy_lag)
-                .min(version),
-        };
-        RolloutTask {
-            task_id: id,
-            policy_version: PolicyVersion(self.versions.published(version)),
-            min_version: PolicyVersion(self.versions.published(oldest)),
-            image_rows: rows.to_vec(),
-            samples: self.opts.samples,
-            temperature: self.opts.temperature,
-            top_k: self.opts.top_k,
-            top_p: self.opts.top_p,
-            remove_bad_endings: self.opts.remove_bad_endings,
-            greedy: self.opts.greedy,
-            beam: self.opts.beam,
-            beam_groups: self.opts.beam_groups,
-            diversity_lambda: self.opts.diversity_lambda,
-            seed: task_seed(self.opts.seed, id),
-            with_gt: self.opts.with_gt,
-            mc_rollouts: self.opts.mc_rollouts,
-        }
-    }
-
     fn issue(&mut self, task: &RolloutTask) -> Result<(), LearnerError> {
         let bytes = wire::encode(task, self.opts.max_message_bytes)
             .map_err(|e| LearnerError::Invalid(format!("encoding {}: {e}", task.task_id)))?;
@@ -482,15 +274,6 @@ impl Driver {
         self.outstanding.insert(task.task_id);
         tm::set_tasks_in_flight(self.outstanding.len() as u64);
         Ok(())
-    }
-
-    /// How many later steps async mode issues ahead: `max_policy_lag` (0 in sync mode), so
-    /// that no rollout decoded ahead is older than the lag bound when its step comes.
-    pub fn issue_ahead_steps(&self) -> usize {
-        match self.opts.sync {
-            true => 0,
-            false => usize::try_from(self.opts.max_policy_lag).unwrap_or(usize::MAX),
-        }
     }
 
     /// Runs the rollouts of collection round `round` (images `rows`; a step's round, or one of
@@ -614,43 +397,6 @@ impl Driver {
             tm::count_dropped_stale(1);
             self.requeue(id, version);
         }
-    }
-
-    /// Queues task `id` again, ahead of the others, for policy `version`.
-    fn requeue(&mut self, id: TaskId, version: u64) {
-        let rows = self
-            .planned
-            .get(&id)
-            .map(|t| t.rows.clone())
-            .unwrap_or_default();
-        self.queued.retain(|t| t.task_id != id);
-        let task = self.make_task(id, version, &rows, 0);
-        self.plan(&task);
-        self.queued.push_front(task);
-    }
-
-    /// Remembers `task`'s images and the policy it waits for until its round is collected.
-    fn plan(&mut self, task: &RolloutTask) {
-        let planned = Planned {
-            rows: task.image_rows.clone(),
-            min_version: task.min_version.0,
-        };
-        self.planned.insert(task.task_id, planned);
-    }
-
-    /// Queues the tasks of round `round` (images `rows`, ids `round·K ..`), `lead` rounds
-    /// after the current one, unless they already are.
-    fn queue_round(&mut self, round: u64, version: u64, rows: &[u32], lead: u64) {
-        if self.queued_through.is_some_and(|done| done >= round) {
-            return;
-        }
-        let k = self.tasks_per_step();
-        for (i, chunk) in (0..).zip(rows.chunks(self.opts.images_per_task.max(1))) {
-            let t = self.make_task(TaskId(round * k + i), version, chunk, lead);
-            self.plan(&t);
-            self.queued.push_back(t);
-        }
-        self.queued_through = Some(round);
     }
 
     /// First round of this learner: takes the scored results already in JetStream (those of a

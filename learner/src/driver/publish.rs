@@ -1,0 +1,186 @@
+//! The learner's snapshots on the bus: the policy (and the discriminator riding along)
+//! serialised and published when due, and how the trainer's versions map to the bus's.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use caprl_common::bus::SnapshotMeta;
+use caprl_common::clip::Discriminator;
+use caprl_common::model::{Captioner, DType};
+use caprl_common::telemetry::metrics as tm;
+use caprl_common::telemetry::stages::{self, Stage};
+use caprl_common::wire::TaskId;
+
+use super::Driver;
+use crate::LearnerError;
+
+/// How the trainer's policy versions map to the versions on the bus.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Versions {
+    /// Added to the trainer's version when publishing and issuing.
+    pub(super) offset: u64,
+    /// The newest version on the bus when this learner started and the offset of the learner
+    /// that published it: rollouts at or below it are that learner's.
+    pub(super) before: Option<(u64, u64)>,
+}
+
+impl Versions {
+    /// The bus version of trainer version `v`.
+    pub(super) fn published(&self, v: u64) -> u64 {
+        v + self.offset
+    }
+
+    /// The trainer version of a rollout made with bus version `p`.
+    pub(super) fn trainer(&self, p: u64) -> u64 {
+        match self.before {
+            Some((newest, offset)) if p <= newest => p.saturating_sub(offset),
+            _ => p.saturating_sub(self.offset),
+        }
+    }
+}
+
+/// The snapshot: the captioner's tensors in `dtype`, plus the discriminator's (`disc.*`, as
+/// they are) when given; sorted by name, so the same weights give the same bytes.
+fn snapshot_bytes(
+    model: &Captioner,
+    disc: Option<&Discriminator>,
+    dtype: DType,
+) -> Result<Vec<u8>, LearnerError> {
+    // A hand-off point: the bytes leave the device only after every queued update.
+    model.device().synchronize()?;
+    let mut named: Vec<(String, candle_core::Tensor)> = {
+        let data =
+            model.varmap().data().lock().map_err(|_| {
+                LearnerError::Invalid("the model's VarMap lock was poisoned".into())
+            })?;
+        data.iter()
+            .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
+            .collect::<Result<_, candle_core::Error>>()?
+    };
+    if let Some(disc) = disc {
+        named.extend(
+            disc.tensors()
+                .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
+        );
+    }
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    safetensors::tensor::serialize(named, None)
+        .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
+}
+
+impl Driver {
+    /// Chooses how trainer versions map to bus versions for this learner, which resumes at
+    /// trainer version `version` with the offset its checkpoint recorded (0 for a new run), and
+    /// returns the offset to record in its checkpoints. When the bus already holds a snapshot
+    /// at or past `version + offset` (the learner this one replaces went further than its last
+    /// checkpoint, or an earlier run of the same run id published it), this learner publishes
+    /// past it; rollouts made at or below it are read with the recorded offset.
+    pub fn continue_versions(&mut self, version: u64, offset: u64) -> Result<u64, LearnerError> {
+        let bus = Arc::clone(&self.bus);
+        let newest = self.retry("reading the newest snapshot", || {
+            let bus = Arc::clone(&bus);
+            async move { bus.latest().await }
+        })?;
+        self.versions = match newest {
+            Some(meta) if meta.version >= version + offset => Versions {
+                offset: meta.version + 1 - version,
+                before: Some((meta.version, offset)),
+            },
+            _ => Versions {
+                offset,
+                before: None,
+            },
+        };
+        if let Some((newest, _)) = self.versions.before {
+            tracing::info!(
+                "learner: the bus holds policy v{newest}; publishing trainer version {version} \
+                 as v{} so that versions never go back",
+                self.versions.published(version)
+            );
+        }
+        Ok(self.versions.offset)
+    }
+
+    /// The bus version trainer version `version` is published as.
+    pub fn published_version(&self, version: u64) -> u64 {
+        self.versions.published(version)
+    }
+
+    /// Publishes `model` as policy `version` when a snapshot is due (see
+    /// [`Driver::snapshot_due`]); returns the snapshot that is `latest` afterwards. Call it
+    /// before each [`Driver::collect`], also of a round in the same version (a refill): a
+    /// task of that round may wait for this version.
+    pub fn publish(
+        &mut self,
+        model: &Captioner,
+        version: u64,
+    ) -> Result<SnapshotMeta, LearnerError> {
+        self.publish_with(model, None, version)
+    }
+
+    /// [`Driver::publish`] with the discriminator's weights riding along (seed 004: reward
+    /// workers score `disc` with the learner's current `D`).
+    pub fn publish_with(
+        &mut self,
+        model: &Captioner,
+        disc: Option<&Discriminator>,
+        version: u64,
+    ) -> Result<SnapshotMeta, LearnerError> {
+        let version = self.versions.published(version);
+        if let Some(p) = self
+            .published
+            .as_ref()
+            .filter(|_| !self.snapshot_due(version))
+        {
+            return Ok(p.clone());
+        }
+        let started = Instant::now();
+        let bytes = stages::time(Stage::SnapshotSerialise, || {
+            snapshot_bytes(model, disc, self.opts.snapshot_dtype)
+        })?;
+        let bytes = Bytes::from(bytes);
+        let bus = Arc::clone(&self.bus);
+        let put = stages::Timer::start(Stage::SnapshotPut);
+        let meta = self.retry("publishing a snapshot", || {
+            let (bus, bytes) = (Arc::clone(&bus), bytes.clone());
+            async move { bus.put_snapshot(version, bytes).await }
+        })?;
+        drop(put);
+        tm::record_snapshot(meta.bytes, started.elapsed());
+        tm::set_policy_version(version);
+        self.stored.push_back(version);
+        while self.stored.len() as u64 > self.opts.keep_snapshots + 1 {
+            if let Some(old) = self.stored.pop_front() {
+                let _ = self.rt.block_on(self.bus.delete_snapshot(old));
+            }
+        }
+        self.published = Some(meta.clone());
+        if let Some(r) = &self.readiness {
+            r.set_ready(true);
+        }
+        Ok(meta)
+    }
+
+    /// Whether policy `version` (a bus version) is to be published: always when nothing is yet,
+    /// never twice, else once `snapshot_every` versions have passed since the last one, or
+    /// sooner when a task of the next round waits for a newer policy than `latest` (a task
+    /// issued ahead whose round came early, after a dynamic-sampling refill or a skipped step:
+    /// without it, actors would wait for a snapshot the learner waits for their results to
+    /// publish).
+    fn snapshot_due(&self, version: u64) -> bool {
+        let Some(p) = &self.published else {
+            return true;
+        };
+        let k = self.tasks_per_step();
+        let first = TaskId(self.next_round * k);
+        let needed = self
+            .planned
+            .range(first..TaskId(first.0 + k))
+            .map(|(_, t)| t.min_version)
+            .max()
+            .unwrap_or(0);
+        version > p.version
+            && (version >= p.version + self.opts.snapshot_every.max(1) || needed > p.version)
+    }
+}
