@@ -29,7 +29,11 @@ def default_tokens(B, B_dec, T):
     }
 
 
-TOKENS = {"synth": default_tokens(32, 32, 16), "coco": default_tokens(50, 10, 16)}
+TOKENS = {
+    "synth": default_tokens(32, 32, 16),
+    "coco": default_tokens(50, 10, 16),
+    "coco-ref": default_tokens(50, 10, 16),
+}
 
 
 def read(paths):

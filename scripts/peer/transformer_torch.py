@@ -35,6 +35,8 @@ TASKS = ("xe_step", "greedy", "sample_5", "beam_5", "greedy_uncached")
 SHAPES = {
     "synth": dict(V=66, R=4, att=128, d=128, h=4, ff=512, enc=2, dec=2, B=32, B_dec=32, T=16, spi=1),
     "coco": dict(V=10000, R=36, att=2048, d=512, h=8, ff=2048, enc=3, dec=3, B=50, B_dec=10, T=16, spi=5),
+    # The reference 6 + 6 layers (configs/transformer-coco.toml).
+    "coco-ref": dict(V=10000, R=36, att=2048, d=512, h=8, ff=2048, enc=6, dec=6, B=50, B_dec=10, T=16, spi=5),
 }
 # Small shapes for --check only.
 CHECK_SHAPES = {

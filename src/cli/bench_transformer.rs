@@ -15,7 +15,7 @@
 //! Shapes: `synth` (the synthetic task's vocabulary of 66 words and 4 regions × 128-d, the
 //! run config's default Transformer: 2 + 2 layers, d_model 128, 4 heads, d_ff 512, B = 32)
 //! and `coco` (vocabulary 10,000, 36 regions × 2,048-d, 3 + 3 layers, d_model 512, 8 heads,
-//! d_ff 2048). Threads: `RAYON_NUM_THREADS`.
+//! d_ff 2048); `coco-ref` is `coco` with the reference 6 + 6 layers. Threads: `RAYON_NUM_THREADS`.
 
 use std::time::Instant;
 
@@ -34,6 +34,10 @@ use super::write_stdout;
 pub enum BenchShape {
     Synth,
     Coco,
+    /// COCO's shape with the reference 6 + 6 layers (configs/transformer-coco.toml).
+    #[value(name = "coco-ref")]
+    #[serde(rename = "coco-ref")]
+    CocoRef,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -94,6 +98,24 @@ impl BenchShape {
                 layers: TransformerShape {
                     enc_layers: 3,
                     dec_layers: 3,
+                    d_model: 512,
+                    heads: 8,
+                    d_ff: 2048,
+                    tie_embed: false,
+                    global_region: false,
+                },
+                xe_rows: 50,
+                refs_per_image: 5,
+                dec_images: 10,
+                max_len: 16,
+            },
+            BenchShape::CocoRef => Shape {
+                vocab: 10_000,
+                regions: 36,
+                att_dim: 2048,
+                layers: TransformerShape {
+                    enc_layers: 6,
+                    dec_layers: 6,
                     d_model: 512,
                     heads: 8,
                     d_ff: 2048,
