@@ -310,29 +310,45 @@ pub struct Started {
 /// runtime, the NATS connection (with the consumers of the queues `role` pulls from; the learner
 /// opens all of them, which creates every stream of the run), the metrics server, and Ctrl-C or
 /// SIGTERM turned into [`Started::shutdown`]. An actor or reward worker is ready once connected;
-/// the learner once its first snapshot is published (its driver sets that).
-pub fn start_role(cfg: &RunConfig, role: Role, id: &str, args: &RoleArgs) -> Result<Started> {
+/// the learner once its first snapshot is published (its driver sets that). `None` when a
+/// signal came before the connection was made (a role waiting for the learner's queues).
+pub fn start_role(
+    cfg: &RunConfig,
+    role: Role,
+    id: &str,
+    args: &RoleArgs,
+) -> Result<Option<Started>> {
     let pulls: &[Queue] = match role {
         Role::Actor => &[Queue::Tasks],
         Role::RewardWorker => &[Queue::Rollouts],
         Role::Learner => &Queue::ALL,
     };
     let rt = runtime()?;
-    let bus = rt.block_on(connect(cfg, args.nats_url.as_deref(), pulls))?;
-    let (metrics, readiness) = serve_metrics(args.metrics_addr.as_deref(), role, cfg, id)?;
     let (stop, shutdown) = ShutdownTrigger::new();
     stop_on_signals(&rt, stop);
+    let mut stopped = shutdown.clone();
+    let bus = rt.block_on(async {
+        tokio::select! {
+            bus = connect(cfg, args.nats_url.as_deref(), pulls) => bus.map(Some),
+            () = stopped.recv() => Ok(None),
+        }
+    })?;
+    let Some(bus) = bus else {
+        tracing::info!("{} {id} stopped before it was connected", role.label());
+        return Ok(None);
+    };
+    let (metrics, readiness) = serve_metrics(args.metrics_addr.as_deref(), role, cfg, id)?;
     if role != Role::Learner {
         readiness.set_ready(true);
         tracing::info!("{} {id} running (run {})", role.label(), cfg.runtime.run_id);
     }
-    Ok(Started {
+    Ok(Some(Started {
         rt,
         bus,
         shutdown,
         readiness,
         _metrics: metrics,
-    })
+    }))
 }
 
 impl Started {

@@ -276,13 +276,27 @@ fn copy_data_set(data: &Path, to: &Path) {
     }
 }
 
-/// `caprl local` checks the data set before it starts a server or a role: a features file cut
-/// short, or feature ids that do not match the captions, is one error naming the file, with
-/// no role started and the data set left as it was.
+/// `caprl local` checks the data set (`caprl data check`, in a child) before it starts a server
+/// or a role: a features file cut short, or feature ids that do not match the captions, is one
+/// error naming the file, with no role started and the data set left as it was.
 #[test]
 fn local_refuses_a_truncated_features_file_or_mismatched_ids_before_any_role_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let data = synth(tmp.path());
+    let check = |dir: &Path| {
+        caprl()
+            .args(["data", "check"])
+            .args(sets(dir, &tmp.path().join("run"), 1, &[]))
+            .output()
+            .unwrap()
+    };
+    let good = check(&data);
+    assert!(good.status.success(), "{}", text(&good));
+    assert!(
+        String::from_utf8_lossy(&good.stdout).contains("train,"),
+        "{}",
+        text(&good)
+    );
 
     let truncated = tmp.path().join("truncated");
     copy_data_set(&data, &truncated);
@@ -316,6 +330,7 @@ fn local_refuses_a_truncated_features_file_or_mismatched_ids_before_any_role_sta
             .output()
             .unwrap();
         fails_with(&out, 1, &wanted);
+        fails_with(&check(dir), 1, &wanted);
         let msg = text(&out);
         assert!(
             !msg.contains("started") && !msg.contains("nats-server on"),

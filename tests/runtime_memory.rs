@@ -3,8 +3,8 @@
 //! scored subject — producers outpacing the learner by far. The learner pulls
 //! them all, keeps only a bounded few, and its resident memory stays flat
 //! (grows by less than half the flood); the run is unharmed. And `caprl local`, which checks
-//! the data set before it starts the roles, does not keep that check's memory while it
-//! supervises them.
+//! the data set before it starts the roles, does so in a child and never holds that check's
+//! memory.
 
 mod support;
 
@@ -149,11 +149,11 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
     );
 }
 
-/// `caprl local` opens the data set once to check it (here 30,000 images' captions: well over
-/// 100 MB while it does) and then only supervises; its resident memory while the roles train
-/// is back under 100 MB and under a third of that peak.
+/// `caprl local` checks the data set (here 30,000 images' captions: well over 100 MB while it
+/// is open) in a child `caprl data check`, then only supervises: its own memory never reaches
+/// 100 MB, at its peak as while the roles train.
 #[test]
-fn local_hands_back_the_memory_of_its_data_set_check() {
+fn local_never_holds_the_memory_of_its_data_set_check() {
     const BOUND: u64 = 100 << 20;
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
@@ -192,13 +192,7 @@ fn local_hands_back_the_memory_of_its_data_set_check() {
     let _ = child.wait_with_output();
     let mib = |b: u64| b >> 20;
     assert!(
-        peak > BOUND,
-        "the check peaked at {} MiB: too small a data set to show anything",
-        mib(peak)
-    );
-    // Under the bound, and most of the peak handed back (not just what happens to fit).
-    assert!(
-        resident < BOUND && resident < peak / 3,
+        peak < BOUND && resident <= peak,
         "caprl local holds {} MiB while it supervises (peak {} MiB)",
         mib(resident),
         mib(peak)

@@ -33,7 +33,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let mut actor =
         roles::actor_config(&cfg, data, device, id.clone(), args.compute.compute_dtype())?;
     actor.delay = Duration::from_millis(args.delay_ms);
-    let started = roles::start_role(&cfg, Role::Actor, &id, &args.role)?;
+    let Some(started) = roles::start_role(&cfg, Role::Actor, &id, &args.role)? else {
+        return Ok(());
+    };
     let stats = started
         .run(|bus, shutdown| caprl_actor::run(actor, bus, shutdown))
         .with_context(|| format!("actor {id}"))?;

@@ -21,7 +21,6 @@ use caprl_common::telemetry::stages::{Stage, StageReport, REPORT_DIR_ENV};
 use serde::Serialize;
 
 use super::{local_cmd, write_stdout, Global};
-use crate::setup;
 
 #[derive(Debug, clap::Args)]
 pub struct PipelineArgs {
@@ -108,7 +107,7 @@ pub fn run(args: PipelineArgs, global: &Global) -> Result<()> {
     }
     let cfg = global.load_config()?;
     // The built-in synthetic set is made here when missing, once for both runs.
-    caprl_common::process::handing_back_freed_pages(|| setup::open_data(&cfg, true).map(drop))?;
+    super::local_cmd::check_data_in_child(global)?;
     let temp = tempfile::tempdir()?;
     let root = match &args.keep {
         Some(dir) => dir.clone(),

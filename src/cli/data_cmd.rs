@@ -7,6 +7,7 @@ use anyhow::Context;
 use caprl_common::data::{self, Dataset, SynthConfig, SynthProfile};
 
 use super::audio_data_cmd::{self, AudioArgs, SynthAudioArgs};
+use super::Global;
 
 /// Data set tools.
 #[derive(Debug, clap::Args)]
@@ -25,6 +26,9 @@ pub enum Command {
     Audio(AudioArgs),
     /// Print a summary of a data set directory (any supported format).
     Stats(StatsArgs),
+    /// Open and check the run config's data set (`data.dir`; the default synthetic task is
+    /// generated when missing): what `caprl local` runs before any server or role starts.
+    Check,
     /// Precompute CIDEr-D document frequencies from the training references
     /// (what SCST rewards use; `caprl score --df FILE` reads it).
     Df(DfArgs),
@@ -85,7 +89,8 @@ pub struct StatsArgs {
 }
 
 /// `quiet`: the global `-q` (no progress bar).
-pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
+pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
+    let quiet = global.quiet;
     match args.command {
         Command::Synth(a) => {
             let profile = SynthProfile::from(a.profile);
@@ -116,6 +121,19 @@ pub fn run(args: Args, quiet: bool) -> anyhow::Result<()> {
         }
         Command::SynthAudio(a) => audio_data_cmd::synth_audio(a)?,
         Command::Audio(a) => audio_data_cmd::prepare(a)?,
+        Command::Check => {
+            let cfg = global.load_config()?;
+            let ds = crate::setup::open_data(&cfg, true)?;
+            if !quiet {
+                println!(
+                    "{}: {} train, {} val, {} test images; captions, features and vocabulary check",
+                    cfg.data.dir,
+                    ds.train.len(),
+                    ds.val.len(),
+                    ds.test.len()
+                );
+            }
+        }
         Command::Stats(a) => {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;

@@ -35,7 +35,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     // Before anything touches the run directory (or the bus): one learner per run_dir.
     let lock = training::lock_run_dir(&cfg)?;
     let data = Arc::new(setup::open_data(&cfg, true)?);
-    let started = roles::start_role(&cfg, Role::Learner, "learner", &args.role)?;
+    let Some(started) = roles::start_role(&cfg, Role::Learner, "learner", &args.role)? else {
+        return Ok(());
+    };
     let heartbeat = {
         let _guard = started.rt.enter();
         let (_v_tx, v_rx) = watch::channel(0u64);

@@ -17,7 +17,7 @@ use caprl_common::config::RunConfig;
 
 use super::Global;
 use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
-use crate::{roles, setup};
+use crate::roles;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,9 +39,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     // Generate the data set once, before the roles race to open it (and before a server starts:
     // a wrong data.dir fails with nothing to clean up).
-    // This process only supervises: it need not keep the check's memory (the captions of
-    // every image) once the check is done.
-    caprl_common::process::handing_back_freed_pages(|| setup::open_data(&cfg, true).map(drop))?;
+    check_data_in_child(global)?;
     let (server, url) = match &args.nats_url {
         Some(u) => (None, u.clone()),
         None => {
@@ -124,6 +122,27 @@ pub fn role_specs(actors: usize, workers: usize) -> Vec<RoleSpec> {
         }
     }
     specs
+}
+
+/// Opens and checks the run config's data set (generating the default synthetic task when it
+/// is missing) in a child `caprl data check`, whose errors reach this process's stderr. The
+/// caller only supervises, so it never holds the check's memory (every image's captions:
+/// 0.65 GB at Karpathy's sizes).
+pub fn check_data_in_child(global: &Global) -> Result<()> {
+    let exe = std::env::current_exe().context("finding the caprl binary for the data check")?;
+    let status = std::process::Command::new(exe)
+        .args(["data", "check"])
+        .args(global_args(global))
+        // Not one of the run's processes: no stage report of its own.
+        .env_remove(caprl_common::telemetry::stages::REPORT_DIR_ENV)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running `caprl data check`")?;
+    if !status.success() {
+        bail!("the data set check failed (its error is above); no server or role was run");
+    }
+    Ok(())
 }
 
 /// The arguments every role of a local run gets: this command's [`global_args`] and the NATS

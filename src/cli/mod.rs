@@ -183,7 +183,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Caption(args) => caption_cmd::run(args, global),
         Command::Clip(args) => clip_cmd::run(args, global),
         Command::Score(args) => score_cmd::run(args),
-        Command::Data(args) => data_cmd::run(args, global.quiet),
+        Command::Data(args) => data_cmd::run(args, global),
         Command::Features(args) => features_cmd::run(args),
         Command::Report(args) => report_cmd::run(args),
         Command::Config(args) => config_cmd::run(args, global),

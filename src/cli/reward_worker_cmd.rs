@@ -28,7 +28,9 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         );
         roles::worker_config(&cfg, &data, id.clone())
     })?;
-    let started = roles::start_role(&cfg, Role::RewardWorker, &id, &args.role)?;
+    let Some(started) = roles::start_role(&cfg, Role::RewardWorker, &id, &args.role)? else {
+        return Ok(());
+    };
     let stats = started
         .run(|bus, shutdown| caprl_reward_worker::run(worker, bus, shutdown))
         .with_context(|| format!("reward worker {id}"))?;
