@@ -16,7 +16,10 @@ fn actor_and_reward_worker_waiting_for_the_learner_stop_on_sigterm() {
     let data = synth(tmp.path());
     let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
     let args = sets(&data, &tmp.path().join("run"), 1, &[]);
-    for role in [&["actor", "--id", "a"][..], &["reward-worker", "--id", "w"][..]] {
+    for role in [
+        &["actor", "--id", "a"][..],
+        &["reward-worker", "--id", "w"][..],
+    ] {
         let child = spawn(&args, role, &server.url());
         let started = Instant::now();
         while !output_of(&child).contains("waiting for the learner") {

@@ -109,24 +109,12 @@ impl BenchShape {
                 dec_images: 10,
                 max_len: 16,
             },
-            BenchShape::CocoRef => Shape {
-                vocab: 10_000,
-                regions: 36,
-                att_dim: 2048,
-                layers: TransformerShape {
-                    enc_layers: 6,
-                    dec_layers: 6,
-                    d_model: 512,
-                    heads: 8,
-                    d_ff: 2048,
-                    tie_embed: false,
-                    global_region: false,
-                },
-                xe_rows: 50,
-                refs_per_image: 5,
-                dec_images: 10,
-                max_len: 16,
-            },
+            BenchShape::CocoRef => {
+                let mut s = BenchShape::Coco.spec();
+                s.layers.enc_layers = 6;
+                s.layers.dec_layers = 6;
+                s
+            }
         }
     }
 }

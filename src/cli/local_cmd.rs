@@ -16,8 +16,8 @@ use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::config::RunConfig;
 
 use super::Global;
-use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
 use crate::roles;
+use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -13,6 +13,7 @@ mod device;
 mod error;
 mod overrides;
 mod reward_spec;
+mod runtime_section;
 mod schema;
 mod validate;
 

@@ -107,8 +107,9 @@ impl Driver {
         self.versions.published(version)
     }
 
-    /// Publishes `model` as policy `version` when a snapshot is due (see
-    /// [`Driver::snapshot_due`]); returns the snapshot that is `latest` afterwards. Call it
+    /// Publishes `model` as policy `version` when a snapshot is due (the first, then every
+    /// `snapshot_every` versions, or sooner when a task of the next round waits for this
+    /// version); returns the snapshot that is `latest` afterwards. Call it
     /// before each [`Driver::collect`], also of a round in the same version (a refill): a
     /// task of that round may wait for this version.
     pub fn publish(

@@ -1,0 +1,149 @@
+//! The `[runtime]` and `[nats]` sections of the run config: how actors, reward workers and the
+//! learner cooperate, and how they reach NATS (re-exported by [`super::schema`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::schema::Dtype;
+
+/// `[runtime]`: how actors, reward workers and the learner cooperate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    pub mode: Mode,
+    /// Namespaces subjects and buckets; `[a-z0-9-]+`.
+    pub run_id: String,
+    /// Async: rollouts older than this many versions are dropped or reweighted.
+    pub max_policy_lag: u64,
+    /// Async: what happens to rollouts older than `max_policy_lag`.
+    pub stale_rollouts: StaleRollouts,
+    /// Async: how sequences sampled by an older policy are weighted (`learner::off_policy`).
+    pub off_policy_correction: OffPolicyCorrection,
+    /// Async: whether the ratio `π/μ` is one per caption or one per token.
+    pub is_level: IsLevel,
+    /// Async, truncated IS: ratios above this are cut to it; > 0.
+    pub is_clip: f64,
+    /// Async, masked IS: sequences (or tokens) whose ratio is below this get no gradient; >= 0.
+    pub is_mask_low: f64,
+    /// Async, masked IS: ... or above this; > `is_mask_low`.
+    pub is_mask_high: f64,
+    /// The dtype policy snapshots travel in (`bf16` halves the bytes every actor fetches; the
+    /// learner keeps f32 weights, actors load them into their own dtype).
+    pub snapshot_dtype: Dtype,
+    /// Async: the learner publishes its policy every this many versions (actors fetch each
+    /// one), so the broadcast costs 1/`snapshot_every` per step; 1 in sync mode, at most
+    /// `max_policy_lag + 1`.
+    pub snapshot_every: u64,
+    /// Credit-based backpressure: tasks outstanding at once; >= 1.
+    pub tasks_in_flight: u32,
+    /// >= 1.
+    pub images_per_task: u32,
+    /// Redelivery after this many seconds without ack; >= 1.
+    pub ack_wait_secs: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            mode: Mode::Sync,
+            run_id: "default".to_string(),
+            max_policy_lag: 2,
+            stale_rollouts: StaleRollouts::Drop,
+            off_policy_correction: OffPolicyCorrection::TruncatedIs,
+            is_level: IsLevel::Sequence,
+            is_clip: 1.0,
+            is_mask_low: 0.5,
+            is_mask_high: 2.0,
+            snapshot_dtype: Dtype::F32,
+            snapshot_every: 1,
+            tasks_in_flight: 8,
+            images_per_task: 8,
+            ack_wait_secs: 30,
+        }
+    }
+}
+
+/// Async mode: what the learner does with a rollout older than `max_policy_lag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StaleRollouts {
+    /// Drop it and decode its images again under the current policy.
+    Drop,
+    /// Train on it with the truncated importance weight `min(is_clip, π/μ)`, like any rollout
+    /// of an older policy.
+    Reweight,
+}
+
+/// Async mode: the importance weight `w` of a sequence (or token) sampled by an older policy,
+/// from its ratio `ρ = π/μ`; the current policy's own sequences always have `w = 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffPolicyCorrection {
+    /// `w = min(ρ, is_clip)` (V-trace's truncated IS; verl's and OpenRLHF's "TIS").
+    TruncatedIs,
+    /// `w = ρ` inside `[is_mask_low, is_mask_high]`, 0 (no gradient) outside ("MIS").
+    MaskedIs,
+    /// `w = 1`: the older policies' sequences are trained on as if on-policy.
+    None,
+}
+
+/// Async mode: whether importance ratios are taken per caption or per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsLevel {
+    /// `ρ = π(y)/μ(y)`, the whole caption as one action (SCST's bandit view).
+    Sequence,
+    /// `ρₜ = π(wₜ)/μ(wₜ)` for each token.
+    Token,
+}
+
+/// `sync`: every rollout of a step comes from the current policy; `async`:
+/// actors run ahead within `max_policy_lag`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Sync,
+    Async,
+}
+
+/// `[nats]`: connection, credentials and TLS. Empty strings mean "not set".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    pub url: String,
+    pub user: String,
+    /// Falls back to env `CAPRL_NATS_PASSWORD`; see [`NatsConfig::resolved_password`].
+    pub password: String,
+    /// Falls back to env `CAPRL_NATS_TOKEN`; see [`NatsConfig::resolved_token`].
+    pub token: String,
+    pub nkey_seed: String,
+    pub creds_file: String,
+    pub tls_ca: String,
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// Largest encoded message accepted or produced; 1024..=67108864.
+    pub max_message_bytes: u64,
+    /// >= 1.
+    pub connect_timeout_secs: u64,
+    /// JetStream replicas of the run's streams, KV and object store: 1 on a single server, 3
+    /// on a 3-node JetStream cluster (survives losing one node); 1..=5.
+    pub replicas: u32,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: "nats://127.0.0.1:4222".to_string(),
+            user: String::new(),
+            password: String::new(),
+            token: String::new(),
+            nkey_seed: String::new(),
+            creds_file: String::new(),
+            tls_ca: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            max_message_bytes: 8_388_608,
+            connect_timeout_secs: 5,
+            replicas: 1,
+        }
+    }
+}
