@@ -15,7 +15,7 @@
 //! words) but lets text be interned with the ids the table was built with
 //! (`caprl score --df FILE`).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -202,57 +202,95 @@ impl DocFreq {
     }
 
     /// Reads a table written by [`DocFreq::save`], checking its magic,
-    /// version, length, checksum and entries.
+    /// version, length, checksum and entries. The file is read as a stream (the entries go
+    /// into the table as they are hashed), so loading never holds the file and the table at
+    /// once; a file whose checksum fails is refused as such, whatever its entries say.
     pub fn load(path: &Path) -> Result<Self, DfError> {
         let p = || path.to_path_buf();
-        let bytes = std::fs::read(path).map_err(|source| DfError::Io { path: p(), source })?;
-        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+        let io = |source| DfError::Io { path: p(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let found = file.metadata().map_err(io)?.len();
+        let mut r = HashedReader::new(file);
+        let mut magic = [0u8; 8];
+        if found < 8 || {
+            r.take(&mut magic).map_err(io)?;
+            &magic != MAGIC
+        } {
             return Err(DfError::BadMagic { path: p() });
         }
-        if bytes.len() < HEADER_LEN {
+        if found < HEADER_LEN as u64 {
             return Err(DfError::Length {
                 path: p(),
                 expected: HEADER_LEN as u64,
-                found: bytes.len() as u64,
+                found,
             });
         }
-        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
-        let version = u32_at(8);
+        let version = r.u32().map_err(io)?;
         if version != VERSION {
             return Err(DfError::UnsupportedVersion {
                 path: p(),
                 found: version,
             });
         }
-        let num_images = u64_at(12);
-        let n = u64_at(20);
+        let num_images = r.u64().map_err(io)?;
+        let n = r.u64().map_err(io)?;
         let expected = n
             .checked_mul(ENTRY_LEN as u64)
             .and_then(|b| b.checked_add((HEADER_LEN + 8 + 32) as u64));
-        if expected.is_none_or(|e| e > bytes.len() as u64) {
+        if expected.is_none_or(|e| e > found) {
             return Err(DfError::Length {
                 path: p(),
                 expected: expected.unwrap_or(u64::MAX),
-                found: bytes.len() as u64,
+                found,
             });
         }
-        let body = bytes.len() - 32;
-        if Sha256::digest(&bytes[..body]).as_slice() != &bytes[body..] {
+        let body = found - 32;
+        let parsed = read_body(&mut r, path, (n, num_images), (body, found));
+        if !r.checksum_matches(body).map_err(io)? {
             return Err(DfError::Checksum { path: p() });
         }
-        let bad = |index: u64, reason: String| DfError::BadEntry {
-            path: p(),
-            index,
-            reason,
-        };
-        let mut df = KeyMap::default();
-        df.reserve(n as usize);
-        let mut prev: Option<NgramKey> = None;
-        for i in 0..n {
-            let at = HEADER_LEN + i as usize * ENTRY_LEN;
-            let key = u128::from_le_bytes(bytes[at..at + 16].try_into().expect("16 bytes"));
-            let count = u32_at(at + 16);
+        let (df, words) = parsed?;
+        Ok(Self {
+            words,
+            df,
+            num_images: usize::try_from(num_images).map_err(|_| DfError::BadEntry {
+                path: p(),
+                index: 0,
+                reason: "image count overflows usize".into(),
+            })?,
+        })
+    }
+}
+
+/// The entries and vocabulary of a table file after its header: `n` entries of at most
+/// `num_images` images, then the words, ending at `body` (the file is `found` bytes long).
+fn read_body(
+    r: &mut HashedReader,
+    path: &Path,
+    (n, num_images): (u64, u64),
+    (body, found): (u64, u64),
+) -> Result<(KeyMap<u32>, Vec<String>), DfError> {
+    let p = || path.to_path_buf();
+    let io = |source| DfError::Io { path: p(), source };
+    let bad = |index: u64, reason: String| DfError::BadEntry {
+        path: p(),
+        index,
+        reason,
+    };
+    let mut df = KeyMap::default();
+    df.reserve(n as usize);
+    let mut prev: Option<NgramKey> = None;
+    // Entries are read (and hashed) a block at a time: one hash update per entry would cost
+    // more than the reading.
+    const BLOCK: u64 = 1 << 16;
+    let mut block = vec![0u8; ENTRY_LEN * BLOCK as usize];
+    let mut i = 0u64;
+    while i < n {
+        let bytes = &mut block[..ENTRY_LEN * (n - i).min(BLOCK) as usize];
+        r.take(bytes).map_err(io)?;
+        for entry in bytes.chunks_exact(ENTRY_LEN) {
+            let key = u128::from_le_bytes(entry[..16].try_into().expect("16 bytes"));
+            let count = u32::from_le_bytes(entry[16..].try_into().expect("4 bytes"));
             let order = order_of(key);
             if !(1..=MAX_ORDER).contains(&order) {
                 return Err(bad(i, format!("n-gram order {order} is outside 1..=4")));
@@ -265,42 +303,90 @@ impl DocFreq {
             }
             prev = Some(key);
             df.insert(key, count);
+            i += 1;
         }
-        let mut at = HEADER_LEN + n as usize * ENTRY_LEN;
-        let nwords = u64_at(at);
-        at += 8;
-        let mut words = Vec::new();
-        for i in 0..nwords {
-            let len = if at + 4 <= body {
-                u32_at(at) as usize
-            } else {
-                0
-            };
-            if at + 4 > body || len > body - at - 4 {
-                return Err(DfError::Length {
-                    path: p(),
-                    expected: (at + 4) as u64 + len as u64 + 32,
-                    found: bytes.len() as u64,
-                });
-            }
-            let word = std::str::from_utf8(&bytes[at + 4..at + 4 + len])
-                .map_err(|_| bad(i, "vocabulary word is not UTF-8".into()))?;
-            words.push(word.to_owned());
-            at += 4 + len;
-        }
-        if at != body {
+    }
+    let nwords = r.u64().map_err(io)?;
+    let mut words = Vec::new();
+    for i in 0..nwords {
+        if r.pos + 4 > body {
             return Err(DfError::Length {
                 path: p(),
-                expected: (at + 32) as u64,
-                found: bytes.len() as u64,
+                expected: r.pos + 4 + 32,
+                found,
             });
         }
-        Ok(Self {
-            words,
-            df,
-            num_images: usize::try_from(num_images)
-                .map_err(|_| bad(0, "image count overflows usize".into()))?,
-        })
+        let len = u64::from(r.u32().map_err(io)?);
+        if len > body - r.pos {
+            return Err(DfError::Length {
+                path: p(),
+                expected: r.pos + len + 32,
+                found,
+            });
+        }
+        let mut word = vec![0u8; len as usize];
+        r.take(&mut word).map_err(io)?;
+        let word =
+            String::from_utf8(word).map_err(|_| bad(i, "vocabulary word is not UTF-8".into()))?;
+        words.push(word);
+    }
+    if r.pos != body {
+        return Err(DfError::Length {
+            path: p(),
+            expected: r.pos + 32,
+            found,
+        });
+    }
+    Ok((df, words))
+}
+
+/// A table file read front to back, hashing what is read.
+struct HashedReader {
+    inner: std::io::BufReader<std::fs::File>,
+    hasher: Sha256,
+    /// Bytes read so far.
+    pos: u64,
+}
+
+impl HashedReader {
+    fn new(file: std::fs::File) -> HashedReader {
+        HashedReader {
+            inner: std::io::BufReader::with_capacity(1 << 20, file),
+            hasher: Sha256::new(),
+            pos: 0,
+        }
+    }
+
+    fn take(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact(buf)?;
+        self.hasher.update(&*buf);
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn u32(&mut self) -> std::io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.take(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> std::io::Result<u64> {
+        let mut b = [0u8; 8];
+        self.take(&mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Hashes the rest of the first `body` bytes and compares the digest with the 32 bytes
+    /// stored after them.
+    fn checksum_matches(&mut self, body: u64) -> std::io::Result<bool> {
+        let mut buf = vec![0u8; 1 << 16];
+        while self.pos < body {
+            let n = buf.len().min((body - self.pos) as usize);
+            self.take(&mut buf[..n])?;
+        }
+        let mut stored = [0u8; 32];
+        self.inner.read_exact(&mut stored)?;
+        Ok(self.hasher.clone().finalize().as_slice() == stored)
     }
 }
 
