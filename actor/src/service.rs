@@ -7,8 +7,10 @@
 //! - `sync` mode: a task is decoded by exactly the policy version it names
 //!   (the learner does not move on before every task of the step is scored);
 //!   a task for a version older than `latest` is stale and acked without work.
-//! - `async` mode: actors never wait for the learner; a task is decoded with
-//!   the newest snapshot held, as long as it is at least `task.min_version`.
+//! - `async` mode: a task is decoded with the newest snapshot held, as long as it is at least
+//!   `task.min_version`; a task that needs the learner's next snapshot (issued ahead under
+//!   `runtime.snapshot_every > 1`) is held until that snapshot comes out, at most
+//!   [`NEXT_POLICY_WAIT`].
 //! - Undecodable tasks, and tasks the model says can never succeed (bad input),
 //!   are rejected with `term` (never redelivered), logged and counted.
 //! - A decode that fails inside the model (an internal fault) is logged as an
