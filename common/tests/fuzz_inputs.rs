@@ -106,7 +106,6 @@ fn decode_all(bytes: &[u8]) {
     let _ = wire::decode::<Rollout>(bytes, LIMIT);
     let _ = wire::decode::<ScoredRollout>(bytes, LIMIT);
     let _ = wire::decode::<Heartbeat>(bytes, LIMIT);
-    let _ = wire::decode::<wire::SnapshotMeta>(bytes, LIMIT);
 }
 
 /// A small valid custom data set: captions in `name` (CSV or JSON), fc

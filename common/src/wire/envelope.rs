@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::error::WireError;
-use super::messages::{Heartbeat, Rollout, RolloutTask, ScoredRollout, SnapshotMeta};
+use super::messages::{Heartbeat, Rollout, RolloutTask, ScoredRollout};
 
 /// The four bytes every caprl message starts with.
 pub const MAGIC: [u8; 4] = *b"CPRL";
@@ -40,17 +40,17 @@ pub enum MessageKind {
     RolloutTask = 1,
     Rollout = 2,
     ScoredRollout = 3,
-    SnapshotMeta = 4,
+    // 4 was a snapshot meta that never travelled as a message (the bus keeps its own,
+    // `bus::SnapshotMeta`): retired, not reused.
     Heartbeat = 5,
 }
 
 impl MessageKind {
     /// Every kind, in byte order.
-    pub const ALL: [MessageKind; 5] = [
+    pub const ALL: [MessageKind; 4] = [
         MessageKind::RolloutTask,
         MessageKind::Rollout,
         MessageKind::ScoredRollout,
-        MessageKind::SnapshotMeta,
         MessageKind::Heartbeat,
     ];
 
@@ -90,9 +90,6 @@ impl Message for Rollout {
 }
 impl Message for ScoredRollout {
     const KIND: MessageKind = MessageKind::ScoredRollout;
-}
-impl Message for SnapshotMeta {
-    const KIND: MessageKind = MessageKind::SnapshotMeta;
 }
 impl Message for Heartbeat {
     const KIND: MessageKind = MessageKind::Heartbeat;

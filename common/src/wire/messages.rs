@@ -93,18 +93,6 @@ pub struct ScoredRollout {
     pub rewards: Vec<RewardVector>,
 }
 
-/// The `latest` entry of the control bucket: which snapshot to fetch and how
-/// to check it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SnapshotMeta {
-    pub version: PolicyVersion,
-    /// Hex SHA-256 of the snapshot bytes.
-    pub sha256: String,
-    pub bytes: u64,
-    pub vocab_hash: String,
-    pub config_hash: String,
-}
-
 /// Liveness signal from any process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Heartbeat {

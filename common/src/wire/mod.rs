@@ -21,5 +21,4 @@ pub use error::WireError;
 pub use ids::{PolicyVersion, TaskId};
 pub use messages::{
     DecodeKind, Heartbeat, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
-    SnapshotMeta,
 };
