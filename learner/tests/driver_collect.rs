@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
+use caprl_common::bus::{Bus, BusOptions, Delivery, InProcBus, Queue};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{
     self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
@@ -96,6 +96,20 @@ fn fixture_with(options: DriverOptions) -> Fixture {
     }
 }
 
+/// The tasks of one pull (at most 8, waiting up to 50 ms), with their deliveries.
+async fn pull_tasks(bus: &Arc<dyn Bus>) -> Vec<(Delivery, RolloutTask)> {
+    let got = bus
+        .pull(Queue::Tasks, 8, Duration::from_millis(50))
+        .await
+        .unwrap();
+    got.into_iter()
+        .map(|d| {
+            let task = wire::decode(d.payload(), LIMIT).unwrap();
+            (d, task)
+        })
+        .collect()
+}
+
 /// Plays actor + reward worker: answers each task pulled with `answer(task)`.
 fn answer_tasks(
     f: &Fixture,
@@ -104,12 +118,7 @@ fn answer_tasks(
     let bus = Arc::clone(&f.bus);
     f.rt.spawn(async move {
         loop {
-            let got = bus
-                .pull(Queue::Tasks, 8, Duration::from_millis(50))
-                .await
-                .unwrap();
-            for d in got {
-                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+            for (d, task) in pull_tasks(&bus).await {
                 for msg in answer(&task) {
                     bus.publish(Queue::Scored, msg).await.unwrap();
                 }
@@ -300,13 +309,9 @@ fn async_issues_the_next_steps_ahead_within_the_lag_bound_and_the_credits() {
         let mut held = Vec::new();
         let mut quiet = 0;
         loop {
-            let got = bus
-                .pull(Queue::Tasks, 8, Duration::from_millis(50))
-                .await
-                .unwrap();
+            let got = pull_tasks(&bus).await;
             quiet = if got.is_empty() { quiet + 1 } else { 0 };
-            for d in got {
-                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+            for (d, task) in got {
                 d.ack().await.unwrap();
                 seen_by_role.lock().unwrap().push(task.clone());
                 held.push(task);
@@ -453,12 +458,7 @@ fn answer_like_an_actor(f: &Fixture) -> tokio::task::JoinHandle<()> {
     let bus = Arc::clone(&f.bus);
     f.rt.spawn(async move {
         loop {
-            let got = bus
-                .pull(Queue::Tasks, 8, Duration::from_millis(50))
-                .await
-                .unwrap();
-            for d in got {
-                let task: RolloutTask = wire::decode(d.payload(), LIMIT).unwrap();
+            for (d, task) in pull_tasks(&bus).await {
                 let held = bus.latest().await.unwrap().map_or(0, |m| m.version);
                 if held < task.min_version.0 {
                     d.nak(Some(Duration::from_millis(20))).await.unwrap();
@@ -481,12 +481,11 @@ fn tiny_model() -> caprl_common::model::Captioner {
 }
 
 /// Stops `f`'s driver after `secs`, so that a collection that waits for ever fails instead.
-fn stop_after(f: &mut Fixture, secs: u64) {
-    let (trigger, _) = ShutdownTrigger::new();
-    let old = std::mem::replace(&mut f.stop, trigger);
+fn stop_after(f: &Fixture, secs: u64) {
+    let stop = f.stop.clone();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(secs));
-        old.trigger();
+        stop.trigger();
     });
 }
 
@@ -501,7 +500,7 @@ fn async_snapshots_every_third_version_keep_every_step_within_the_lag_bound() {
         keep_snapshots: 1,
         ..options(false)
     });
-    stop_after(&mut f, 60);
+    stop_after(&f, 60);
     let model = tiny_model();
     let roles = answer_like_an_actor(&f);
     let steps = 8u64;
@@ -537,7 +536,7 @@ fn a_round_that_comes_early_gets_the_snapshot_its_tasks_wait_for() {
         snapshot_every: 2,
         ..options(false)
     });
-    stop_after(&mut f, 60);
+    stop_after(&f, 60);
     let model = tiny_model();
     let roles = answer_like_an_actor(&f);
     let rows: Vec<Vec<u32>> = (0..5).map(step_rows).collect();

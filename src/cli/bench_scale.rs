@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions, Queue};
-use caprl_common::config::{Mode, RunConfig};
+use caprl_common::config::RunConfig;
 use caprl_common::data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_common::model::{Captioner, Decoder, ModelError};
 use caprl_common::shutdown::ShutdownTrigger;
@@ -96,10 +96,14 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     };
     synth(&data_dir, &synth_cfg).context("generating the synthetic data")?;
     let data = Arc::new(Dataset::open(&data_dir)?);
-    // Validated as the async config it becomes (async-only keys such as
-    // `runtime.snapshot_every` are refused in sync mode).
-    let sets: Vec<String> = std::iter::once("runtime.mode=\"async\"".to_string())
-        .chain(global.sets.iter().cloned())
+    // The benchmark is of async mode: the mode is set last, so the config is validated as
+    // the async config it runs (async-only keys such as `runtime.snapshot_every` are refused
+    // in sync mode).
+    let sets: Vec<String> = global
+        .sets
+        .iter()
+        .cloned()
+        .chain(std::iter::once("runtime.mode=\"async\"".to_string()))
         .collect();
     let loaded = RunConfig::load(global.config.as_deref(), &sets)?;
     let cfg = scale_config(&args, loaded, &data_dir);
@@ -165,11 +169,10 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     write_stdout(&out)
 }
 
-/// The run config of the benchmark: `cfg` (the defaults, or what `--config`/`--set` said) in
-/// async mode on the synthetic data, with the benchmark's batch and task sizes.
+/// The run config of the benchmark: `cfg` (the defaults, or what `--config`/`--set` said, in
+/// async mode) on the synthetic data, with the benchmark's batch and task sizes.
 fn scale_config(args: &ScaleArgs, mut cfg: RunConfig, data_dir: &std::path::Path) -> RunConfig {
     cfg.data.dir = data_dir.display().to_string();
-    cfg.runtime.mode = Mode::Async;
     cfg.runtime.run_id = "bench-scale".into();
     cfg.runtime.images_per_task = args.images_per_task;
     cfg.train.batch_size = args.batch;

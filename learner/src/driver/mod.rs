@@ -183,9 +183,11 @@ pub struct Driver {
     shutdown: Shutdown,
     opts: DriverOptions,
     published: Option<SnapshotMeta>,
-    /// The bus versions of the snapshots this learner published that are still stored,
+    /// The bus versions of the last `keep_snapshots + 1` snapshots this learner published,
     /// oldest first.
     stored: VecDeque<u64>,
+    /// The oldest version not yet deleted (set at the first publication).
+    delete_from: Option<u64>,
     /// Scored rollouts of later rounds, kept for their round.
     buffer: BTreeMap<TaskId, ScoredRollout>,
     /// Task ids issued and not yet back.
@@ -220,6 +222,7 @@ impl Driver {
             opts,
             published: None,
             stored: VecDeque::new(),
+            delete_from: None,
             buffer: BTreeMap::new(),
             outstanding: BTreeSet::new(),
             queued: VecDeque::new(),

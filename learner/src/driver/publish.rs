@@ -102,11 +102,6 @@ impl Driver {
         Ok(self.versions.offset)
     }
 
-    /// The bus version trainer version `version` is published as.
-    pub fn published_version(&self, version: u64) -> u64 {
-        self.versions.published(version)
-    }
-
     /// Publishes `model` as policy `version` when a snapshot is due (the first, then every
     /// `snapshot_every` versions, or sooner when a task of the next round waits for this
     /// version); returns the snapshot that is `latest` afterwards. Call it
@@ -150,17 +145,33 @@ impl Driver {
         drop(put);
         tm::record_snapshot(meta.bytes, started.elapsed());
         tm::set_policy_version(version);
-        self.stored.push_back(version);
-        while self.stored.len() as u64 > self.opts.keep_snapshots + 1 {
-            if let Some(old) = self.stored.pop_front() {
-                let _ = self.rt.block_on(self.bus.delete_snapshot(old));
-            }
-        }
+        self.delete_old_snapshots(version);
         self.published = Some(meta.clone());
         if let Some(r) = &self.readiness {
             r.set_ready(true);
         }
         Ok(meta)
+    }
+
+    /// After publishing `version`: deletes the snapshots older than the `keep_snapshots + 1`
+    /// this learner published last (with `snapshot_every > 1` the versions between them were
+    /// never published; deleting one is a no-op) and, one version per publication as they age,
+    /// the last ones of the learner it resumed from.
+    fn delete_old_snapshots(&mut self, version: u64) {
+        let keep = self.opts.keep_snapshots + 1;
+        self.stored.push_back(version);
+        if self.stored.len() as u64 > keep {
+            self.stored.pop_front();
+        }
+        let from = *self.delete_from.get_or_insert(version.saturating_sub(keep));
+        let oldest_kept = self.stored.front().copied().unwrap_or(version);
+        let until = oldest_kept
+            .min((version + 1).saturating_sub(keep))
+            .max(from);
+        for old in from..until {
+            let _ = self.rt.block_on(self.bus.delete_snapshot(old));
+        }
+        self.delete_from = Some(until);
     }
 
     /// Whether policy `version` (a bus version) is to be published: always when nothing is yet,
