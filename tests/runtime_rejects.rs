@@ -18,6 +18,7 @@ use caprl_common::bus::{
 use caprl_common::config::RewardName;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::role::{heartbeat_key, Role};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
 use caprl_learner::driver::{Driver, DriverOptions};
@@ -370,4 +371,49 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
     let waiting = s.rt.block_on(s.bus.depth(Queue::Tasks)).unwrap();
     assert_eq!(waiting, 4, "{stats:?}");
     assert_eq!(stats.stale_tasks, 0, "{stats:?}");
+}
+
+#[test]
+fn a_publish_the_server_refuses_stops_the_actor_with_a_clear_error_and_keeps_the_task() {
+    // An operator sealed the rollouts stream: every publish to it is refused on its merits, so
+    // the actor says so and stops instead of retrying for ever as it does through an outage.
+    let s = setup("sealed");
+    let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
+    let snapshot = Bytes::from(model.to_safetensors().unwrap());
+    s.rt.block_on(s.bus.put_snapshot(0, snapshot)).unwrap();
+    let bytes = wire::encode(&task(1, 0, &two_rows(&s)), LIMIT).unwrap();
+    s.rt.block_on(async {
+        s.bus
+            .publish(Queue::Tasks, Bytes::from(bytes))
+            .await
+            .unwrap();
+        let client = async_nats::connect(&s.url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut stream = js
+            .get_stream(s.opts.stream_name(Queue::Rollouts))
+            .await
+            .unwrap();
+        let mut config = stream.info().await.unwrap().config.clone();
+        config.sealed = true;
+        js.update_stream(config).await.unwrap();
+    });
+
+    let (_stop_tx, stop_rx) = ShutdownTrigger::new();
+    let actor = caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx);
+    let ended =
+        s.rt.block_on(async { tokio::time::timeout(Duration::from_secs(60), actor).await });
+    let err = ended
+        .expect("the actor kept retrying a publish the server refuses")
+        .expect_err("the actor cannot publish its rollout");
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("sealed") && message.contains("for good"),
+        "{message}"
+    );
+    // The task was not settled: it is still in the queue for an actor that can publish.
+    let waiting = s.rt.block_on(s.bus.depth(Queue::Tasks)).unwrap();
+    assert_eq!(waiting, 1);
+    // Nor is the stopped actor counted as alive.
+    let key = heartbeat_key(Role::Actor, "actor-test");
+    assert_eq!(s.rt.block_on(s.bus.kv_get(&key)).unwrap(), None);
 }

@@ -282,6 +282,10 @@ async fn broker_down_surfaces_errors_and_restart_keeps_messages() {
         matches!(err, BusError::Timeout { .. } | BusError::JetStream { .. }),
         "{err}"
     );
+    assert!(
+        err.is_transient(),
+        "a broker that is down is waited out: {err}"
+    );
     let started = Instant::now();
     assert!(bus.depth(Queue::Rollouts).await.is_err());
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -301,6 +305,47 @@ async fn broker_down_surfaces_errors_and_restart_keeps_messages() {
         }
     };
     assert_eq!(got[0].payload(), "kept");
+}
+
+/// Seals `queue`'s stream the way an operator would (`nats stream seal`): the server then
+/// refuses every publish to it on the request's merits.
+async fn seal(server: &LocalNatsServer, opts: &BusOptions, queue: Queue) {
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream(opts.stream_name(queue)).await.unwrap();
+    let mut config = stream.info().await.unwrap().config.clone();
+    config.sealed = true;
+    js.update_stream(config).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_the_server_refuses_is_reported_as_one_a_retry_cannot_help() {
+    let server = LocalNatsServer::start_default().unwrap();
+    let opts = BusOptions::for_run("sealed");
+    let bus = NatsBus::connect(&connect_cfg(&server), &opts)
+        .await
+        .unwrap();
+    round_trip(&bus).await;
+    seal(&server, &opts, Queue::Tasks).await;
+
+    let err = bus
+        .publish(Queue::Tasks, Bytes::from("refused"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BusError::JetStream { .. }), "{err:?}");
+    assert!(
+        !err.is_transient(),
+        "a sealed stream refuses every try: {err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("sealed") && message.contains("for good"),
+        "{message}"
+    );
+    // The other queues still take messages: the refusal is the request's, not the broker's.
+    bus.publish(Queue::Scored, Bytes::from("kept"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::BusError;
+use super::{BusError, Retry};
 use crate::shutdown::Shutdown;
 
 const FIRST: Duration = Duration::from_millis(100);
@@ -18,15 +18,15 @@ const CAP: Duration = Duration::from_secs(5);
 impl BusError {
     /// Whether the operation may succeed if tried again later: the broker is
     /// down, restarting or overloaded. Configuration, auth, size and checksum
-    /// errors are not.
+    /// errors are not, nor a request JetStream refused on its merits.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            BusError::JetStream { retry, .. } => *retry == Retry::CanHelp,
             BusError::Timeout { .. }
-                | BusError::JetStream { .. }
-                | BusError::Connect { .. }
-                | BusError::ConnectTimeout { .. }
-        )
+            | BusError::Connect { .. }
+            | BusError::ConnectTimeout { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -110,7 +110,7 @@ mod tests {
             after: Duration::from_secs(1)
         }
         .is_transient());
-        assert!(BusError::js("publish", "no responders").is_transient());
+        assert!(BusError::js("publish", async_nats::Error::from("no responders")).is_transient());
         assert!(!BusError::TooLarge { bytes: 2, max: 1 }.is_transient());
         assert!(!BusError::SnapshotMissing { version: 3 }.is_transient());
     }

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::Retry;
+
 /// Everything a bus operation, a connect or the local server can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -45,9 +47,15 @@ pub enum BusError {
     #[error("bus operation `{op}` did not finish within {after:?}: is the NATS server up?")]
     Timeout { op: &'static str, after: Duration },
 
-    /// JetStream answered with an error (or the request failed).
-    #[error("bus operation `{op}` failed: {detail}")]
-    JetStream { op: &'static str, detail: String },
+    /// JetStream answered with an error, or the request failed; `retry` says whether
+    /// trying again can help (see `nats_retry.rs`).
+    #[error("bus operation `{op}` failed{}: {source}", retry.note())]
+    JetStream {
+        op: &'static str,
+        retry: Retry,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 
     /// A payload larger than the configured or server limit.
     #[error("message of {bytes} bytes exceeds the limit of {max} bytes ([nats] max_message_bytes or the server's max_payload)")]
@@ -80,6 +88,14 @@ pub enum BusError {
     #[error("snapshot v{version} is not in the snapshot store (deleted, or never published)")]
     SnapshotMissing { version: u64 },
 
+    /// A snapshot description that does not serialise (a fault of this build, not the broker's).
+    #[error("cannot encode the description of snapshot v{version}: {source}")]
+    EncodeMeta {
+        version: u64,
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// A stored `latest` record that is not a snapshot description.
     #[error("KV key `latest` holds an unreadable snapshot record: {detail}")]
     BadLatest { detail: String },
@@ -99,13 +115,4 @@ pub enum BusError {
         waited: Duration,
         detail: String,
     },
-}
-
-impl BusError {
-    pub(crate) fn js(op: &'static str, err: impl std::fmt::Display) -> Self {
-        BusError::JetStream {
-            op,
-            detail: err.to_string(),
-        }
-    }
 }

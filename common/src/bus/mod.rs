@@ -20,6 +20,7 @@ mod connect;
 mod error;
 mod inproc;
 mod nats;
+mod nats_retry;
 mod nats_setup;
 mod server;
 
@@ -38,6 +39,7 @@ pub use connect::connect_options;
 pub use error::BusError;
 pub use inproc::InProcBus;
 pub use nats::NatsBus;
+pub use nats_retry::Retry;
 pub use server::{LocalNatsServer, LocalNatsServerOptions};
 
 /// Result of every bus operation.

@@ -360,7 +360,8 @@ impl Bus for NatsBus {
                 },
                 _ => SnapshotMeta::describe(version, &data),
             };
-            let record = serde_json::to_vec(&meta).map_err(|e| BusError::js("put snapshot", e))?;
+            let record = serde_json::to_vec(&meta)
+                .map_err(|source| BusError::EncodeMeta { version, source })?;
             deadline(
                 "set latest snapshot",
                 self.opts.request_timeout(),

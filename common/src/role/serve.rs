@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{spawn_heartbeat, Role};
+use super::{heartbeat_key, spawn_heartbeat, Role};
 use crate::bus::{Backoff, Bus, BusError, Delivery, Queue};
 use crate::shutdown::Shutdown;
 use crate::telemetry;
@@ -144,7 +144,15 @@ pub async fn serve<W: Work>(
             break Err(e);
         }
     };
-    let _ = heartbeat.await;
+    if result.is_ok() {
+        // Shutdown: the heartbeat deletes its key and ends.
+        let _ = heartbeat.await;
+    } else {
+        // The role stops on its own: its heartbeat, which ends only with a shutdown, goes too,
+        // so the role returns its error instead of waiting for a shutdown that may not come.
+        heartbeat.abort();
+        let _ = bus.kv_delete(&heartbeat_key(spec.role, &spec.id)).await;
+    }
     result.map(|()| served)
 }
 
