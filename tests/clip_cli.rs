@@ -1,4 +1,4 @@
-//! Seed 004 end to end through the CLI on the tiny synthetic set: `caprl clip train` makes the
+//! Paper 004 end to end through the CLI on the tiny synthetic set: `caprl clip train` makes the
 //! reward and evaluation encoders, WTF-RL trains with `clip=0.94,disc=0.06` (the discriminator
 //! pre-trained, trained online, checkpointed and handed to the reward workers in the policy
 //! snapshot), a resumed run restores it, and `caprl eval` reports R@k with the frozen
@@ -175,7 +175,7 @@ fn wtf_rl_over_nats_scores_with_the_snapshots_discriminator_like_in_process() {
 
 #[test]
 fn scst_with_clip_s_and_disc_rewards_trains_the_discriminator_on_samples() {
-    // Seed 004's comparison rows: SCST (greedy baseline) on CLIP-S plus the discriminator.
+    // Paper 004's comparison rows: SCST (greedy baseline) on CLIP-S plus the discriminator.
     let tmp = tempfile::tempdir().unwrap();
     let data = synth(tmp.path());
     let enc = tmp.path().join("clip.safetensors");

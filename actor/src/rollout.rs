@@ -80,7 +80,7 @@ pub fn rollout(
                 bad_endings,
             },
         )?;
-        // Seed 004's x^bs: the best beam of each image.
+        // Paper 004's x^bs: the best beam of each image.
         for (i, hyps) in beams.into_iter().enumerate() {
             if let Some(h) = hyps.into_iter().next() {
                 sequences.push(Sequence {
@@ -113,7 +113,7 @@ fn task_bad_endings(data: &Dataset, task: &RolloutTask) -> BadEndings {
     }
 }
 
-/// mc-pg's Monte-Carlo rollouts (seed 003): `task.mc_rollouts` sampled completions of every
+/// mc-pg's Monte-Carlo rollouts (paper 003): `task.mc_rollouts` sampled completions of every
 /// proper prefix `w_1..w_t` (`t < |w|`) of every sampled sequence, in one batched decode. Their
 /// mean reward estimates `Q(s_t, w_t)`; the full sample's own reward is `Q` of its last step.
 /// The completions draw from a stream of their own, so the samples do not depend on `K`.
@@ -180,7 +180,7 @@ fn mc_completions(
     Ok(out)
 }
 
-/// One reference of each image as a ground-truth trajectory (seed 004's `x^gt`: a batch of
+/// One reference of each image as a ground-truth trajectory (paper 004's `x^gt`: a batch of
 /// GT caption–image pairs), the reference drawn from the task seed so that any actor sends
 /// the same one.
 fn ground_truth(

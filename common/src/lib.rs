@@ -1,7 +1,7 @@
 //! caprl-common: what every caprl role shares.
 //!
 //! - [`clip`]: joint text–image embeddings (own dual encoder, Hugging Face CLIP loader), the
-//!   discriminator and retrieval metrics of seed 004.
+//!   discriminator and retrieval metrics of paper 004.
 //! - [`config`]: the one typed, validated run configuration.
 //! - [`data`]: tokenizer, vocabulary, data set formats, the synthetic task.
 //! - [`score`]: CIDEr-D, BLEU, ROUGE-L and diversity metrics.

@@ -1,4 +1,4 @@
-//! The dual encoder, nearest-image mining and the discriminator of seed 004.
+//! The dual encoder, nearest-image mining and the discriminator of paper 004.
 
 use caprl_common::clip::disc::Pairs;
 use caprl_common::clip::retrieval::{nearest, recall};

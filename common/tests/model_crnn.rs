@@ -1,4 +1,4 @@
-//! The CRNN audio encoder (seed 000): size, shapes, time subsampling, gradients, and running
+//! The CRNN audio encoder (paper 000): size, shapes, time subsampling, gradients, and running
 //! batch-norm statistics that survive a save/load.
 
 use caprl_common::model::{

@@ -1,5 +1,5 @@
 //! The learned value of a decoder state, shared by two objectives: mc-pg's baseline `b_φ(s_t)`
-//! (seed 003) and actor-critic's critic `v_θ(s_t)` (seed 001). Both train it by MSE to a
+//! (paper 003) and actor-critic's critic `v_θ(s_t)` (paper 001). Both train it by MSE to a
 //! per-token target `y_t` (mc-pg: the Monte-Carlo estimate of `Q(s_t, w_t)`; actor-critic: the
 //! sequence return) and weight `log p(w_t)` by the advantage `A_t = y_t − v(s_t)`.
 //!

@@ -163,7 +163,7 @@ pub fn per_image_samples(
 }
 
 /// Every sequence whose kind `trains_on` accepts, with its own total reward as multiplier.
-/// Ground truth is off-policy by design (seed 004, eq. 3): its lag is 0, so it gets no
+/// Ground truth is off-policy by design (paper 004, eq. 3): its lag is 0, so it gets no
 /// importance ratio.
 pub fn reward_weighted(
     scored: &[ScoredRollout],

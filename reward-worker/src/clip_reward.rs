@@ -1,4 +1,4 @@
-//! The contrastive CLIP rewards of seed 004 and the discriminator's `P_D`, on a frozen encoder.
+//! The contrastive CLIP rewards of paper 004 and the discriminator's `P_D`, on a frozen encoder.
 //!
 //! `clip` is the bidirectional decoupled contrastive reward `r_bicont` of eq. 2:
 //!

@@ -1,4 +1,4 @@
-//! The embedding reward of seed 001 (Ren et al. 2017): `r = cos(f_I(I), f_T(c))`, the cosine
+//! The embedding reward of paper 001 (Ren et al. 2017): `r = cos(f_I(I), f_T(c))`, the cosine
 //! similarity of an image and a caption in a joint embedding space.
 //!
 //! Until a trained dual encoder is available, the joint space is the caption's bag of words:

@@ -2,7 +2,7 @@
 //!
 //! [`Rewarder`] turns a [`caprl_common::wire::Rollout`] into a
 //! [`caprl_common::wire::ScoredRollout`]: CIDEr-D (precomputed training df),
-//! BLEU-n, ROUGE-L, the embedding reward of seed 001 ([`EmbedReward`]) and seed 004's
+//! BLEU-n, ROUGE-L, the embedding reward of paper 001 ([`EmbedReward`]) and paper 004's
 //! contrastive CLIP rewards and discriminator probability ([`ClipReward`]) as a weighted sum,
 //! plus SLE's exploration term.
 //! [`run`] is the reward-worker role on a bus.

@@ -310,7 +310,7 @@ impl Rewarder {
     }
 }
 
-/// SLE's exploration term of each sample (seed 002, eq. 15 and §4):
+/// SLE's exploration term of each sample (paper 002, eq. 15 and §4):
 /// `eⱼ = (2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)` with `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` over all `s²` pairs.
 pub fn exploration_terms(d: &[Vec<f64>]) -> Vec<f32> {
     let s = d.len();

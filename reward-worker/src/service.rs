@@ -213,7 +213,7 @@ async fn handle<S: ScoreFn>(
     Ok(())
 }
 
-/// Loads the discriminator of the newest policy snapshot (seed 004: `D` is trained online by
+/// Loads the discriminator of the newest policy snapshot (paper 004: `D` is trained online by
 /// the learner and rides in the snapshot) when it is newer than the one `held`.
 async fn refresh_discriminator(
     cfg: &WorkerConfig,

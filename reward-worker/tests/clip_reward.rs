@@ -1,4 +1,4 @@
-//! Seed 004's rewards on hand-made embeddings: `r_bicont` of eq. 2 with the positive excluded
+//! Paper 004's rewards on hand-made embeddings: `r_bicont` of eq. 2 with the positive excluded
 //! from each denominator, its τ → 0 limit (SCST with a greedy baseline on the similarity),
 //! CLIP-S, and `disc` from a discriminator handed over as in a policy snapshot.
 
@@ -136,7 +136,7 @@ fn bicont_matches_a_hand_computed_example_with_the_positive_excluded() {
 
 #[test]
 fn as_tau_goes_to_zero_the_text_term_is_scst_with_the_greedy_baseline() {
-    // Seed 004 §3.4: r_i2t(x) → s(x, i) − max over rivals, and when the greedy caption is the
+    // Paper 004 §3.4: r_i2t(x) → s(x, i) − max over rivals, and when the greedy caption is the
     // most similar rival that is SCST's advantage r(x^bs) − r(x^gs) on the similarity reward.
     let (_tmp, data) = dummy_data();
     let (a, b) = (data.train.items[0].row, data.train.items[1].row);

@@ -1,4 +1,4 @@
-//! The embedding reward (seed 001): an image's own references score higher than another
+//! The embedding reward (paper 001): an image's own references score higher than another
 //! image's, and the reward is a cosine.
 
 use caprl_common::config::RewardName;

@@ -15,7 +15,7 @@ METRICS = [
     ("vocab_used", "vocab"),
 ]
 
-# Seed 004's columns: retrieval with the frozen evaluation encoder, writing quality, diversity.
+# Paper 004's columns: retrieval with the frozen evaluation encoder, writing quality, diversity.
 CLIP_METRICS = [
     ("r1_t2i", "R@1 T2I"),
     ("r5_t2i", "R@5 T2I"),
@@ -37,7 +37,7 @@ def main():
     ap.add_argument("out", type=Path)
     ap.add_argument("--seeds", nargs="+", required=True)
     ap.add_argument("--objectives", nargs="+", required=True)
-    ap.add_argument("--clip", action="store_true", help="seed 004's retrieval columns")
+    ap.add_argument("--clip", action="store_true", help="paper 004's retrieval columns")
     a = ap.parse_args()
     metrics = CLIP_METRICS if a.clip else METRICS
     runs = {o: [load(a.out, o, s) for s in a.seeds] for o in a.objectives}

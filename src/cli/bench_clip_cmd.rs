@@ -1,4 +1,4 @@
-//! `caprl bench clip`: what seed 004's rewards cost per caption next to CIDEr-D, and the text
+//! `caprl bench clip`: what paper 004's rewards cost per caption next to CIDEr-D, and the text
 //! encoder's throughput. Rollouts are shaped as WTF-RL sends them (per image: the best beam,
 //! the greedy caption and one ground-truth caption), with references standing in for decodes.
 

@@ -43,7 +43,7 @@ pub enum What {
     Transformer(super::bench_transformer::TransformerBenchArgs),
     /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
     Audio(super::bench_audio_cmd::AudioBenchArgs),
-    /// Seed 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
+    /// Paper 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
     Clip(super::bench_clip_cmd::ClipBenchArgs),
     /// Async throughput against the number of actors over a real nats-server, with the decode
     /// and the update simulated (stated costs): where the learner or NATS becomes the limit.

@@ -1,4 +1,4 @@
-//! `caprl clip train`: trains the dual encoder of seed 004's rewards and retrieval metrics on
+//! `caprl clip train`: trains the dual encoder of paper 004's rewards and retrieval metrics on
 //! the data set's captions.
 
 use std::path::{Path, PathBuf};

@@ -43,12 +43,12 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Lookahead inference (seed 001): rank beams by λ·log π + (1−λ)·v with the checkpoint's
+    /// Lookahead inference (paper 001): rank beams by λ·log π + (1−λ)·v with the checkpoint's
     /// value head (actor-critic / mc-pg runs); 1 = plain beam search. Default:
     /// decode.lookahead_lambda of the checkpoint's config.
     #[arg(long, value_name = "LAMBDA", value_parser = super::ranges::weight)]
     pub lookahead: Option<f32>,
-    /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (seed 004): a file from
+    /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (paper 004): a file from
     /// `caprl clip train` or a Hugging Face CLIP directory. Default: [clip] eval, else
     /// [clip] reward of the checkpoint's config; none = no retrieval metrics.
     #[arg(long, value_name = "PATH")]

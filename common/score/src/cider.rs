@@ -1,7 +1,7 @@
 //! CIDEr-D exactly as pycocoevalcap computes it (there named `Cider`).
 //!
 //! For a candidate `c` and the references `S = {s_1..s_m}` of one image
-//! (Vedantam et al. 2015; the reward of seed 002 and of SCST):
+//! (Vedantam et al. 2015; the reward of paper 002 and of SCST):
 //!
 //! ```text
 //! g_n(x)[k]   = tf_k(x) · (ln N − ln max(1, df_k))        n-grams k of order n, N = #images

@@ -1,20 +1,20 @@
 //! Set-level diversity of the captions generated for one input, and the
-//! pairwise distance of sequence-level exploration (seed 002, SLE).
+//! pairwise distance of sequence-level exploration (paper 002, SLE).
 //!
-//! - **Div-n** (seed 002, after Shetty et al. [26]): distinct n-grams in the
+//! - **Div-n** (paper 002, after Shetty et al. [26]): distinct n-grams in the
 //!   set divided by the total number of words in the set. Higher is more
 //!   diverse.
-//! - **mBLEU-4** (seed 002): BLEU-4 of each caption against all the others
+//! - **mBLEU-4** (paper 002): BLEU-4 of each caption against all the others
 //!   as references, averaged over the captions. Lower is more diverse. The
 //!   BLEU is the pycocoevalcap sentence BLEU of [`super::bleu`].
-//! - **Self-BLEU** (seed 004, defined by Texygen, Zhu et al. 2018): the same
+//! - **Self-BLEU** (paper 004, defined by Texygen, Zhu et al. 2018): the same
 //!   "each caption against the rest" average, but with Texygen's BLEU
 //!   (NLTK `sentence_bleu`, uniform weights over 1..4-grams, smoothing
 //!   `method1`: a precision with no match counts ε = 0.1 matches; the score is
 //!   0 when no unigram matches; `BP = exp(1 − r/c)` for `c ≤ r`, 0 for an
 //!   empty caption). It is kept separate from mBLEU-4 so numbers can be
 //!   compared with the papers that report each.
-//! - **Distance** `d(y, y')` of SLE's diversity term (seed 002, eq. 8 and
+//! - **Distance** `d(y, y')` of SLE's diversity term (paper 002, eq. 8 and
 //!   §4.4): the paper says only "we use BLEU3 + BLEU4 to calculate d(y, y')".
 //!   A distance must shrink as captions agree, so we read it as
 //!   `d(y, y') = 1 − (BLEU-3(y | y') + BLEU-4(y | y')) / 2`: one minus the

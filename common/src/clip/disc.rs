@@ -1,4 +1,4 @@
-//! The discriminator of seed 004 (§3.2): `P_D(x) = σ(MLP([f^T(x); f^I(i)]))`, a 3-layer MLP on
+//! The discriminator of paper 004 (§3.2): `P_D(x) = σ(MLP([f^T(x); f^I(i)]))`, a 3-layer MLP on
 //! the frozen encoder's text and image embeddings that tells ground-truth captions of an image
 //! from generated ones. Its probability is the `disc` reward (`r_regu`); it is pre-trained on
 //! GT vs beam captions of the XE model and trained online at every learner iteration on that
@@ -20,7 +20,7 @@ use super::params::{self, Spec};
 use super::{ClipError, Embeddings, Result};
 use crate::optim::AdamW;
 
-/// Hidden width of a fresh MLP. Seed 004 asks for "a very simple MLP" without a width; 32
+/// Hidden width of a fresh MLP. Paper 004 asks for "a very simple MLP" without a width; 32
 /// units over 128-d embeddings keep the `clip` + `disc` reward as cheap per caption as CIDEr-D
 /// (`caprl bench clip`) and, trained at `clip.disc_lr` 1e-3, still track the policy online.
 /// A loaded discriminator keeps the width of its weights.

@@ -1,4 +1,4 @@
-//! A small CLIP-style dual encoder of our own (seed 004 uses a pre-trained CLIP; on the
+//! A small CLIP-style dual encoder of our own (paper 004 uses a pre-trained CLIP; on the
 //! synthetic set and on any data set with precomputed features we train one on the captions).
 //!
 //! - Image tower: `f^I(i) = W₂ relu(W₁ fc(i) + b₁) + b₂` over the data set's global features.

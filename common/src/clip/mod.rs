@@ -1,4 +1,4 @@
-//! Joint text–image embeddings (seed 004): the dual encoder behind the `clip`, `clip-i2t`,
+//! Joint text–image embeddings (paper 004): the dual encoder behind the `clip`, `clip-i2t`,
 //! `clip-s` and `disc` rewards and the retrieval metrics of `caprl eval`.
 //!
 //! - [`dual`]: a small CLIP-style dual encoder of our own (image tower over the data set's

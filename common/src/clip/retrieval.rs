@@ -1,4 +1,4 @@
-//! Cross-modal retrieval with a frozen encoder: recall@k in both directions (seed 004's R@k,
+//! Cross-modal retrieval with a frozen encoder: recall@k in both directions (paper 004's R@k,
 //! the distinctiveness metric) and nearest-image mining for the contrastive reward's image pool.
 
 use candle_core::{Device, Tensor};
@@ -54,7 +54,7 @@ pub fn recall(captions: &Embeddings, images: &Embeddings) -> Recall {
 }
 
 /// For every row of `images`, the `k` other rows most similar to it (most similar first).
-/// One blocked matrix product per 1024 rows; mined once before training (seed 004 §3.4).
+/// One blocked matrix product per 1024 rows; mined once before training (paper 004 §3.4).
 pub fn nearest(images: &Embeddings, k: usize) -> Result<Vec<Vec<usize>>> {
     let n = images.len();
     let d = images.dim;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ConfigError;
 
-/// The reward component that carries SLE's exploration term `eⱼ` (seed 002): reward workers
+/// The reward component that carries SLE's exploration term `eⱼ` (paper 002): reward workers
 /// add it for objective `sle`, the learner reads it back.
 pub const DIVERSITY: &str = "diversity";
 
@@ -22,15 +22,15 @@ pub enum RewardName {
     Bleu4,
     /// ROUGE-L.
     Rouge,
-    /// Bidirectional decoupled contrastive reward `r_bicont` (seed 004, eq. 2).
+    /// Bidirectional decoupled contrastive reward `r_bicont` (paper 004, eq. 2).
     Clip,
     /// Image-to-text half of the contrastive reward.
     ClipI2t,
     /// CLIP-S: scaled cosine of caption and image embeddings.
     ClipS,
-    /// Discriminator probability `p_D` (seed 004).
+    /// Discriminator probability `p_D` (paper 004).
     Disc,
-    /// Joint-embedding cosine reward (seed 001).
+    /// Joint-embedding cosine reward (paper 001).
     Embed,
 }
 

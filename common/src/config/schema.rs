@@ -110,7 +110,7 @@ pub struct ModelConfig {
     /// Attention MLP size (`att` only); 1..=8192.
     pub att_hidden: u32,
     /// CRNN width (`crnn` only): channels of convolutions 2-5 and GRU size per direction;
-    /// the audio embedding has twice as many values. 1..=1024; 128 is seed 000's encoder.
+    /// the audio embedding has twice as many values. 1..=1024; 128 is paper 000's encoder.
     pub crnn_width: u32,
     /// Dropout probability; [0, 1).
     pub dropout: f64,
@@ -304,7 +304,7 @@ pub enum Objective {
     WtfRl,
 }
 
-/// WTF / WTF-RL reward transform (seed 004, eq. 3); the learner's `wtf::Baseline`.
+/// WTF / WTF-RL reward transform (paper 004, eq. 3); the learner's `wtf::Baseline`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum WtfBaseline {
@@ -521,7 +521,7 @@ impl Default for CheckpointConfig {
     }
 }
 
-/// `[clip]`: the text–image encoders and the discriminator of seed 004's rewards.
+/// `[clip]`: the text–image encoders and the discriminator of paper 004's rewards.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClipConfig {

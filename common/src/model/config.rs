@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{ModelError, Result};
 
 /// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
-/// CRNN audio encoder (seed 000) over log-mel frames (the `att` features), its embedding used
+/// CRNN audio encoder (paper 000) over log-mel frames (the `att` features), its embedding used
 /// like the `fc` model's feature; `transformer`: an encoder over the regions (the `fc` feature
 /// as one region when there are none) and a decoder of masked self-attention and
 /// cross-attention (self-critical.pytorch's `transformer`).

@@ -4,7 +4,7 @@
 //!   seam in `seam` ([`CaptionModel`](seam::CaptionModel) and its prepared
 //!   [`StepDecoder`](seam::StepDecoder)): the recurrent captioner of `rnn/` — `fc` (global
 //!   feature) or `att` (additive attention over regions) with a hand-written GRU/LSTM decoder of
-//!   one or two layers, or `crnn` (the audio encoder of seed 000) — and the Transformer of
+//!   one or two layers, or `crnn` (the audio encoder of paper 000) — and the Transformer of
 //!   `transformer/` (self-critical.pytorch's, with key/value-cached decoding); weights live in
 //!   a candle `VarMap`.
 //! - Teacher forcing: [`Captioner::token_logprobs`] (per-token `log p` with gradients plus mask) and
@@ -12,12 +12,12 @@
 //! - `decoding/`: strategies that do not depend on the architecture, on weights prepared once in a
 //!   [`Decoder`] ([`Captioner::decoder`]; the same methods on [`Captioner`] prepare them per call):
 //!   greedy, sample (Gumbel-max on the seeded [`CaprlRng`]), complete_from_prefix, beam (trigram
-//!   blocking, length normalisation) and beam_lookahead (value-guided, seed 001).
+//!   blocking, length normalisation) and beam_lookahead (value-guided, paper 001).
 //! - `kernels/`: the hand-written CPU kernels (linear, bias, transpose, dropout, token
 //!   log-softmax, host matrix products) and the switch to Candle's generic ops.
 //! - [`Inputs`], [`batch_tokens`], [`inputs_for_rows`]: what the models read.
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
-//! - [`crnn_param_count`]: the CRNN audio encoder's size (seed 000 reports 679k).
+//! - [`crnn_param_count`]: the CRNN audio encoder's size (paper 000 reports 679k).
 //! - [`parse_device`], [`open_device`]: `cpu` or `cuda:N` (the config's [`crate::config::DeviceSpec`] grammar).
 //!
 //! # Adding an architecture

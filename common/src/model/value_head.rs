@@ -1,8 +1,8 @@
 //! A value head: a two-layer MLP on the decoder's top hidden state estimating the return
 //! expected from that state, `v(s_t) = w₂ᵀ relu(W₁ h_t + b₁) + b₂`.
 //!
-//! It is the learned baseline `b_φ(s_t)` of Monte-Carlo-rollout policy gradient (seed 003) and
-//! the critic `v_θ(s_t)` of actor-critic training and lookahead inference (seed 001). It reads
+//! It is the learned baseline `b_φ(s_t)` of Monte-Carlo-rollout policy gradient (paper 003) and
+//! the critic `v_θ(s_t)` of actor-critic training and lookahead inference (paper 001). It reads
 //! the hidden states *detached*: trained by MSE to its targets, it never sends gradient into the
 //! decoder. Its weights live in their own [`VarMap`] (names `value.fc1.weight`, `value.fc1.bias`,
 //! `value.fc2.weight`, `value.fc2.bias`) and are saved beside the captioner's.

@@ -37,7 +37,7 @@ pub struct RolloutTask {
     pub seed: u64,
     /// Send the ground-truth captions along as trajectories (WTF-RL).
     pub with_gt: bool,
-    /// Monte-Carlo completions per prefix of every sample (mc-pg, seed 003); 0 = none.
+    /// Monte-Carlo completions per prefix of every sample (mc-pg, paper 003); 0 = none.
     pub mc_rollouts: u32,
 }
 
@@ -49,7 +49,7 @@ pub enum DecodeKind {
     Beam,
     GroundTruth,
     /// A Monte-Carlo completion of the first `prefix_len` tokens of the sampled sequence at
-    /// index `sample` of the same rollout (mc-pg's estimate of `Q(s_t, w_t)`, seed 003).
+    /// index `sample` of the same rollout (mc-pg's estimate of `Q(s_t, w_t)`, paper 003).
     Completion {
         sample: u32,
         prefix_len: u32,

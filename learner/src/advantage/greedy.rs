@@ -1,4 +1,4 @@
-//! SCST's greedy baseline (Rennie et al. 2017; seeds 000 and 002):
+//! SCST's greedy baseline (Rennie et al. 2017; papers 000 and 002):
 //!
 //! `Aⱼ = r(wˢⱼ) − r(ŵ)`, `ŵ` the greedy caption of the same input.
 //!

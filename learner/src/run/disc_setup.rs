@@ -1,4 +1,4 @@
-//! The online discriminator of seed 004 at the start of the RL phase: restored with a resumed
+//! The online discriminator of paper 004 at the start of the RL phase: restored with a resumed
 //! run, or pre-trained on ground-truth vs beam captions of the model RL starts from.
 
 use std::path::Path;
@@ -14,7 +14,7 @@ use crate::disc_online::{OnlineDisc, PretrainOptions};
 use crate::trainer::Trainer;
 
 /// The discriminator of a resumed run, or a fresh one pre-trained on ground-truth vs beam
-/// captions of the model RL starts from (seed 004 §4).
+/// captions of the model RL starts from (paper 004 §4).
 pub(super) fn online_disc(
     cfg: &RunConfig,
     data: &Dataset,

@@ -1,7 +1,7 @@
 //! The Clotho captions format: one CSV per split with header
 //! `file_name,caption_1,caption_2,caption_3,caption_4,caption_5` and the split's audio files in
 //! a directory beside it (`clotho_captions_development.csv` + `development/`, likewise
-//! `validation` and `evaluation`). Captions are preprocessed as seed 000 does: lowercased,
+//! `validation` and `evaluation`). Captions are preprocessed as paper 000 does: lowercased,
 //! punctuation removed (the project's tokenizer, words joined by spaces).
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Log-mel spectrogram (seed 000, "Data pre-processing"): 64 mel bands from a 2048-point FFT
+//! Log-mel spectrogram (paper 000, "Data pre-processing"): 64 mel bands from a 2048-point FFT
 //! of 40 ms Hann-windowed frames every 20 ms.
 //!
 //! Definition (the NumPy script `scripts/audio/logmel_reference.py` computes the same):

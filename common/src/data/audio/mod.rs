@@ -1,4 +1,4 @@
-//! The audio front end (seed 000): WAV decoding ([`read_wav`]), resampling, the 64-band
+//! The audio front end (paper 000): WAV decoding ([`read_wav`]), resampling, the 64-band
 //! log-mel spectrogram ([`LogMel`]), the Clotho captions format, feature preparation with a
 //! cache ([`prepare_clotho`]) and generated sound scenes ([`synth_audio`]).
 //!

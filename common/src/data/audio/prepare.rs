@@ -3,7 +3,7 @@
 //! `audio_norm.json`, and a feature cache `mel-cache/`.
 //!
 //! - `att` `[N, frames, n_mels]`: the log-mel spectrogram normalised per band by the mean and
-//!   standard deviation of the training split (seed 000), cropped to `frames` (the first
+//!   standard deviation of the training split (paper 000), cropped to `frames` (the first
 //!   frames kept) or padded after normalisation with zeros (the training mean), so every clip
 //!   has one shape. `frames` defaults to the longest training clip.
 //! - `fc` `[N, n_mels]`: the mean over the clip's own (unpadded) normalised frames.

@@ -4,8 +4,8 @@
 //! nearly always, its colour usually, its size and material (the rare, distinguishing facts)
 //! only sometimes, a second object and the relation in about half. Synonyms and templates
 //! vary the wording, but the canonical words dominate, so n-grams shared by several
-//! references of an image exist (what CIDEr-D rewards, seed 000/002) while a caption that
-//! names every fact is the one that singles the image out (seed 004).
+//! references of an image exist (what CIDEr-D rewards, paper 000/002) while a caption that
+//! names every fact is the one that singles the image out (paper 004).
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -1,4 +1,4 @@
-//! The CRNN audio encoder of seed 000 (fig. 1): log-mel `[B, T, 64]` → a `2W`-d embedding `v`.
+//! The CRNN audio encoder of paper 000 (fig. 1): log-mel `[B, T, 64]` → a `2W`-d embedding `v`.
 //!
 //! Five convolution blocks `BN → Conv 3×3 (padding 1) → LeakyReLU(0.1)` in three groups,
 //! L4-norm pooling after each group, a bidirectional GRU and global average pooling over time:
