@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use caprl_common::score::{
-    cider_corpus_parallel, evaluate, load_cands, load_refs, CiderD, DocFreq, Interner,
+    cider_corpus_parallel, load_cands, load_refs, score_captions, CiderD, DocFreq, Interner,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -111,7 +111,7 @@ fn compare(set: &std::path::Path) {
     let c1 = rate(n, || cider_only(false));
     let call = rate(n, || cider_only(true));
     let full = |parallel| {
-        evaluate(&refs_path, &refs, &cands, None, parallel).expect("evaluate");
+        score_captions(&refs_path, &refs, &cands, None, parallel).expect("score_captions");
     };
     let f1 = rate(n, || full(false));
     let fall = rate(n, || full(true));

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use caprl_common::score::{evaluate, load_cands, load_refs, locate_jar, DocFreq, Meteor, Scores};
+use caprl_common::score::{
+    load_cands, load_refs, locate_jar, score_captions, DocFreq, Meteor, Scores,
+};
 
 /// Score candidate captions against references (pycocoevalcap numbers).
 #[derive(Debug, clap::Args)]
@@ -52,7 +54,7 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
         true => Some(Meteor::start(&locate_jar()?)?),
         false => None,
     };
-    let mut report = evaluate(&args.refs, &refs, &cands, df, !args.single_thread)?;
+    let mut report = score_captions(&args.refs, &refs, &cands, df, !args.single_thread)?;
     if let Some(m) = &mut meteor {
         report
             .add_meteor(m, &refs, &cands)

@@ -1,5 +1,5 @@
 //! Scoring a whole corpus at once on dense n-gram ids (the fast path behind
-//! [`cider_corpus`](super::cider_corpus) and [`evaluate`](super::evaluate)).
+//! [`cider_corpus`](super::cider_corpus) and [`score_captions`](super::score_captions)).
 //!
 //! Hashing every n-gram of every sentence into one large table is what made
 //! corpus scoring slow: ~1M distinct n-grams for a 5,000 × 5 set, each

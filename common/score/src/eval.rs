@@ -97,7 +97,7 @@ pub struct Report {
 }
 
 impl Report {
-    /// Adds METEOR to the report [`evaluate`] made from the same `refs` and `cands`, computed
+    /// Adds METEOR to the report [`score_captions`] made from the same `refs` and `cands`, computed
     /// by `meteor` (the jar pycocoevalcap runs; see [`super::meteor`]).
     pub fn add_meteor(
         &mut self,
@@ -245,7 +245,7 @@ pub fn load_cands(path: &Path) -> Result<Vec<(String, String)>, EvalError> {
 /// Scores `cands` against `refs` (paths are for error messages). `df` is
 /// the precomputed table, or `None` for corpus mode. With `parallel`, images
 /// are scored on rayon's pool.
-pub fn evaluate(
+pub fn score_captions(
     refs_path: &Path,
     refs: &BTreeMap<String, Vec<String>>,
     cands: &[(String, String)],

@@ -41,7 +41,7 @@ pub use cider::{cider_corpus, cider_corpus_parallel, CiderD, PreparedRefs, SIGMA
 pub use df::{DfError, DocFreq, DocFreqBuilder};
 pub use diversity::{div_n, mbleu4, pairwise_distances, self_bleu, Distance};
 pub use eos::{refs_with_eos, with_eos, EOS_MARK};
-pub use eval::{evaluate, load_cands, load_refs, EvalError, ImageScores, Report, Scores};
+pub use eval::{load_cands, load_refs, score_captions, EvalError, ImageScores, Report, Scores};
 pub use intern::{Interner, LocalInterner};
 pub use meteor::{locate_jar, meteor_corpus, Meteor, MeteorError};
 pub use rouge::{rouge_l, rouge_l_corpus};

@@ -1,6 +1,6 @@
 //! Scoring caption text held in memory: one reference set per candidate,
 //! words split on whitespace. The one path from strings to scores, used by
-//! [`evaluate`](super::evaluate) (files) and by the `caprl` Python module.
+//! [`score_captions`](super::score_captions) (files) and by the `caprl` Python module.
 
 use super::bleu::BleuStats;
 use super::corpus::{score_corpus, DfSource, FlatCorpus, Metrics};

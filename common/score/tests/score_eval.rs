@@ -1,6 +1,6 @@
 //! `caprl score`'s file handling: both input shapes, clear errors.
 
-use caprl_score::{evaluate, load_cands, load_refs, EvalError};
+use caprl_score::{load_cands, load_refs, score_captions, EvalError};
 
 fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.path().join(name);
@@ -32,7 +32,7 @@ fn coco_and_plain_formats_give_the_same_scores() {
         "cands.json",
         r#"{"1":"a dog running on grass","2":"a cat"}"#,
     );
-    let a = evaluate(
+    let a = score_captions(
         &refs_coco,
         &load_refs(&refs_coco).expect("refs"),
         &load_cands(&cands_coco).expect("cands"),
@@ -40,7 +40,7 @@ fn coco_and_plain_formats_give_the_same_scores() {
         false,
     )
     .expect("scores");
-    let b = evaluate(
+    let b = score_captions(
         &refs_plain,
         &load_refs(&refs_plain).expect("refs"),
         &load_cands(&cands_plain).expect("cands"),
@@ -60,7 +60,7 @@ fn candidates_without_references_are_listed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let refs = write(&dir, "refs.json", r#"{"1":["a dog"]}"#);
     let cands = write(&dir, "cands.json", r#"{"1":"a dog","7":"x","8":"y"}"#);
-    let err = evaluate(
+    let err = score_captions(
         &refs,
         &load_refs(&refs).expect("refs"),
         &load_cands(&cands).expect("cands"),

@@ -1,10 +1,10 @@
-//! `evaluate` (the whole-corpus path on dense n-gram ids behind `caprl
+//! `score_captions` (the whole-corpus path on dense n-gram ids behind `caprl
 //! score`) gives the pycocoevalcap numbers of the committed fixture within
 //! 1e-6, in corpus-df mode and with a precomputed df table, serial and
 //! parallel, and `cider_corpus_parallel` equals `cider_corpus`.
 
 use caprl_score::{
-    cider_corpus, cider_corpus_parallel, evaluate, load_cands, load_refs, DocFreq, Interner,
+    cider_corpus, cider_corpus_parallel, load_cands, load_refs, score_captions, DocFreq, Interner,
 };
 use serde_json::{json, Map, Value};
 
@@ -54,7 +54,7 @@ fn evaluate_matches_pycocoevalcap_serial_and_parallel() {
     let refs = load_refs(&rp).expect("refs");
     let cands = load_cands(&cp).expect("cands");
     for parallel in [false, true] {
-        let report = evaluate(&rp, &refs, &cands, None, parallel).expect("scores");
+        let report = score_captions(&rp, &refs, &cands, None, parallel).expect("scores");
         for n in 0..4 {
             close(
                 &format!("corpus BLEU-{}", n + 1),
@@ -119,7 +119,7 @@ fn evaluate_with_training_df_matches_self_critical_scorer() {
         .map(|i| interner.word(i as u32).expect("word").to_owned())
         .collect();
     let df = DocFreq::from_refs(&train).with_words(words);
-    let report = evaluate(
+    let report = score_captions(
         &rp,
         &load_refs(&rp).expect("refs"),
         &load_cands(&cp).expect("cands"),

@@ -22,8 +22,8 @@ use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::diversity::hamming_penalty;
 use super::greedy::argmax;
+use super::log_softmax::host_log_sum_exp;
 use super::rollout::{on_rayon, PARALLEL_MIN_LOGITS};
-use super::softmax::host_log_sum_exp;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
@@ -170,7 +170,7 @@ impl Beam {
     }
 }
 
-/// Lookahead inference (seed 001, Ren et al. 2017): proposals are ranked by
+/// Lookahead inference (paper 001, Ren et al. 2017): proposals are ranked by
 /// `λ·log p(y + w) + (1 − λ)·v(s_{y+w})`, where `v` is the value head on the decoder state after
 /// reading `w`. The value is computed for the `2b` proposals of each input that the policy ranks
 /// best (one extra decoder step on them), not for the whole vocabulary.

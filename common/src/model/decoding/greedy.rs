@@ -2,8 +2,8 @@
 
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
+use super::log_softmax::host_logprob;
 use super::rollout::{Decoded, Policy};
-use super::softmax::host_logprob;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
 

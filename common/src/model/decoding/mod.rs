@@ -15,10 +15,10 @@ mod beam;
 mod decoder;
 mod diversity;
 mod greedy;
+mod log_softmax;
 mod nucleus;
 mod rollout;
 mod sample;
-mod softmax;
 
 pub use bad_endings::{BadEndings, BAD_ENDING_WORDS};
 pub use beam::{BeamOptions, Hypothesis, Lookahead};

@@ -3,7 +3,7 @@
 //! the likeliest words with `Σ_{w ∈ V_p} softmax(logit / T)_w ≥ p`. The sampler then draws from
 //! `μ(w) = softmax(logit / T)_w / Σ_{V_p} softmax(logit / T)` on `V_p`, 0 elsewhere.
 
-use super::softmax::host_log_softmax;
+use super::log_softmax::host_log_softmax;
 
 /// The nucleus of `candidates` (every word when `None`) at probability mass `top_p ∈ (0, 1]`,
 /// as ascending ids. The probabilities are those of the candidates renormalised (top-k first,

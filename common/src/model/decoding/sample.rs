@@ -17,9 +17,9 @@
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::greedy::argmax;
+use super::log_softmax::{host_log_softmax, host_logprob};
 use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
-use super::softmax::{host_log_softmax, host_logprob};
 use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;

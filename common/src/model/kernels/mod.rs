@@ -9,15 +9,16 @@
 //!
 //! The kernels themselves know nothing of captioning or of any one architecture:
 //! - `linear`: `y = x Wᵀ + b` as one node; `bias`: adding a row bias; `transpose`: blocked
-//!   transposed copies; `dropout`: inverted dropout from the seeded RNG; `attention`: additive
+//!   transposed copies; `dropout`: inverted dropout from the seeded RNG; `additive_attention`: additive
 //!   attention over regions with its backward;
 //!   `token_logp`: the log-softmax of the taken tokens only; `layer_norm`: the Transformer's
-//!   layer norm with its backward; `softmax`: scaled, optionally causal attention weights;
+//!   layer norm with its backward; `attention_softmax`: scaled, optionally causal attention weights;
 //!   `relu`: the rectifier with a one-pass backward.
 //! - `real`: the element types (f32, f64) and the helpers they share; `host_gemm`: host
 //!   matrix products and row-parallel loops.
 
-pub(crate) mod attention;
+pub(crate) mod additive_attention;
+pub(crate) mod attention_softmax;
 pub(crate) mod bias;
 pub(crate) mod dropout;
 pub(crate) mod host_gemm;
@@ -27,7 +28,6 @@ pub(crate) mod panel_tiles;
 pub(crate) mod panels;
 pub(crate) mod real;
 pub(crate) mod relu;
-pub(crate) mod softmax;
 pub(crate) mod token_logp;
 pub(crate) mod transpose;
 

@@ -6,7 +6,7 @@
 //! the host path once each, kept for the decoder's life; on the graph path at each step): at
 //! COCO's 10,000 words the whole table is `V · E · G` ≈ 8 G multiply-adds, more than a whole
 //! decode of 10 images, and an actor prepares a decoder for every policy version. On the
-//! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_step`]), else as
+//! CPU in f32 (fc and crnn models) the steps run on host arrays ([`super::host_decode`]), else as
 //! graph ops; on the CPU in f32 the graph path's products with fixed weights (the att model's
 //! output layer, word term and context term) run on weights packed once per snapshot
 //! ([`PackedSteps`]).
@@ -14,7 +14,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cell::LayerState;
-use super::host_step::{HostLive, HostWeights};
+use super::host_decode::{HostLive, HostWeights};
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;

@@ -21,7 +21,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, 
 
 use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
-use crate::model::kernels::attention::{rows_backward, rows_forward, Dims as AttDims};
+use crate::model::kernels::additive_attention::{rows_backward, rows_forward, Dims as AttDims};
 use crate::model::kernels::host_gemm::{gemm_into, Mat};
 use crate::model::kernels::real::{contiguous, err, Real, Saved};
 

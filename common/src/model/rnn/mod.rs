@@ -9,7 +9,7 @@
 //!
 //! The first implementation of the [`CaptionModel`](super::seam::CaptionModel) seam: this
 //! file holds the parameters and their initialisation, [`forward`] one pass, [`teacher`]
-//! teacher forcing, [`decode`] the step decoder, [`host_step`] its host-array fast path,
+//! teacher forcing, [`decode`] the step decoder, [`host_decode`] its host-array fast path,
 //! [`cell`] the GRU/LSTM cells, [`fused`] and [`gates`] the fused recurrent layer on the
 //! CPU, [`fused_att`] the same with attention for the one-layer `att` decoder, [`attention`]
 //! the `att` model's attention and [`crnn`] the audio encoder.
@@ -22,7 +22,7 @@ mod forward;
 mod fused;
 mod fused_att;
 mod gates;
-mod host_step;
+mod host_decode;
 mod teacher;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -19,12 +19,12 @@ use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
+use crate::model::kernels::attention_softmax::softmax_in_place;
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::norm_rows;
 use crate::model::kernels::panels::PackedLinear;
 use crate::model::kernels::real::{dot, Real};
-use crate::model::kernels::softmax::softmax_in_place;
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;

@@ -7,10 +7,10 @@ use candle_core::{Tensor, D};
 use super::FeedForward;
 use crate::model::error::Result;
 use crate::model::kernels;
+use crate::model::kernels::attention_softmax::attention_weights;
 use crate::model::kernels::dropout::dropout;
 use crate::model::kernels::linear::linear;
 use crate::model::kernels::relu::relu;
-use crate::model::kernels::softmax::attention_weights;
 use crate::model::rng::CaprlRng;
 
 /// Added to the std in the layer norm (the Annotated Transformer's `eps`).

@@ -18,9 +18,9 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
+use super::attention_softmax::softmax_in_place;
 use super::kernels_enabled;
 use super::real::{contiguous, dot, err, Real, Saved};
-use super::softmax::softmax_in_place;
 use crate::model::error::Result;
 
 /// The attended values `[B, D]` for the keys of width `a` in `kv` `[U, R, a + D]`, or `None`
