@@ -123,12 +123,6 @@ fn out_of_range_values_name_key_value_and_range() {
             "decoupled PPO",
         ),
         (
-            "train.dynamic_sampling=true",
-            "train.dynamic_sampling",
-            "true with objective \"scst\" and baseline \"greedy\"",
-            "group baseline",
-        ),
-        (
             "runtime.snapshot_every=2",
             "runtime.snapshot_every",
             "2 in sync mode",
@@ -183,30 +177,6 @@ fn validation_errors_are_typed() {
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
-}
-
-#[test]
-fn sle_and_mean_baseline_need_two_samples() {
-    let sle = RunConfig::load(
-        None,
-        &["train.objective=sle".into(), "train.samples=1".into()],
-    );
-    let msg = sle.expect_err("sle with one sample").to_string();
-    assert!(
-        msg.contains("train.samples") && msg.contains("sle"),
-        "{msg}"
-    );
-    let mean = RunConfig::load(
-        None,
-        &["train.baseline=mean".into(), "train.samples=1".into()],
-    );
-    let msg = mean.expect_err("mean with one sample").to_string();
-    assert!(
-        msg.contains("train.samples") && msg.contains("mean"),
-        "{msg}"
-    );
-    let greedy = RunConfig::load(None, &["train.samples=1".into()]);
-    assert!(greedy.is_ok());
 }
 
 #[test]
@@ -336,39 +306,9 @@ fn refused_with(sets: &[&str]) -> String {
 }
 
 #[test]
-fn group_baselines_need_two_samples_and_wtf_keeps_its_own() {
-    for baseline in ["rloo", "grpo", "dr-grpo"] {
-        let msg = refused_with(&[&format!("train.baseline={baseline}"), "train.samples=1"]);
-        assert!(
-            msg.contains("train.samples") && msg.contains("grpo"),
-            "{msg}"
-        );
-    }
-    let msg = refused_with(&[
-        "train.objective=wtf-rl",
-        "train.baseline=dr-grpo",
-        "reward.spec=\"clip=1\"",
-        "clip.reward=\"enc.safetensors\"",
-    ]);
-    assert!(
-        msg.contains("train.baseline")
-            && msg.contains("\"dr-grpo\" with objective \"wtf-rl\"")
-            && msg.contains("train.wtf_baseline"),
-        "{msg}"
-    );
-    let cfg = RunConfig::load(None, &["train.baseline=rloo".into()]).unwrap();
-    assert_eq!(cfg.train.baseline, caprl_common::config::Baseline::Mean);
-}
-
-#[test]
 fn ppo_and_kl_settings_are_checked() {
-    let cases: [(&[&str], &str, &str); 6] = [
+    let cases: [(&[&str], &str, &str); 5] = [
         (&["train.ppo_epochs=65"], "train.ppo_epochs", "0..=64"),
-        (
-            &["train.ppo_epochs=2", "train.objective=mc-pg"],
-            "train.ppo_epochs",
-            "2 with objective \"mc-pg\"",
-        ),
         (
             &["train.ppo_minibatches=0"],
             "train.ppo_minibatches",

@@ -1,4 +1,4 @@
-//! The discriminator as the learner trains it (seed 004 §3.2, §4): pre-trained on ground-truth
+//! The discriminator as the learner trains it (paper 004 §3.2, §4): pre-trained on ground-truth
 //! vs beam captions of the XE model, then one step per learner iteration on that batch's
 //! ground-truth and generated captions, on the frozen encoder's embeddings. Its weights and
 //! optimizer moments are checkpointed beside the captioner's, and its weights ride in every
@@ -36,8 +36,12 @@ pub struct OnlineDisc {
     lr: f64,
 }
 
+/// A discriminator failure, kept as a [`LearnerError::Clip`] under what was being done.
 fn clip_err(e: caprl_common::clip::ClipError) -> LearnerError {
-    LearnerError::Invalid(format!("discriminator: {e}"))
+    LearnerError::While {
+        doing: "the discriminator".into(),
+        source: Box::new(e.into()),
+    }
 }
 
 impl OnlineDisc {
@@ -75,7 +79,7 @@ impl OnlineDisc {
                 reason: "holds no discriminator tensors".into(),
             })?;
         if disc.dim() != encoder.dim() {
-            return Err(LearnerError::Invalid(format!(
+            return Err(LearnerError::Misconfigured(format!(
                 "{} reads {}-d embeddings but [clip] reward gives {}-d ones: use the encoder it was trained with",
                 weights.display(),
                 disc.dim(),

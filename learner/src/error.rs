@@ -48,8 +48,34 @@ pub enum LearnerError {
     /// The learner was told to stop, or a role it runs with failed, while it waited.
     #[error("stopped while waiting for {0} (shutdown requested or a role failed)")]
     Stopped(&'static str),
+    /// The config, the command line or the data set ask for something that cannot work; the
+    /// message says what to change.
     #[error("{0}")]
-    Invalid(String),
+    Misconfigured(String),
+    /// Another learner holds the run directory's lock.
+    #[error(
+        "another learner is training into {} (it holds {}): stop it first, or give this one \
+         another run_dir",
+        run_dir.display(),
+        lock.display()
+    )]
+    RunDirInUse { run_dir: PathBuf, lock: PathBuf },
+    /// A directory that should hold a checkpoint holds none that loads.
+    #[error("no checkpoint in {}", .0.display())]
+    NoCheckpoint(PathBuf),
+    /// A message for the bus that does not encode (over the size limit, for one).
+    #[error(transparent)]
+    Wire(#[from] caprl_common::wire::WireError),
+    /// Bytes this learner writes (a snapshot, its state) that do not serialise.
+    #[error("cannot serialise {what}: {source}")]
+    Serialise {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A broken invariant inside the learner: a fault of caprl, not of the run; please report it.
+    #[error("internal error: {0} (a fault of caprl; please report it)")]
+    Internal(&'static str),
 }
 
 impl LearnerError {

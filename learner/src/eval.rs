@@ -1,13 +1,13 @@
-//! Evaluation: caption a split and compute every metric the seed papers report.
+//! Evaluation: caption a split and compute every metric the source papers report.
 //!
 //! - Main captions: beam search of width `beam` (greedy when `beam = 1`), the
 //!   top hypothesis per image; BLEU-1..4, ROUGE-L and CIDEr-D (corpus df, as
 //!   pycocoevalcap) against the references; vocabulary used and mean length;
-//!   Self-BLEU over the set of main captions (seed 004).
-//! - Diversity (seed 002, table 4): Div-1, Div-2 and mBLEU-4 over `samples`
+//!   Self-BLEU over the set of main captions (paper 004).
+//! - Diversity (paper 002, table 4): Div-1, Div-2 and mBLEU-4 over `samples`
 //!   random samples per image (`_sample`) and over the top `samples` beams
 //!   (`_beam`), averaged over images.
-//! - Retrieval (seed 004), when an evaluation encoder is given ([`add_retrieval`]): R@1/5/10
+//! - Retrieval (paper 004), when an evaluation encoder is given ([`add_retrieval`]): R@1/5/10
 //!   text→image and image→text of the main captions among the evaluated images.
 //! - METEOR 1.5 of the main captions when asked for ([`add_meteor`]; the jar pycocoevalcap
 //!   runs, so Java is needed).
@@ -23,7 +23,7 @@ use caprl_common::model::{
 use caprl_common::progress::Progress;
 use caprl_common::score::{self, Interner};
 
-use crate::error::LearnerError;
+use crate::error::{Doing, LearnerError};
 
 /// How to evaluate.
 #[derive(Debug, Clone)]
@@ -83,7 +83,7 @@ pub struct EvalReport {
     pub tokens: Vec<Vec<u32>>,
 }
 
-/// Adds seed 004's retrieval metrics to `report` (made from `items`, in order): recall@1/5/10
+/// Adds paper 004's retrieval metrics to `report` (made from `items`, in order): recall@1/5/10
 /// of text→image (`r1_t2i`, ...) and image→text (`r1_i2t`, ...) among the evaluated images,
 /// in %, with the frozen evaluation `encoder`.
 pub fn add_retrieval(
@@ -97,9 +97,12 @@ pub fn add_retrieval(
         .take(report.tokens.len())
         .map(|it| it.row)
         .collect();
-    let err = |e: caprl_common::clip::ClipError| LearnerError::Invalid(format!("retrieval: {e}"));
-    let texts = encoder.embed_captions(&report.tokens).map_err(err)?;
-    let images = encoder.embed_images(data, &rows).map_err(err)?;
+    let texts = encoder
+        .embed_captions(&report.tokens)
+        .doing(|| "retrieval: embedding the captions".into())?;
+    let images = encoder
+        .embed_images(data, &rows)
+        .doing(|| "retrieval: embedding the images".into())?;
     let r = recall(&texts, &images);
     for (j, k) in RECALL_KS.iter().enumerate() {
         report.metrics.insert(format!("r{k}_t2i"), r.t2i[j]);
@@ -140,7 +143,7 @@ pub fn evaluate(
     evaluate_with(model, None, data, items, opts)
 }
 
-/// [`evaluate`] with the beams ranked by lookahead inference (seed 001) when `lookahead` is given.
+/// [`evaluate`] with the beams ranked by lookahead inference (paper 001) when `lookahead` is given.
 pub fn evaluate_with(
     model: &Captioner,
     lookahead: Option<&Lookahead>,
@@ -154,7 +157,7 @@ pub fn evaluate_with(
         items
     };
     if items.is_empty() {
-        return Err(LearnerError::Invalid(
+        return Err(LearnerError::Misconfigured(
             "nothing to evaluate: the split has no images".into(),
         ));
     }

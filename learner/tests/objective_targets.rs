@@ -194,7 +194,13 @@ fn a_new_objective_needs_only_its_rule() {
         (5, 2, false, false)
     );
     assert!(o.has_rl_phase() && !o.uses_value_head());
-    assert!(o.check_mode(caprl_common::config::Mode::Async).is_ok());
+    let mut in_async = cfg.clone();
+    in_async.runtime.mode = caprl_common::config::Mode::Async;
+    assert!(o.check(&in_async).is_ok());
+    // It takes no PPO passes (the default `supports_ppo`), and says so by its name.
+    in_async.train.ppo_epochs = 2;
+    let err = o.check(&in_async).unwrap_err().to_string();
+    assert!(err.contains("with objective \"best-only\""), "{err}");
     let pg = o.targets(&[one_image(5, false)], 5).unwrap();
     assert_eq!(pg.multipliers, vec![1.0, 0.0]);
     assert_eq!(o.name(), "best-only");

@@ -12,7 +12,8 @@ use caprl_common::model::{
 };
 use caprl_common::optim::AdamWParams;
 use caprl_learner::eval::{evaluate, EvalOptions};
-use caprl_learner::{batch, checkpoint, pg, xe, PgTargets, StepOptions, Trainer};
+use caprl_learner::objective::xe;
+use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
 
 /// Largest relative difference of a bf16 step's loss from f32's on the same batch and weights
 /// (bf16 keeps 8 significant bits: 2⁻⁸ ≈ 0.4% per rounding).
@@ -109,7 +110,7 @@ fn xe_gradients(model: &Captioner, data: &Dataset, items: &[&Item]) -> BTreeMap<
     let cfg = model.config();
     let (mut rows, mut targets) = (Vec::new(), Vec::new());
     for item in items {
-        for t in batch::reference_targets(item, &data.vocab, cfg.max_len) {
+        for t in item.targets(&data.vocab, cfg.max_len) {
             rows.push(item.row);
             targets.push(t);
         }

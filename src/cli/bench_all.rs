@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use caprl_common::config::RunConfig;
 use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, Device};
 use caprl_common::score::{CiderD, DocFreq};
@@ -245,7 +244,7 @@ fn pycocoevalcap_rate(images: usize) -> Option<f64> {
 }
 
 fn decoding(sets: &[String]) -> Result<Row> {
-    let cfg = RunConfig::load(None, sets)?;
+    let cfg = caprl_learner::objective::load_checked(None, sets)?;
     let data = Dataset::open(Path::new(&cfg.data.dir))?;
     let model_cfg = caprl_learner::run::captioner_config(&cfg, &data)?;
     let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?.decoder()?;

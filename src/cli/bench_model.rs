@@ -24,7 +24,8 @@ use caprl_common::model::{
     ModelKind, SampleOptions, Tensor, EOS,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
-use caprl_learner::{pg, xe};
+use caprl_learner::objective::xe;
+use caprl_learner::pg;
 use serde::Serialize;
 
 use super::write_stdout;

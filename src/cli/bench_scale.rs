@@ -105,7 +105,7 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         .cloned()
         .chain(std::iter::once("runtime.mode=\"async\"".to_string()))
         .collect();
-    let loaded = RunConfig::load(global.config.as_deref(), &sets)?;
+    let loaded = caprl_learner::objective::load_checked(global.config.as_deref(), &sets)?;
     let cfg = scale_config(&args, loaded, &data_dir);
     let decodes = Objective::from_config(&cfg).decodes(&cfg);
     let captions_per_image = decodes.samples as u64 + decodes.greedy as u64;

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use caprl_common::config::{Dtype, RunConfig};
 use caprl_common::model::{parse_device, DType, Device};
+use caprl_learner::objective::load_checked;
 
 use super::Global;
 
@@ -37,7 +38,7 @@ impl ComputeArgs {
     pub fn load_config(&self, global: &Global) -> Result<RunConfig> {
         let mut sets = global.sets.clone();
         sets.extend(self.sets());
-        Ok(RunConfig::load(global.config.as_deref(), &sets)?)
+        Ok(load_checked(global.config.as_deref(), &sets)?)
     }
 
     /// The device for commands that read a checkpoint rather than a run config (default cpu).

@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use caprl_common::config::{ConfigError, RunConfig};
+use caprl_learner::objective::load_checked;
 use caprl_learner::LearnerError;
 use clap::{ArgAction, Parser, Subcommand};
 
@@ -78,9 +79,10 @@ pub struct Global {
 }
 
 impl Global {
-    /// The run config: `--config` file (or defaults), then `--set` overrides, validated.
+    /// The run config: `--config` file (or defaults), then `--set` overrides, validated and
+    /// checked by its objective.
     pub fn load_config(&self) -> Result<RunConfig, ConfigError> {
-        RunConfig::load(self.config.as_deref(), &self.sets)
+        load_checked(self.config.as_deref(), &self.sets)
     }
 }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use caprl_common::config::RunConfig;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::objective::Objective;
 use caprl_learner::run as training;
@@ -18,7 +19,7 @@ use crate::{roles, setup};
 pub struct Args {
     /// RL objective after the XE warm start (same as --set train.objective=...): scst, sle,
     /// mc-pg, actor-critic, wtf, wtf-rl. For wtf / wtf-rl without a config of your own, the
-    /// reward is seed 004's `clip=0.94,disc=0.06` and the two dual encoders are trained on the
+    /// reward is paper 004's `clip=0.94,disc=0.06` and the two dual encoders are trained on the
     /// data set first (`runs/clip/`), unless there already.
     #[arg(long)]
     pub objective: Option<String>,
@@ -48,8 +49,17 @@ const TABLE: [(&str, &str); 11] = [
 const AUTO_REWARD_ENCODER: &str = "runs/clip/reward.safetensors";
 const AUTO_EVAL_ENCODER: &str = "runs/clip/eval.safetensors";
 
+/// Whether `--objective` names one that learns from the encoder rewards (wtf, wtf-rl).
+fn wants_encoder_reward(objective: Option<&str>) -> Result<bool> {
+    let Some(name) = objective else {
+        return Ok(false);
+    };
+    let cfg = RunConfig::load(None, &[format!("train.objective={name:?}")])?;
+    Ok(Objective::from_config(&cfg).needs_encoder_reward())
+}
+
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let auto_clip = matches!(args.objective.as_deref(), Some("wtf" | "wtf-rl"))
+    let auto_clip = wants_encoder_reward(args.objective.as_deref())?
         && global.config.is_none()
         && !global
             .sets

@@ -37,7 +37,7 @@ pub(crate) fn config_with(
         sets.push(format!("train.objective={o:?}"));
     }
     sets.extend(compute.sets());
-    Ok(caprl_common::config::RunConfig::load(
+    Ok(caprl_learner::objective::load_checked(
         global.config.as_deref(),
         &sets,
     )?)

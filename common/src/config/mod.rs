@@ -134,6 +134,14 @@ impl NatsConfig {
     }
 }
 
+/// A unit enum value as the config file spells it (`dr-grpo`, `wtf-rl`), for messages.
+pub fn spelled(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
     if !value.is_empty() {
         return Some(value.to_string());

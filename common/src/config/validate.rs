@@ -1,17 +1,16 @@
 //! Range and consistency checks run on every loaded config, so a bad value
-//! fails at start-up with its key named, not hours into a run.
+//! fails at start-up with its key named, not hours into a run. What an objective needs of the
+//! config is checked by the objective itself (`caprl_learner::objective::Objective::check`).
 
 use std::fmt::Display;
 use std::ops::RangeBounds;
 
 use super::error::ConfigError;
-use super::schema::{
-    Baseline, KlEstimator, KlIn, Mode, Objective, PpoProximal, PpoRatio, RunConfig, Schedule,
-};
+use super::schema::{KlEstimator, KlIn, Mode, PpoProximal, PpoRatio, RunConfig, Schedule};
 
 /// One check: the key it is about, what is allowed (for the message), and a
 /// function returning the offending value when the check fails.
-struct Rule {
+struct Check {
     key: &'static str,
     allowed: &'static str,
     violation: fn(&RunConfig) -> Option<String>,
@@ -24,14 +23,6 @@ fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) -> Opt
     (!range.contains(&value)).then(|| value.to_string())
 }
 
-/// A unit enum value as the config file spells it (`dr-grpo`, `wtf-rl`).
-fn spelled(value: &impl serde::Serialize) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
-
 fn fails(value: f64, ok: impl Fn(f64) -> bool) -> Option<String> {
     (!ok(value)).then(|| value.to_string())
 }
@@ -41,125 +32,86 @@ fn toml_int(value: u64) -> Option<String> {
 }
 
 #[rustfmt::skip]
-const RULES: &[Rule] = &[
-    Rule { key: "seed", allowed: TOML_INT, violation: |c| toml_int(c.seed) },
-    Rule { key: "run_dir", allowed: "a non-empty path", violation: |c| c.run_dir.is_empty().then(|| "\"\"".into()) },
-    Rule { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
-    Rule { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
-    Rule { key: "data.max_len", allowed: "1..=64", violation: |c| outside(c.data.max_len, 1..=64) },
-    Rule { key: "model.layers", allowed: "1 or 2", violation: |c| outside(c.model.layers, 1..=2) },
-    Rule { key: "model.embed", allowed: "1..=4096", violation: |c| outside(c.model.embed, 1..=4096) },
-    Rule { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
-    Rule { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
-    Rule { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
-    Rule { key: "model.enc_layers", allowed: "0..=24", violation: |c| outside(c.model.enc_layers, 0..=24) },
-    Rule { key: "model.dec_layers", allowed: "1..=24", violation: |c| outside(c.model.dec_layers, 1..=24) },
-    Rule { key: "model.heads", allowed: "1..=64", violation: |c| outside(c.model.heads, 1..=64) },
-    Rule { key: "model.d_model", allowed: "8..=4096", violation: |c| outside(c.model.d_model, 8..=4096) },
-    Rule {
+const CHECKS: &[Check] = &[
+    Check { key: "seed", allowed: TOML_INT, violation: |c| toml_int(c.seed) },
+    Check { key: "run_dir", allowed: "a non-empty path", violation: |c| c.run_dir.is_empty().then(|| "\"\"".into()) },
+    Check { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
+    Check { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
+    Check { key: "data.max_len", allowed: "1..=64", violation: |c| outside(c.data.max_len, 1..=64) },
+    Check { key: "model.layers", allowed: "1 or 2", violation: |c| outside(c.model.layers, 1..=2) },
+    Check { key: "model.embed", allowed: "1..=4096", violation: |c| outside(c.model.embed, 1..=4096) },
+    Check { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
+    Check { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
+    Check { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
+    Check { key: "model.enc_layers", allowed: "0..=24", violation: |c| outside(c.model.enc_layers, 0..=24) },
+    Check { key: "model.dec_layers", allowed: "1..=24", violation: |c| outside(c.model.dec_layers, 1..=24) },
+    Check { key: "model.heads", allowed: "1..=64", violation: |c| outside(c.model.heads, 1..=64) },
+    Check { key: "model.d_model", allowed: "8..=4096", violation: |c| outside(c.model.d_model, 8..=4096) },
+    Check {
         key: "model.d_model",
         allowed: "a multiple of model.heads (each head gets d_model / heads values)",
         violation: |c| (c.model.heads > 0 && c.model.d_model % c.model.heads != 0).then(|| format!("{} with heads = {}", c.model.d_model, c.model.heads)),
     },
-    Rule { key: "model.d_ff", allowed: "1..=16384", violation: |c| outside(c.model.d_ff, 1..=16384) },
-    Rule { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
-    Rule { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "decode.top_p", allowed: "(0, 1] (1 = no nucleus truncation)", violation: |c| fails(c.decode.top_p, |x| x > 0.0 && x <= 1.0) },
-    Rule { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
-    Rule { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| outside(c.decode.beam_groups, 1..) },
-    Rule {
+    Check { key: "model.d_ff", allowed: "1..=16384", violation: |c| outside(c.model.d_ff, 1..=16384) },
+    Check { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
+    Check { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "decode.top_p", allowed: "(0, 1] (1 = no nucleus truncation)", violation: |c| fails(c.decode.top_p, |x| x > 0.0 && x <= 1.0) },
+    Check { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
+    Check { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| outside(c.decode.beam_groups, 1..) },
+    Check {
         key: "decode.beam_groups",
         allowed: "a divisor of decode.beam (each group gets beam / beam_groups beams)",
         violation: |c| (c.decode.beam_groups > 0 && !c.decode.beam.is_multiple_of(c.decode.beam_groups)).then(|| format!("{} with beam = {}", c.decode.beam_groups, c.decode.beam)),
     },
-    Rule { key: "decode.diversity_lambda", allowed: "a finite number >= 0", violation: |c| fails(c.decode.diversity_lambda, |x| x >= 0.0 && x.is_finite()) },
-    Rule { key: "decode.lookahead_lambda", allowed: "[0, 1]", violation: |c| fails(c.decode.lookahead_lambda, |x| (0.0..=1.0).contains(&x)) },
-    Rule { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
-    Rule { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },
-    Rule {
-        key: "train.samples",
-        allowed: ">= 2 when objective = \"sle\" (pairwise distances need two samples)",
-        violation: |c| (c.train.objective == Objective::Sle).then(|| outside(c.train.samples, 2..)).flatten(),
-    },
-    Rule {
-        key: "train.samples",
-        allowed: ">= 2 when baseline is mean, grpo or dr-grpo (each sample is compared with the others of its image)",
-        violation: |c| {
-            let uses_group = c.train.baseline.is_group()
-                && matches!(c.train.objective, Objective::Scst | Objective::Sle);
-            uses_group.then(|| outside(c.train.samples, 2..)).flatten()
-        },
-    },
-    Rule {
-        key: "train.baseline",
-        allowed: "\"greedy\" with objective wtf or wtf-rl (they weigh beam and ground-truth captions by their own reward: set train.wtf_baseline instead)",
-        violation: |c| {
-            let wtf = matches!(c.train.objective, Objective::Wtf | Objective::WtfRl);
-            (wtf && c.train.baseline != Baseline::Greedy).then(|| format!("\"{}\" with objective \"{}\"", spelled(&c.train.baseline), spelled(&c.train.objective)))
-        },
-    },
-    Rule { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
-    Rule { key: "train.sle_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.sle_alpha, |x| (0.0..=1.0).contains(&x)) },
-    Rule { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
-    Rule { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
-    Rule { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
-    Rule {
+    Check { key: "decode.diversity_lambda", allowed: "a finite number >= 0", violation: |c| fails(c.decode.diversity_lambda, |x| x >= 0.0 && x.is_finite()) },
+    Check { key: "decode.lookahead_lambda", allowed: "[0, 1]", violation: |c| fails(c.decode.lookahead_lambda, |x| (0.0..=1.0).contains(&x)) },
+    Check { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
+    Check { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },
+    Check { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
+    Check { key: "train.sle_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.sle_alpha, |x| (0.0..=1.0).contains(&x)) },
+    Check { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
+    Check { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
+    Check { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
+    Check {
         key: "train.kl_estimator",
         allowed: "k1, k2 or k3 when kl_in = \"reward\" (the exact KL needs the whole distribution, which a sampled caption does not carry)",
         violation: |c| (c.train.kl_in == KlIn::Reward && c.train.kl_estimator == KlEstimator::Full).then(|| "full with kl_in = reward".to_string()),
     },
-    Rule { key: "train.ppo_epochs", allowed: "0..=64", violation: |c| outside(c.train.ppo_epochs, 0..=64) },
-    Rule {
-        key: "train.ppo_epochs",
-        allowed: "0 unless objective = scst or sle (PPO's ratio needs the sampled captions' behaviour log-probs and one multiplier per caption)",
-        violation: |c| {
-            let ppo = c.train.ppo_epochs > 0 && !matches!(c.train.objective, Objective::Scst | Objective::Sle);
-            ppo.then(|| format!("{} with objective \"{}\"", c.train.ppo_epochs, spelled(&c.train.objective)))
-        },
-    },
-    Rule {
-        key: "train.dynamic_sampling",
-        allowed: "false unless objective = scst or sle with a group baseline (mean, grpo, dr-grpo: only then does a group whose samples score the same carry no gradient)",
-        violation: |c| {
-            let t = &c.train;
-            let fits = matches!(t.objective, Objective::Scst | Objective::Sle) && t.baseline.is_group();
-            (t.dynamic_sampling && !fits).then(|| format!("true with objective \"{}\" and baseline \"{}\"", spelled(&t.objective), spelled(&t.baseline)))
-        },
-    },
-    Rule {
+    Check { key: "train.ppo_epochs", allowed: "0..=64", violation: |c| outside(c.train.ppo_epochs, 0..=64) },
+    Check {
         key: "train.ppo_ratio",
         allowed: "token unless ppo_epochs >= 1 (GSPO's ratio belongs to a PPO update)",
         violation: |c| (c.train.ppo_ratio == PpoRatio::Sequence && c.train.ppo_epochs == 0).then(|| "sequence with ppo_epochs = 0".to_string()),
     },
-    Rule {
+    Check {
         key: "train.ppo_proximal",
         allowed: "behaviour unless ppo_epochs >= 1 (decoupled PPO is a PPO update)",
         violation: |c| (c.train.ppo_proximal == PpoProximal::Learner && c.train.ppo_epochs == 0).then(|| "learner with ppo_epochs = 0".to_string()),
     },
-    Rule { key: "train.ppo_minibatches", allowed: "1..=1024", violation: |c| outside(c.train.ppo_minibatches, 1..=1024) },
-    Rule { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
-    Rule { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
-    Rule { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
-    Rule { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
-    Rule { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "optim.value_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.value_lr, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "optim.weight_decay", allowed: "a finite number >= 0", violation: |c| fails(c.optim.weight_decay, |x| x >= 0.0 && x.is_finite()) },
-    Rule { key: "optim.beta1", allowed: "[0, 1)", violation: |c| fails(c.optim.beta1, |x| (0.0..1.0).contains(&x)) },
-    Rule { key: "optim.beta2", allowed: "[0, 1)", violation: |c| fails(c.optim.beta2, |x| (0.0..1.0).contains(&x)) },
-    Rule { key: "optim.eps", allowed: "a finite number > 0", violation: |c| fails(c.optim.eps, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "optim.grad_clip", allowed: "a finite number >= 0 (0 = off)", violation: |c| fails(c.optim.grad_clip, |x| x >= 0.0 && x.is_finite()) },
-    Rule { key: "optim.decay_every", allowed: ">= 1", violation: |c| outside(c.optim.decay_every, 1..) },
-    Rule { key: "optim.decay_rate", allowed: "(0, 1]", violation: |c| fails(c.optim.decay_rate, |x| x > 0.0 && x <= 1.0) },
-    Rule { key: "optim.warmup_steps", allowed: TOML_INT, violation: |c| toml_int(c.optim.warmup_steps) },
-    Rule {
+    Check { key: "train.ppo_minibatches", allowed: "1..=1024", violation: |c| outside(c.train.ppo_minibatches, 1..=1024) },
+    Check { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
+    Check { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
+    Check { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
+    Check { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
+    Check { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "optim.value_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.value_lr, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "optim.weight_decay", allowed: "a finite number >= 0", violation: |c| fails(c.optim.weight_decay, |x| x >= 0.0 && x.is_finite()) },
+    Check { key: "optim.beta1", allowed: "[0, 1)", violation: |c| fails(c.optim.beta1, |x| (0.0..1.0).contains(&x)) },
+    Check { key: "optim.beta2", allowed: "[0, 1)", violation: |c| fails(c.optim.beta2, |x| (0.0..1.0).contains(&x)) },
+    Check { key: "optim.eps", allowed: "a finite number > 0", violation: |c| fails(c.optim.eps, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "optim.grad_clip", allowed: "a finite number >= 0 (0 = off)", violation: |c| fails(c.optim.grad_clip, |x| x >= 0.0 && x.is_finite()) },
+    Check { key: "optim.decay_every", allowed: ">= 1", violation: |c| outside(c.optim.decay_every, 1..) },
+    Check { key: "optim.decay_rate", allowed: "(0, 1]", violation: |c| fails(c.optim.decay_rate, |x| x > 0.0 && x <= 1.0) },
+    Check { key: "optim.warmup_steps", allowed: TOML_INT, violation: |c| toml_int(c.optim.warmup_steps) },
+    Check {
         key: "optim.warmup_steps",
         allowed: ">= 1 when schedule = \"noam\" (its peak is at the end of the warmup)",
         violation: |c| (c.optim.schedule == Schedule::Noam).then(|| outside(c.optim.warmup_steps, 1..)).flatten(),
     },
-    Rule { key: "optim.noam_factor", allowed: "a finite number > 0", violation: |c| fails(c.optim.noam_factor, |x| x > 0.0 && x.is_finite()) },
-    Rule {
+    Check { key: "optim.noam_factor", allowed: "a finite number > 0", violation: |c| fails(c.optim.noam_factor, |x| x > 0.0 && x.is_finite()) },
+    Check {
         key: "runtime.run_id",
         allowed: "a non-empty name of [a-z0-9-] (it becomes part of NATS subjects and bucket names)",
         violation: |c| {
@@ -168,8 +120,8 @@ const RULES: &[Rule] = &[
             (!ok).then(|| format!("{id:?}"))
         },
     },
-    Rule { key: "runtime.max_policy_lag", allowed: TOML_INT, violation: |c| toml_int(c.runtime.max_policy_lag) },
-    Rule {
+    Check { key: "runtime.max_policy_lag", allowed: TOML_INT, violation: |c| toml_int(c.runtime.max_policy_lag) },
+    Check {
         key: "runtime.snapshot_every",
         allowed: "1 in sync mode (a sync task is decoded by exactly the learner's policy), 1..=max_policy_lag + 1 in async mode (the oldest published policy must stay within the lag bound)",
         violation: |c| {
@@ -181,58 +133,50 @@ const RULES: &[Rule] = &[
             outside(r.snapshot_every, 1..=most).map(|v| format!("{v}{context}"))
         },
     },
-    Rule { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |c| fails(c.runtime.is_clip, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "runtime.is_mask_low", allowed: "a finite number >= 0", violation: |c| fails(c.runtime.is_mask_low, |x| x >= 0.0 && x.is_finite()) },
-    Rule {
+    Check { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |c| fails(c.runtime.is_clip, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "runtime.is_mask_low", allowed: "a finite number >= 0", violation: |c| fails(c.runtime.is_mask_low, |x| x >= 0.0 && x.is_finite()) },
+    Check {
         key: "runtime.is_mask_high",
         allowed: "a finite number > is_mask_low",
         violation: |c| fails(c.runtime.is_mask_high, |x| x > c.runtime.is_mask_low && x.is_finite()),
     },
-    Rule { key: "runtime.tasks_in_flight", allowed: ">= 1", violation: |c| outside(c.runtime.tasks_in_flight, 1..) },
-    Rule { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
-    Rule { key: "runtime.ack_wait_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.runtime.ack_wait_secs, 1..=i64::MAX as u64) },
-    Rule { key: "nats.url", allowed: "a non-empty server URL, e.g. nats://127.0.0.1:4222", violation: |c| c.nats.url.is_empty().then(|| "\"\"".into()) },
-    Rule {
+    Check { key: "runtime.tasks_in_flight", allowed: ">= 1", violation: |c| outside(c.runtime.tasks_in_flight, 1..) },
+    Check { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
+    Check { key: "runtime.ack_wait_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.runtime.ack_wait_secs, 1..=i64::MAX as u64) },
+    Check { key: "nats.url", allowed: "a non-empty server URL, e.g. nats://127.0.0.1:4222", violation: |c| c.nats.url.is_empty().then(|| "\"\"".into()) },
+    Check {
         key: "nats.max_message_bytes",
         allowed: "1024..=67108864 (64 MiB, the largest payload NATS accepts)",
         violation: |c| outside(c.nats.max_message_bytes, 1024..=64 * 1024 * 1024),
     },
-    Rule { key: "nats.replicas", allowed: "1..=5 (1 on a single server, 3 on a 3-node JetStream cluster)", violation: |c| outside(c.nats.replicas, 1..=5) },
-    Rule { key: "nats.connect_timeout_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.nats.connect_timeout_secs, 1..=i64::MAX as u64) },
-    Rule {
+    Check { key: "nats.replicas", allowed: "1..=5 (1 on a single server, 3 on a 3-node JetStream cluster)", violation: |c| outside(c.nats.replicas, 1..=5) },
+    Check { key: "nats.connect_timeout_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.nats.connect_timeout_secs, 1..=i64::MAX as u64) },
+    Check {
         key: "nats.tls_key",
         allowed: "set together with nats.tls_cert (client TLS needs both)",
         violation: |c| (c.nats.tls_cert.is_empty() != c.nats.tls_key.is_empty()).then(|| format!("{:?}", c.nats.tls_key)),
     },
-    Rule { key: "clip.tau", allowed: "a finite number > 0", violation: |c| fails(c.clip.tau, |x| x > 0.0 && x.is_finite()) },
-    Rule { key: "clip.disc_lr", allowed: "a finite number > 0", violation: |c| fails(c.clip.disc_lr, |x| x > 0.0 && x.is_finite()) },
-    Rule {
+    Check { key: "clip.tau", allowed: "a finite number > 0", violation: |c| fails(c.clip.tau, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "clip.disc_lr", allowed: "a finite number > 0", violation: |c| fails(c.clip.disc_lr, |x| x > 0.0 && x.is_finite()) },
+    Check {
         key: "clip.reward",
         allowed: "an encoder path when the reward spec has clip, clip-i2t, clip-s or disc (train one with `caprl clip train`)",
         violation: |c| {
             (c.reward.spec.needs_encoder() && c.clip.reward.is_empty()).then(|| "\"\"".into())
         },
     },
-    Rule {
-        key: "reward.spec",
-        allowed: "a spec with clip, clip-i2t, clip-s or disc for objective wtf / wtf-rl (seed 004: clip=0.94,disc=0.06)",
-        violation: |c| {
-            let wtf = matches!(c.train.objective, Objective::Wtf | Objective::WtfRl);
-            (wtf && !c.reward.spec.needs_encoder()).then(|| c.reward.spec.to_string())
-        },
-    },
-    Rule { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
-    Rule { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
+    Check { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
+    Check { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
 ];
 
 /// Checks every range and cross-key rule; the first failure is returned.
 pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
-    for rule in RULES {
-        if let Some(value) = (rule.violation)(config) {
+    for check in CHECKS {
+        if let Some(value) = (check.violation)(config) {
             return Err(ConfigError::OutOfRange {
-                key: rule.key.to_string(),
+                key: check.key.to_string(),
                 value,
-                allowed: rule.allowed.to_string(),
+                allowed: check.allowed.to_string(),
             });
         }
     }
@@ -241,5 +185,5 @@ pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
 
 /// What is allowed for `key` (the first rule about it), for error hints.
 pub(crate) fn allowed_for(key: &str) -> Option<&'static str> {
-    RULES.iter().find(|r| r.key == key).map(|r| r.allowed)
+    CHECKS.iter().find(|r| r.key == key).map(|r| r.allowed)
 }

@@ -16,7 +16,7 @@
 //! trained on once, also across a learner's restart (the step records' `task_ids` are the
 //! ledger).
 //!
-//! - `sync` (the seed papers' setting): the tasks name policy `v`, and only results of
+//! - `sync` (the source papers' setting): the tasks name policy `v`, and only results of
 //!   exactly `v` are taken (others are dropped and their task issued again).
 //! - `async`: the tasks of the next `max_policy_lag` rounds are issued ahead (the data order
 //!   is known), within `tasks_in_flight` credits, so actors decode rounds `r+1..r+L` while
@@ -63,6 +63,7 @@ use caprl_common::telemetry::Readiness;
 use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 
+use crate::error::Doing;
 use crate::LearnerError;
 use publish::Versions;
 pub use tasks::task_seed;
@@ -268,7 +269,7 @@ impl Driver {
 
     fn issue(&mut self, task: &RolloutTask) -> Result<(), LearnerError> {
         let bytes = wire::encode(task, self.opts.max_message_bytes)
-            .map_err(|e| LearnerError::Invalid(format!("encoding {}: {e}", task.task_id)))?;
+            .doing(|| format!("encoding {}", task.task_id))?;
         let (bus, bytes) = (Arc::clone(&self.bus), Bytes::from(bytes));
         self.retry("publishing a task", || {
             let (bus, bytes) = (Arc::clone(&bus), bytes.clone());

@@ -13,6 +13,7 @@ use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::TaskId;
 
 use super::Driver;
+use crate::error::Doing;
 use crate::LearnerError;
 
 /// How the trainer's policy versions map to the versions on the bus.
@@ -50,10 +51,11 @@ fn snapshot_bytes(
     // A hand-off point: the bytes leave the device only after every queued update.
     model.device().synchronize()?;
     let mut named: Vec<(String, candle_core::Tensor)> = {
-        let data =
-            model.varmap().data().lock().map_err(|_| {
-                LearnerError::Invalid("the model's VarMap lock was poisoned".into())
-            })?;
+        let data = model
+            .varmap()
+            .data()
+            .lock()
+            .map_err(|_| LearnerError::Internal("the model's VarMap lock was poisoned"))?;
         data.iter()
             .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
             .collect::<Result<_, candle_core::Error>>()?
@@ -61,12 +63,14 @@ fn snapshot_bytes(
     if let Some(disc) = disc {
         named.extend(
             disc.tensors()
-                .map_err(|e| LearnerError::Invalid(format!("discriminator: {e}")))?,
+                .doing(|| "the discriminator's tensors".into())?,
         );
     }
     named.sort_by(|a, b| a.0.cmp(&b.0));
-    safetensors::tensor::serialize(named, None)
-        .map_err(|e| LearnerError::Invalid(format!("cannot serialise the snapshot: {e}")))
+    safetensors::tensor::serialize(named, None).map_err(|e| LearnerError::Serialise {
+        what: "the policy snapshot",
+        source: Box::new(e),
+    })
 }
 
 impl Driver {
@@ -115,7 +119,7 @@ impl Driver {
         self.publish_with(model, None, version)
     }
 
-    /// [`Driver::publish`] with the discriminator's weights riding along (seed 004: reward
+    /// [`Driver::publish`] with the discriminator's weights riding along (paper 004: reward
     /// workers score `disc` with the learner's current `D`).
     pub fn publish_with(
         &mut self,

@@ -80,12 +80,10 @@ pub fn lock_run_dir(cfg: &RunConfig) -> Result<RunDirLock> {
         .doing(|| format!("opening {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(RunDirLock { _file: file }),
-        Err(std::fs::TryLockError::WouldBlock) => Err(LearnerError::Invalid(format!(
-            "another learner is training into {} (it holds {}): stop it first, or give this \
-             one another run_dir",
-            run_dir.display(),
-            path.display()
-        ))),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LearnerError::RunDirInUse {
+            run_dir: run_dir.to_path_buf(),
+            lock: path,
+        }),
         Err(std::fs::TryLockError::Error(e)) => {
             Err(e).doing(|| format!("locking {}", path.display()))
         }
@@ -250,9 +248,6 @@ pub(super) fn best_cider(dir: &Path) -> Option<f64> {
 pub(super) fn latest_in(dir: &Path) -> Result<PathBuf> {
     match checkpoint::latest_valid(dir)? {
         Some(ck) => Ok(ck.dir),
-        None => Err(LearnerError::Invalid(format!(
-            "no checkpoint in {}",
-            dir.display()
-        ))),
+        None => Err(LearnerError::NoCheckpoint(dir.to_path_buf())),
     }
 }

@@ -140,7 +140,7 @@ pub(super) fn start_model(
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
         .doing(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
     if hash.trim() != data.vocab.hash() {
-        return Err(LearnerError::Invalid(format!(
+        return Err(LearnerError::Misconfigured(format!(
             "--start-from {}: the checkpoint was trained with another vocabulary (hash {}, this data set's is {}); use the data set it was trained on",
             ck.dir.display(),
             hash.trim(),

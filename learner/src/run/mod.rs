@@ -79,7 +79,7 @@ pub fn train(
     _lock: &RunDirLock,
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
-    objective.check_mode(cfg.runtime.mode)?;
+    objective.check(cfg)?;
     warn_over_length(cfg, data);
     let run = Run {
         cfg,
@@ -200,7 +200,7 @@ fn new_trainer(
 }
 
 /// Readies `trainer` for the RL phase: the best XE weights when it comes from XE (RL starts
-/// from them, as in the seed papers' schedules, and goes on counting steps and policy versions
+/// from them, as in the source papers' schedules, and goes on counting steps and policy versions
 /// from where XE stopped), the value head its objective needs, and the XE model as the KL
 /// reference when `train.kl_coef > 0`.
 fn enter_rl(

@@ -19,7 +19,7 @@ use super::Run;
 use crate::disc_online::OnlineDisc;
 use crate::driver::Driver;
 use crate::eval::{self, EvalOptions, EvalReport};
-use crate::objective::{uses_clip, Objective};
+use crate::objective::{BestCheckpoint, Objective};
 use crate::trainer::{Phase, StepOptions, StepStats, Trainer};
 
 /// Runs the remaining epochs of one phase and returns its best checkpoint dir.
@@ -67,9 +67,9 @@ pub(super) fn run_phase(
             let (stats, mean_reward) = match phase {
                 Phase::Xe => (trainer.xe_step(data, &batch, opts)?, 0.0),
                 Phase::Rl => {
-                    let driver = driver.as_deref_mut().ok_or_else(|| {
-                        LearnerError::Invalid("RL phase without a bus driver".into())
-                    })?;
+                    let driver = driver
+                        .as_deref_mut()
+                        .ok_or(LearnerError::Internal("RL phase without a bus driver"))?;
                     let ahead = ahead_rows(cfg, items, trainer, driver.issue_ahead_steps());
                     rl_step(
                         run,
@@ -107,9 +107,8 @@ pub(super) fn run_phase(
             || finished_epoch == epochs
         {
             let cider = validate_epoch(run, trainer, phase, log)?;
-            // The CLIP rewards trade CIDEr-D for distinctiveness on purpose: selecting their
-            // epochs by CIDEr-D would undo it, so their best model is the latest.
-            let by_latest = phase == Phase::Rl && uses_clip(cfg);
+            let by_latest = phase == Phase::Rl
+                && run.objective.best_rl_checkpoint(cfg) == BestCheckpoint::Latest;
             if by_latest || best.is_none_or(|b| cider > b) {
                 best = Some(cider);
                 save_best(cfg, data, &best_dir, trainer, cider, disc.as_deref())?;

@@ -267,11 +267,12 @@ fn penalise_rewards(
             seqs.push(q.tokens.clone());
         }
     }
-    let reference = trainer
-        .reference_logprobs(data, &rows, &seqs)?
-        .ok_or_else(|| {
-            LearnerError::Invalid("train.kl_coef > 0 needs the XE model as reference".into())
-        })?;
+    let reference =
+        trainer
+            .reference_logprobs(data, &rows, &seqs)?
+            .ok_or(LearnerError::Internal(
+                "train.kl_coef > 0 needs the XE model as reference",
+            ))?;
     let beta = cfg.train.kl_coef as f32;
     let (mut sum, mut tokens) = (0.0f64, 0usize);
     let mut next = reference.iter();

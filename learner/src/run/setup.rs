@@ -13,13 +13,13 @@ use caprl_common::optim::{AdamWParams, Schedule};
 pub fn captioner_config(cfg: &RunConfig, data: &Dataset) -> Result<CaptionerConfig> {
     let kind = cfg.model.kind;
     if kind == ModelKind::Crnn && data.att_shape().is_none() {
-        return Err(LearnerError::Invalid(format!(
+        return Err(LearnerError::Misconfigured(format!(
             "model.kind = \"crnn\" needs log-mel frames, but {} has only global (fc) features; prepare audio with `caprl data audio` or `caprl data synth-audio`",
             cfg.data.dir
         )));
     }
     if kind == ModelKind::Att && data.att_shape().is_none() {
-        return Err(LearnerError::Invalid(format!(
+        return Err(LearnerError::Misconfigured(format!(
             "model.kind = \"att\" needs region features, but {} has only global (fc) features; use model.kind = \"fc\"",
             cfg.data.dir
         )));

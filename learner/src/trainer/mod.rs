@@ -19,12 +19,11 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::batch;
 use crate::critic::Critic;
 use crate::error::LearnerError;
+use crate::objective::xe;
 use crate::off_policy::WeightStats;
 use crate::pg::RatioStats;
-use crate::xe;
 use caprl_common::config::KlEstimator;
 
 pub use persist::{VALUE_WEIGHTS, WEIGHTS};
@@ -233,7 +232,7 @@ impl Trainer {
         let mut rows = Vec::new();
         let mut targets = Vec::new();
         for item in items {
-            for t in batch::reference_targets(item, &data.vocab, cfg.max_len) {
+            for t in item.targets(&data.vocab, cfg.max_len) {
                 rows.push(item.row);
                 targets.push(t);
             }

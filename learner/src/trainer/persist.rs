@@ -31,8 +31,11 @@ impl Trainer {
         self.state.dropout_rng = self.dropout_rng.state();
         let weights = self.model.to_safetensors()?;
         let optim = self.opt.to_bytes()?;
-        let state = serde_json::to_vec_pretty(&self.state)
-            .map_err(|e| LearnerError::Invalid(format!("cannot encode trainer state: {e}")))?;
+        let state =
+            serde_json::to_vec_pretty(&self.state).map_err(|e| LearnerError::Serialise {
+                what: "the trainer state",
+                source: Box::new(e),
+            })?;
         let mut files = vec![(WEIGHTS, weights), (OPTIM, optim), (STATE, state)];
         if let Some(critic) = &self.critic {
             files.push((VALUE_WEIGHTS, critic.head.to_safetensors()?));

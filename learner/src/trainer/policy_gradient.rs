@@ -107,9 +107,9 @@ struct PolicyPass<'p> {
 impl PolicyPass<'_> {
     /// The full pass; `pg_loss` runs it whenever the loss needs it.
     fn full(&self) -> Result<&TeacherForced, LearnerError> {
-        self.full.ok_or_else(|| {
-            LearnerError::Invalid("internal: the full teacher-forced pass is missing".into())
-        })
+        self.full.ok_or(LearnerError::Internal(
+            "the full teacher-forced pass is missing",
+        ))
     }
 }
 
@@ -338,11 +338,9 @@ impl Trainer {
                 pg::weighted_loss(logp, mask, multipliers, &w, norm)?
             }
             PgTargets::Critic(y) => {
-                let critic = self.critic.as_ref().ok_or_else(|| {
-                    LearnerError::Invalid(
-                        "this objective needs a value head; call ensure_critic first".into(),
-                    )
-                })?;
+                let critic = self.critic.as_ref().ok_or(LearnerError::Internal(
+                    "this objective needs a value head; call ensure_critic first",
+                ))?;
                 let y = critic::targets_tensor(y, t, device)?;
                 let v = critic.head.forward(&pass.full()?.hidden)?;
                 let policy = pg::token_loss(logp, mask, &critic::advantages(&y, &v)?)?;
@@ -397,11 +395,9 @@ impl Trainer {
             loss.loss = (&loss.loss - (h * opts.entropy_coef as f64)?)?;
         }
         if opts.kl_coef > 0.0 {
-            let reference = self.reference.as_ref().ok_or_else(|| {
-                LearnerError::Invalid(
-                    "train.kl_coef > 0 needs the XE model as reference (set_reference)".into(),
-                )
-            })?;
+            let reference = self.reference.as_ref().ok_or(LearnerError::Internal(
+                "train.kl_coef > 0 needs the XE model as reference (set_reference)",
+            ))?;
             let PolicyPass { x, toks, mask, .. } = *pass;
             let kl = match opts.kl_estimator {
                 KlEstimator::Full => {

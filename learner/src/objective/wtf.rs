@@ -1,4 +1,4 @@
-//! WTF-RL and weighted teacher forcing (seed 004, eq. 3):
+//! WTF-RL and weighted teacher forcing (paper 004, eq. 3):
 //!
 //! `∇L = −[ r(x^bs)·∇log p(x^bs) + r(x^gt)·∇log p(x^gt) ]`, `r(x) = α·r_bicont(x) + (1−α)·P_D(x)`
 //!
@@ -8,10 +8,10 @@
 //! keeps only the ground-truth half: teacher forcing weighted by how well each reference
 //! retrieves its image. [`crate::pg::loss`] turns the multipliers into the loss.
 
-use caprl_common::config::RunConfig;
+use caprl_common::config::{self, spelled, ConfigError, RunConfig};
 use caprl_common::wire::{DecodeKind, ScoredRollout};
 
-use crate::objective::{Decodes, Rule};
+use super::{refuse, Decodes, Rule};
 use crate::targets::{reward_weighted, PgBatch};
 use crate::LearnerError;
 
@@ -43,7 +43,7 @@ impl Rule for Wtf {
         }
     }
 
-    /// Beam and ground-truth captions only (seed 004); the greedy caption is a rival in the
+    /// Beam and ground-truth captions only (paper 004); the greedy caption is a rival in the
     /// contrastive reward's text pool.
     fn decodes(&self, cfg: &RunConfig) -> Decodes {
         Decodes {
@@ -51,6 +51,24 @@ impl Rule for Wtf {
             greedy: true,
             beam: cfg.decode.beam,
             ..Decodes::default()
+        }
+    }
+
+    fn needs_encoder_reward(&self) -> bool {
+        true
+    }
+
+    /// The sampled objectives' `train.baseline` means nothing here: `train.wtf_baseline` is
+    /// this objective's own.
+    fn check(&self, cfg: &RunConfig) -> Result<(), ConfigError> {
+        match cfg.train.baseline {
+            config::Baseline::Greedy => Ok(()),
+            other => refuse(
+                "train.baseline",
+                format!("\"{}\" with objective \"{}\"", spelled(&other), self.name()),
+                "\"greedy\" with objective wtf or wtf-rl (they weigh beam and ground-truth \
+                 captions by their own reward: set train.wtf_baseline instead)",
+            ),
         }
     }
 

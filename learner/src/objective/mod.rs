@@ -2,8 +2,8 @@
 //! the objective trains a value head, whether async mode is allowed, whether reward workers
 //! compute SLE's exploration term, and how scored rollouts become policy-gradient targets.
 //!
-//! Each objective implements [`Rule`] in the file that holds its formula ([`crate::scst`],
-//! [`crate::sle`], ...); [`Objective::from_config`] has one arm per `train.objective`. A new
+//! Each objective implements [`Rule`] in the file that holds its formula ([`scst`],
+//! [`sle`], ...); [`Objective::from_config`] has one arm per `train.objective`. A new
 //! objective is its own file plus one arm there:
 //!
 //! ```
@@ -35,11 +35,20 @@
 //! assert!(objective.has_rl_phase() && !objective.uses_value_head());
 //! ```
 
-use caprl_common::config::{self, Mode, RewardName, RunConfig};
+use std::path::Path;
+
+use caprl_common::config::{self, spelled, ConfigError, Mode, RewardName, RunConfig};
 use caprl_common::wire::ScoredRollout;
 
 use crate::targets::PgBatch;
-use crate::{actor_critic, mc_pg, scst, sle, wtf, xe, LearnerError};
+use crate::LearnerError;
+
+pub mod actor_critic;
+pub mod mc_pg;
+pub mod scst;
+pub mod sle;
+pub mod wtf;
+pub mod xe;
 
 /// What actors decode for every image of a rollout task.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -84,6 +93,50 @@ pub trait Rule: Send + Sync {
     fn wants_exploration(&self) -> bool {
         false
     }
+
+    /// Whether each sampled caption is compared with the other samples of its image (a group
+    /// baseline: mean, grpo, dr-grpo). That needs two samples per image, and it is what
+    /// dynamic sampling filters on: a group whose samples all score the same carries no
+    /// gradient.
+    fn compares_samples_in_group(&self) -> bool {
+        false
+    }
+
+    /// Whether PPO's clipped ratio applies: one multiplier per sampled caption, whose
+    /// behaviour log-probs the rollout carries.
+    fn supports_ppo(&self) -> bool {
+        false
+    }
+
+    /// Whether the objective learns from the text–image encoder's rewards (`clip`, `disc`):
+    /// `caprl run` then sets them up, and a spec without them is refused.
+    fn needs_encoder_reward(&self) -> bool {
+        false
+    }
+
+    /// The objective's own config checks beyond the ones every config gets (see
+    /// [`Objective::check`] for those every objective shares).
+    fn check(&self, _cfg: &RunConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+/// The refusal of `key`'s `value`, saying what is `allowed`.
+pub fn refuse(key: &str, value: String, allowed: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::OutOfRange {
+        key: key.to_string(),
+        value,
+        allowed: allowed.to_string(),
+    })
+}
+
+/// Which checkpoint of the RL phase is kept as `best-rl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BestCheckpoint {
+    /// The one with the highest validation CIDEr-D.
+    HighestCider,
+    /// The newest one.
+    Latest,
 }
 
 /// The configured objective: every per-objective question of the learner and the roles.
@@ -156,16 +209,76 @@ impl Objective {
         self.rule.wants_exploration()
     }
 
-    /// Refuses async mode for objectives that learn a value head: its targets are on-policy
-    /// returns.
-    pub fn check_mode(&self, mode: Mode) -> Result<(), LearnerError> {
-        if self.uses_value_head() && mode != Mode::Sync {
-            return Err(LearnerError::Invalid(format!(
-                "train.objective = \"{}\" trains a value head on on-policy returns: set runtime.mode = \"sync\"",
-                self.name()
-            )));
+    /// Refuses the settings this objective cannot train with: a group baseline with one
+    /// sample, PPO or dynamic sampling where they mean nothing, async mode for a value head
+    /// (its targets are on-policy returns), an encoder objective without an encoder reward,
+    /// after the rule's own ([`Rule::check`]). Every config the CLI loads passes here.
+    pub fn check(&self, cfg: &RunConfig) -> Result<(), ConfigError> {
+        self.rule.check(cfg)?;
+        let (t, name) = (&cfg.train, self.name());
+        if self.rule.compares_samples_in_group() && t.samples < 2 {
+            refuse(
+                "train.samples",
+                t.samples.to_string(),
+                ">= 2 when baseline is mean, grpo or dr-grpo (each sample is compared with the \
+                 others of its image)",
+            )?;
+        }
+        if t.ppo_epochs > 0 && !self.rule.supports_ppo() {
+            refuse(
+                "train.ppo_epochs",
+                format!("{} with objective \"{name}\"", t.ppo_epochs),
+                "0 unless objective = scst or sle (PPO's ratio needs the sampled captions' \
+                 behaviour log-probs and one multiplier per caption)",
+            )?;
+        }
+        if t.dynamic_sampling && !self.rule.compares_samples_in_group() {
+            refuse(
+                "train.dynamic_sampling",
+                format!(
+                    "true with objective \"{name}\" and baseline \"{}\"",
+                    spelled(&t.baseline)
+                ),
+                "false unless objective = scst or sle with a group baseline (mean, grpo, \
+                 dr-grpo: only then does a group whose samples score the same carry no gradient)",
+            )?;
+        }
+        if self.uses_value_head() && cfg.runtime.mode != Mode::Sync {
+            refuse(
+                "runtime.mode",
+                format!(
+                    "\"{}\" with objective \"{name}\"",
+                    spelled(&cfg.runtime.mode)
+                ),
+                "\"sync\" for objectives that train a value head (mc-pg, actor-critic: their \
+                 targets are on-policy returns)",
+            )?;
+        }
+        if self.rule.needs_encoder_reward() && !cfg.reward.spec.needs_encoder() {
+            refuse(
+                "reward.spec",
+                cfg.reward.spec.to_string(),
+                "a spec with clip, clip-i2t, clip-s or disc for objective wtf / wtf-rl \
+                 (paper 004: clip=0.94,disc=0.06)",
+            )?;
         }
         Ok(())
+    }
+
+    /// Whether `caprl run` should set up the encoder rewards itself (train the two dual
+    /// encoders, use paper 004's spec) when the user gave none.
+    pub fn needs_encoder_reward(&self) -> bool {
+        self.rule.needs_encoder_reward()
+    }
+
+    /// Which RL checkpoint becomes `best-rl`: the newest under an encoder reward (paper 004
+    /// trains for distinctiveness, which costs CIDEr-D, so picking by CIDEr-D would undo it),
+    /// else the highest validation CIDEr-D.
+    pub fn best_rl_checkpoint(&self, cfg: &RunConfig) -> BestCheckpoint {
+        match uses_clip(cfg) {
+            true => BestCheckpoint::Latest,
+            false => BestCheckpoint::HighestCider,
+        }
     }
 
     /// See [`Rule::targets`].
@@ -174,13 +287,21 @@ impl Objective {
     }
 }
 
+/// The run config of `file` (or the defaults) with `sets` applied, validated, and checked by
+/// its objective ([`Objective::check`]): the config every command of the CLI runs with.
+pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
+    let cfg = RunConfig::load(file, sets)?;
+    Objective::from_config(&cfg).check(&cfg)?;
+    Ok(cfg)
+}
+
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
 /// every rollout: the contrastive text pool and the discriminator's real examples).
 pub fn uses_clip(cfg: &RunConfig) -> bool {
     cfg.reward.spec.needs_encoder()
 }
 
-/// Whether the reward spec has `disc`: the learner trains the discriminator (seed 004).
+/// Whether the reward spec has `disc`: the learner trains the discriminator (paper 004).
 pub fn uses_disc(cfg: &RunConfig) -> bool {
     cfg.reward.spec.contains(RewardName::Disc)
 }
@@ -226,11 +347,18 @@ mod tests {
 
     #[test]
     fn value_head_objectives_refuse_async_mode() {
-        let o = Objective::from_config(&with("mc-pg", "greedy"));
-        let err = o.check_mode(Mode::Async).unwrap_err().to_string();
-        assert!(err.contains("runtime.mode = \"sync\""), "{err}");
-        assert!(o.check_mode(Mode::Sync).is_ok());
-        let scst = Objective::from_config(&with("scst", "greedy"));
-        assert!(scst.check_mode(Mode::Async).is_ok());
+        let in_mode = |objective, mode: Mode| {
+            let mut cfg = with(objective, "greedy");
+            cfg.runtime.mode = mode;
+            Objective::from_config(&cfg).check(&cfg)
+        };
+        let err = in_mode("mc-pg", Mode::Async).unwrap_err().to_string();
+        assert!(
+            err.contains("runtime.mode")
+                && err.contains("\"sync\" for objectives that train a value head"),
+            "{err}"
+        );
+        assert!(in_mode("mc-pg", Mode::Sync).is_ok());
+        assert!(in_mode("scst", Mode::Async).is_ok());
     }
 }

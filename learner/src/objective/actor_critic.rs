@@ -1,4 +1,4 @@
-//! Actor-critic training (seed 001, Ren et al., "Deep Reinforcement Learning-based Image
+//! Actor-critic training (paper 001, Ren et al., "Deep Reinforcement Learning-based Image
 //! Captioning with Embedding Reward"): a value network `v_θ(s_t)` is regressed on the return
 //! `r` of the whole caption (the reward arrives only at the end, undiscounted), and the policy
 //! follows `∇L = −Σₜ (r − v_θ(s_t)) ∇log p(w_t | s_t)`.
@@ -10,7 +10,7 @@
 use caprl_common::config::{Baseline, RunConfig};
 use caprl_common::wire::ScoredRollout;
 
-use crate::objective::{Decodes, Rule};
+use super::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};
 use crate::{advantage, LearnerError};
 

@@ -1,4 +1,4 @@
-//! Monte-Carlo-rollout policy gradient (seed 003, Liu et al., "Improved image captioning via
+//! Monte-Carlo-rollout policy gradient (paper 003, Liu et al., "Improved image captioning via
 //! policy gradient optimization of SPIDEr"):
 //!
 //! `Q(s_t, w_t) ≈ (1/K) Σₖ r(w_{1:t} ⊕ w̃ᵏ_{t+1:T})` for `t < T` (K sampled completions of the
@@ -12,7 +12,7 @@
 use caprl_common::config::{Baseline, RunConfig};
 use caprl_common::wire::ScoredRollout;
 
-use crate::objective::{Decodes, Rule};
+use super::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};
 use crate::{advantage, LearnerError};
 

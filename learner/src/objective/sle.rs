@@ -1,4 +1,4 @@
-//! SLE, sequence-level exploration (seed 002, eq. 15 with the baselines of its §4):
+//! SLE, sequence-level exploration (paper 002, eq. 15 with the baselines of its §4):
 //!
 //! `Lʲ = −α(CIDEr(ỹⱼ) − b_greedy)·log p(ỹⱼ) − (1−α)(2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)·log p(ỹⱼ)`
 //!
@@ -11,11 +11,11 @@
 //! it with the quality term into the multiplier of `log p(ỹⱼ)`, which
 //! [`crate::pg`] turns into the loss.
 
-use caprl_common::config::{RunConfig, DIVERSITY};
+use caprl_common::config::{ConfigError, RunConfig, DIVERSITY};
 use caprl_common::wire::ScoredRollout;
 
+use super::{refuse, uses_clip, Decodes, Rule};
 use crate::advantage::{self, Baseline};
-use crate::objective::{uses_clip, Decodes, Rule};
 use crate::targets::{per_image_samples, PgBatch};
 use crate::LearnerError;
 
@@ -33,7 +33,7 @@ impl Rule for Sle {
     }
 
     /// The greedy caption is the quality term's baseline under `baseline = "greedy"` (and a
-    /// rival in the contrastive reward's text pool, seed 004); a group baseline needs none.
+    /// rival in the contrastive reward's text pool, paper 004); a group baseline needs none.
     fn decodes(&self, cfg: &RunConfig) -> Decodes {
         Decodes {
             samples: cfg.train.samples,
@@ -46,14 +46,34 @@ impl Rule for Sle {
         true
     }
 
+    fn compares_samples_in_group(&self) -> bool {
+        self.baseline.is_group()
+    }
+
+    fn supports_ppo(&self) -> bool {
+        true
+    }
+
+    /// The exploration term compares the samples of an image pairwise.
+    fn check(&self, cfg: &RunConfig) -> Result<(), ConfigError> {
+        match cfg.train.samples {
+            0 | 1 => refuse(
+                "train.samples",
+                cfg.train.samples.to_string(),
+                ">= 2 when objective = \"sle\" (pairwise distances need two samples)",
+            ),
+            _ => Ok(()),
+        }
+    }
+
     fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
         let mut out = per_image_samples(
             scored,
             version,
             |g| {
                 if self.baseline == Baseline::Greedy && g.greedy.is_none() {
-                    return Err(LearnerError::Invalid(
-                        "SLE needs the greedy caption's reward".into(),
+                    return Err(LearnerError::Internal(
+                        "SLE needs the greedy caption's reward, and the rollouts have none",
                     ));
                 }
                 let quality = advantage::advantages(self.baseline, &g.rewards, g.greedy);

@@ -1,4 +1,4 @@
-//! XE: teacher-forced cross-entropy, the warm start of every seed paper,
+//! XE: teacher-forced cross-entropy, the warm start of every source paper,
 //! with optional label smoothing ε:
 //! `L = Σₜ mₜ [ (1−ε)(−log p(wₜ)) + ε·(−(1/V)Σ_v log p(v)) ] / Σₜ mₜ`.
 
@@ -6,7 +6,7 @@ use candle_core::{Tensor, D};
 use caprl_common::config::RunConfig;
 use caprl_common::wire::ScoredRollout;
 
-use crate::objective::{Decodes, Rule};
+use super::{Decodes, Rule};
 use crate::targets::PgBatch;
 use crate::LearnerError;
 
@@ -30,7 +30,7 @@ impl Rule for Xe {
     }
 
     fn targets(&self, _: &[ScoredRollout], _: u64) -> Result<PgBatch, LearnerError> {
-        Err(LearnerError::Invalid(
+        Err(LearnerError::Misconfigured(
             "objective = \"xe\" has no RL phase; choose an RL objective (scst, sle, ...)".into(),
         ))
     }

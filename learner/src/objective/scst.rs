@@ -1,4 +1,4 @@
-//! SCST, self-critical sequence training (seeds 000 and 002; Rennie et al.):
+//! SCST, self-critical sequence training (papers 000 and 002; Rennie et al.):
 //!
 //! `∇L = −(r(wˢ) − b)·∇log p(wˢ)`, masked over the tokens up to and including EOS.
 //!
@@ -9,8 +9,8 @@
 use caprl_common::config::RunConfig;
 use caprl_common::wire::ScoredRollout;
 
+use super::{Decodes, Rule};
 use crate::advantage::{self, Baseline};
-use crate::objective::{Decodes, Rule};
 use crate::targets::{per_image_samples, PgBatch};
 use crate::LearnerError;
 
@@ -32,6 +32,14 @@ impl Rule for Scst {
             greedy: self.baseline == Baseline::Greedy,
             ..Decodes::default()
         }
+    }
+
+    fn compares_samples_in_group(&self) -> bool {
+        self.baseline.is_group()
+    }
+
+    fn supports_ppo(&self) -> bool {
+        true
     }
 
     fn targets(&self, scored: &[ScoredRollout], version: u64) -> Result<PgBatch, LearnerError> {
