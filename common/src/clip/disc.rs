@@ -194,11 +194,11 @@ impl Discriminator {
         let (all, _) = params::from_bytes(bytes, path, &device)?;
         let varmap = VarMap::new();
         {
-            let src = all.data().lock().map_err(|_| lock())?;
+            let src = crate::model::params::locked(&all)?;
             if !src.contains_key(NAMES[0]) {
                 return Ok(None);
             }
-            let mut dst = varmap.data().lock().map_err(|_| lock())?;
+            let mut dst = crate::model::params::locked(&varmap)?;
             for n in NAMES {
                 if let Some(v) = src.get(n) {
                     dst.insert(n.to_string(), v.clone());
@@ -206,7 +206,7 @@ impl Discriminator {
             }
         }
         let (hidden, dim) = {
-            let data = varmap.data().lock().map_err(|_| lock())?;
+            let data = crate::model::params::locked(&varmap)?;
             match data.get(NAMES[0]).map(|v| v.as_tensor().dims().to_vec()) {
                 Some(d) if d.len() == 2 => (d[0], d[1] / 2),
                 _ => (0, 0),
@@ -261,8 +261,4 @@ fn specs(dim: usize, h: usize) -> Vec<Spec<'static>> {
             fan_in: h,
         },
     ]
-}
-
-fn lock() -> ClipError {
-    ClipError::Input("a VarMap lock was poisoned by a panic".into())
 }

@@ -65,7 +65,7 @@ impl DualEncoder {
     pub fn new(cfg: DualConfig, vocab_hash: &str, device: &Device, seed: u64) -> Result<Self> {
         let varmap = params::init(&specs(&cfg), device, seed, 0x636c_6970)?;
         {
-            let data = varmap.data().lock().map_err(|_| lock())?;
+            let data = crate::model::params::locked(&varmap)?;
             if let Some(v) = data.get("clip.logit_scale") {
                 v.set(&Tensor::new(&[LOGIT_SCALE_INIT], device)?)?;
             }
@@ -333,8 +333,4 @@ fn specs(c: &DualConfig) -> Vec<Spec<'static>> {
         s("clip.txt.fc2.bias", vec![c.dim], c.hidden),
         s("clip.logit_scale", vec![1], 0),
     ]
-}
-
-fn lock() -> ClipError {
-    ClipError::Input("a VarMap lock was poisoned by a panic".into())
 }

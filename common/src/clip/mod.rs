@@ -46,6 +46,12 @@ pub enum ClipError {
 
 pub type Result<T> = std::result::Result<T, ClipError>;
 
+impl From<crate::model::params::Poisoned> for ClipError {
+    fn from(e: crate::model::params::Poisoned) -> Self {
+        ClipError::Input(e.to_string())
+    }
+}
+
 /// Row-major table of L2-normalised embeddings, `len × dim`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embeddings {

@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::{ClipError, Result};
+use crate::model::params::{self, Init};
 use crate::model::CaprlRng;
 
 /// One parameter: name, shape, fan-in of its initialisation (0 = start at zero).
@@ -23,16 +24,16 @@ pub(crate) fn init(specs: &[Spec], device: &Device, seed: u64, stream: u64) -> R
     let varmap = VarMap::new();
     let mut rng = CaprlRng::with_stream(seed, stream);
     {
-        let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+        let mut data = params::locked(&varmap)?;
         for s in specs {
             let n: usize = s.shape.iter().product();
+            // A zero fan-in starts at zero, drawing as many values as a uniform start would.
             let bound = match s.fan_in {
-                0 => 0.0,
-                f => 1.0 / (f as f64).sqrt(),
+                0 => Init::Uniform(0.0),
+                f => Init::fan_in(f),
             };
-            let vals: Vec<f32> = (0..n)
-                .map(|_| ((2.0 * rng.uniform_open() - 1.0) * bound) as f32)
-                .collect();
+            let vals = params::draw(bound, n, &mut rng);
+            let vals: Vec<f32> = vals.into_iter().map(|x| x as f32).collect();
             let t = Tensor::from_vec(vals, s.shape.clone(), device)?;
             data.insert(s.name.to_string(), Var::from_tensor(&t)?);
         }
@@ -42,30 +43,12 @@ pub(crate) fn init(specs: &[Spec], device: &Device, seed: u64, stream: u64) -> R
 
 /// The tensor `name` of `varmap`, checked to have `shape`.
 pub(crate) fn get(varmap: &VarMap, name: &str, shape: &[usize], what: &str) -> Result<Tensor> {
-    let data = varmap.data().lock().map_err(|_| poisoned())?;
-    let t = data
-        .get(name)
-        .ok_or_else(|| ClipError::Input(format!("{what}: tensor `{name}` is missing")))?
-        .as_tensor()
-        .clone();
-    if t.dims() != shape {
-        return Err(ClipError::Input(format!(
-            "{what}: tensor `{name}` has shape {:?}, expected {shape:?}",
-            t.dims()
-        )));
-    }
-    Ok(t)
+    params::checked(varmap, name, shape).map_err(|e| ClipError::Input(format!("{what}: {e}")))
 }
 
 /// `varmap` (names sorted) as safetensors bytes with `metadata`.
 pub(crate) fn to_bytes(varmap: &VarMap, metadata: HashMap<String, String>) -> Result<Vec<u8>> {
-    let data = varmap.data().lock().map_err(|_| poisoned())?;
-    let mut named: Vec<(String, Tensor)> = data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    safetensors::tensor::serialize(named, Some(metadata))
+    params::to_sorted_safetensors(params::named_tensors(varmap)?, Some(metadata))
         .map_err(|e| ClipError::Input(format!("cannot serialise weights: {e}")))
 }
 
@@ -86,7 +69,7 @@ pub(crate) fn from_bytes(
         .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
     let varmap = VarMap::new();
     {
-        let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+        let mut data = params::locked(&varmap)?;
         for (k, t) in loaded {
             data.insert(k, Var::from_tensor(&t.to_dtype(DType::F32)?)?);
         }
@@ -100,8 +83,4 @@ pub(crate) fn read(path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         reason: format!("cannot read: {e}"),
     })
-}
-
-fn poisoned() -> ClipError {
-    ClipError::Input("a VarMap lock was poisoned by a panic".into())
 }

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use super::captioner::Captioner;
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
+use super::params::{named_tensors, to_sorted_safetensors};
 
 impl Captioner {
     /// Writes every weight to `path` (safetensors).
@@ -92,16 +93,7 @@ pub(crate) fn loaded_param(
 
 /// Every variable of `varmap` as safetensors bytes, sorted by name (deterministic bytes).
 pub(crate) fn varmap_to_safetensors(varmap: &candle_nn::VarMap) -> Result<Vec<u8>> {
-    let data = varmap
-        .data()
-        .lock()
-        .map_err(|_| ModelError::Internal("a VarMap lock was poisoned by a panic".into()))?;
-    let mut named: Vec<(String, Tensor)> = data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().clone()))
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    safetensors::tensor::serialize(named, None).map_err(|e| ModelError::Weights {
+    to_sorted_safetensors(named_tensors(varmap)?, None).map_err(|e| ModelError::Weights {
         path: "<memory>".into(),
         reason: format!("cannot serialise: {e}"),
     })

@@ -42,6 +42,7 @@ mod io;
 mod kernels;
 #[cfg(test)]
 mod op_check;
+pub mod params;
 mod rng;
 mod rnn;
 mod rows;

@@ -15,6 +15,7 @@ use candle_nn::VarMap;
 
 use super::error::{ModelError, Result};
 use super::io::varmap_to_safetensors;
+use super::params::{self, Init};
 use super::rng::CaprlRng;
 
 /// Width of the MLP's hidden layer.
@@ -41,13 +42,11 @@ impl ValueHead {
             ("value.fc2.weight", vec![1, VALUE_WIDTH], VALUE_WIDTH),
         ];
         {
-            let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+            let mut data = params::locked(&varmap)?;
             for (name, shape, fan_in) in shapes {
-                let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
                 let n: usize = shape.iter().product();
-                let vals: Vec<f32> = (0..n)
-                    .map(|_| ((2.0 * rng.uniform_open() - 1.0) * bound) as f32)
-                    .collect();
+                let vals = params::draw(Init::fan_in(fan_in), n, &mut rng);
+                let vals: Vec<f32> = vals.into_iter().map(|x| x as f32).collect();
                 let t = Tensor::from_vec(vals, shape, device)?;
                 data.insert(name.to_string(), Var::from_tensor(&t)?);
             }
@@ -57,25 +56,10 @@ impl ValueHead {
 
     fn from_varmap(varmap: VarMap, hidden: usize) -> Result<Self> {
         let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
-            let data = varmap.data().lock().map_err(|_| poisoned())?;
-            let t = data
-                .get(name)
-                .ok_or_else(|| ModelError::Weights {
-                    path: "<value head>".into(),
-                    reason: format!("missing tensor `{name}`"),
-                })?
-                .as_tensor()
-                .clone();
-            if t.dims() != shape {
-                return Err(ModelError::Weights {
-                    path: "<value head>".into(),
-                    reason: format!(
-                        "`{name}` has shape {:?}, expected {shape:?} (a value head for hidden size {hidden})",
-                        t.dims()
-                    ),
-                });
-            }
-            Ok(t)
+            params::checked(&varmap, name, shape).map_err(|e| ModelError::Weights {
+                path: "<value head>".into(),
+                reason: format!("{e} (a value head for hidden size {hidden})"),
+            })
         };
         let w1 = get("value.fc1.weight", &[VALUE_WIDTH, hidden])?;
         let b1 = get("value.fc1.bias", &[VALUE_WIDTH])?;
@@ -131,7 +115,7 @@ impl ValueHead {
             .map_err(|e| weights_err(format!("not a safetensors file: {e}")))?;
         let varmap = VarMap::new();
         {
-            let mut data = varmap.data().lock().map_err(|_| poisoned())?;
+            let mut data = params::locked(&varmap)?;
             for (k, t) in loaded {
                 data.insert(k, Var::from_tensor(&t.to_dtype(DType::F32)?)?);
             }
@@ -141,8 +125,4 @@ impl ValueHead {
             other => other,
         })
     }
-}
-
-fn poisoned() -> ModelError {
-    ModelError::Internal("the value head's VarMap lock was poisoned by a panic".into())
 }

@@ -75,11 +75,7 @@ impl AdamW {
     /// An optimizer for every var of `varmap` with zero moments.
     pub fn new(varmap: &VarMap, params: AdamWParams) -> Result<Self> {
         params.validate()?;
-        let data = varmap.data().lock().map_err(|_| OptimError::Param {
-            key: "varmap",
-            value: "poisoned".into(),
-            expected: "a VarMap whose lock was not poisoned by a panic",
-        })?;
+        let data = crate::model::params::locked(varmap)?;
         let mut slots: Vec<Slot> = data
             .iter()
             .map(|(name, var)| {

@@ -17,6 +17,8 @@ pub enum OptimError {
     /// An optimizer state file is unreadable or does not match the model.
     #[error("optimizer state {path}: {reason}")]
     State { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Poisoned(#[from] crate::model::params::Poisoned),
 }
 
 pub(crate) type Result<T> = std::result::Result<T, OptimError>;

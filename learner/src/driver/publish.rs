@@ -7,7 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use caprl_common::bus::SnapshotMeta;
 use caprl_common::clip::Discriminator;
-use caprl_common::model::{Captioner, DType};
+use caprl_common::model::{params, Captioner, DType};
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::TaskId;
@@ -50,24 +50,18 @@ fn snapshot_bytes(
 ) -> Result<Vec<u8>, LearnerError> {
     // A hand-off point: the bytes leave the device only after every queued update.
     model.device().synchronize()?;
-    let mut named: Vec<(String, candle_core::Tensor)> = {
-        let data = model
-            .varmap()
-            .data()
-            .lock()
-            .map_err(|_| LearnerError::Internal("the model's VarMap lock was poisoned"))?;
-        data.iter()
-            .map(|(k, v)| Ok((k.clone(), v.as_tensor().to_dtype(dtype)?)))
-            .collect::<Result<_, candle_core::Error>>()?
-    };
+    let mut named = params::named_tensors(model.varmap())
+        .map_err(|_| LearnerError::Internal("the model's VarMap lock was poisoned"))?
+        .into_iter()
+        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?)))
+        .collect::<Result<Vec<_>, candle_core::Error>>()?;
     if let Some(disc) = disc {
         named.extend(
             disc.tensors()
                 .doing(|| "the discriminator's tensors".into())?,
         );
     }
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    safetensors::tensor::serialize(named, None).map_err(|e| LearnerError::Serialise {
+    params::to_sorted_safetensors(named, None).map_err(|e| LearnerError::Serialise {
         what: "the policy snapshot",
         source: Box::new(e),
     })

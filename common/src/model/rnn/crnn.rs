@@ -31,6 +31,7 @@ use candle_core::{Tensor, Var, D};
 use super::cell::{cell_step, run_sequence, CellWeights, LayerState};
 use crate::model::config::RnnKind;
 use crate::model::error::{ModelError, Result};
+use crate::model::params::Init;
 
 /// Leaky ReLU slope (the paper's "slope 0.1").
 const LEAKY: f64 = 0.1;
@@ -55,49 +56,39 @@ fn pool_after(i: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// Names and shapes of every CRNN parameter for width `w` and `n_mels` bands, with the
-/// PyTorch-style uniform init bound (`None`: a constant, see [`init_value`]).
-pub(crate) fn param_shapes(w: usize, n_mels: usize) -> Vec<(String, Vec<usize>, Option<f64>)> {
+/// Names, shapes and initialisation of every CRNN parameter for width `w` and `n_mels` bands:
+/// PyTorch's uniform `±1/√fan_in` for the convolutions and the GRU, batch-norm gains and
+/// running variances 1, their biases and running means 0.
+pub(crate) fn param_shapes(w: usize, n_mels: usize) -> Vec<(String, Vec<usize>, Init)> {
     let mut out = Vec::new();
     let mut cin = 1;
     for (i, cout) in conv_channels(w).into_iter().enumerate() {
-        let fan = 1.0 / ((cin * 9) as f64).sqrt();
-        out.push((format!("crnn.bn{i}.weight"), vec![cin], None));
-        out.push((format!("crnn.bn{i}.bias"), vec![cin], None));
-        out.push((format!("crnn.bn{i}.running_mean"), vec![cin], None));
-        out.push((format!("crnn.bn{i}.running_var"), vec![cin], None));
+        let fan = Init::fan_in(cin * 9);
+        out.push((format!("crnn.bn{i}.weight"), vec![cin], Init::Const(1.0)));
+        out.push((format!("crnn.bn{i}.bias"), vec![cin], Init::Const(0.0)));
         out.push((
-            format!("crnn.conv{i}.weight"),
-            vec![cout, cin, 3, 3],
-            Some(fan),
+            format!("crnn.bn{i}.running_mean"),
+            vec![cin],
+            Init::Const(0.0),
         ));
-        out.push((format!("crnn.conv{i}.bias"), vec![cout], Some(fan)));
+        out.push((
+            format!("crnn.bn{i}.running_var"),
+            vec![cin],
+            Init::Const(1.0),
+        ));
+        out.push((format!("crnn.conv{i}.weight"), vec![cout, cin, 3, 3], fan));
+        out.push((format!("crnn.conv{i}.bias"), vec![cout], fan));
         cin = cout;
     }
     let input = w * (n_mels / FREQ_DIVISOR);
-    let fan = 1.0 / (w as f64).sqrt();
+    let fan = Init::fan_in(w);
     for dir in ["fwd", "bwd"] {
-        out.push((
-            format!("crnn.gru.{dir}.w_ih"),
-            vec![3 * w, input],
-            Some(fan),
-        ));
-        out.push((format!("crnn.gru.{dir}.b_ih"), vec![3 * w], Some(fan)));
-        out.push((format!("crnn.gru.{dir}.w_hh"), vec![3 * w, w], Some(fan)));
-        out.push((format!("crnn.gru.{dir}.b_hh"), vec![3 * w], Some(fan)));
+        out.push((format!("crnn.gru.{dir}.w_ih"), vec![3 * w, input], fan));
+        out.push((format!("crnn.gru.{dir}.b_ih"), vec![3 * w], fan));
+        out.push((format!("crnn.gru.{dir}.w_hh"), vec![3 * w, w], fan));
+        out.push((format!("crnn.gru.{dir}.b_hh"), vec![3 * w], fan));
     }
     out
-}
-
-/// The constant a non-random parameter starts at: BN scale and running variance 1, the rest 0.
-pub(crate) fn init_value(name: &str) -> f64 {
-    if name.ends_with("bn0.weight")
-        || (name.contains(".bn") && (name.ends_with(".weight") || name.ends_with("running_var")))
-    {
-        1.0
-    } else {
-        0.0
-    }
 }
 
 /// Trainable parameters (excluding running statistics) of the encoder for width `w`.

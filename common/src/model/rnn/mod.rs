@@ -38,6 +38,7 @@ use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
+use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
 
@@ -146,72 +147,53 @@ impl RnnCaptioner {
         });
         let (v, e, h) = (cfg.vocab_size, cfg.embed, cfg.hidden);
         let g = cfg.rnn.gates() * h;
-        let mut shapes: Vec<(String, Vec<usize>, f64)> = vec![
-            ("embed.weight".into(), vec![v, e], 0.1),
+        let mut shapes: Vec<(String, Vec<usize>, Init)> = vec![
+            ("embed.weight".into(), vec![v, e], Init::Uniform(0.1)),
             (
                 "img.weight".into(),
                 vec![e, cfg.feature_dim()],
-                fan(cfg.feature_dim()),
+                Init::fan_in(cfg.feature_dim()),
             ),
-            ("img.bias".into(), vec![e], fan(cfg.feature_dim())),
-            ("rnn.0.w_fc".into(), vec![g, e], fan(h)),
-            ("logit.weight".into(), vec![v, h], fan(h)),
-            ("logit.bias".into(), vec![v], fan(h)),
+            ("img.bias".into(), vec![e], Init::fan_in(cfg.feature_dim())),
+            ("rnn.0.w_fc".into(), vec![g, e], Init::fan_in(h)),
+            ("logit.weight".into(), vec![v, h], Init::fan_in(h)),
+            ("logit.bias".into(), vec![v], Init::fan_in(h)),
         ];
         for l in 0..cfg.layers {
             let input = if l == 0 { e } else { h };
-            shapes.push((format!("init.{l}.weight"), vec![h, e], fan(e)));
-            shapes.push((format!("init.{l}.bias"), vec![h], fan(e)));
-            shapes.push((format!("rnn.{l}.w_ih"), vec![g, input], fan(h)));
-            shapes.push((format!("rnn.{l}.b_ih"), vec![g], fan(h)));
-            shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], fan(h)));
-            shapes.push((format!("rnn.{l}.b_hh"), vec![g], fan(h)));
+            shapes.push((format!("init.{l}.weight"), vec![h, e], Init::fan_in(e)));
+            shapes.push((format!("init.{l}.bias"), vec![h], Init::fan_in(e)));
+            shapes.push((format!("rnn.{l}.w_ih"), vec![g, input], Init::fan_in(h)));
+            shapes.push((format!("rnn.{l}.b_ih"), vec![g], Init::fan_in(h)));
+            shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], Init::fan_in(h)));
+            shapes.push((format!("rnn.{l}.b_hh"), vec![g], Init::fan_in(h)));
         }
         if let (ModelKind::Att, Some((_, da))) = (cfg.kind, cfg.att) {
             let a = cfg.att_hidden;
-            shapes.push(("att.feat.weight".into(), vec![a, da], fan(da)));
-            shapes.push(("att.feat.bias".into(), vec![a], fan(da)));
-            shapes.push(("att.hid.weight".into(), vec![a, h], fan(h)));
-            shapes.push(("att.score.weight".into(), vec![1, a], fan(a)));
-            shapes.push(("att.ctx.weight".into(), vec![g, da], fan(h)));
+            shapes.push(("att.feat.weight".into(), vec![a, da], Init::fan_in(da)));
+            shapes.push(("att.feat.bias".into(), vec![a], Init::fan_in(da)));
+            shapes.push(("att.hid.weight".into(), vec![a, h], Init::fan_in(h)));
+            shapes.push(("att.score.weight".into(), vec![1, a], Init::fan_in(a)));
+            shapes.push(("att.ctx.weight".into(), vec![g, da], Init::fan_in(h)));
         }
-        let mut constants = Vec::new();
         if let (ModelKind::Crnn, Some((_, mels))) = (cfg.kind, cfg.att) {
-            for (name, shape, bound) in crnn::param_shapes(cfg.crnn_width, mels) {
-                match bound {
-                    Some(b) => shapes.push((name, shape, b)),
-                    None => constants.push((name, shape)),
-                }
-            }
+            shapes.extend(crnn::param_shapes(cfg.crnn_width, mels));
         }
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         {
-            let mut data = varmap.data().lock().map_err(|_| {
-                ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
-            })?;
-            if let ParamOrigin::Loaded(loaded) = origin {
-                let names = constants
-                    .into_iter()
-                    .chain(shapes.into_iter().map(|(n, s, _)| (n, s)));
-                for (name, shape) in names {
-                    let var = loaded_param(loaded, &name, &shape, cfg.dtype)?;
-                    data.insert(name, var);
-                }
-            } else {
-                for (name, shape) in constants {
-                    let value = crnn::init_value(&name);
-                    let t = (Tensor::ones(shape, cfg.dtype, device)? * value)?;
-                    data.insert(name, Var::from_tensor(&t)?);
-                }
-                for (name, shape, bound) in shapes {
-                    let n: usize = shape.iter().product();
-                    let vals: Vec<f64> = (0..n)
-                        .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
-                        .collect();
-                    let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
-                    data.insert(name, Var::from_tensor(&t)?);
-                }
+            let mut data = params::locked(&varmap)?;
+            for (name, shape, init) in shapes {
+                let var = match origin {
+                    ParamOrigin::Loaded(loaded) => loaded_param(loaded, &name, &shape, cfg.dtype)?,
+                    ParamOrigin::Seed(_) => {
+                        // Constants draw nothing, so the draws follow the sorted names alone.
+                        let vals = params::draw(init, shape.iter().product(), &mut rng);
+                        let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
+                        Var::from_tensor(&t)?
+                    }
+                };
+                data.insert(name, var);
             }
         }
         let p = Params::from_varmap(&varmap, cfg)?;
@@ -360,8 +342,4 @@ impl Params {
             fc_w: get("rnn.0.w_fc")?,
         })
     }
-}
-
-fn fan(n: usize) -> f64 {
-    1.0 / (n.max(1) as f64).sqrt()
 }

@@ -35,6 +35,7 @@ use crate::model::config::{CaptionerConfig, TransformerShape};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
+use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
 use crate::model::{BOS, PAD};
@@ -48,17 +49,6 @@ pub(crate) struct TransformerCaptioner {
     /// Handles on the parameters by name (they share storage with the `VarMap`'s vars), so
     /// that a pass reads them without locking the `VarMap`.
     params: HashMap<String, Tensor>,
-}
-
-/// How a parameter is drawn at initialisation.
-#[derive(Clone, Copy)]
-enum Init {
-    /// Xavier-uniform `±√(6 / (fan_in + fan_out))` (every matrix, as the reference does).
-    Xavier { fan_in: usize, fan_out: usize },
-    /// PyTorch's `Linear` bias: uniform `±1/√fan_in`.
-    Bias { fan_in: usize },
-    /// A constant (layer norm gains 1, biases 0).
-    Const(f64),
 }
 
 /// What [`Weights::visit`] asks for each parameter: its name, shape and initialisation in, the
@@ -128,12 +118,9 @@ impl Weights {
                 w: param(
                     &format!("{name}.weight"),
                     &[out, inp],
-                    Init::Xavier {
-                        fan_in: inp,
-                        fan_out: out / blocks,
-                    },
+                    Init::xavier(inp, out / blocks),
                 )?,
-                b: param(&format!("{name}.bias"), &[out], Init::Bias { fan_in: inp })?,
+                b: param(&format!("{name}.bias"), &[out], Init::fan_in(inp))?,
             })
         };
         let src_dim = source_dim(cfg);
@@ -168,24 +155,10 @@ impl Weights {
         let v = cfg.vocab_size;
         let logit_w = match s.tie_embed {
             true => None,
-            false => Some(param(
-                "logit.weight",
-                &[v, d],
-                Init::Xavier {
-                    fan_in: d,
-                    fan_out: v,
-                },
-            )?),
+            false => Some(param("logit.weight", &[v, d], Init::xavier(d, v))?),
         };
-        let logit_b = param("logit.bias", &[v], Init::Bias { fan_in: d })?;
-        let embed = param(
-            "embed.weight",
-            &[v, d],
-            Init::Xavier {
-                fan_in: d,
-                fan_out: v,
-            },
-        )?;
+        let logit_b = param("logit.bias", &[v], Init::fan_in(d))?;
+        let embed = param("embed.weight", &[v, d], Init::xavier(d, v))?;
         let mut norm = |name: &str| -> Result<Norm> {
             Ok(Norm {
                 gain: param(&format!("{name}.gain"), &[d], Init::Const(1.0))?,
@@ -264,9 +237,7 @@ impl TransformerCaptioner {
             ParamOrigin::Loaded(_) => 0,
         });
         {
-            let mut data = varmap.data().lock().map_err(|_| {
-                ModelError::Internal("the model's VarMap lock was poisoned by a panic".into())
-            })?;
+            let mut data = params::locked(&varmap)?;
             Weights::visit(cfg, &mut |name, shape, init| {
                 if let ParamOrigin::Loaded(loaded) = origin {
                     let var = loaded_param(loaded, name, shape, cfg.dtype)?;
@@ -275,21 +246,7 @@ impl TransformerCaptioner {
                     return Ok(handle);
                 }
                 let n: usize = shape.iter().product();
-                let vals: Vec<f64> = match init {
-                    Init::Const(c) => vec![c; n],
-                    Init::Xavier { fan_in, fan_out } => {
-                        let bound = (6.0 / (fan_in + fan_out) as f64).sqrt();
-                        (0..n)
-                            .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
-                            .collect()
-                    }
-                    Init::Bias { fan_in } => {
-                        let bound = 1.0 / (fan_in.max(1) as f64).sqrt();
-                        (0..n)
-                            .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
-                            .collect()
-                    }
-                };
+                let vals = params::draw(init, n, &mut rng);
                 let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
                 let var = Var::from_tensor(&t)?;
                 let handle = var.as_tensor().clone();
@@ -304,10 +261,7 @@ impl TransformerCaptioner {
     fn on_varmap(cfg: &CaptionerConfig, device: &Device, varmap: VarMap) -> Result<Self> {
         let mut params = HashMap::new();
         {
-            let data = varmap
-                .data()
-                .lock()
-                .map_err(|_| ModelError::Internal("the model's VarMap lock was poisoned".into()))?;
+            let data = params::locked(&varmap)?;
             Weights::visit(cfg, &mut |name, _, _| {
                 let t = data
                     .get(name)
