@@ -35,9 +35,24 @@ pub struct ClipBenchArgs {
 /// Interleaved timing rounds per row.
 const ROUNDS: usize = 5;
 
-pub fn run(args: ClipBenchArgs) -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let data_dir = dir.path().join("data");
+/// What every row scores: the data set, the rollouts, and the rewarders built on them.
+struct Setup {
+    data: Dataset,
+    rollouts: Vec<Rollout>,
+    /// CIDEr-D as a reward worker scores it.
+    cider: Rewarder,
+    /// The contrastive reward alone.
+    clip_only: ClipReward,
+    /// `clip=0.94,disc=0.06`, the reward of WTF-RL.
+    clip_rewarder: Rewarder,
+    /// The CIDEr-D df of the training images, for the bare scorer.
+    df: caprl_common::score::DocFreq,
+}
+
+/// Generates the data set in `dir`, trains an encoder for one epoch, and builds the rollouts
+/// and rewarders.
+fn setup(args: &ClipBenchArgs, dir: &std::path::Path) -> Result<Setup> {
+    let data_dir = dir.join("data");
     synth(
         &data_dir,
         &SynthConfig {
@@ -56,7 +71,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         ..TrainOptions::default()
     };
     let encoder = train::train(&data, &pairs, &opts, &mut |_| {})?;
-    let encoder_path = dir.path().join("enc.safetensors");
+    let encoder_path = dir.join("enc.safetensors");
     encoder.save(&encoder_path)?;
     let clip_only = ClipReward::new(
         caprl_common::clip::open_encoder(&encoder_path, &data.vocab)?,
@@ -72,17 +87,36 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         .enumerate()
         .map(|(i, chunk)| rollout(&data, chunk, i as u64))
         .collect();
-    let captions: usize = rollouts.iter().map(|r| r.sequences.len()).sum();
-
-    // Plain CIDEr-D (no `<eos>` marker), so the bare scorer below scores the same sentences.
+    // Plain CIDEr-D (no `<eos>` marker), so the bare scorer scores the same sentences.
     let df = Rewarder::training_df(&data, items, false);
     let cider = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df.clone(), None)?;
-    let df_for_scorer = df.clone();
     let clip = ClipReward::new(Box::new(encoder), &data, items, 0.05, 8)?;
     let disc = Discriminator::new(128, &Device::Cpu, 1)?;
     clip.set_discriminator(0, disc.scorer()?);
     let spec = [(RewardName::Clip, 0.94), (RewardName::Disc, 0.06)];
-    let clip_rewarder = Rewarder::new(&data, items, &spec, df, None)?.with_clip(clip);
+    let clip_rewarder = Rewarder::new(&data, items, &spec, df.clone(), None)?.with_clip(clip);
+    Ok(Setup {
+        data,
+        rollouts,
+        cider,
+        clip_only,
+        clip_rewarder,
+        df,
+    })
+}
+
+pub fn run(args: ClipBenchArgs) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let Setup {
+        data,
+        rollouts,
+        cider,
+        clip_only,
+        clip_rewarder,
+        df: df_for_scorer,
+    } = setup(&args, dir.path())?;
+    let items = &data.train.items;
+    let captions: usize = rollouts.iter().map(|r| r.sequences.len()).sum();
     let clip = clip_rewarder.clip().context("clip rewarder")?;
 
     // CIDEr-D's own arithmetic, references prepared once (as the reward worker holds them),
@@ -166,16 +200,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
             }),
         ),
     ];
-    // Rounds run every row once, in turn, so a slow spell of a shared machine hits all rows
-    // alike; each row keeps its best round.
-    let mut best = vec![f64::MAX; rows.len()];
-    for _ in 0..ROUNDS {
-        for ((_, f), best) in rows.iter_mut().zip(&mut best) {
-            let t = Instant::now();
-            f()?;
-            *best = best.min(t.elapsed().as_secs_f64() * 1e6 / captions as f64);
-        }
-    }
+    let best = interleaved_best(rows.iter_mut().map(|(_, f)| f), captions)?;
     let mut out = format!(
         "{}\n{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
          {} training images, 8 mined neighbours, 1 process\n\n",
@@ -195,6 +220,24 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         ));
     }
     write_stdout(&out)
+}
+
+/// The best of [`ROUNDS`] timings of each of `rows`, in µs per caption. Rounds run every row
+/// once, in turn, so a slow spell of a shared machine hits all rows alike.
+fn interleaved_best<'a, 'f: 'a>(
+    rows: impl Iterator<Item = &'a mut Box<dyn FnMut() -> Result<()> + 'f>>,
+    captions: usize,
+) -> Result<Vec<f64>> {
+    let mut rows: Vec<_> = rows.collect();
+    let mut best = vec![f64::MAX; rows.len()];
+    for _ in 0..ROUNDS {
+        for (f, best) in rows.iter_mut().zip(&mut best) {
+            let t = Instant::now();
+            f()?;
+            *best = best.min(t.elapsed().as_secs_f64() * 1e6 / captions as f64);
+        }
+    }
+    Ok(best)
 }
 
 fn rollout(data: &Dataset, chunk: &[caprl_common::data::Item], id: u64) -> Rollout {

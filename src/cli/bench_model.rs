@@ -161,35 +161,10 @@ fn measure(
     hidden: usize,
 ) -> Result<ModelBenchRow> {
     let l = args.max_len;
-    let kind = match args.kind.as_str() {
-        "fc" => ModelKind::Fc,
-        "transformer" => ModelKind::Transformer,
-        other => anyhow::bail!("--kind {other}: expected fc or transformer"),
-    };
-    let mut cfg = CaptionerConfig::new(kind, args.vocab.max(8), FC_DIM, None);
-    cfg.hidden = hidden;
-    cfg.transformer.d_model = hidden;
-    cfg.transformer.heads = (hidden / 64).max(1);
-    cfg.transformer.d_ff = 4 * hidden;
-    cfg.embed = EMBED;
-    cfg.max_len = l;
-    cfg.dropout = 0.2;
-    cfg.compute_dtype = dtype;
+    let cfg = bench_config(args, hidden, dtype)?;
     let model = Captioner::new(&cfg, device, 0)?;
     suppress_eos(&model)?;
-    let mut rng = CaprlRng::new(1);
-    let fc: Vec<f32> = (0..b * FC_DIM).map(|_| rng.uniform_open() as f32).collect();
-    let x = Inputs::from_host(&fc, None, b, &cfg, device)?;
-    let seqs: Vec<Vec<u32>> = (0..b)
-        .map(|_| {
-            let mut s: Vec<u32> = (0..l)
-                .map(|_| 4 + (rng.next_u64() % (cfg.vocab_size as u64 - 4)) as u32)
-                .collect();
-            s.push(EOS);
-            s
-        })
-        .collect();
-    let targets = batch_tokens(&seqs, device)?;
+    let (x, targets) = random_batch(&cfg, b, device)?;
     let mut opt = AdamW::new(model.varmap(), AdamWParams::default())?;
     let vars = opt.vars();
     let mut drop_rng = CaprlRng::new(2);
@@ -283,6 +258,54 @@ fn measure(
         snapshot_ms: snapshot_s * 1e3,
         snapshot_mb: snapshot_bytes as f64 / 1e6,
     })
+}
+
+/// The benchmarked model: `--kind` with `hidden` units (the Transformer's `d_model`, one head
+/// per 64), computing in `dtype`.
+fn bench_config(args: &ModelArgs, hidden: usize, dtype: DType) -> Result<CaptionerConfig> {
+    let kind = match args.kind.as_str() {
+        "fc" => ModelKind::Fc,
+        "transformer" => ModelKind::Transformer,
+        other => anyhow::bail!("--kind {other}: expected fc or transformer"),
+    };
+    let mut cfg = CaptionerConfig::new(kind, args.vocab.max(8), FC_DIM, None);
+    cfg.hidden = hidden;
+    cfg.transformer.d_model = hidden;
+    cfg.transformer.heads = (hidden / 64).max(1);
+    cfg.transformer.d_ff = 4 * hidden;
+    cfg.embed = EMBED;
+    cfg.max_len = args.max_len;
+    cfg.dropout = 0.2;
+    cfg.compute_dtype = dtype;
+    Ok(cfg)
+}
+
+/// `b` random feature vectors and as many random captions of `cfg.max_len` words and EOS.
+fn random_batch(cfg: &CaptionerConfig, b: usize, device: &Device) -> Result<(Inputs, Tensor)> {
+    let mut rng = CaprlRng::new(1);
+    let fc: Vec<f32> = (0..b * FC_DIM).map(|_| rng.uniform_open() as f32).collect();
+    let x = Inputs::from_host(&fc, None, b, cfg, device)?;
+    let seqs = random_captions(&mut rng, b, cfg.max_len, cfg.vocab_size);
+    Ok((x, batch_tokens(&seqs, device)?))
+}
+
+/// `n` captions of `len` words drawn uniformly from the vocabulary's real words (ids 4 and
+/// up), each ending with EOS.
+pub(crate) fn random_captions(
+    rng: &mut CaprlRng,
+    n: usize,
+    len: usize,
+    vocab: usize,
+) -> Vec<Vec<u32>> {
+    (0..n)
+        .map(|_| {
+            let mut s: Vec<u32> = (0..len)
+                .map(|_| 4 + (rng.next_u64() % (vocab as u64 - 4)) as u32)
+                .collect();
+            s.push(EOS);
+            s
+        })
+        .collect()
 }
 
 /// Pushes EOS's logit bias far down so that every decode runs to the length limit.

@@ -27,6 +27,7 @@ use caprl_common::model::{
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use serde::Serialize;
 
+use super::bench_model::random_captions;
 use super::write_stdout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -211,33 +212,8 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     cfg.dropout = 0.1;
     let model = Captioner::new(&cfg, &device, 0)?;
     super::bench_model::suppress_eos(&model)?;
-    let mut rng = CaprlRng::new(1);
-    let mut images = |n: usize| -> Result<Inputs> {
-        let fc: Vec<f32> = (0..n * s.att_dim)
-            .map(|_| rng.uniform_open() as f32)
-            .collect();
-        let att: Vec<f32> = (0..n * s.regions * s.att_dim)
-            .map(|_| rng.uniform_open() as f32)
-            .collect();
-        Ok(Inputs::from_host(&fc, Some(&att), n, &cfg, &device)?)
-    };
-    // The XE step's captions: each image's references in a row, as the learner lays them out.
-    let xe_images = s.xe_rows / s.refs_per_image;
-    let rows: Vec<usize> = (0..xe_images)
-        .flat_map(|i| std::iter::repeat_n(i, s.refs_per_image))
-        .collect();
-    let x_xe = images(xe_images)?.select_rows(&rows)?;
-    let x_dec = images(s.dec_images)?;
-    let mut tok_rng = CaprlRng::new(2);
-    let seqs: Vec<Vec<u32>> = (0..s.xe_rows)
-        .map(|_| {
-            let mut q: Vec<u32> = (0..t)
-                .map(|_| 4 + (tok_rng.next_u64() % (s.vocab as u64 - 4)) as u32)
-                .collect();
-            q.push(EOS);
-            q
-        })
-        .collect();
+    let (x_xe, x_dec) = random_images(&s, &cfg, &device)?;
+    let seqs = random_captions(&mut CaprlRng::new(2), s.xe_rows, t, s.vocab);
     let targets = batch_tokens(&seqs, &device)?;
     let mut opt = AdamW::new(model.varmap(), AdamWParams::default())?;
     let vars = opt.vars();
@@ -324,6 +300,27 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         greedy_uncached,
         tokens,
     })
+}
+
+/// Random images: the XE step's (each image repeated for its references, as the learner lays
+/// them out) and the decodes'.
+fn random_images(s: &Shape, cfg: &CaptionerConfig, device: &Device) -> Result<(Inputs, Inputs)> {
+    let mut rng = CaprlRng::new(1);
+    let mut images = |n: usize| -> Result<Inputs> {
+        let fc: Vec<f32> = (0..n * s.att_dim)
+            .map(|_| rng.uniform_open() as f32)
+            .collect();
+        let att: Vec<f32> = (0..n * s.regions * s.att_dim)
+            .map(|_| rng.uniform_open() as f32)
+            .collect();
+        Ok(Inputs::from_host(&fc, Some(&att), n, cfg, device)?)
+    };
+    let xe_images = s.xe_rows / s.refs_per_image;
+    let rows: Vec<usize> = (0..xe_images)
+        .flat_map(|i| std::iter::repeat_n(i, s.refs_per_image))
+        .collect();
+    let x_xe = images(xe_images)?.select_rows(&rows)?;
+    Ok((x_xe, images(s.dec_images)?))
 }
 
 /// Greedy decoding without a cache: every step runs the whole decoder over the prefix (the

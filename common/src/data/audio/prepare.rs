@@ -116,20 +116,7 @@ pub fn prepare_clotho(
         message: format!("front-end settings: {m}"),
     })?;
     let n_mels = cfg.mel.n_mels;
-    let mut splits: Vec<(SplitName, Vec<ClothoClip>)> = Vec::new();
-    for (name, split) in CLOTHO_SPLITS {
-        let csv = clotho_csv(clotho, name);
-        if !csv.is_file() {
-            return Err(DataError::invalid(
-                &csv,
-                format!(
-                    "missing; a Clotho directory holds clotho_captions_{{development,validation,evaluation}}.csv and one audio directory per split (here {})",
-                    clotho.join(name).display()
-                ),
-            ));
-        }
-        splits.push((split, read_clotho_csv(&csv, &clotho.join(name))?));
-    }
+    let splits = read_clotho_splits(clotho)?;
     std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
     let cache_dir = out.join(MEL_CACHE_DIR);
     let (mut computed, mut cached) = (0, 0);
@@ -155,33 +142,14 @@ pub fn prepare_clotho(
             mels.push((*split, clip, mel));
         }
     }
-    // Per-band statistics over every training frame.
-    let mut sum = vec![0f64; n_mels];
-    let mut sq = vec![0f64; n_mels];
-    let mut count = 0usize;
-    let mut longest = 0usize;
-    for (_, _, mel) in mels.iter().filter(|m| m.0 == SplitName::Train) {
-        for frame in mel.chunks_exact(n_mels) {
-            for (i, &v) in frame.iter().enumerate() {
-                sum[i] += v as f64;
-                sq[i] += (v as f64) * (v as f64);
-            }
-        }
-        count += mel.len() / n_mels;
-        longest = longest.max(mel.len() / n_mels);
-    }
-    if count == 0 {
-        return Err(DataError::EmptySplit {
-            path: clotho_csv(clotho, "development"),
-            split: "train".into(),
-        });
-    }
-    let mean: Vec<f64> = sum.iter().map(|s| s / count as f64).collect();
-    let std: Vec<f64> = sq
+    let train = mels
         .iter()
-        .zip(&mean)
-        .map(|(q, m)| (q / count as f64 - m * m).max(0.0).sqrt().max(1e-5))
-        .collect();
+        .filter(|m| m.0 == SplitName::Train)
+        .map(|m| m.2.as_slice());
+    let (mean, std, longest) = band_stats(train, n_mels).ok_or_else(|| DataError::EmptySplit {
+        path: clotho_csv(clotho, "development"),
+        split: "train".into(),
+    })?;
     let frames = cfg.frames.unwrap_or(longest);
     if frames == 0 {
         return Err(DataError::Audio {
@@ -244,6 +212,57 @@ pub fn prepare_clotho(
         computed,
         cached,
     })
+}
+
+/// Each split's clips from its captions CSV, in [`CLOTHO_SPLITS`] order.
+fn read_clotho_splits(clotho: &Path) -> Result<Vec<(SplitName, Vec<ClothoClip>)>, DataError> {
+    let mut splits = Vec::new();
+    for (name, split) in CLOTHO_SPLITS {
+        let csv = clotho_csv(clotho, name);
+        if !csv.is_file() {
+            return Err(DataError::invalid(
+                &csv,
+                format!(
+                    "missing; a Clotho directory holds clotho_captions_{{development,validation,evaluation}}.csv and one audio directory per split (here {})",
+                    clotho.join(name).display()
+                ),
+            ));
+        }
+        splits.push((split, read_clotho_csv(&csv, &clotho.join(name))?));
+    }
+    Ok(splits)
+}
+
+/// Per-band mean and standard deviation over every frame of `mels` (`[frames, n_mels]` each),
+/// and the longest clip in frames; `None` without a frame.
+fn band_stats<'a>(
+    mels: impl Iterator<Item = &'a [f32]>,
+    n_mels: usize,
+) -> Option<(Vec<f64>, Vec<f64>, usize)> {
+    let mut sum = vec![0f64; n_mels];
+    let mut sq = vec![0f64; n_mels];
+    let mut count = 0usize;
+    let mut longest = 0usize;
+    for mel in mels {
+        for frame in mel.chunks_exact(n_mels) {
+            for (i, &v) in frame.iter().enumerate() {
+                sum[i] += v as f64;
+                sq[i] += (v as f64) * (v as f64);
+            }
+        }
+        count += mel.len() / n_mels;
+        longest = longest.max(mel.len() / n_mels);
+    }
+    if count == 0 {
+        return None;
+    }
+    let mean: Vec<f64> = sum.iter().map(|s| s / count as f64).collect();
+    let std: Vec<f64> = sq
+        .iter()
+        .zip(&mean)
+        .map(|(q, m)| (q / count as f64 - m * m).max(0.0).sqrt().max(1e-5))
+        .collect();
+    Some((mean, std, longest))
 }
 
 fn quote(s: &str) -> String {

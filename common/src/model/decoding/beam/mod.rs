@@ -16,68 +16,19 @@
 //! `g` ranks by `log p(y) − λ · Σ_t h_t(w_t)`, the Hamming diversity penalty of `diversity.rs`
 //! (`h_t(w)`: how often groups `0..g` chose `w` at step `t`). One group is plain beam search.
 
-use std::cmp::Ordering;
+mod proposals;
 
+use self::proposals::{propose, StepLogProbs};
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::diversity::hamming_penalty;
 use super::greedy::argmax;
-use super::log_softmax::host_log_sum_exp;
-use super::rollout::{on_rayon, PARALLEL_MIN_LOGITS};
+use super::rollout::on_rayon;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
 use crate::model::value_head::ValueHead;
 use crate::model::{BOS, EOS};
-
-/// One step's log-probabilities `log π(w | y)` of every live beam, read from its logits
-/// `[rows, v]` and each row's log-sum-exp: the rows are never copied or widened to f64 (at a
-/// 10,000-word vocabulary, building them was a large share of a beam step).
-struct StepLogProbs<'a> {
-    logits: &'a [f32],
-    v: usize,
-    lse: Vec<f64>,
-    /// Rows where bad endings forbid EOS (its log-prob is −∞).
-    no_eos: Vec<bool>,
-}
-
-impl<'a> StepLogProbs<'a> {
-    /// The log-sum-exp of every row, on rayon's threads when there are several and enough rows
-    /// (each row is computed the same way either way); `no_eos` per row.
-    fn new(logits: &'a [f32], v: usize, no_eos: Vec<bool>) -> Self {
-        use rayon::prelude::*;
-        let lse: Vec<f64> =
-            if rayon::current_num_threads() > 1 && logits.len() >= PARALLEL_MIN_LOGITS {
-                logits
-                    .par_chunks_exact(v)
-                    .map(|l| host_log_sum_exp(l, 1.0))
-                    .collect()
-            } else {
-                logits
-                    .chunks_exact(v)
-                    .map(|l| host_log_sum_exp(l, 1.0))
-                    .collect()
-            };
-        StepLogProbs {
-            logits,
-            v,
-            lse,
-            no_eos,
-        }
-    }
-
-    fn row(&self, r: usize) -> &'a [f32] {
-        &self.logits[r * self.v..(r + 1) * self.v]
-    }
-
-    /// `log π(w)` of row `r`.
-    fn lp(&self, r: usize, w: u32) -> f64 {
-        if w == EOS && self.no_eos[r] {
-            return f64::NEG_INFINITY;
-        }
-        self.row(r)[w as usize] as f64 - self.lse[r]
-    }
-}
 
 /// Beam search settings (`[decode]` beam, length_norm, block_trigrams, beam_groups,
 /// diversity_lambda, remove_bad_endings).
@@ -125,6 +76,14 @@ struct Finished {
 }
 
 impl Beam {
+    /// The beam every group starts from: no words yet.
+    const EMPTY: Beam = Beam {
+        tokens: Vec::new(),
+        logprobs: Vec::new(),
+        logp: 0.0,
+        penalised: 0.0,
+    };
+
     fn finish(&self, length_norm: bool, lookahead: Option<&Lookahead>, value: f32) -> Finished {
         let n = self.tokens.len().max(1) as f64;
         let score = |logp: f64| {
@@ -197,6 +156,140 @@ struct Choice {
     live: bool,
 }
 
+/// How the beams still live when a decode reaches `max_len` finish: each ends with EOS if that
+/// is its most likely next word, and the state after its last word values it (lookahead).
+struct AtLimit<'a, 'l> {
+    /// The step's row of the group's first beam.
+    row0: usize,
+    lps: &'a StepLogProbs<'a>,
+    length_norm: bool,
+    lookahead: Option<&'a Lookahead<'l>>,
+}
+
+impl AtLimit<'_, '_> {
+    fn finish<'s>(&self, cur: &[Beam], live: &(dyn DecodeState<'s> + 's)) -> Result<Vec<Finished>> {
+        let values = match self.lookahead {
+            Some(la) => {
+                let h = live.decoder_state()?.narrow(0, self.row0, cur.len())?;
+                la.value.forward(&h)?.to_vec1::<f32>()?
+            }
+            None => vec![0.0; cur.len()],
+        };
+        let v = self.lps.v;
+        let mut out = Vec::with_capacity(cur.len());
+        for (j, (b, value)) in cur.iter().zip(values).enumerate() {
+            let r = self.row0 + j;
+            let f: Vec<f32> = (0..v as u32).map(|w| self.lps.lp(r, w) as f32).collect();
+            let hyp = if argmax(&f) == EOS as usize {
+                b.extend(EOS, self.lps.lp(r, EOS), 0.0)
+            } else {
+                b.clone()
+            };
+            out.push(hyp.finish(self.length_norm, self.lookahead, value));
+        }
+        Ok(out)
+    }
+}
+
+/// How a group keeps its `k` best proposals of a step.
+struct ChoiceRule<'a, 'l> {
+    k: usize,
+    length_norm: bool,
+    lookahead: Option<&'a Lookahead<'l>>,
+    lps: &'a StepLogProbs<'a>,
+    /// The diversity penalty of each word for this group (diverse beam search).
+    penalty: Option<&'a [f64]>,
+}
+
+impl ChoiceRule<'_, '_> {
+    /// Takes `ranked` proposals (ranking score, beam, word, value) best first until `k` beams
+    /// go on; those that end in EOS join `finished`, every chosen word joins `chosen` (the
+    /// input's words of this step, for the next groups' penalty). The group stays live unless
+    /// nothing goes on or its `k` finished hypotheses cannot be beaten.
+    fn choose(
+        &self,
+        p: &Proposals,
+        mut ranked: Vec<(f64, usize, u32, f32)>,
+        chosen: &mut Vec<u32>,
+        finished: &mut Vec<Finished>,
+    ) -> Choice {
+        let k = self.k;
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let mut next = Vec::with_capacity(k);
+        let mut parents = Vec::with_capacity(k);
+        for &(_, j, w, value) in &ranked {
+            if next.len() == k {
+                break;
+            }
+            let penalty = self.penalty.map_or(0.0, |d| d[w as usize]);
+            let nb = p.cur[j].extend(w, self.lps.lp(p.row0 + j, w), penalty);
+            chosen.push(w);
+            if w == EOS {
+                finished.push(nb.finish(self.length_norm, self.lookahead, value));
+            } else {
+                parents.push((p.row0 + j) as u32);
+                next.push(nb);
+            }
+        }
+        finished.sort_by(|a, b| b.rank.total_cmp(&a.rank));
+        let enough = finished.len() >= k;
+        // Scores only fall as beams grow, unless normalised or mixed with a value.
+        let monotone = !self.length_norm && self.lookahead.is_none();
+        let cannot_improve = monotone
+            && next
+                .iter()
+                .map(|b| b.penalised)
+                .fold(f64::NEG_INFINITY, f64::max)
+                <= finished.get(k - 1).map_or(f64::INFINITY, |h| h.rank as f64);
+        let live = !(next.is_empty() || (enough && (!monotone || cannot_improve)));
+        Choice {
+            next,
+            parents,
+            live,
+        }
+    }
+}
+
+/// Proposals `(logp, beam, word)` with their ranking score and value, `(score, beam, word,
+/// value)`: with lookahead `λ·logp + (1−λ)·v` and the value the next of `values` (taken from
+/// `at` on), else `logp` and 0.
+fn with_rank(
+    cand: Vec<(f64, usize, u32)>,
+    values: Option<&[f32]>,
+    at: &mut usize,
+    lookahead: Option<&Lookahead>,
+) -> Vec<(f64, usize, u32, f32)> {
+    cand.into_iter()
+        .map(|(logp, j, w)| match (values, lookahead) {
+            (Some(vals), Some(la)) => {
+                let value = vals[*at];
+                *at += 1;
+                let lambda = la.lambda as f64;
+                (lambda * logp + (1.0 - lambda) * value as f64, j, w, value)
+            }
+            _ => (logp, j, w, 0.0),
+        })
+        .collect()
+}
+
+/// Each input's hypotheses: the `k` best of each of its `groups` (by the rank its group gave
+/// them), then all of them best first by score.
+fn best_of_groups(finished: Vec<Vec<Finished>>, groups: usize, k: usize) -> Vec<Vec<Hypothesis>> {
+    let mut out = Vec::with_capacity(finished.len() / groups);
+    let mut slots = finished.into_iter().peekable();
+    while slots.peek().is_some() {
+        let mut hyps: Vec<Hypothesis> = Vec::with_capacity(groups * k);
+        for mut f in slots.by_ref().take(groups) {
+            f.sort_by(|a, b| b.rank.total_cmp(&a.rank));
+            f.truncate(k);
+            hyps.extend(f.into_iter().map(|f| f.hyp));
+        }
+        hyps.sort_by(|a, b| b.score.total_cmp(&a.score));
+        out.push(hyps);
+    }
+    out
+}
+
 impl Decoder {
     /// The `width` best hypotheses of each image, best first by [`Hypothesis::score`]; with
     /// `groups > 1`, the `width / groups` best of each group (by its penalised score).
@@ -251,13 +344,7 @@ impl Decoder {
             live_state = live_state.select(&rows)?;
         }
         // Live beams of each group (slot `input · G + group`), in the order of their rows.
-        let empty = Beam {
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            logp: 0.0,
-            penalised: 0.0,
-        };
-        let mut beams: Vec<Vec<Beam>> = vec![vec![empty]; n * groups];
+        let mut beams: Vec<Vec<Beam>> = vec![vec![Beam::EMPTY]; n * groups];
         let mut finished: Vec<Vec<Finished>> = (0..n * groups).map(|_| Vec::new()).collect();
         let mut active: Vec<usize> = (0..n * groups).collect();
         for t in 0..=opts.max_len {
@@ -277,24 +364,13 @@ impl Decoder {
             for &s in &active {
                 let cur = std::mem::take(&mut beams[s]);
                 if t == opts.max_len {
-                    // The state after the last word values a caption cut at the limit.
-                    let values = match lookahead {
-                        Some(la) => {
-                            let h = live_state.decoder_state()?.narrow(0, row, cur.len())?;
-                            la.value.forward(&h)?.to_vec1::<f32>()?
-                        }
-                        None => vec![0.0; cur.len()],
+                    let at_limit = AtLimit {
+                        row0: row,
+                        lps: &lps,
+                        length_norm: opts.length_norm,
+                        lookahead,
                     };
-                    for (j, (b, value)) in cur.iter().zip(values).enumerate() {
-                        let r = row + j;
-                        let f: Vec<f32> = (0..v as u32).map(|w| lps.lp(r, w) as f32).collect();
-                        let hyp = if argmax(&f) == EOS as usize {
-                            b.extend(EOS, lps.lp(r, EOS), 0.0)
-                        } else {
-                            b.clone()
-                        };
-                        finished[s].push(hyp.finish(opts.length_norm, lookahead, value));
-                    }
+                    finished[s].extend(at_limit.finish(&cur, &*live_state)?);
                     row += cur.len();
                     continue;
                 }
@@ -331,58 +407,22 @@ impl Decoder {
                 let mut at = 0;
                 for (&a, pen) in mine.iter().zip(&penalties) {
                     let p = &mut all[a];
+                    let ranked = with_rank(
+                        std::mem::take(&mut p.cand),
+                        values.as_deref(),
+                        &mut at,
+                        lookahead,
+                    );
+                    let rule = ChoiceRule {
+                        k,
+                        length_norm: opts.length_norm,
+                        lookahead,
+                        lps: &lps,
+                        penalty: pen.as_deref(),
+                    };
                     let s = p.slot;
-                    // The ranking score of each proposal and its value (0 without lookahead).
-                    let mut ranked: Vec<(f64, usize, u32, f32)> = p
-                        .cand
-                        .drain(..)
-                        .map(|(logp, j, w)| match (&values, lookahead) {
-                            (Some(vals), Some(la)) => {
-                                let value = vals[at];
-                                at += 1;
-                                let lambda = la.lambda as f64;
-                                (lambda * logp + (1.0 - lambda) * value as f64, j, w, value)
-                            }
-                            _ => (logp, j, w, 0.0),
-                        })
-                        .collect();
-                    ranked.sort_by(|a, b| {
-                        b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
-                    });
-                    let mut next = Vec::with_capacity(k);
-                    let mut parents = Vec::with_capacity(k);
-                    for &(_, j, w, value) in &ranked {
-                        if next.len() == k {
-                            break;
-                        }
-                        let penalty = pen.as_ref().map_or(0.0, |d| d[w as usize]);
-                        let nb = p.cur[j].extend(w, lps.lp(p.row0 + j, w), penalty);
-                        chosen[s / groups].push(w);
-                        if w == EOS {
-                            finished[s].push(nb.finish(opts.length_norm, lookahead, value));
-                        } else {
-                            parents.push((p.row0 + j) as u32);
-                            next.push(nb);
-                        }
-                    }
-                    finished[s].sort_by(|a, b| b.rank.total_cmp(&a.rank));
-                    let enough = finished[s].len() >= k;
-                    // Scores only fall as beams grow, unless normalised or mixed with a value.
-                    let monotone = !opts.length_norm && lookahead.is_none();
-                    let cannot_improve = monotone
-                        && next
-                            .iter()
-                            .map(|b| b.penalised)
-                            .fold(f64::NEG_INFINITY, f64::max)
-                            <= finished[s]
-                                .get(k - 1)
-                                .map_or(f64::INFINITY, |h| h.rank as f64);
-                    let live = !(next.is_empty() || (enough && (!monotone || cannot_improve)));
-                    choices[a] = Some(Choice {
-                        next,
-                        parents,
-                        live,
-                    });
+                    choices[a] =
+                        Some(rule.choose(p, ranked, &mut chosen[s / groups], &mut finished[s]));
                 }
             }
             let mut parents: Vec<u32> = Vec::new();
@@ -401,19 +441,7 @@ impl Decoder {
             live_state = live_state.select(&parents)?;
             active = still;
         }
-        let mut out = Vec::with_capacity(n);
-        let mut slots = finished.into_iter();
-        for _ in 0..n {
-            let mut hyps: Vec<Hypothesis> = Vec::with_capacity(opts.width);
-            for mut f in slots.by_ref().take(groups) {
-                f.sort_by(|a, b| b.rank.total_cmp(&a.rank));
-                f.truncate(k);
-                hyps.extend(f.into_iter().map(|f| f.hyp));
-            }
-            hyps.sort_by(|a, b| b.score.total_cmp(&a.score));
-            out.push(hyps);
-        }
-        Ok(out)
+        Ok(best_of_groups(finished, groups, k))
     }
 
     /// `v` of the state after each proposal's word, in proposal order, one batched step.
@@ -460,82 +488,4 @@ fn check_options(opts: &BeamOptions) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Fills `p.cand` with its best `2k` proposals `(score, beam, word)`: every word of every beam
-/// but trigram repeats and forbidden ones, scored by the beam's penalised `log p` plus the
-/// word's `log π` less its diversity `penalty`. Ranked by score, then beam, then word.
-///
-/// Each beam keeps its own best `2k` in a small sorted list while it reads its row once (the
-/// best `2k` of the group are among them); the group's are then chosen from those `k · 2k`.
-fn propose(
-    p: &mut Proposals,
-    lps: &StepLogProbs,
-    k: usize,
-    block_trigrams: bool,
-    penalty: Option<&[f64]>,
-) {
-    let m = 2 * k;
-    let mut cand: Vec<(f64, usize, u32)> = Vec::with_capacity(p.cur.len() * m);
-    let mut best: Vec<(f64, usize, u32)> = Vec::with_capacity(m + 1);
-    for (j, b) in p.cur.iter().enumerate() {
-        let r = p.row0 + j;
-        let blocked = if block_trigrams {
-            b.blocked()
-        } else {
-            Vec::new()
-        };
-        let (row, lse) = (lps.row(r), lps.lse[r]);
-        best.clear();
-        // Once the list is full, a logit below `floor` cannot make the list (a bound a little
-        // under the exact one, so that only the f64 test below decides); words are skipped on
-        // an f32 comparison. Diversity penalties differ per word: no bound then.
-        let mut floor = f32::NEG_INFINITY;
-        for (w, &x) in row.iter().enumerate() {
-            if x < floor {
-                continue;
-            }
-            let l = x as f64 - lse;
-            let score = match penalty {
-                Some(d) => b.penalised + l - d[w],
-                None => b.penalised + l,
-            };
-            // Words are read in order, so a tie with the list's last entry ranks below it.
-            if best.len() == m && score.partial_cmp(&best[m - 1].0) != Some(Ordering::Greater) {
-                continue;
-            }
-            let w = w as u32;
-            if l <= -1e8 || (w == EOS && lps.no_eos[r]) || blocked.contains(&w) {
-                continue;
-            }
-            let at = best.partition_point(|c| c.0 >= score);
-            best.insert(at, (score, j, w));
-            best.truncate(m);
-            if best.len() == m && penalty.is_none() {
-                floor = logit_floor(best[m - 1].0 - b.penalised + lse);
-            }
-        }
-        cand.extend_from_slice(&best);
-    }
-    if cand.len() > m {
-        cand.select_nth_unstable_by(m - 1, ranked);
-        cand.truncate(m);
-    }
-    p.cand = cand;
-}
-
-/// An f32 at or below every logit `x` with `x as f64 > bound` (rounding margins included).
-fn logit_floor(bound: f64) -> f32 {
-    let bound = bound - 1e-6 * (1.0 + bound.abs());
-    let f = bound as f32;
-    if f as f64 > bound {
-        f.next_down()
-    } else {
-        f
-    }
-}
-
-/// Higher score first, then lower beam, then lower word.
-fn ranked(a: &(f64, usize, u32), b: &(f64, usize, u32)) -> Ordering {
-    b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2))
 }

@@ -95,6 +95,23 @@ pub(crate) struct HostLive {
     scratch: Vec<Scratch>,
 }
 
+/// The lazy table's rows, read-locked for one step.
+type WordRows<'a> = std::sync::RwLockReadGuard<'a, Vec<Option<Box<[f32]>>>>;
+
+/// What every block of one layer step reads, and where it writes.
+struct LayerStep<'s, 'w> {
+    l: usize,
+    layer: &'w HostLayer,
+    /// The state before the step.
+    now: &'s HostLive,
+    tokens: &'s [u32],
+    /// Layer 0's word term of a token, in block order.
+    word: &'s (dyn Fn(u32) -> &'w [f32] + Sync),
+    /// The layer's new `h` and `c` `[rows, H]`; each block writes its own units.
+    h_out: SendPtr<f32>,
+    c_out: SendPtr<f32>,
+}
+
 /// A block's buffers for one layer step.
 #[derive(Default, Clone)]
 struct Scratch {
@@ -263,41 +280,12 @@ impl HostWeights {
 
     /// Feeds `tokens` (one per live row) through every layer.
     pub fn advance(&self, live: &mut HostLive, tokens: &[u32]) -> Result<()> {
-        let (n, h, gates) = (live.rows, self.hidden, self.gates);
-        let g = gates * h;
+        let (n, h) = (live.rows, self.hidden);
+        let g = self.gates * h;
         let lstm = self.kind == RnnKind::Lstm;
         let mut scratch = std::mem::take(&mut live.scratch);
         scratch.resize_with(self.blocks(), Scratch::default);
-        // Layer 0's word term of each token: rows of the table, made where missing.
-        let lazy_rows = match &self.words {
-            WordTerm::Lazy {
-                embed,
-                w_ih,
-                b_ih,
-                rows,
-            } => {
-                let mut missing: Vec<u32> = {
-                    let made = rows.read().map_err(|_| poisoned())?;
-                    tokens
-                        .iter()
-                        .copied()
-                        .filter(|&t| made[t as usize].is_none())
-                        .collect()
-                };
-                missing.sort_unstable();
-                missing.dedup();
-                if !missing.is_empty() {
-                    let new = word_rows(embed, w_ih, b_ih, &missing)?;
-                    let new = read(&new.contiguous()?, |m| self.block_order(m))?;
-                    let mut made = rows.write().map_err(|_| poisoned())?;
-                    for (&t, row) in missing.iter().zip(new.chunks_exact(g)) {
-                        made[t as usize] = Some(row.into());
-                    }
-                }
-                Some(rows.read().map_err(|_| poisoned())?)
-            }
-            WordTerm::Table(_) => None,
-        };
+        let lazy_rows = self.make_word_rows(tokens)?;
         let word = |t: u32| -> &[f32] {
             match (&self.words, &lazy_rows) {
                 (WordTerm::Table(table), _) => &table[t as usize * g..(t as usize + 1) * g],
@@ -308,91 +296,18 @@ impl HostWeights {
         for (l, layer) in self.layers.iter().enumerate() {
             let mut h_out = vec![0f32; n * h];
             let mut c_out = vec![0f32; if lstm { n * h } else { 0 }];
-            let (h_ptr, c_ptr) = (SendPtr(h_out.as_mut_ptr()), SendPtr(c_out.as_mut_ptr()));
+            let step = LayerStep {
+                l,
+                layer,
+                now: &*live,
+                tokens,
+                word: &word,
+                h_out: SendPtr(h_out.as_mut_ptr()),
+                c_out: SendPtr(c_out.as_mut_ptr()),
+            };
             let inputs = if l == 0 { 0 } else { h };
-            let now = &*live;
             for_each_block(n * g * (h + inputs), &mut scratch, |p, s| {
-                let (u0, u1) = (self.units[p], self.units[p + 1]);
-                let nb = u1 - u0;
-                let (off, w) = (gates * u0, gates * nb);
-                // gh = b_hh + h_prev W_hhᵀ, this block's columns.
-                s.gh.clear();
-                for _ in 0..n {
-                    s.gh.extend_from_slice(&layer.b_hh[off..off + w]);
-                }
-                // SAFETY: h_prev is [n, H]; the block's W_hhᵀ is [H, w]; gh is [n, w].
-                unsafe {
-                    gemm_into(
-                        n,
-                        w,
-                        h,
-                        s.gh.as_mut_ptr(),
-                        w,
-                        true,
-                        Mat::rows(&now.h[l], h),
-                        Mat::rows(&layer.w_hh[p], w),
-                    );
-                }
-                // gx: the word and image terms (layer 0) or b_ih + h_below W_ihᵀ.
-                s.gx.clear();
-                match &layer.w_ih {
-                    None => {
-                        for (i, &t) in tokens.iter().enumerate() {
-                            let word = &word(t)[off..off + w];
-                            let r = now.image[i] as usize * g;
-                            let image = &now.fx[r + off..r + off + w];
-                            s.gx.extend(word.iter().zip(image).map(|(a, b)| a + b));
-                        }
-                    }
-                    Some((w_ih, b_ih)) => {
-                        // The product first, then the bias, as the graph step adds them.
-                        s.gx.resize(n * w, 0.0);
-                        // SAFETY: the layer below's new h is [n, H]; W_ihᵀ of the block [H, w].
-                        unsafe {
-                            gemm_into(
-                                n,
-                                w,
-                                h,
-                                s.gx.as_mut_ptr(),
-                                w,
-                                false,
-                                Mat::rows(&now.h[l - 1], h),
-                                Mat::rows(&w_ih[p], w),
-                            );
-                        }
-                        for row in s.gx.chunks_exact_mut(w) {
-                            for (x, b) in row.iter_mut().zip(&b_ih[off..off + w]) {
-                                *x += b;
-                            }
-                        }
-                    }
-                }
-                s.state.resize(2 * nb, 0.0);
-                s.out.resize(2 * nb, 0.0);
-                s.saved.resize(5 * nb, 0.0);
-                for i in 0..n {
-                    let units = i * h + u0..i * h + u1;
-                    s.state[..nb].copy_from_slice(&now.h[l][units.clone()]);
-                    if lstm {
-                        s.state[nb..].copy_from_slice(&now.c[l][units.clone()]);
-                    }
-                    gates::gates(
-                        self.kind,
-                        nb,
-                        &s.gx[i * w..(i + 1) * w],
-                        &s.gh[i * w..(i + 1) * w],
-                        &s.state,
-                        &mut s.out,
-                        &mut s.saved,
-                    );
-                    // SAFETY: units u0..u1 of row i belong to this block alone.
-                    unsafe {
-                        h_ptr.slice(units.start, nb).copy_from_slice(&s.out[..nb]);
-                        if lstm {
-                            c_ptr.slice(units.start, nb).copy_from_slice(&s.out[nb..]);
-                        }
-                    }
-                }
+                self.block_step(&step, p, s)
             });
             live.h[l] = h_out;
             if lstm {
@@ -401,6 +316,134 @@ impl HostWeights {
         }
         live.scratch = scratch;
         Ok(())
+    }
+
+    /// Layer 0's word-term rows of `tokens`, made where missing (the lazy table; `None` for a
+    /// whole table).
+    fn make_word_rows(&self, tokens: &[u32]) -> Result<Option<WordRows<'_>>> {
+        let WordTerm::Lazy {
+            embed,
+            w_ih,
+            b_ih,
+            rows,
+        } = &self.words
+        else {
+            return Ok(None);
+        };
+        let mut missing: Vec<u32> = {
+            let made = rows.read().map_err(|_| poisoned())?;
+            tokens
+                .iter()
+                .copied()
+                .filter(|&t| made[t as usize].is_none())
+                .collect()
+        };
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let g = self.gates * self.hidden;
+            let new = word_rows(embed, w_ih, b_ih, &missing)?;
+            let new = read(&new.contiguous()?, |m| self.block_order(m))?;
+            let mut made = rows.write().map_err(|_| poisoned())?;
+            for (&t, row) in missing.iter().zip(new.chunks_exact(g)) {
+                made[t as usize] = Some(row.into());
+            }
+        }
+        Ok(Some(rows.read().map_err(|_| poisoned())?))
+    }
+
+    /// Block `p`'s units of one layer step: its gate columns' products, then the gates of
+    /// every row, written into the layer's new `h` (and `c`).
+    fn block_step(&self, step: &LayerStep<'_, '_>, p: usize, s: &mut Scratch) {
+        let (n, h, gates) = (step.now.rows, self.hidden, self.gates);
+        let g = gates * h;
+        let (layer, now, l) = (step.layer, step.now, step.l);
+        let (u0, u1) = (self.units[p], self.units[p + 1]);
+        let nb = u1 - u0;
+        let (off, w) = (gates * u0, gates * nb);
+        // gh = b_hh + h_prev W_hhᵀ, this block's columns.
+        s.gh.clear();
+        for _ in 0..n {
+            s.gh.extend_from_slice(&layer.b_hh[off..off + w]);
+        }
+        // SAFETY: h_prev is [n, H]; the block's W_hhᵀ is [H, w]; gh is [n, w].
+        unsafe {
+            gemm_into(
+                n,
+                w,
+                h,
+                s.gh.as_mut_ptr(),
+                w,
+                true,
+                Mat::rows(&now.h[l], h),
+                Mat::rows(&layer.w_hh[p], w),
+            );
+        }
+        // gx: the word and image terms (layer 0) or b_ih + h_below W_ihᵀ.
+        s.gx.clear();
+        match &layer.w_ih {
+            None => {
+                for (i, &t) in step.tokens.iter().enumerate() {
+                    let word = &(step.word)(t)[off..off + w];
+                    let r = now.image[i] as usize * g;
+                    let image = &now.fx[r + off..r + off + w];
+                    s.gx.extend(word.iter().zip(image).map(|(a, b)| a + b));
+                }
+            }
+            Some((w_ih, b_ih)) => {
+                // The product first, then the bias, as the graph step adds them.
+                s.gx.resize(n * w, 0.0);
+                // SAFETY: the layer below's new h is [n, H]; W_ihᵀ of the block [H, w].
+                unsafe {
+                    gemm_into(
+                        n,
+                        w,
+                        h,
+                        s.gx.as_mut_ptr(),
+                        w,
+                        false,
+                        Mat::rows(&now.h[l - 1], h),
+                        Mat::rows(&w_ih[p], w),
+                    );
+                }
+                for row in s.gx.chunks_exact_mut(w) {
+                    for (x, b) in row.iter_mut().zip(&b_ih[off..off + w]) {
+                        *x += b;
+                    }
+                }
+            }
+        }
+        let lstm = self.kind == RnnKind::Lstm;
+        s.state.resize(2 * nb, 0.0);
+        s.out.resize(2 * nb, 0.0);
+        s.saved.resize(5 * nb, 0.0);
+        for i in 0..n {
+            let units = i * h + u0..i * h + u1;
+            s.state[..nb].copy_from_slice(&now.h[l][units.clone()]);
+            if lstm {
+                s.state[nb..].copy_from_slice(&now.c[l][units.clone()]);
+            }
+            gates::gates(
+                self.kind,
+                nb,
+                &s.gx[i * w..(i + 1) * w],
+                &s.gh[i * w..(i + 1) * w],
+                &s.state,
+                &mut s.out,
+                &mut s.saved,
+            );
+            // SAFETY: units u0..u1 of row i belong to this block alone.
+            unsafe {
+                step.h_out
+                    .slice(units.start, nb)
+                    .copy_from_slice(&s.out[..nb]);
+                if lstm {
+                    step.c_out
+                        .slice(units.start, nb)
+                        .copy_from_slice(&s.out[nb..]);
+                }
+            }
+        }
     }
 
     /// The next-token logits of every live row `[rows, V]`.
@@ -439,172 +482,4 @@ impl HostLive {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::decode::RnnSteps;
-    use super::super::RnnCaptioner;
-    use crate::model::{
-        BeamOptions, CaprlRng, CaptionerConfig, Decoder, Device, Inputs, ModelKind, RnnKind,
-        SampleOptions,
-    };
-
-    fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
-        let mut cfg = CaptionerConfig::new(ModelKind::Fc, 30, 12, None);
-        cfg.rnn = rnn;
-        cfg.layers = layers;
-        cfg.embed = 16;
-        cfg.hidden = 64;
-        cfg.max_len = 6;
-        let m = RnnCaptioner::new(
-            &cfg,
-            &Device::Cpu,
-            &crate::model::captioner::ParamOrigin::Seed(5),
-        )
-        .unwrap();
-        // 100 images: the gate products of a step are large enough to run on several threads.
-        let b = 100;
-        let fc: Vec<f32> = (0..b * 12)
-            .map(|i| ((i * 7919 % 23) as f32 - 11.0) / 4.0)
-            .collect();
-        let x = Inputs::from_host(&fc, None, b, &cfg, &Device::Cpu).unwrap();
-        (m, x)
-    }
-
-    /// A decoder of `m`'s weights, on host arrays or (`host` false) graph ops, and the number
-    /// of blocks its host step splits the batch into.
-    fn decoder(m: &RnnCaptioner, host: bool) -> (Decoder, Option<usize>) {
-        decoder_with(m, host, true)
-    }
-
-    /// [`decoder`] with or without the word table.
-    fn decoder_with(m: &RnnCaptioner, host: bool, table: bool) -> (Decoder, Option<usize>) {
-        let mut steps = RnnSteps::with_word_table(m, table).unwrap();
-        if !host {
-            steps.host = None;
-        }
-        let blocks = steps.host.as_ref().map(|h| h.blocks());
-        let decoder = Decoder {
-            cfg: m.cfg.clone(),
-            device: m.device.clone(),
-            steps: Box::new(steps),
-        };
-        (decoder, blocks)
-    }
-
-    /// Everything a decoder gives for `x`.
-    type Outputs = (
-        crate::model::Decoded,
-        crate::model::Decoded,
-        crate::model::Decoded,
-        Vec<Vec<crate::model::Hypothesis>>,
-    );
-
-    fn decode_all(d: &Decoder, x: &Inputs) -> Outputs {
-        let opts = SampleOptions {
-            n_per_input: 3,
-            temperature: 0.9,
-            top_k: 0,
-            top_p: 1.0,
-            bad_endings: crate::model::BadEndings::none(),
-            max_len: 6,
-        };
-        let prefixes: Vec<Vec<u32>> = (0..100).map(|i| vec![4 + (i % 7) as u32]).collect();
-        let beam = BeamOptions {
-            width: 3,
-            max_len: 6,
-            length_norm: false,
-            block_trigrams: false,
-            groups: 1,
-            diversity_lambda: 0.0,
-            bad_endings: crate::model::BadEndings::none(),
-        };
-        (
-            d.greedy(x, 6).unwrap(),
-            d.sample(x, &opts, &mut CaprlRng::new(1)).unwrap(),
-            d.complete_from_prefix(x, &prefixes, &opts, &mut CaprlRng::new(2))
-                .unwrap(),
-            d.beam(x, &beam).unwrap(),
-        )
-    }
-
-    /// The same tokens, and log-probs within rounding (the host logits sum in another order).
-    fn assert_same_decodes(got: &Outputs, want: &Outputs, what: &str) {
-        let close = |a: &[f32], b: &[f32]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5)
-        };
-        let decoded = |g: &crate::model::Decoded, w: &crate::model::Decoded| {
-            g.tokens == w.tokens
-                && g.logprobs.len() == w.logprobs.len()
-                && g.logprobs.iter().zip(&w.logprobs).all(|(a, b)| close(a, b))
-        };
-        assert!(decoded(&got.0, &want.0), "{what}: greedy");
-        assert!(decoded(&got.1, &want.1), "{what}: samples");
-        assert!(decoded(&got.2, &want.2), "{what}: completions");
-        let hyps = |g: &[crate::model::Hypothesis], w: &[crate::model::Hypothesis]| {
-            g.len() == w.len()
-                && g.iter().zip(w).all(|(a, b)| {
-                    a.tokens == b.tokens
-                        && close(&a.logprobs, &b.logprobs)
-                        && (a.logp - b.logp).abs() <= 1e-4
-                })
-        };
-        let beams =
-            got.3.len() == want.3.len() && got.3.iter().zip(&want.3).all(|(g, w)| hyps(g, w));
-        assert!(beams, "{what}: beams");
-    }
-
-    /// The host step and the graph step give the same tokens and log-probs within rounding, for
-    /// both cells, one and two layers, in one block and in three blocks on three threads; the
-    /// host steps give the same bits on any thread count.
-    #[test]
-    fn host_steps_give_the_graph_steps_tokens_and_log_probs() {
-        for (rnn, layers) in [
-            (RnnKind::Gru, 1),
-            (RnnKind::Lstm, 1),
-            (RnnKind::Gru, 2),
-            (RnnKind::Lstm, 2),
-        ] {
-            let (m, x) = model(rnn, layers);
-            let (graph, _) = decoder(&m, false);
-            let expected = decode_all(&graph, &x);
-            let mut first = None;
-            for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let (host, blocks) = pool.install(|| decoder(&m, true));
-                assert_eq!(blocks, Some(threads), "{rnn:?} x {layers}");
-                let got = pool.install(|| decode_all(&host, &x));
-                let what = format!("{rnn:?} x {layers} on {threads} threads");
-                assert_same_decodes(&got, &expected, &what);
-                assert!(*first.get_or_insert_with(|| got.clone()) == got, "{what}");
-            }
-        }
-    }
-
-    /// Without a word table (large vocabularies) the word term's rows are made as steps feed
-    /// their words (on host arrays; graph steps make them at each step), with the table's bits:
-    /// on each path the same tokens and log-probs as with the table, on one and three threads.
-    #[test]
-    fn word_rows_made_on_demand_give_the_bits_of_the_word_table() {
-        for (rnn, layers) in [(RnnKind::Gru, 1), (RnnKind::Lstm, 2)] {
-            let (m, x) = model(rnn, layers);
-            for host in [false, true] {
-                // With the word table, on the same path.
-                let expected = decode_all(&decoder(&m, host).0, &x);
-                for threads in [1, 3] {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    let (d, _) = pool.install(|| decoder_with(&m, host, false));
-                    let got = pool.install(|| decode_all(&d, &x));
-                    assert!(
-                        got == expected,
-                        "{rnn:?} x {layers}, host {host}, {threads} threads"
-                    );
-                }
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,64 @@
+//! The tiny models, inputs and decode settings of the decoding tests (`model_decode*.rs`).
+#![allow(dead_code)]
+
+use caprl_common::model::{
+    batch_tokens, BadEndings, Captioner, CaptionerConfig, Device, Inputs, ModelKind, RnnKind,
+    SampleOptions, TransformerShape,
+};
+
+pub fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
+    let mut cfg = CaptionerConfig::new(kind, 12, 6, Some((4, 5)));
+    cfg.rnn = rnn;
+    cfg.layers = layers;
+    cfg.embed = 8;
+    cfg.hidden = 16;
+    cfg.att_hidden = 8;
+    cfg.max_len = 7;
+    if kind == ModelKind::Transformer {
+        cfg.transformer = TransformerShape {
+            enc_layers: 1,
+            dec_layers: layers,
+            d_model: 16,
+            heads: 2,
+            d_ff: 20,
+            tie_embed: false,
+            global_region: false,
+        };
+    }
+    cfg
+}
+
+pub fn inputs(cfg: &CaptionerConfig, b: usize, salt: usize) -> Inputs {
+    let fc: Vec<f32> = (0..b * cfg.fc_dim)
+        .map(|i| (((i + salt) * 7919 % 23) as f32 - 11.0) / 4.0)
+        .collect();
+    let att: Vec<f32> = (0..b * 4 * 5)
+        .map(|i| (((i + salt) * 104729 % 19) as f32 - 9.0) / 3.0)
+        .collect();
+    Inputs::from_host(&fc, Some(&att), b, cfg, &Device::Cpu).unwrap()
+}
+
+pub fn configs() -> Vec<CaptionerConfig> {
+    vec![
+        tiny(ModelKind::Fc, RnnKind::Gru, 1),
+        tiny(ModelKind::Att, RnnKind::Lstm, 2),
+        tiny(ModelKind::Transformer, RnnKind::Gru, 2),
+    ]
+}
+
+pub fn opts(n: usize, temperature: f32, top_k: usize) -> SampleOptions {
+    SampleOptions {
+        n_per_input: n,
+        temperature,
+        top_k,
+        top_p: 1.0,
+        bad_endings: BadEndings::none(),
+        max_len: 7,
+    }
+}
+
+pub fn teacher_logp(m: &Captioner, x: &Inputs, seqs: &[Vec<u32>]) -> Vec<f32> {
+    let t = batch_tokens(seqs, &Device::Cpu).unwrap();
+    let (logp, _) = m.token_logprobs(x, &t, None).unwrap();
+    logp.sum(1).unwrap().to_vec1::<f32>().unwrap()
+}
