@@ -8,14 +8,7 @@
 mod actor_cmd;
 mod audio_data_cmd;
 mod beam_args;
-mod bench_all;
-mod bench_audio_cmd;
-mod bench_clip_cmd;
-mod bench_cmd;
-mod bench_model;
-mod bench_pipeline;
-mod bench_scale;
-mod bench_transformer;
+mod bench;
 mod caption_cmd;
 mod clip_cmd;
 mod compute_args;
@@ -124,7 +117,7 @@ pub enum Command {
     /// Benchmarks: `bench all` (every benchmark, one table; `--json`), `bench transport`
     /// (in-process vs NATS, snapshot broadcast, rollout throughput), `bench model` (XE/SCST
     /// steps and decoding per device and dtype).
-    Bench(bench_cmd::Args),
+    Bench(bench::Args),
     /// Compare a device's results with the CPU's on tiny models (log-probs, gradients, AdamW,
     /// greedy tokens, snapshots, repeatability): `selftest --device cuda:0`.
     Selftest(selftest_cmd::Args),
@@ -195,7 +188,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Local(args) => local_cmd::run(args, global),
         Command::Soak(args) => soak_cmd::run(args, global),
         Command::Status(args) => status_cmd::run(args, global),
-        Command::Bench(args) => bench_cmd::run(args, global),
+        Command::Bench(args) => bench::run(args, global),
         Command::Selftest(args) => selftest_cmd::run(args),
     };
     caprl_common::telemetry::stages::write_report(&process, started);

@@ -21,37 +21,8 @@ use caprl_common::bus::{
 use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use futures::StreamExt;
 
-use super::bench_all;
-use super::{write_stdout, Global};
+use crate::cli::{write_stdout, Global};
 use crate::roles;
-
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub what: What,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum What {
-    /// In-process vs NATS iterations/s, snapshot broadcast latency, rollout throughput.
-    Transport(TransportArgs),
-    /// The whole benchmark set in one table with ratios (`--json` for tracking).
-    All(bench_all::AllArgs),
-    /// Captioner speed per device and dtype: XE and SCST steps, decode tokens/s, snapshots.
-    Model(super::bench_model::ModelArgs),
-    /// The Transformer on its PyTorch peer's protocol, at the synthetic and COCO shapes.
-    Transformer(super::bench_transformer::TransformerBenchArgs),
-    /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
-    Audio(super::bench_audio_cmd::AudioBenchArgs),
-    /// Paper 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
-    Clip(super::bench_clip_cmd::ClipBenchArgs),
-    /// Async throughput against the number of actors over a real nats-server, with the decode
-    /// and the update simulated (stated costs): where the learner or NATS becomes the limit.
-    Scale(super::bench_scale::ScaleArgs),
-    /// Where an RL step's time goes, role by role, in one process and over NATS with A actors
-    /// and W reward workers (any config): stage times, start-up, peak memory per process.
-    Pipeline(super::bench_pipeline::PipelineArgs),
-}
 
 #[derive(Debug, clap::Args)]
 pub struct TransportArgs {
@@ -69,17 +40,7 @@ pub struct TransportArgs {
     pub no_training: bool,
 }
 
-pub fn run(args: Args, global: &Global) -> Result<()> {
-    let args = match args.what {
-        What::Transport(a) => a,
-        What::All(a) => return bench_all::run(a, global),
-        What::Model(a) => return super::bench_model::run(a),
-        What::Transformer(a) => return super::bench_transformer::run(a),
-        What::Audio(a) => return super::bench_audio_cmd::run(a),
-        What::Clip(a) => return super::bench_clip_cmd::run(a),
-        What::Scale(a) => return super::bench_scale::run(a, global),
-        What::Pipeline(a) => return super::bench_pipeline::run(a, global),
-    };
+pub fn run(args: TransportArgs, global: &Global) -> Result<()> {
     let mut out = format!(
         "caprl bench transport\n{}\n",
         caprl_common::fastmath::describe()

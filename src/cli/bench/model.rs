@@ -28,7 +28,7 @@ use caprl_learner::objective::xe;
 use caprl_learner::pg;
 use serde::Serialize;
 
-use super::write_stdout;
+use crate::cli::write_stdout;
 
 /// Samples per image in the SCST step and the sample column; beam width of the beam column.
 const SAMPLES: usize = 5;

@@ -27,8 +27,8 @@ use caprl_common::model::{
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use serde::Serialize;
 
-use super::bench_model::random_captions;
-use super::write_stdout;
+use super::model::random_captions;
+use crate::cli::write_stdout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -211,7 +211,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     cfg.max_len = t;
     cfg.dropout = 0.1;
     let model = Captioner::new(&cfg, &device, 0)?;
-    super::bench_model::suppress_eos(&model)?;
+    super::model::suppress_eos(&model)?;
     let (x_xe, x_dec) = random_images(&s, &cfg, &device)?;
     let seqs = random_captions(&mut CaprlRng::new(2), s.xe_rows, t, s.vocab);
     let targets = batch_tokens(&seqs, &device)?;

@@ -29,7 +29,7 @@ use caprl_learner::driver::Driver;
 use caprl_learner::objective::Objective;
 use caprl_learner::run::captioner_config;
 
-use super::{write_stdout, Global};
+use crate::cli::{write_stdout, Global};
 use crate::roles;
 
 #[derive(Debug, clap::Args)]

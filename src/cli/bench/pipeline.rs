@@ -20,7 +20,7 @@ use caprl_common::telemetry::runlog::unix_ms_now;
 use caprl_common::telemetry::stages::{Stage, StageReport, REPORT_DIR_ENV};
 use serde::Serialize;
 
-use super::{local_cmd, write_stdout, Global};
+use crate::cli::{local_cmd, write_stdout, Global};
 
 #[derive(Debug, clap::Args)]
 pub struct PipelineArgs {
@@ -107,7 +107,7 @@ pub fn run(args: PipelineArgs, global: &Global) -> Result<()> {
     }
     let cfg = global.load_config()?;
     // The built-in synthetic set is made here when missing, once for both runs.
-    super::local_cmd::check_data_in_child(global)?;
+    crate::cli::local_cmd::check_data_in_child(global)?;
     let temp = tempfile::tempdir()?;
     let root = match &args.keep {
         Some(dir) => dir.clone(),

@@ -16,7 +16,7 @@ use caprl_common::score::{CiderD, PreparedRefs};
 use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use caprl_reward_worker::{ClipReward, Rewarder};
 
-use super::write_stdout;
+use crate::cli::write_stdout;
 
 #[derive(Debug, clap::Args)]
 pub struct ClipBenchArgs {

@@ -25,8 +25,8 @@ use caprl_common::score::{CiderD, DocFreq};
 use caprl_common::wire::{PolicyVersion, RolloutTask, TaskId};
 use serde::Serialize;
 
-use super::bench_cmd::{rl_rate, rollout_throughput, snapshot_broadcast};
-use super::{write_stdout, Global};
+use super::transport::{rl_rate, rollout_throughput, snapshot_broadcast};
+use crate::cli::{write_stdout, Global};
 use crate::roles;
 
 #[derive(Debug, clap::Args)]
