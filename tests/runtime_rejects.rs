@@ -20,6 +20,7 @@ use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
 use caprl_common::role::{heartbeat_key, Role};
 use caprl_common::shutdown::ShutdownTrigger;
+use caprl_common::snapshot;
 use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
@@ -317,6 +318,51 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     std::thread::sleep(Duration::from_millis(500));
     // The actor still decodes with v0.
     assert_eq!(rollout_of(2, 0).policy_version, PolicyVersion(0));
+    stop_tx.trigger();
+    let stats = s.rt.block_on(actor).unwrap().unwrap();
+    assert_eq!(stats.refused_snapshots, 1, "{stats:?}");
+    assert_eq!(stats.rollouts, 2);
+}
+
+#[test]
+fn a_snapshot_of_another_vocabulary_is_refused_and_the_previous_one_kept() {
+    // A learner started on another data set (same shapes, other words) publishes: its ids would
+    // mean other words here, so the actor refuses the snapshot and decodes with the one it has.
+    let s = setup("othervocab");
+    let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
+    let stamped =
+        |vocab: &str| Bytes::from(snapshot::encode(&model, None, DType::F32, Some(vocab)).unwrap());
+    s.rt.block_on(s.bus.put_snapshot(0, stamped(s.data.vocab.hash())))
+        .unwrap();
+    let (stop_tx, stop_rx) = ShutdownTrigger::new();
+    let actor =
+        s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
+    let rows = two_rows(&s);
+    let decode = |id: u64| -> Rollout {
+        s.rt.block_on(async {
+            let bytes = wire::encode(&task(id, 0, &rows), LIMIT).unwrap();
+            s.bus
+                .publish(Queue::Tasks, Bytes::from(bytes))
+                .await
+                .unwrap();
+            let got = s
+                .bus
+                .pull(Queue::Rollouts, 1, Duration::from_secs(20))
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 1, "no rollout for task {id}");
+            let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
+            for d in got {
+                d.ack().await.unwrap();
+            }
+            r
+        })
+    };
+    assert_eq!(decode(1).policy_version, PolicyVersion(0));
+    s.rt.block_on(s.bus.put_snapshot(1, stamped("another-vocabulary")))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(decode(2).policy_version, PolicyVersion(0));
     stop_tx.trigger();
     let stats = s.rt.block_on(actor).unwrap().unwrap();
     assert_eq!(stats.refused_snapshots, 1, "{stats:?}");

@@ -55,6 +55,8 @@ pub enum ActorError {
     Bus(#[from] BusError),
     #[error("actor decode failed: {0}")]
     Model(#[from] ModelError),
+    #[error("actor: {0}")]
+    Snapshot(#[from] caprl_common::snapshot::SnapshotError),
     #[error("actor worker thread failed: {0}")]
     Join(String),
 }

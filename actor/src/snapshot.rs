@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{Bus, BusError, SnapshotMeta};
-use caprl_common::model::{Captioner, Decoder};
+use caprl_common::model::Decoder;
 use caprl_common::shutdown::Shutdown;
+use caprl_common::snapshot;
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
 use futures::StreamExt;
@@ -150,9 +151,11 @@ async fn load_snapshot(
     let bytes = bus.get_snapshot(meta).await?;
     drop(fetch);
     let (model, device) = (cfg.model.clone(), cfg.device.clone());
+    let vocab = cfg.data.vocab.hash().to_string();
     let policy = tokio::task::spawn_blocking(move || {
         stages::time(Stage::SnapshotLoad, || {
-            Captioner::from_safetensors(&bytes, &model, &device)?.decoder()
+            let policy = snapshot::load_policy(&bytes, &model, &device, &vocab)?;
+            Ok::<_, ActorError>(policy.decoder()?)
         })
     })
     .await

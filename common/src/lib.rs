@@ -9,6 +9,8 @@
 //! - [`bus`]: the message bus (NATS JetStream and in-process).
 //! - [`role`]: what the roles share: heartbeats and the serve loop of actor and reward worker.
 //! - [`shutdown`]: the stop signal every role loop watches.
+//! - [`snapshot`]: the policy snapshot's layout (captioner and discriminator tensors, the
+//!   vocabulary stamp), written by the learner, read by actors and reward workers.
 //! - [`model`]: the captioning models in Candle (one seam, the recurrent captioner behind it),
 //!   their CPU kernels and the decoding strategies.
 //! - [`fastmath`]: a branch-free `exp` that vectorises (RNN gate sigmoids and tanhs, contrastive
@@ -32,5 +34,6 @@ pub mod role;
 pub use caprl_score as score;
 pub mod selftest;
 pub mod shutdown;
+pub mod snapshot;
 pub mod telemetry;
 pub mod wire;

@@ -63,6 +63,9 @@ pub enum LearnerError {
     /// A directory that should hold a checkpoint holds none that loads.
     #[error("no checkpoint in {}", .0.display())]
     NoCheckpoint(PathBuf),
+    /// A policy snapshot that does not serialise.
+    #[error(transparent)]
+    Snapshot(#[from] caprl_common::snapshot::SnapshotError),
     /// A message for the bus that does not encode (over the size limit, for one).
     #[error(transparent)]
     Wire(#[from] caprl_common::wire::WireError),

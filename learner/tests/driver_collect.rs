@@ -552,3 +552,20 @@ fn a_round_that_comes_early_gets_the_snapshot_its_tasks_wait_for() {
     assert_eq!(c.scored.len(), 2);
     assert!(c.scored.iter().all(|s| s.rollout.policy_version.0 == 1));
 }
+
+/// Snapshots carry the vocabulary the learner set, so actors of another data set refuse them.
+#[test]
+fn published_snapshots_are_stamped_with_the_learners_vocabulary() {
+    let mut f = fixture(true);
+    let model = tiny_model();
+    let unstamped = f.driver.publish(&model, 0).unwrap();
+    let bytes = f.rt.block_on(f.bus.get_snapshot(&unstamped)).unwrap();
+    assert_eq!(caprl_common::snapshot::stamp(&bytes).unwrap(), None);
+    f.driver.set_vocabulary("vocab-of-this-run");
+    let meta = f.driver.publish(&model, 1).unwrap();
+    let bytes = f.rt.block_on(f.bus.get_snapshot(&meta)).unwrap();
+    let stamp = caprl_common::snapshot::stamp(&bytes)
+        .unwrap()
+        .expect("a stamp");
+    assert_eq!(stamp.vocab_hash, "vocab-of-this-run");
+}

@@ -41,6 +41,8 @@ pub struct Rewarder {
     exploration: Option<Distance>,
     embed: Option<EmbedReward>,
     clip: Option<ClipReward>,
+    /// The data set's vocabulary: a snapshot's discriminator must have been trained on it.
+    vocab_hash: String,
 }
 
 struct ImageRefs {
@@ -109,7 +111,13 @@ impl Rewarder {
             exploration,
             embed,
             clip: None,
+            vocab_hash: data.vocab.hash().to_string(),
         })
+    }
+
+    /// The hash of the vocabulary the rewarder's data set tokenises with.
+    pub fn vocab_hash(&self) -> &str {
+        &self.vocab_hash
     }
 
     /// Adds the encoder behind `clip`, `clip-i2t`, `clip-s` and `disc`.

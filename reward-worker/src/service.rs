@@ -16,6 +16,7 @@ use bytes::Bytes;
 use caprl_common::bus::{Bus, BusError, Delivery, Queue};
 use caprl_common::role::{self, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
+use caprl_common::snapshot::{self, SnapshotError};
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::{self, Rollout, ScoredRollout, TaskId};
@@ -229,9 +230,10 @@ async fn refresh_discriminator(
     }
     let bytes = bus.get_snapshot(&meta).await?;
     let name = format!("<policy snapshot v{}>", meta.version);
+    let vocab = cfg.rewarder.vocab_hash().to_string();
     let disc = tokio::task::spawn_blocking(move || {
-        caprl_common::clip::Discriminator::from_safetensors(&bytes, std::path::Path::new(&name))?
-            .map(|d| d.scorer())
+        let disc = snapshot::load_discriminator(&bytes, &name, &vocab)?;
+        disc.map(|d| d.scorer().map_err(SnapshotError::from))
             .transpose()
     })
     .await

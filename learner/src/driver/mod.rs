@@ -206,6 +206,8 @@ pub struct Driver {
     took_waiting: bool,
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
+    /// The vocabulary stamped on each snapshot ([`Driver::set_vocabulary`]).
+    vocab_hash: Option<String>,
     versions: Versions,
 }
 
@@ -233,6 +235,7 @@ impl Driver {
             took_waiting: false,
             totals: DriverTotals::default(),
             readiness: None,
+            vocab_hash: None,
             versions: Versions::default(),
         }
     }

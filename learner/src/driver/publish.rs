@@ -7,7 +7,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use caprl_common::bus::SnapshotMeta;
 use caprl_common::clip::Discriminator;
-use caprl_common::model::{params, Captioner, DType};
+use caprl_common::model::Captioner;
+use caprl_common::snapshot;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::wire::TaskId;
@@ -39,32 +40,6 @@ impl Versions {
             _ => p.saturating_sub(self.offset),
         }
     }
-}
-
-/// The snapshot: the captioner's tensors in `dtype`, plus the discriminator's (`disc.*`, as
-/// they are) when given; sorted by name, so the same weights give the same bytes.
-fn snapshot_bytes(
-    model: &Captioner,
-    disc: Option<&Discriminator>,
-    dtype: DType,
-) -> Result<Vec<u8>, LearnerError> {
-    // A hand-off point: the bytes leave the device only after every queued update.
-    model.device().synchronize()?;
-    let mut named = params::named_tensors(model.varmap())
-        .map_err(|_| LearnerError::Internal("the model's VarMap lock was poisoned"))?
-        .into_iter()
-        .map(|(k, t)| Ok((k, t.to_dtype(dtype)?)))
-        .collect::<Result<Vec<_>, candle_core::Error>>()?;
-    if let Some(disc) = disc {
-        named.extend(
-            disc.tensors()
-                .doing(|| "the discriminator's tensors".into())?,
-        );
-    }
-    params::to_sorted_safetensors(named, None).map_err(|e| LearnerError::Serialise {
-        what: "the policy snapshot",
-        source: Box::new(e),
-    })
 }
 
 impl Driver {
@@ -113,6 +88,12 @@ impl Driver {
         self.publish_with(model, None, version)
     }
 
+    /// Stamps every snapshot from now on with vocabulary `hash`: actors and reward workers of
+    /// another data set refuse them instead of decoding with ids that mean other words.
+    pub fn set_vocabulary(&mut self, hash: &str) {
+        self.vocab_hash = Some(hash.to_string());
+    }
+
     /// [`Driver::publish`] with the discriminator's weights riding along (paper 004: reward
     /// workers score `disc` with the learner's current `D`).
     pub fn publish_with(
@@ -131,8 +112,10 @@ impl Driver {
         }
         let started = Instant::now();
         let bytes = stages::time(Stage::SnapshotSerialise, || {
-            snapshot_bytes(model, disc, self.opts.snapshot_dtype)
-        })?;
+            let vocab = self.vocab_hash.as_deref();
+            snapshot::encode(model, disc, self.opts.snapshot_dtype, vocab)
+        })
+        .doing(|| "serialising the policy snapshot".into())?;
         let bytes = Bytes::from(bytes);
         let bus = Arc::clone(&self.bus);
         let put = stages::Timer::start(Stage::SnapshotPut);

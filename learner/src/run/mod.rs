@@ -80,6 +80,7 @@ pub fn train(
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
     objective.check(cfg)?;
+    driver.set_vocabulary(data.vocab.hash());
     warn_over_length(cfg, data);
     let run = Run {
         cfg,
