@@ -130,6 +130,28 @@ fn two_rows(s: &Setup) -> Vec<u32> {
         .collect()
 }
 
+/// Publishes `task` and returns the rollout an actor answers it with (within 20 s).
+fn rollout_of(s: &Setup, task: &RolloutTask) -> Rollout {
+    s.rt.block_on(async {
+        let bytes = wire::encode(task, LIMIT).unwrap();
+        s.bus
+            .publish(Queue::Tasks, Bytes::from(bytes))
+            .await
+            .unwrap();
+        let got = s
+            .bus
+            .pull(Queue::Rollouts, 1, Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "no rollout for {}", task.task_id);
+        let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
+        for d in got {
+            d.ack().await.unwrap();
+        }
+        r
+    })
+}
+
 /// The same envelope with the next schema version in its header.
 fn future_version(mut bytes: Vec<u8>) -> Bytes {
     bytes[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
@@ -274,26 +296,7 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let rows = two_rows(&s);
-    let rollout_of = |id: u64, version: u64| -> Rollout {
-        s.rt.block_on(async {
-            let bytes = wire::encode(&task(id, version, &rows), LIMIT).unwrap();
-            s.bus
-                .publish(Queue::Tasks, Bytes::from(bytes))
-                .await
-                .unwrap();
-            let got = s
-                .bus
-                .pull(Queue::Rollouts, 1, Duration::from_secs(20))
-                .await
-                .unwrap();
-            assert_eq!(got.len(), 1, "no rollout for task {id}");
-            let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
-            for d in got {
-                d.ack().await.unwrap();
-            }
-            r
-        })
-    };
+    let rollout_of = |id: u64, version: u64| rollout_of(&s, &task(id, version, &rows));
     assert_eq!(rollout_of(1, 0).policy_version, PolicyVersion(0));
 
     // Version 1 in the store is corrupt: its bytes are not what `latest` advertises.
@@ -338,26 +341,7 @@ fn a_snapshot_of_another_vocabulary_is_refused_and_the_previous_one_kept() {
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let rows = two_rows(&s);
-    let decode = |id: u64| -> Rollout {
-        s.rt.block_on(async {
-            let bytes = wire::encode(&task(id, 0, &rows), LIMIT).unwrap();
-            s.bus
-                .publish(Queue::Tasks, Bytes::from(bytes))
-                .await
-                .unwrap();
-            let got = s
-                .bus
-                .pull(Queue::Rollouts, 1, Duration::from_secs(20))
-                .await
-                .unwrap();
-            assert_eq!(got.len(), 1, "no rollout for task {id}");
-            let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
-            for d in got {
-                d.ack().await.unwrap();
-            }
-            r
-        })
-    };
+    let decode = |id: u64| rollout_of(&s, &task(id, 0, &rows));
     assert_eq!(decode(1).policy_version, PolicyVersion(0));
     s.rt.block_on(s.bus.put_snapshot(1, stamped("another-vocabulary")))
         .unwrap();

@@ -32,6 +32,9 @@ pub struct ClipBenchArgs {
     pub rollouts: usize,
 }
 
+/// A row of the table: its name and the work it times.
+type Row<'a> = (&'static str, Box<dyn FnMut() -> Result<()> + 'a>);
+
 /// Interleaved timing rounds per row.
 const ROUNDS: usize = 5;
 
@@ -134,7 +137,6 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         .iter()
         .map(|r| clip.embed(r))
         .collect::<Result<_, _>>()?;
-    type Row<'a> = (&'static str, Box<dyn FnMut() -> Result<()> + 'a>);
     let mut rows: Vec<Row> = vec![
         (
             "cider (CIDEr-D reward, as a worker scores it)",
@@ -200,7 +202,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
             }),
         ),
     ];
-    let best = interleaved_best(rows.iter_mut().map(|(_, f)| f), captions)?;
+    let best = interleaved_best(&mut rows, captions)?;
     let mut out = format!(
         "{}\n{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
          {} training images, 8 mined neighbours, 1 process\n\n",
@@ -224,14 +226,10 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
 
 /// The best of [`ROUNDS`] timings of each of `rows`, in µs per caption. Rounds run every row
 /// once, in turn, so a slow spell of a shared machine hits all rows alike.
-fn interleaved_best<'a, 'f: 'a>(
-    rows: impl Iterator<Item = &'a mut Box<dyn FnMut() -> Result<()> + 'f>>,
-    captions: usize,
-) -> Result<Vec<f64>> {
-    let mut rows: Vec<_> = rows.collect();
+fn interleaved_best(rows: &mut [Row<'_>], captions: usize) -> Result<Vec<f64>> {
     let mut best = vec![f64::MAX; rows.len()];
     for _ in 0..ROUNDS {
-        for (f, best) in rows.iter_mut().zip(&mut best) {
+        for ((_, f), best) in rows.iter_mut().zip(&mut best) {
             let t = Instant::now();
             f()?;
             *best = best.min(t.elapsed().as_secs_f64() * 1e6 / captions as f64);
