@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
     ModelKind, SampleOptions, Tensor, EOS,
@@ -92,11 +94,11 @@ fn setup(s: &Shape) -> Setup {
     };
     let att = (s.regions > 0).then_some((s.regions, s.att_dim));
     let mut cfg = CaptionerConfig::new(kind, s.vocab, s.fc, att);
-    cfg.embed = s.embed;
-    cfg.hidden = s.hidden;
-    cfg.att_hidden = s.att_hidden;
+    cfg.model.embed = s.embed;
+    cfg.model.hidden = s.hidden;
+    cfg.model.att_hidden = s.att_hidden;
     cfg.max_len = s.len;
-    cfg.dropout = 0.2;
+    cfg.model.dropout = 0.2;
     let model = Captioner::new(&cfg, &Device::Cpu, 0).expect("model");
     {
         // No EOS: every decode runs the full length, as in the peer.
@@ -200,9 +202,7 @@ fn bench_shape(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, s: 
 
     let opts = SampleOptions {
         n_per_input: FIVE,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: s.len,
     };

@@ -23,7 +23,7 @@ use caprl_common::model::{
     ModelKind, SampleOptions,
 };
 use caprl_common::optim::AdamWParams;
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sampling, Sequence, TaskId};
 use caprl_learner::{PgTargets, StepOptions, Trainer};
 use caprl_reward_worker::Rewarder;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -75,8 +75,8 @@ struct Iteration {
 impl Iteration {
     fn new(data: Dataset) -> Self {
         let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-        cfg.embed = WIDTH;
-        cfg.hidden = WIDTH;
+        cfg.model.embed = WIDTH;
+        cfg.model.hidden = WIDTH;
         cfg.max_len = MAX_LEN;
         let model = Captioner::new(&cfg, &Device::Cpu, 0).expect("model");
         let trainer = Trainer::new(model, AdamWParams::default(), 1).expect("trainer");
@@ -99,9 +99,7 @@ impl Iteration {
             x,
             sampling: SampleOptions {
                 n_per_input: SAMPLES,
-                temperature: 1.0,
-                top_k: 0,
-                top_p: 1.0,
+                sampling: Sampling::default(),
                 bad_endings: BadEndings::none(),
                 max_len: MAX_LEN,
             },

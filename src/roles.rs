@@ -11,14 +11,13 @@ use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
 use caprl_common::config::{self, RunConfig};
 use caprl_common::data::Dataset;
-use caprl_common::model::{DType, Device};
+use caprl_common::model::{CaptionerConfig, DType, Device};
 use caprl_common::role::Role;
 use caprl_common::score::Distance;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_common::telemetry::{Readiness, ServerHandle};
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::objective::{uses_clip, Objective};
-use caprl_learner::run::captioner_config;
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
 
 /// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
@@ -81,7 +80,8 @@ pub fn actor_config(
     id: String,
     dtype: Option<DType>,
 ) -> Result<ActorConfig> {
-    let mut model = captioner_config(cfg, &data)?;
+    let mut model =
+        CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;
     model.compute_dtype = actor_dtype(model.compute_dtype, &device, dtype);
     Ok(ActorConfig {
         id,
@@ -158,23 +158,16 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
 
 /// The learner's bus driver settings; the objective decides what actors decode.
 pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
-    let decodes = Objective::from_config(cfg).decodes(cfg);
     DriverOptions {
         sync: cfg.runtime.mode == config::Mode::Sync,
         tasks_in_flight: cfg.runtime.tasks_in_flight as usize,
         images_per_task: cfg.runtime.images_per_task as usize,
         batch_size: cfg.train.batch_size as usize,
-        samples: decodes.samples,
-        temperature: cfg.decode.temperature as f32,
-        top_k: cfg.decode.top_k,
-        top_p: cfg.decode.top_p as f32,
+        decodes: Objective::from_config(cfg).decodes(cfg),
+        sampling: cfg.decode.sampling(),
         remove_bad_endings: cfg.decode.remove_bad_endings,
-        greedy: decodes.greedy,
-        mc_rollouts: decodes.mc_rollouts,
-        beam: decodes.beam,
         beam_groups: cfg.decode.beam_groups,
         diversity_lambda: cfg.decode.diversity_lambda as f32,
-        with_gt: decodes.ground_truth,
         seed: cfg.seed,
         max_policy_lag: cfg.runtime.max_policy_lag,
         stale_rollouts: cfg.runtime.stale_rollouts,

@@ -17,12 +17,17 @@ use caprl_common::bus::{
 };
 use caprl_common::config::RewardName;
 use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind, RnnKind};
+use caprl_common::model::{
+    Captioner, CaptionerConfig, DType, Device, Dtype, ModelConfig, ModelKind,
+};
 use caprl_common::role::{heartbeat_key, Role};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::snapshot;
-use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
+use caprl_common::wire::{
+    self, PolicyVersion, Rollout, RolloutTask, Sampling, ScoredRollout, TaskId,
+};
 use caprl_learner::driver::{Driver, DriverOptions};
+use caprl_learner::objective::Decodes;
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
 
 const LIMIT: usize = 8 << 20;
@@ -57,23 +62,15 @@ fn setup(run: &str) -> Setup {
             .unwrap(),
     );
     let data = Arc::new(Dataset::open(&data_dir).unwrap());
-    let model_cfg = CaptionerConfig {
+    let model = ModelConfig {
         kind: ModelKind::Fc,
-        rnn: RnnKind::Gru,
-        layers: 1,
         embed: 32,
         hidden: 32,
         att_hidden: 32,
-        crnn_width: 128,
-        transformer: Default::default(),
         dropout: 0.0,
-        vocab_size: data.vocab.len(),
-        fc_dim: data.fc_dim(),
-        att: data.att_shape(),
-        max_len: 16,
-        dtype: DType::F32,
-        compute_dtype: DType::F32,
+        ..ModelConfig::default()
     };
+    let model_cfg = CaptionerConfig::for_dataset(&model, &data, 16, Dtype::F32).unwrap();
     Setup {
         _dir: dir,
         _server: server,
@@ -105,16 +102,14 @@ fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
         min_version: PolicyVersion(version),
         image_rows: rows.to_vec(),
         samples: 2,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         remove_bad_endings: false,
         greedy: true,
         beam: 0,
         beam_groups: 1,
         diversity_lambda: 0.0,
         seed: 7,
-        with_gt: false,
+        ground_truth: false,
         mc_rollouts: 0,
     }
 }
@@ -238,17 +233,17 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             tasks_in_flight: 4,
             images_per_task: 4,
             batch_size: 8,
-            samples: 2,
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
+            decodes: Decodes {
+                samples: 2,
+                greedy: true,
+                beam: 0,
+                mc_rollouts: 0,
+                ground_truth: false,
+            },
+            sampling: Sampling::default(),
             remove_bad_endings: false,
-            greedy: true,
-            mc_rollouts: 0,
-            beam: 0,
             beam_groups: 1,
             diversity_lambda: 0.0,
-            with_gt: false,
             seed: 7,
             max_policy_lag: 2,
             stale_rollouts: caprl_common::config::StaleRollouts::Drop,

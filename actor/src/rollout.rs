@@ -34,9 +34,7 @@ pub fn rollout(
             &x,
             &SampleOptions {
                 n_per_input: task.samples as usize,
-                temperature: task.temperature,
-                top_k: task.top_k as usize,
-                top_p: task.top_p,
+                sampling: task.sampling,
                 bad_endings: bad_endings.clone(),
                 max_len: cfg.max_len,
             },
@@ -92,7 +90,7 @@ pub fn rollout(
             }
         }
     }
-    if task.with_gt {
+    if task.ground_truth {
         sequences.extend(ground_truth(data, task, cfg.max_len)?);
     }
     Ok(Rollout {
@@ -150,9 +148,7 @@ fn mc_completions(
         &prefixes,
         &SampleOptions {
             n_per_input: k,
-            temperature: task.temperature,
-            top_k: task.top_k as usize,
-            top_p: task.top_p,
+            sampling: task.sampling,
             bad_endings: bad_endings.clone(),
             max_len: policy.config().max_len,
         },

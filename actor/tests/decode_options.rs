@@ -7,7 +7,7 @@ use caprl_actor::rollout;
 use caprl_common::model::{
     inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Captioner, Device, SampleOptions,
 };
-use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask};
+use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask, Sampling};
 
 #[test]
 fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {
@@ -23,7 +23,10 @@ fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {
         .collect();
     let task = RolloutTask {
         samples: 3,
-        top_p: 0.5,
+        sampling: Sampling {
+            top_p: 0.5,
+            ..Sampling::default()
+        },
         remove_bad_endings: true,
         greedy: true,
         beam: 4,
@@ -50,9 +53,11 @@ fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {
     let x = inputs_for_rows(&data, &idx, &cfg, &Device::Cpu).unwrap();
     let sampling = SampleOptions {
         n_per_input: 3,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 0.5,
+        sampling: Sampling {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+        },
         bad_endings: bad.clone(),
         max_len: cfg.max_len,
     };
@@ -61,7 +66,10 @@ fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {
         .unwrap();
     assert_eq!(of(DecodeKind::Sample), samples.tokens);
     let plain = SampleOptions {
-        top_p: 1.0,
+        sampling: Sampling {
+            top_p: 1.0,
+            ..Sampling::default()
+        },
         bad_endings: BadEndings::none(),
         ..sampling
     };

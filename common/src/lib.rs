@@ -2,6 +2,7 @@
 //!
 //! - [`clip`]: joint text–image embeddings (own dual encoder, Hugging Face CLIP loader), the
 //!   discriminator and retrieval metrics of paper 004.
+//! - [`check`]: rules over a config section, written once by the section's owner.
 //! - [`config`]: the one typed, validated run configuration.
 //! - [`data`]: tokenizer, vocabulary, data set formats, the synthetic task.
 //! - [`score`]: CIDEr-D, BLEU, ROUGE-L and diversity metrics.
@@ -22,6 +23,7 @@
 //! - [`process`]: the process-wide settings the binary and benchmarks start with.
 
 pub mod bus;
+pub mod check;
 pub mod clip;
 pub mod config;
 pub mod data;

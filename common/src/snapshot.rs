@@ -131,8 +131,8 @@ mod tests {
 
     fn model() -> (Captioner, CaptionerConfig) {
         let mut cfg = CaptionerConfig::new(ModelKind::Fc, 9, 4, None);
-        cfg.embed = 4;
-        cfg.hidden = 6;
+        cfg.model.embed = 4;
+        cfg.model.hidden = 6;
         (Captioner::new(&cfg, &Device::Cpu, 1).unwrap(), cfg)
     }
 

@@ -173,9 +173,9 @@ fn a_clip_repeated_in_a_batch_is_encoded_once_with_the_same_result() {
     synth_audio(&dir, &tiny()).unwrap();
     let data = Dataset::open(&dir).unwrap();
     let mut cfg = CaptionerConfig::new(ModelKind::Crnn, data.vocab.len(), 64, data.att_shape());
-    cfg.crnn_width = 4;
-    cfg.embed = 8;
-    cfg.hidden = 8;
+    cfg.model.crnn_width = 4;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 8;
     let m = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     let rows = [0usize, 0, 3, 3, 3, 1];
     let x = inputs_for_rows(&data, &rows, &cfg, &Device::Cpu).unwrap();

@@ -136,7 +136,7 @@ fn wrong_type_in_file_names_line_column_and_expected_type() {
         } => {
             assert_eq!(file, &f.path().display().to_string());
             assert_eq!((*line, *column), (3, 10));
-            assert!(message.contains("u32"), "{message}");
+            assert!(message.contains("expected usize"), "{message}");
         }
         other => panic!("expected a parse error, got {other:?}"),
     }
@@ -210,4 +210,116 @@ fn every_shipped_config_loads() {
         }
     }
     assert!(n >= 9, "only {n} configs found in {}", dir.display());
+}
+
+/// The ranges the default file's comments state, e.g. `1..=4096`, `[0, 1)`, `>= 1` or `> 0`.
+fn stated_ranges(comment: &str) -> Vec<String> {
+    let b = comment.as_bytes();
+    let is_num = |c: u8| c.is_ascii_digit() || c == b'.' || c == b'-';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &comment[i..];
+        let token = if rest.starts_with('[') || rest.starts_with('(') {
+            let close = rest.find([']', ')']);
+            close
+                .map(|end| &rest[..=end])
+                .filter(|t| t.contains(',') && t.as_bytes().get(1).is_some_and(|&c| is_num(c)))
+        } else if rest.starts_with(">= ") || rest.starts_with("> ") {
+            let start = rest.find(' ').map_or(0, |s| s + 1);
+            let digits = rest[start..].bytes().take_while(|&c| is_num(c)).count();
+            (digits > 0).then(|| &rest[..start + digits])
+        } else if b[i].is_ascii_digit() && (i == 0 || !is_num(b[i - 1])) {
+            let digits = rest.bytes().take_while(|&c| c.is_ascii_digit()).count();
+            let upper = rest[digits..].strip_prefix("..=");
+            let upper_digits =
+                upper.map_or(0, |u| u.bytes().take_while(|c| c.is_ascii_digit()).count());
+            (upper_digits > 0).then(|| &rest[..digits + 3 + upper_digits])
+        } else {
+            None
+        };
+        match token {
+            Some(t) => {
+                out.push(t.to_string());
+                i += t.len();
+            }
+            None => i += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_range_the_default_file_states_is_its_keys_rule() {
+    let mut section = String::new();
+    let mut checked = 0;
+    let mut drifted: Vec<String> = Vec::new();
+    let mut drifted = Vec::new();
+    for line in DEFAULT_TOML.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = format!("{name}.");
+            continue;
+        }
+        let (Some((key, _)), Some((_, comment))) = (line.split_once(" = "), line.split_once('#'))
+        else {
+            continue;
+        };
+        if key.starts_with('#') {
+            continue;
+        }
+        let ranges = stated_ranges(comment);
+        if ranges.is_empty() {
+            continue;
+        }
+        let key = format!("{section}{}", key.trim());
+        let Some(allowed) = caprl_common::config::allowed_for(&key) else {
+            drifted.push(format!(
+                "`{key}`'s comment states {ranges:?}, but no rule checks it"
+            ));
+            continue;
+        };
+        // `>= N` states an upper bound no one reaches: the rule's `N..=<i64::MAX>`.
+        let states = |r: &String| {
+            allowed.contains(r.as_str())
+                || r.strip_prefix(">= ")
+                    .is_some_and(|n| allowed.starts_with(&format!("{n}..=")))
+        };
+        if !ranges.iter().any(states) {
+            drifted.push(format!(
+                "`{key}`: the file states {ranges:?}, the rule allows `{allowed}`"
+            ));
+        }
+        checked += 1;
+    }
+    assert!(
+        drifted.is_empty(),
+        "default.toml drifted from the rules:\n{}",
+        drifted.join("\n")
+    );
+    assert!(
+        checked >= 40,
+        "only {checked} stated ranges found: is the parser right?"
+    );
+}
+
+#[test]
+fn the_model_and_sampling_keys_are_refused_by_their_owners_rules() {
+    for (set, key) in [
+        ("model.enc_layers=25", "model.enc_layers"),
+        ("model.d_model=130", "model.d_model"),
+        ("model.dropout=1.0", "model.dropout"),
+        ("decode.top_p=1.5", "decode.top_p"),
+        ("decode.temperature=0.0", "decode.temperature"),
+    ] {
+        let err = RunConfig::load(None, &[set.to_string()]).expect_err(set);
+        match &err {
+            ConfigError::OutOfRange { key: k, .. } => assert_eq!(k, key, "{err}"),
+            other => panic!("{set}: expected OutOfRange, got {other}"),
+        }
+    }
+    let err = RunConfig::load(None, &["model.heads=3".into(), "model.d_model=128".into()])
+        .expect_err("d_model 128 is no multiple of 3 heads")
+        .to_string();
+    assert!(err.contains("try 126 or 129"), "{err}");
 }

@@ -18,8 +18,8 @@ use caprl_common::config::RunConfig;
 use caprl_common::data::audio::{read_wav, write_wav_i16};
 use caprl_common::data::{write_safetensors, Dataset};
 use caprl_common::wire::{
-    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
-    Sequence, TaskId,
+    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling,
+    ScoredRollout, Sequence, TaskId,
 };
 use fuzz::{mutate, mutations};
 use proptest::prelude::*;
@@ -35,16 +35,14 @@ fn task() -> RolloutTask {
         min_version: PolicyVersion(2),
         image_rows: vec![0, 5, 9],
         samples: 5,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         remove_bad_endings: false,
         greedy: true,
         beam: 0,
         beam_groups: 1,
         diversity_lambda: 0.0,
         seed: 42,
-        with_gt: false,
+        ground_truth: false,
         mc_rollouts: 3,
     }
 }

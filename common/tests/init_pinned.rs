@@ -9,15 +9,15 @@ use caprl_common::model::{params, Captioner, CaptionerConfig, Device, ModelKind,
 
 fn small(kind: ModelKind, att: Option<(usize, usize)>) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(kind, 11, 8, att);
-    cfg.embed = 6;
-    cfg.hidden = 10;
-    cfg.att_hidden = 5;
-    cfg.crnn_width = 4;
-    cfg.transformer.d_model = 8;
-    cfg.transformer.heads = 2;
-    cfg.transformer.d_ff = 12;
-    cfg.transformer.enc_layers = 1;
-    cfg.transformer.dec_layers = 1;
+    cfg.model.embed = 6;
+    cfg.model.hidden = 10;
+    cfg.model.att_hidden = 5;
+    cfg.model.crnn_width = 4;
+    cfg.model.d_model = 8;
+    cfg.model.heads = 2;
+    cfg.model.d_ff = 12;
+    cfg.model.enc_layers = 1;
+    cfg.model.dec_layers = 1;
     cfg
 }
 

@@ -8,11 +8,11 @@ use caprl_common::model::{
 
 fn cfg(width: usize, frames: usize, dtype: DType) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Crnn, 9, 64, Some((frames, 64)));
-    cfg.crnn_width = width;
-    cfg.embed = 4;
-    cfg.hidden = 6;
+    cfg.model.crnn_width = width;
+    cfg.model.embed = 4;
+    cfg.model.hidden = 6;
     cfg.max_len = 5;
-    cfg.dropout = 0.0;
+    cfg.model.dropout = 0.0;
     cfg.dtype = dtype;
     cfg.compute_dtype = dtype;
     cfg

@@ -181,7 +181,7 @@ fn beam_finds_a_caption_at_least_as_likely_as_greedy() {
                         beam_logp[i] >= greedy_logp[i] - 1e-4,
                         "{:?} seed {seed} width {width} input {i}: beam {:?} has log p {}, \
                          greedy {:?} has {}",
-                        cfg.kind,
+                        cfg.model.kind,
                         best[i],
                         beam_logp[i],
                         greedy.tokens[i],
@@ -349,7 +349,7 @@ fn token_logprobs_with_dropout_match_the_full_pass() {
         (ModelKind::Att, RnnKind::Gru, 1),
     ] {
         let mut cfg = tiny(kind, rnn, layers);
-        cfg.dropout = 0.4;
+        cfg.model.dropout = 0.4;
         let m = Captioner::new(&cfg, &Device::Cpu, 14).unwrap();
         let x = inputs(&cfg, 3, 10);
         let rows = vec![vec![4, 5, 6, EOS], vec![6, EOS], vec![7, 8, 9, 10]];
@@ -392,7 +392,7 @@ fn lookahead_scores_mix_log_prob_and_value() {
     use caprl_common::model::{Lookahead, ValueHead};
     for cfg in configs() {
         let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
-        let value = ValueHead::new(cfg.state_dim(), &Device::Cpu, 12).unwrap();
+        let value = ValueHead::new(cfg.model.state_dim(), &Device::Cpu, 12).unwrap();
         let x = inputs(&cfg, 3, 4);
         let bo = BeamOptions {
             width: 3,

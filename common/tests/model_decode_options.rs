@@ -4,6 +4,8 @@
 #[path = "support/decode.rs"]
 mod decode;
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, BadEndings, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device,
     Hypothesis, ModelKind, RnnKind, SampleOptions, EOS,
@@ -14,7 +16,7 @@ use decode::{configs, inputs, opts, tiny};
 /// draw these tokens with these log-probs (the learner's importance ratios read them).
 #[test]
 fn top_p_one_samples_what_plain_sampling_sampled() {
-    type Pin = (f32, usize, Vec<Vec<u32>>, Vec<Vec<f32>>);
+    type Pin = (f32, u32, Vec<Vec<u32>>, Vec<Vec<f32>>);
     let fc: Vec<Pin> = vec![
         (
             0.9,
@@ -153,7 +155,7 @@ fn top_p_one_samples_what_plain_sampling_sampled() {
             let d = m
                 .sample(&x, &opts(3, temperature, top_k), &mut CaprlRng::new(21))
                 .unwrap();
-            let case = format!("{:?} T = {temperature} top_k = {top_k}", cfg.kind);
+            let case = format!("{:?} T = {temperature} top_k = {top_k}", cfg.model.kind);
             assert_eq!(d.tokens, tokens, "{case}");
             for (got, want) in d.logprobs.iter().flatten().zip(logprobs.iter().flatten()) {
                 // Printed to the last digit; the margin only absorbs another CPU's rounding.
@@ -170,13 +172,26 @@ fn top_p_near_zero_keeps_only_the_likeliest_word_as_greedy_does() {
         let x = inputs(&cfg, 4, 12);
         let g = m.greedy(&x, cfg.max_len).unwrap();
         let nucleus = SampleOptions {
-            top_p: 1e-6,
+            sampling: Sampling {
+                top_p: 1e-6,
+                ..Sampling::default()
+            },
             ..opts(2, 1.0, 0)
         };
         let s = m.sample(&x, &nucleus, &mut CaprlRng::new(6)).unwrap();
         for i in 0..4 {
-            assert_eq!(s.tokens[2 * i], g.tokens[i], "{:?} input {i}", cfg.kind);
-            assert_eq!(s.tokens[2 * i + 1], g.tokens[i], "{:?} input {i}", cfg.kind);
+            assert_eq!(
+                s.tokens[2 * i],
+                g.tokens[i],
+                "{:?} input {i}",
+                cfg.model.kind
+            );
+            assert_eq!(
+                s.tokens[2 * i + 1],
+                g.tokens[i],
+                "{:?} input {i}",
+                cfg.model.kind
+            );
         }
         // A nucleus of one word has μ = 1.
         assert!(s.logprobs.iter().flatten().all(|&l| l == 0.0));
@@ -191,7 +206,10 @@ fn nucleus_log_probs_are_renormalised_log_probs() {
     let m = Captioner::new(&cfg, &Device::Cpu, 17).unwrap();
     let x = inputs(&cfg, 3, 13);
     let nucleus = SampleOptions {
-        top_p: 0.6,
+        sampling: Sampling {
+            top_p: 0.6,
+            ..Sampling::default()
+        },
         ..opts(4, 1.0, 0)
     };
     let s = m.sample(&x, &nucleus, &mut CaprlRng::new(8)).unwrap();
@@ -258,7 +276,7 @@ fn diverse_beam_without_a_penalty_is_beam_search_per_group() {
                     tokens_of(hyps),
                     tokens_of(&want),
                     "{:?} input {i}",
-                    cfg.kind
+                    cfg.model.kind
                 );
                 for (h, w) in hyps.iter().zip(&want) {
                     let close = |a: &[f32], b: &[f32]| {
@@ -267,7 +285,7 @@ fn diverse_beam_without_a_penalty_is_beam_search_per_group() {
                     assert!(
                         close(&h.logprobs, &w.logprobs) && (h.score - w.score).abs() < 1e-5,
                         "{:?} input {i}: {h:?} vs {w:?}",
-                        cfg.kind
+                        cfg.model.kind
                     );
                 }
             }
@@ -305,8 +323,8 @@ fn diversity_penalty_makes_groups_start_with_different_words() {
                 })
                 .collect()
         };
-        assert_eq!(firsts(0.0), vec![1; 4], "{:?}", cfg.kind);
-        assert_eq!(firsts(100.0), vec![4; 4], "{:?}", cfg.kind);
+        assert_eq!(firsts(0.0), vec![1; 4], "{:?}", cfg.model.kind);
+        assert_eq!(firsts(100.0), vec![4; 4], "{:?}", cfg.model.kind);
     }
 }
 
@@ -394,7 +412,7 @@ fn removed_bad_endings_never_end_a_caption() {
                 assert!(
                     !bad.forbids_eos_after(Some(w)),
                     "{:?} {kind}: a caption ends on banned word {w}: {:?}",
-                    cfg.kind,
+                    cfg.model.kind,
                     held[k]
                 );
             }

@@ -1,29 +1,29 @@
 //! The compute dtype: bf16/f16 passes over f32 parameters, on the CPU.
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs,
-    ModelKind, RnnKind, SampleOptions, TransformerShape,
+    ModelKind, RnnKind, SampleOptions,
 };
 
 fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize, compute: DType) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(kind, 12, 6, Some((4, 5)));
-    cfg.rnn = rnn;
-    cfg.layers = layers;
-    cfg.embed = 8;
-    cfg.hidden = 16;
-    cfg.att_hidden = 8;
+    cfg.model.rnn = rnn;
+    cfg.model.layers = layers;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 16;
+    cfg.model.att_hidden = 8;
     cfg.max_len = 7;
-    cfg.dropout = 0.0;
+    cfg.model.dropout = 0.0;
     cfg.compute_dtype = compute;
-    cfg.transformer = TransformerShape {
-        enc_layers: 1,
-        dec_layers: layers,
-        d_model: 16,
-        heads: 2,
-        d_ff: 24,
-        tie_embed: false,
-        global_region: false,
-    };
+    cfg.model.enc_layers = 1;
+    cfg.model.dec_layers = layers;
+    cfg.model.d_model = 16;
+    cfg.model.heads = 2;
+    cfg.model.d_ff = 24;
+    cfg.model.tie_embed = false;
+    cfg.model.global_region = false;
     cfg
 }
 
@@ -40,9 +40,7 @@ fn inputs(cfg: &CaptionerConfig, b: usize) -> Inputs {
 fn sample_opts(cfg: &CaptionerConfig) -> SampleOptions {
     SampleOptions {
         n_per_input: 3,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: cfg.max_len,
     }

@@ -6,13 +6,13 @@ use caprl_common::model::{
 
 fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(kind, 9, 5, Some((3, 4)));
-    cfg.rnn = rnn;
-    cfg.layers = layers;
-    cfg.embed = 4;
-    cfg.hidden = 6;
-    cfg.att_hidden = 5;
+    cfg.model.rnn = rnn;
+    cfg.model.layers = layers;
+    cfg.model.embed = 4;
+    cfg.model.hidden = 6;
+    cfg.model.att_hidden = 5;
     cfg.max_len = 5;
-    cfg.dropout = 0.0;
+    cfg.model.dropout = 0.0;
     cfg.dtype = DType::F64;
     cfg.compute_dtype = DType::F64;
     cfg

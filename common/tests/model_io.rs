@@ -1,5 +1,7 @@
 //! Weights round-trip through safetensors; devices and configs fail with clear errors.
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, parse_device, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
     ModelError, ModelKind, RnnKind, SampleOptions,
@@ -7,11 +9,11 @@ use caprl_common::model::{
 
 fn cfg() -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Att, 10, 6, Some((3, 4)));
-    cfg.rnn = RnnKind::Lstm;
-    cfg.layers = 2;
-    cfg.embed = 8;
-    cfg.hidden = 12;
-    cfg.att_hidden = 6;
+    cfg.model.rnn = RnnKind::Lstm;
+    cfg.model.layers = 2;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 12;
+    cfg.model.att_hidden = 6;
     cfg.max_len = 6;
     cfg
 }
@@ -37,9 +39,7 @@ fn save_then_load_gives_identical_outputs() {
     assert_eq!(la.to_vec2::<f32>().unwrap(), lb.to_vec2::<f32>().unwrap());
     let o = SampleOptions {
         n_per_input: 3,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: 6,
     };
@@ -82,7 +82,7 @@ fn loading_weights_of_another_shape_names_the_parameter() {
         .save(&path)
         .unwrap();
     let mut other = cfg.clone();
-    other.hidden = 16;
+    other.model.hidden = 16;
     let err = Captioner::load(&path, &other, &Device::Cpu).err().unwrap();
     let msg = err.to_string();
     assert!(matches!(err, ModelError::Weights { .. }), "{msg}");
@@ -91,8 +91,8 @@ fn loading_weights_of_another_shape_names_the_parameter() {
         "{msg}"
     );
     let mut fc = cfg.clone();
-    fc.kind = ModelKind::Fc;
-    fc.layers = 1;
+    fc.model.kind = ModelKind::Fc;
+    fc.model.layers = 1;
     // A 2-layer att file has more tensors than a 1-layer fc model needs: still loads what it needs.
     assert!(Captioner::load(&path, &fc, &Device::Cpu).is_ok());
     let missing = dir.path().join("nope.safetensors");
@@ -128,7 +128,7 @@ fn device_strings_parse_or_explain() {
 #[test]
 fn invalid_configs_and_inputs_are_errors() {
     let mut c = cfg();
-    c.layers = 3;
+    c.model.layers = 3;
     let msg = Captioner::new(&c, &Device::Cpu, 0)
         .err()
         .unwrap()
@@ -149,9 +149,11 @@ fn invalid_configs_and_inputs_are_errors() {
     assert!(m.token_logprobs(&x, &bad, None).is_err());
     let o = SampleOptions {
         n_per_input: 1,
-        temperature: 0.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+        },
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: 6,
     };

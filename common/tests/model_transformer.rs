@@ -1,24 +1,24 @@
 //! The Transformer captioner: gradients, cached decoding against recomputing the prefix,
 //! causality, shared encodings, save/load and its config errors.
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs, ModelError,
-    ModelKind, SampleOptions, Tensor, TransformerShape, EOS,
+    ModelKind, SampleOptions, Tensor, EOS,
 };
 
 fn tiny(att: bool) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Transformer, 11, 6, att.then_some((4, 5)));
-    cfg.transformer = TransformerShape {
-        enc_layers: 2,
-        dec_layers: 2,
-        d_model: 8,
-        heads: 2,
-        d_ff: 12,
-        tie_embed: false,
-        global_region: false,
-    };
+    cfg.model.enc_layers = 2;
+    cfg.model.dec_layers = 2;
+    cfg.model.d_model = 8;
+    cfg.model.heads = 2;
+    cfg.model.d_ff = 12;
+    cfg.model.tie_embed = false;
+    cfg.model.global_region = false;
     cfg.max_len = 6;
-    cfg.dropout = 0.0;
+    cfg.model.dropout = 0.0;
     cfg
 }
 
@@ -93,24 +93,24 @@ fn transformer_gradients_match_finite_differences_over_regions() {
 #[test]
 fn transformer_gradients_match_finite_differences_with_the_fc_feature_as_a_region() {
     let mut cfg = tiny(true);
-    cfg.transformer.global_region = true;
-    cfg.transformer.enc_layers = 1;
+    cfg.model.global_region = true;
+    cfg.model.enc_layers = 1;
     gradients_match_finite_differences(cfg);
 }
 
 #[test]
 fn transformer_gradients_match_finite_differences_without_encoder_layers() {
     let mut cfg = tiny(true);
-    cfg.transformer.global_region = true;
-    cfg.transformer.enc_layers = 0;
+    cfg.model.global_region = true;
+    cfg.model.enc_layers = 0;
     gradients_match_finite_differences(cfg);
 }
 
 #[test]
 fn transformer_gradients_match_finite_differences_with_fc_only_and_tied_output() {
     let mut cfg = tiny(false);
-    cfg.transformer.tie_embed = true;
-    cfg.transformer.enc_layers = 1;
+    cfg.model.tie_embed = true;
+    cfg.model.enc_layers = 1;
     gradients_match_finite_differences(cfg);
 }
 
@@ -168,8 +168,8 @@ fn cached_decoding_equals_recomputing_the_prefix_every_step() {
         (true, true, 0),
     ] {
         let mut cfg = tiny(att);
-        cfg.transformer.global_region = global_region;
-        cfg.transformer.enc_layers = enc_layers;
+        cfg.model.global_region = global_region;
+        cfg.model.enc_layers = enc_layers;
         for seed in 0..4 {
             let m = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
             let x = inputs(&cfg, 3, seed as usize);
@@ -224,9 +224,7 @@ fn samples_of_one_image_share_its_encoding() {
     let x = inputs(&cfg, 2, 5);
     let opts = SampleOptions {
         n_per_input: 3,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: cfg.max_len,
     };
@@ -269,7 +267,7 @@ fn samples_of_one_image_share_its_encoding() {
 #[test]
 fn transformer_save_and_load_give_identical_outputs() {
     let mut cfg = tiny(true);
-    cfg.transformer.tie_embed = true;
+    cfg.model.tie_embed = true;
     let a = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.safetensors");
@@ -290,7 +288,7 @@ fn transformer_save_and_load_give_identical_outputs() {
         .contains_key("logit.weight"));
     // Weights of another shape are refused with the name of what differs.
     let mut other = cfg.clone();
-    other.transformer.d_model = 12;
+    other.model.d_model = 12;
     let err = Captioner::load(&path, &other, &Device::Cpu)
         .err()
         .expect("shape mismatch");
@@ -303,8 +301,8 @@ fn transformer_save_and_load_give_identical_outputs() {
 #[test]
 fn impossible_transformer_shapes_are_clear_errors() {
     let mut cfg = tiny(true);
-    cfg.transformer.d_model = 10;
-    cfg.transformer.heads = 4;
+    cfg.model.d_model = 10;
+    cfg.model.heads = 4;
     let err = Captioner::new(&cfg, &Device::Cpu, 0)
         .err()
         .expect("10 is not a multiple of 4");
@@ -320,7 +318,7 @@ fn impossible_transformer_shapes_are_clear_errors() {
     );
     assert!(err.to_string().contains("heads"), "{err}");
     let mut cfg = tiny(true);
-    cfg.transformer.dec_layers = 0;
+    cfg.model.dec_layers = 0;
     let err = Captioner::new(&cfg, &Device::Cpu, 0)
         .err()
         .expect("no decoder layer");

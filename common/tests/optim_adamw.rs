@@ -10,8 +10,8 @@ fn setup() -> (Captioner, Inputs, caprl_common::model::Tensor) {
 
 fn setup_with_hidden(hidden: usize) -> (Captioner, Inputs, caprl_common::model::Tensor) {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 10, 6, None);
-    cfg.embed = 8;
-    cfg.hidden = hidden;
+    cfg.model.embed = 8;
+    cfg.model.hidden = hidden;
     cfg.max_len = 6;
     let m = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     let fc: Vec<f32> = (0..2 * 6).map(|i| (i as f32 * 0.37).sin()).collect();
@@ -72,7 +72,7 @@ fn optimizer_state_of_another_model_is_rejected() {
     let opt = AdamW::new(a.varmap(), params()).unwrap();
     opt.save(&dir.path().join("opt.safetensors")).unwrap();
     let mut cfg = a.config().clone();
-    cfg.hidden = 16;
+    cfg.model.hidden = 16;
     let b = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     let mut opt_b = AdamW::new(b.varmap(), params()).unwrap();
     let msg = opt_b

@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::clip::retrieval::{recall, RECALL_KS};
 use caprl_common::clip::Encoder;
 use caprl_common::data::{Dataset, Item};
@@ -41,9 +43,9 @@ pub struct EvalOptions {
     pub remove_bad_endings: bool,
     /// Samples (and beams) per image for the diversity metrics; 0 = skip them.
     pub samples: usize,
-    pub temperature: f32,
-    /// Nucleus mass of those samples (`decode.top_p`); 1 = off.
-    pub top_p: f32,
+    /// What those samples are drawn from (the callers keep temperature 1 and every word but
+    /// `decode.top_p`'s nucleus).
+    pub sampling: Sampling,
     /// Images per decode batch.
     pub batch: usize,
     /// Evaluate only the first `limit` images; 0 = all.
@@ -63,8 +65,7 @@ impl Default for EvalOptions {
             diversity_lambda: 0.5,
             remove_bad_endings: false,
             samples: 5,
-            temperature: 1.0,
-            top_p: 1.0,
+            sampling: Sampling::default(),
             batch: 64,
             limit: 0,
             seed: 1234,
@@ -226,9 +227,7 @@ pub fn evaluate_with(
         if opts.samples > 1 {
             let sample = SampleOptions {
                 n_per_input: opts.samples,
-                temperature: opts.temperature,
-                top_k: 0,
-                top_p: opts.top_p,
+                sampling: opts.sampling,
                 bad_endings: bad_endings.clone(),
                 max_len: cfg.max_len,
             };

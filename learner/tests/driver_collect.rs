@@ -12,10 +12,11 @@ use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, Delivery, InProcBus, Queue};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{
-    self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
-    TaskId,
+    self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout,
+    Sequence, TaskId,
 };
 use caprl_learner::driver::{Driver, DriverOptions};
+use caprl_learner::objective::Decodes;
 
 const LIMIT: usize = 1 << 20;
 
@@ -25,17 +26,17 @@ fn options(sync: bool) -> DriverOptions {
         tasks_in_flight: 8,
         images_per_task: 2,
         batch_size: 4,
-        samples: 1,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        decodes: Decodes {
+            samples: 1,
+            greedy: false,
+            beam: 0,
+            mc_rollouts: 0,
+            ground_truth: false,
+        },
+        sampling: Sampling::default(),
         remove_bad_endings: false,
-        greedy: false,
-        mc_rollouts: 0,
-        beam: 0,
         beam_groups: 1,
         diversity_lambda: 0.0,
-        with_gt: false,
         seed: 3,
         max_policy_lag: 1,
         stale_rollouts: caprl_common::config::StaleRollouts::Drop,

@@ -19,11 +19,11 @@ use proptest::prelude::*;
 
 fn model_cfg() -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 20, 4, None);
-    cfg.rnn = RnnKind::Gru;
-    cfg.embed = 8;
-    cfg.hidden = 8;
-    cfg.att_hidden = 8;
-    cfg.dropout = 0.0;
+    cfg.model.rnn = RnnKind::Gru;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 8;
+    cfg.model.att_hidden = 8;
+    cfg.model.dropout = 0.0;
     cfg.max_len = 6;
     cfg
 }

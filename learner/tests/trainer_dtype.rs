@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::data::{synth, Dataset, Item, SynthConfig};
 use caprl_common::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind,
@@ -56,9 +58,9 @@ fn tiny_data(dir: &Path, train: usize) -> Dataset {
 
 fn tiny_model(data: &Dataset, hidden: usize, compute: DType) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    cfg.embed = 32;
-    cfg.hidden = hidden;
-    cfg.dropout = 0.0;
+    cfg.model.embed = 32;
+    cfg.model.hidden = hidden;
+    cfg.model.dropout = 0.0;
     cfg.compute_dtype = compute;
     cfg
 }
@@ -213,9 +215,7 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
             &x,
             &SampleOptions {
                 n_per_input: 4,
-                temperature: 1.0,
-                top_k: 0,
-                top_p: 1.0,
+                sampling: Sampling::default(),
                 bad_endings: caprl_common::model::BadEndings::none(),
                 max_len: f32_cfg.max_len,
             },
@@ -340,7 +340,7 @@ fn bf16_training_raises_validation_cider() {
     let data = tiny_data(tmp.path(), 160);
     // The bf16 twin of trainer_xe.rs's test; bf16 has no fast path on the CPU, so it is slower.
     let mut cfg = tiny_model(&data, 64, DType::BF16);
-    cfg.dropout = 0.1;
+    cfg.model.dropout = 0.1;
     let mut t = trainer(&cfg, 3);
     let eval_opts = EvalOptions {
         beam: 1,

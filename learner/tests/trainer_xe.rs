@@ -27,9 +27,9 @@ fn tiny_data(dir: &Path, train: usize) -> Dataset {
 
 fn tiny_model(data: &Dataset, hidden: usize) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    cfg.embed = 32;
-    cfg.hidden = hidden;
-    cfg.dropout = 0.1;
+    cfg.model.embed = 32;
+    cfg.model.hidden = hidden;
+    cfg.model.dropout = 0.1;
     cfg
 }
 

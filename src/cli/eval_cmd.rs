@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use caprl_common::data::SplitName;
 use caprl_common::model::Lookahead;
+use caprl_common::wire::Sampling;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::run::load_checkpoint;
 use caprl_learner::trainer::Phase;
@@ -81,7 +82,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         beam_groups: diverse.groups,
         diversity_lambda: diverse.lambda,
         remove_bad_endings: diverse.remove_bad_endings,
-        top_p: args.top_p.unwrap_or(loaded.cfg.decode.top_p as f32),
+        sampling: Sampling {
+            top_p: args.top_p.unwrap_or(loaded.cfg.decode.top_p as f32),
+            ..Sampling::default()
+        },
         limit: args.limit.unwrap_or(0),
         seed: loaded.cfg.seed,
         progress: true,

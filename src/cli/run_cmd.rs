@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use caprl_common::config::RunConfig;
+use caprl_common::wire::Sampling;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::objective::Objective;
 use caprl_learner::run as training;
@@ -110,7 +111,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         beam_groups: cfg.decode.beam_groups as usize,
         diversity_lambda: cfg.decode.diversity_lambda as f32,
         remove_bad_endings: cfg.decode.remove_bad_endings,
-        top_p: cfg.decode.top_p as f32,
+        sampling: Sampling {
+            top_p: cfg.decode.top_p as f32,
+            ..Sampling::default()
+        },
         seed: cfg.seed,
         progress: true,
         ..EvalOptions::default()

@@ -12,7 +12,7 @@ use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
-use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
+use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, Sampling, TaskId};
 
 /// Writes an 8-image synthetic data set under `dir` and opens it, with an FC captioner config
 /// small enough to decode in milliseconds.
@@ -31,8 +31,8 @@ pub fn tiny(dir: &Path) -> (Dataset, CaptionerConfig) {
     .unwrap();
     let data = Dataset::open(&dir).unwrap();
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    cfg.embed = 8;
-    cfg.hidden = 16;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 16;
     cfg.max_len = 6;
     (data, cfg)
 }
@@ -45,16 +45,14 @@ pub fn task(id: u64, rows: Vec<u32>) -> RolloutTask {
         min_version: PolicyVersion(0),
         image_rows: rows,
         samples: 2,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         remove_bad_endings: false,
         greedy: false,
         beam: 0,
         beam_groups: 1,
         diversity_lambda: 0.0,
         seed: 99,
-        with_gt: false,
+        ground_truth: false,
         mc_rollouts: 0,
     }
 }

@@ -45,8 +45,8 @@ pub enum ConfigError {
         allowed: String,
     },
 
-    #[error("device `{value}` is not valid; expected \"cpu\" or \"cuda:N\" (N = 0, 1, ...)")]
-    BadDevice { value: String },
+    #[error(transparent)]
+    BadDevice(#[from] crate::model::BadDevice),
 
     #[error("unknown reward `{name}` in reward.spec; allowed: {allowed}")]
     UnknownReward { name: String, allowed: String },

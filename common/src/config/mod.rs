@@ -9,7 +9,6 @@
 //! # Ok::<(), caprl_common::config::ConfigError>(())
 //! ```
 
-mod device;
 mod error;
 mod overrides;
 mod reward_spec;
@@ -23,7 +22,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Table;
 
-pub use device::DeviceSpec;
+pub use crate::model::DeviceSpec;
 pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{
@@ -32,6 +31,7 @@ pub use schema::{
     Objective, OffPolicyCorrection, OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind,
     RunConfig, RuntimeConfig, Schedule, StaleRollouts, TrainConfig, WtfBaseline,
 };
+pub use validate::allowed_for;
 
 /// The commented default config file; parses to exactly `RunConfig::default()`.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");

@@ -8,13 +8,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::device::DeviceSpec;
 use super::reward_spec::RewardSpec;
 pub use super::runtime_section::{
     IsLevel, Mode, NatsConfig, OffPolicyCorrection, RuntimeConfig, StaleRollouts,
 };
-/// `dtype`, `model.kind` and `model.rnn` deserialise straight into the model's own types.
-pub use crate::model::{Dtype, ModelKind, RnnKind};
+use crate::model::DeviceSpec;
+/// `dtype` and the `[model]` section deserialise straight into the model's own types.
+pub use crate::model::{Dtype, ModelConfig, ModelKind, RnnKind};
+use crate::wire::Sampling;
 
 /// The whole run configuration: top-level keys plus one struct per section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,65 +96,6 @@ pub enum DataFormat {
     Custom,
 }
 
-/// `[model]`: the captioner's shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ModelConfig {
-    pub kind: ModelKind,
-    pub rnn: RnnKind,
-    /// Decoder layers: 1 or 2.
-    pub layers: u32,
-    /// Word embedding size; 1..=4096.
-    pub embed: u32,
-    /// Decoder hidden size; 1..=8192.
-    pub hidden: u32,
-    /// Attention MLP size (`att` only); 1..=8192.
-    pub att_hidden: u32,
-    /// CRNN width (`crnn` only): channels of convolutions 2-5 and GRU size per direction;
-    /// the audio embedding has twice as many values. 1..=1024; 128 is paper 000's encoder.
-    pub crnn_width: u32,
-    /// Dropout probability; [0, 1).
-    pub dropout: f64,
-    /// Transformer encoder layers (`transformer` only); 0..=24 (0: the memory is the projected
-    /// regions, layer-normed).
-    pub enc_layers: u32,
-    /// Transformer decoder layers (`transformer` only); 1..=24.
-    pub dec_layers: u32,
-    /// Transformer width (`transformer` only); 8..=4096, a multiple of `heads`.
-    pub d_model: u32,
-    /// Attention heads (`transformer` only); 1..=64.
-    pub heads: u32,
-    /// Transformer feed-forward size (`transformer` only); 1..=16384.
-    pub d_ff: u32,
-    /// Transformer: the output layer reuses the word embedding (`transformer` only).
-    pub tie_embed: bool,
-    /// Transformer: with region features, the fc feature is one more region.
-    pub global_region: bool,
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        let transformer = crate::model::TransformerShape::default();
-        ModelConfig {
-            kind: ModelKind::Fc,
-            rnn: RnnKind::Gru,
-            layers: 1,
-            embed: 256,
-            hidden: 512,
-            att_hidden: 256,
-            crnn_width: 128,
-            dropout: 0.2,
-            enc_layers: transformer.enc_layers as u32,
-            dec_layers: transformer.dec_layers as u32,
-            d_model: transformer.d_model as u32,
-            heads: transformer.heads as u32,
-            d_ff: transformer.d_ff as u32,
-            tie_embed: transformer.tie_embed,
-            global_region: transformer.global_region,
-        }
-    }
-}
-
 /// `[decode]`: sampling and beam search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -180,6 +122,17 @@ pub struct DecodeConfig {
     pub block_trigrams: bool,
     /// Actor-critic lookahead: `score = λ·logπ + (1-λ)·v`; [0, 1].
     pub lookahead_lambda: f64,
+}
+
+impl DecodeConfig {
+    /// The distribution samples are drawn from.
+    pub fn sampling(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature as f32,
+            top_k: self.top_k,
+            top_p: self.top_p as f32,
+        }
+    }
 }
 
 impl Default for DecodeConfig {

@@ -2,60 +2,28 @@
 //! fails at start-up with its key named, not hours into a run. What an objective needs of the
 //! config is checked by the objective itself (`caprl_learner::objective::Objective::check`).
 
-use std::fmt::Display;
-use std::ops::RangeBounds;
-
 use super::error::ConfigError;
-use super::schema::{KlEstimator, KlIn, Mode, PpoProximal, PpoRatio, RunConfig, Schedule};
-
-/// One check: the key it is about, what is allowed (for the message), and a
-/// function returning the offending value when the check fails.
-struct Check {
-    key: &'static str,
-    allowed: &'static str,
-    violation: fn(&RunConfig) -> Option<String>,
-}
+use super::schema::{
+    KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, Schedule,
+};
+use crate::check::{self, fails, first_violation, outside, Check, Violation};
+use crate::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
+use crate::wire::Sampling;
 
 /// TOML integers are signed 64-bit; larger `u64` values cannot be written back.
 const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";
-
-fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) -> Option<String> {
-    (!range.contains(&value)).then(|| value.to_string())
-}
-
-fn fails(value: f64, ok: impl Fn(f64) -> bool) -> Option<String> {
-    (!ok(value)).then(|| value.to_string())
-}
 
 fn toml_int(value: u64) -> Option<String> {
     outside(value, 0..=i64::MAX as u64)
 }
 
 #[rustfmt::skip]
-const CHECKS: &[Check] = &[
+const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "seed", allowed: TOML_INT, violation: |c| toml_int(c.seed) },
     Check { key: "run_dir", allowed: "a non-empty path", violation: |c| c.run_dir.is_empty().then(|| "\"\"".into()) },
     Check { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
     Check { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
-    Check { key: "data.max_len", allowed: "1..=64", violation: |c| outside(c.data.max_len, 1..=64) },
-    Check { key: "model.layers", allowed: "1 or 2", violation: |c| outside(c.model.layers, 1..=2) },
-    Check { key: "model.embed", allowed: "1..=4096", violation: |c| outside(c.model.embed, 1..=4096) },
-    Check { key: "model.hidden", allowed: "1..=8192", violation: |c| outside(c.model.hidden, 1..=8192) },
-    Check { key: "model.att_hidden", allowed: "1..=8192", violation: |c| outside(c.model.att_hidden, 1..=8192) },
-    Check { key: "model.crnn_width", allowed: "1..=1024", violation: |c| outside(c.model.crnn_width, 1..=1024) },
-    Check { key: "model.enc_layers", allowed: "0..=24", violation: |c| outside(c.model.enc_layers, 0..=24) },
-    Check { key: "model.dec_layers", allowed: "1..=24", violation: |c| outside(c.model.dec_layers, 1..=24) },
-    Check { key: "model.heads", allowed: "1..=64", violation: |c| outside(c.model.heads, 1..=64) },
-    Check { key: "model.d_model", allowed: "8..=4096", violation: |c| outside(c.model.d_model, 8..=4096) },
-    Check {
-        key: "model.d_model",
-        allowed: "a multiple of model.heads (each head gets d_model / heads values)",
-        violation: |c| (c.model.heads > 0 && c.model.d_model % c.model.heads != 0).then(|| format!("{} with heads = {}", c.model.d_model, c.model.heads)),
-    },
-    Check { key: "model.d_ff", allowed: "1..=16384", violation: |c| outside(c.model.d_ff, 1..=16384) },
-    Check { key: "model.dropout", allowed: "[0, 1)", violation: |c| fails(c.model.dropout, |x| (0.0..1.0).contains(&x)) },
-    Check { key: "decode.temperature", allowed: "a finite number > 0", violation: |c| fails(c.decode.temperature, |x| x > 0.0 && x.is_finite()) },
-    Check { key: "decode.top_p", allowed: "(0, 1] (1 = no nucleus truncation)", violation: |c| fails(c.decode.top_p, |x| x > 0.0 && x <= 1.0) },
+    Check { key: "data.max_len", allowed: MAX_CAPTION_WORDS_ALLOWED, violation: |c| outside(c.data.max_len as usize, 1..=MAX_CAPTION_WORDS) },
     Check { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
     Check { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| outside(c.decode.beam_groups, 1..) },
     Check {
@@ -169,21 +137,33 @@ const CHECKS: &[Check] = &[
     Check { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
 ];
 
-/// Checks every range and cross-key rule; the first failure is returned.
+/// Checks every range and cross-key rule; the first failure is returned. The `[model]` section's
+/// rules are the model's own ([`ModelConfig::CHECKS`]), the sampling keys' those of the
+/// [`Sampling`] every task carries.
 pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
-    for check in CHECKS {
-        if let Some(value) = (check.violation)(config) {
-            return Err(ConfigError::OutOfRange {
-                key: check.key.to_string(),
-                value,
-                allowed: check.allowed.to_string(),
-            });
-        }
+    let violation = first_violation(CHECKS, config)
+        .or_else(|| first_violation(ModelConfig::CHECKS, &config.model))
+        .or_else(|| first_violation(Sampling::CHECKS, &config.decode.sampling()));
+    match violation {
+        None => Ok(()),
+        Some(Violation {
+            key,
+            value,
+            allowed,
+        }) => Err(ConfigError::OutOfRange {
+            key: key.to_string(),
+            value,
+            allowed: allowed.to_string(),
+        }),
     }
-    Ok(())
 }
 
-/// What is allowed for `key` (the first rule about it), for error hints.
-pub(crate) fn allowed_for(key: &str) -> Option<&'static str> {
-    CHECKS.iter().find(|r| r.key == key).map(|r| r.allowed)
+/// What every rule about `key` (`section.key`) allows, joined by "; "; `None` when no rule
+/// is about it.
+pub fn allowed_for(key: &str) -> Option<String> {
+    let rules: Vec<&str> = check::allowed_for(CHECKS, key)
+        .chain(check::allowed_for(ModelConfig::CHECKS, key))
+        .chain(check::allowed_for(Sampling::CHECKS, key))
+        .collect();
+    (!rules.is_empty()).then(|| rules.join("; "))
 }

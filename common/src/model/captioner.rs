@@ -17,14 +17,14 @@ use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};
 use super::transformer::TransformerCaptioner;
 
-/// The architecture of `cfg.kind`, its weights from `origin`: the registration of every model
+/// The architecture of `cfg.model.kind`, its weights from `origin`: the registration of every model
 /// kind.
 fn architecture(
     cfg: &CaptionerConfig,
     device: &Device,
     origin: &ParamOrigin,
 ) -> Result<Box<dyn CaptionModel>> {
-    match cfg.kind {
+    match cfg.model.kind {
         ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => {
             Ok(Box::new(RnnCaptioner::new(cfg, device, origin)?))
         }
@@ -47,7 +47,7 @@ pub struct Captioner {
 }
 
 impl Captioner {
-    /// A freshly initialised captioner of kind `cfg.kind` on `device`, its weights drawn from
+    /// A freshly initialised captioner of kind `cfg.model.kind` on `device`, its weights drawn from
     /// `seed` so that two runs with the same seed start identically.
     ///
     /// The recurrent models (`fc`, `att`, `crnn`) draw PyTorch-style uniform `±1/√fan_in`

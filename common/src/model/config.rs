@@ -1,4 +1,5 @@
-//! The captioner's shape, as read from the `[model]` section plus what the data set fixes.
+//! The captioner's shape: the `[model]` section ([`ModelConfig`], its defaults and rules) plus
+//! what the data set fixes ([`CaptionerConfig`]).
 //!
 //! [`ModelKind`], [`RnnKind`] and [`Dtype`] are also the config's types: the run config
 //! deserialises straight into them (`model.kind`, `model.rnn`, `dtype`).
@@ -7,6 +8,8 @@ use candle_core::DType;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ModelError, Result};
+use crate::check::{fails, first_violation, outside, Check};
+use crate::data::Dataset;
 
 /// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
 /// CRNN audio encoder (paper 000) over log-mel frames (the `att` features), its embedding used
@@ -76,31 +79,63 @@ impl RnnKind {
     }
 }
 
-/// The Transformer's shape (`kind = "transformer"`; the other kinds ignore it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TransformerShape {
-    /// Encoder layers; with none the memory is the projected regions, layer-normed.
+/// The most words a caption may have (`data.max_len`), excluding BOS and EOS.
+pub const MAX_CAPTION_WORDS: usize = 64;
+/// What `data.max_len` allows, for messages.
+pub const MAX_CAPTION_WORDS_ALLOWED: &str = "1..=64";
+
+/// `[model]`: the captioner's shape, as the config file writes it. [`ModelConfig::CHECKS`] is
+/// the one rule for each key's range; the defaults below are the config's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    pub rnn: RnnKind,
+    /// Decoder layers of the recurrent models: 1 or 2.
+    pub layers: usize,
+    /// Word embedding size.
+    pub embed: usize,
+    /// Decoder hidden size of the recurrent models.
+    pub hidden: usize,
+    /// Attention MLP size (`att` only).
+    pub att_hidden: usize,
+    /// CRNN width `W` (`crnn` only): channels of convolutions 2–5 and GRU size per direction;
+    /// the audio embedding has `2W` values. 128 is paper 000's encoder.
+    pub crnn_width: usize,
+    /// Dropout probability, used only when a dropout RNG is given. `f64` so that the value
+    /// written back to TOML reads exactly as the user wrote it.
+    pub dropout: f64,
+    /// Transformer encoder layers; with none the memory is the projected regions, layer-normed.
     pub enc_layers: usize,
-    /// Decoder layers.
+    /// Transformer decoder layers.
     pub dec_layers: usize,
-    /// Width of every layer's input and output.
+    /// Transformer width of every layer's input and output.
     pub d_model: usize,
-    /// Attention heads; each reads `d_model / heads` values.
+    /// Transformer attention heads; each reads `d_model / heads` values.
     pub heads: usize,
-    /// Inner size of the feed-forward sublayers.
+    /// Inner size of the Transformer's feed-forward sublayers.
     pub d_ff: usize,
-    /// The output projection is the word embedding (transposed, plus its own bias).
+    /// Transformer: the output projection is the word embedding (transposed, plus its own bias).
     pub tie_embed: bool,
-    /// With region features, the `fc` feature is one more region (its own projection); the
-    /// reference reads the regions only.
+    /// Transformer: with region features, the `fc` feature is one more region (its own
+    /// projection); the reference reads the regions only.
     pub global_region: bool,
 }
 
-impl Default for TransformerShape {
-    /// The run config's defaults: 2 + 2 layers, width 128, 4 heads, feed-forward 512 (`caprl
-    /// run` on the synthetic task takes under 3 minutes on 2 cores).
+impl Default for ModelConfig {
+    /// A one-layer GRU `fc` model (embed 256, hidden 512); for the Transformer 2 + 2 layers,
+    /// width 128, 4 heads, feed-forward 512 (`caprl run` on the synthetic task takes under 3
+    /// minutes on 2 cores).
     fn default() -> Self {
-        Self {
+        ModelConfig {
+            kind: ModelKind::Fc,
+            rnn: RnnKind::Gru,
+            layers: 1,
+            embed: 256,
+            hidden: 512,
+            att_hidden: 256,
+            crnn_width: 128,
+            dropout: 0.2,
             enc_layers: 2,
             dec_layers: 2,
             d_model: 128,
@@ -112,26 +147,62 @@ impl Default for TransformerShape {
     }
 }
 
-/// Everything that fixes the captioner's parameters and limits.
+impl ModelConfig {
+    /// The rule for each key, checked whatever the kind (a value for another kind is still
+    /// written back to the run's config).
+    #[rustfmt::skip]
+    pub const CHECKS: &'static [Check<ModelConfig>] = &[
+        Check { key: "model.layers", allowed: "1 or 2", violation: |m| outside(m.layers, 1..=2) },
+        Check { key: "model.embed", allowed: "1..=4096", violation: |m| outside(m.embed, 1..=4096) },
+        Check { key: "model.hidden", allowed: "1..=8192", violation: |m| outside(m.hidden, 1..=8192) },
+        Check { key: "model.att_hidden", allowed: "1..=8192", violation: |m| outside(m.att_hidden, 1..=8192) },
+        Check { key: "model.crnn_width", allowed: "1..=1024", violation: |m| outside(m.crnn_width, 1..=1024) },
+        Check { key: "model.enc_layers", allowed: "0..=24", violation: |m| outside(m.enc_layers, 0..=24) },
+        Check { key: "model.dec_layers", allowed: "1..=24", violation: |m| outside(m.dec_layers, 1..=24) },
+        Check { key: "model.heads", allowed: "1..=64", violation: |m| outside(m.heads, 1..=64) },
+        Check { key: "model.d_model", allowed: "8..=4096", violation: |m| outside(m.d_model, 8..=4096) },
+        Check {
+            key: "model.d_model",
+            allowed: "a multiple of model.heads (each head reads d_model / heads values)",
+            violation: |m| {
+                (m.heads > 0 && !m.d_model.is_multiple_of(m.heads)).then(|| {
+                    let lower = (m.d_model / m.heads * m.heads).max(m.heads);
+                    format!("{} with heads = {} (try {lower} or {})", m.d_model, m.heads, lower + m.heads)
+                })
+            },
+        },
+        Check { key: "model.d_ff", allowed: "1..=16384", violation: |m| outside(m.d_ff, 1..=16384) },
+        Check { key: "model.dropout", allowed: "[0, 1)", violation: |m| fails(m.dropout, |x| (0.0..1.0).contains(&x)) },
+    ];
+
+    /// Width of the decoder state (what a value head reads, what the Noam schedule scales by):
+    /// `hidden` for the recurrent models, `d_model` for the Transformer.
+    pub fn state_dim(&self) -> usize {
+        match self.kind {
+            ModelKind::Transformer => self.d_model,
+            ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => self.hidden,
+        }
+    }
+
+    /// Checks every key against its rule; the error names the key and what is allowed.
+    pub fn validate(&self) -> Result<()> {
+        match first_violation(Self::CHECKS, self) {
+            None => Ok(()),
+            Some(v) => Err(ModelError::Config {
+                key: v.key,
+                value: v.value,
+                expected: format!("must be {}", v.allowed),
+            }),
+        }
+    }
+}
+
+/// Everything that fixes the captioner's parameters and limits: the `[model]` section plus what
+/// the data set and the run fix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CaptionerConfig {
-    pub kind: ModelKind,
-    pub rnn: RnnKind,
-    /// Decoder layers, 1 or 2.
-    pub layers: usize,
-    /// Word embedding size.
-    pub embed: usize,
-    /// Decoder hidden size.
-    pub hidden: usize,
-    /// Attention MLP size (att only).
-    pub att_hidden: usize,
-    /// CRNN width `W` (crnn only): channels of convolutions 2–5 and GRU size per direction;
-    /// the embedding has `2W` values (the paper: 128, so 256).
-    pub crnn_width: usize,
-    /// The Transformer's layers and sizes (`transformer` only).
-    pub transformer: TransformerShape,
-    /// Dropout probability in `[0, 1)`, used only when a dropout RNG is given.
-    pub dropout: f32,
+    /// The shape the `[model]` section gives.
+    pub model: ModelConfig,
     /// Vocabulary size including PAD/BOS/EOS/UNK.
     pub vocab_size: usize,
     /// Size of the global feature vector.
@@ -151,7 +222,7 @@ pub struct CaptionerConfig {
 }
 
 impl CaptionerConfig {
-    /// The defaults of the run config (`embed 256`, `hidden 512`, GRU, one layer).
+    /// A `kind` model of the config's default shape, for `vocab_size` words and these features.
     pub fn new(
         kind: ModelKind,
         vocab_size: usize,
@@ -159,15 +230,10 @@ impl CaptionerConfig {
         att: Option<(usize, usize)>,
     ) -> Self {
         Self {
-            kind,
-            rnn: RnnKind::Gru,
-            layers: 1,
-            embed: 256,
-            hidden: 512,
-            att_hidden: 256,
-            crnn_width: 128,
-            transformer: TransformerShape::default(),
-            dropout: 0.2,
+            model: ModelConfig {
+                kind,
+                ..ModelConfig::default()
+            },
             vocab_size,
             fc_dim,
             att,
@@ -177,8 +243,50 @@ impl CaptionerConfig {
         }
     }
 
-    /// Checks every field; the error names the key and the allowed values.
+    /// The captioner a run trains: the `[model]` section, `data`'s vocabulary and features,
+    /// captions of at most `max_len` words and forward passes in `compute` (master weights,
+    /// optimizer moments and checkpoints stay f32 whatever it is); validated.
+    pub fn for_dataset(
+        model: &ModelConfig,
+        data: &Dataset,
+        max_len: usize,
+        compute: Dtype,
+    ) -> Result<Self> {
+        let needs = match model.kind {
+            ModelKind::Crnn => Some((
+                "\"crnn\"",
+                "log-mel frames; prepare audio with `caprl data audio` or `caprl data synth-audio`",
+            )),
+            ModelKind::Att => Some(("\"att\"", "region features; use model.kind = \"fc\"")),
+            ModelKind::Fc | ModelKind::Transformer => None,
+        };
+        if let (Some((kind, needs)), None) = (needs, data.att_shape()) {
+            return Err(ModelError::Config {
+                key: "model.kind",
+                value: kind.to_string(),
+                expected: format!(
+                    "needs {needs} ({} has only global (fc) features)",
+                    data.dir().display()
+                ),
+            });
+        }
+        let c = CaptionerConfig {
+            model: model.clone(),
+            vocab_size: data.vocab.len(),
+            fc_dim: data.fc_dim(),
+            att: data.att_shape(),
+            max_len,
+            dtype: DType::F32,
+            compute_dtype: compute.into(),
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks the shape and what the data set fixes; the error names the key and what would
+    /// work.
     pub fn validate(&self) -> Result<()> {
+        self.model.validate()?;
         let bad = |key: &'static str, value: String, expected: &str| {
             Err(ModelError::Config {
                 key,
@@ -186,26 +294,6 @@ impl CaptionerConfig {
                 expected: expected.to_string(),
             })
         };
-        if !(1..=2).contains(&self.layers) {
-            return bad("model.layers", self.layers.to_string(), "must be 1 or 2");
-        }
-        if !(1..=4096).contains(&self.embed) {
-            return bad("model.embed", self.embed.to_string(), "must be in 1..=4096");
-        }
-        if !(1..=8192).contains(&self.hidden) {
-            return bad(
-                "model.hidden",
-                self.hidden.to_string(),
-                "must be in 1..=8192",
-            );
-        }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return bad(
-                "model.dropout",
-                self.dropout.to_string(),
-                "must be in [0, 1)",
-            );
-        }
         if self.vocab_size < 4 {
             return bad(
                 "vocab_size",
@@ -220,11 +308,11 @@ impl CaptionerConfig {
                 "the data set's fc features must be non-empty",
             );
         }
-        if !(1..=64).contains(&self.max_len) {
+        if let Some(value) = outside(self.max_len, 1..=MAX_CAPTION_WORDS) {
             return bad(
                 "data.max_len",
-                self.max_len.to_string(),
-                "must be in 1..=64",
+                value,
+                &format!("must be in {MAX_CAPTION_WORDS_ALLOWED}"),
             );
         }
         if !matches!(self.dtype, DType::F32 | DType::F64) {
@@ -245,8 +333,8 @@ impl CaptionerConfig {
                 "must be f32, bf16 or f16",
             );
         }
-        if self.kind == ModelKind::Att {
-            match self.att {
+        match self.model.kind {
+            ModelKind::Att => match self.att {
                 Some((r, d)) if r > 0 && d > 0 => {}
                 _ => {
                     return bad(
@@ -255,16 +343,8 @@ impl CaptionerConfig {
                         "needs region features: the data set has none, use kind = \"fc\"",
                     )
                 }
-            }
-            if self.att_hidden == 0 {
-                return bad("model.att_hidden", "0".into(), "must be >= 1");
-            }
-        }
-        if self.kind == ModelKind::Transformer {
-            self.transformer.validate()?;
-        }
-        if self.kind == ModelKind::Crnn {
-            match self.att {
+            },
+            ModelKind::Crnn => match self.att {
                 Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
                 _ => {
                     return bad(
@@ -273,31 +353,21 @@ impl CaptionerConfig {
                         "needs log-mel frames (att features [N, frames >= 4, 64·k]); prepare audio with `caprl data audio` or `caprl data synth-audio`",
                     )
                 }
-            }
-            if !(1..=1024).contains(&self.crnn_width) {
-                return bad(
-                    "model.crnn_width",
-                    self.crnn_width.to_string(),
-                    "must be in 1..=1024",
-                );
-            }
+            },
+            ModelKind::Fc | ModelKind::Transformer => {}
         }
         Ok(())
     }
 
-    /// Width of the decoder state a value head reads: `hidden` for the recurrent models,
-    /// `d_model` for the Transformer.
-    pub fn state_dim(&self) -> usize {
-        match self.kind {
-            ModelKind::Transformer => self.transformer.d_model,
-            ModelKind::Fc | ModelKind::Att | ModelKind::Crnn => self.hidden,
-        }
+    /// The dropout probability of the forward passes (`model.dropout`).
+    pub(crate) fn dropout(&self) -> f32 {
+        self.model.dropout as f32
     }
 
     /// Whether the model reads the `att` features: region features (`att`, and `transformer`
     /// when the data set has them) or log-mel frames (`crnn`).
     pub(crate) fn reads_att(&self) -> bool {
-        match self.kind {
+        match self.model.kind {
             ModelKind::Fc => false,
             ModelKind::Att | ModelKind::Crnn => true,
             ModelKind::Transformer => self.att.is_some(),
@@ -306,71 +376,9 @@ impl CaptionerConfig {
 
     /// Size of the vector the decoder's image projection reads: `2W` for crnn, else `fc_dim`.
     pub(crate) fn feature_dim(&self) -> usize {
-        match self.kind {
-            ModelKind::Crnn => 2 * self.crnn_width,
+        match self.model.kind {
+            ModelKind::Crnn => 2 * self.model.crnn_width,
             _ => self.fc_dim,
         }
-    }
-}
-
-impl TransformerShape {
-    /// Checks the sizes; the error names the key and what would work.
-    fn validate(&self) -> Result<()> {
-        let bad = |key: &'static str, value: String, expected: String| {
-            Err(ModelError::Config {
-                key,
-                value,
-                expected,
-            })
-        };
-        if !(0..=24).contains(&self.enc_layers) {
-            return bad(
-                "model.enc_layers",
-                self.enc_layers.to_string(),
-                "must be in 0..=24".into(),
-            );
-        }
-        if !(1..=24).contains(&self.dec_layers) {
-            return bad(
-                "model.dec_layers",
-                self.dec_layers.to_string(),
-                "must be in 1..=24".into(),
-            );
-        }
-        if !(1..=64).contains(&self.heads) {
-            return bad(
-                "model.heads",
-                self.heads.to_string(),
-                "must be in 1..=64".into(),
-            );
-        }
-        if !(8..=4096).contains(&self.d_model) {
-            return bad(
-                "model.d_model",
-                self.d_model.to_string(),
-                "must be in 8..=4096".into(),
-            );
-        }
-        if !self.d_model.is_multiple_of(self.heads) {
-            let lower = self.d_model / self.heads * self.heads;
-            return bad(
-                "model.d_model",
-                format!("{} with heads = {}", self.d_model, self.heads),
-                format!(
-                    "must be a multiple of model.heads (each head reads d_model / heads values): \
-                     use d_model = {} or {}, or change heads",
-                    lower.max(self.heads),
-                    lower + self.heads
-                ),
-            );
-        }
-        if !(1..=16384).contains(&self.d_ff) {
-            return bad(
-                "model.d_ff",
-                self.d_ff.to_string(),
-                "must be in 1..=16384".into(),
-            );
-        }
-        Ok(())
     }
 }

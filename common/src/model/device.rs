@@ -2,8 +2,8 @@
 
 use candle_core::Device;
 
+use super::device_spec::DeviceSpec;
 use super::error::{ModelError, Result};
-use crate::config::DeviceSpec;
 
 /// Opens the device named by the run config's `device` key: `"cpu"`, `"cuda"` (= `cuda:0`) or
 /// `"cuda:N"`, read by the config's own grammar ([`DeviceSpec`]: one parser for the key and the

@@ -18,24 +18,31 @@
 //! - [`Inputs`], [`batch_tokens`], [`inputs_for_rows`]: what the models read.
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`crnn_param_count`]: the CRNN audio encoder's size (paper 000 reports 679k).
-//! - [`parse_device`], [`open_device`]: `cpu` or `cuda:N` (the config's [`crate::config::DeviceSpec`] grammar).
+//! - [`DeviceSpec`], [`parse_device`], [`open_device`]: `cpu` or `cuda:N`, one grammar for the
+//!   config key and the flags.
 //!
 //! # Adding an architecture
 //!
-//! A new model kind lives in its own folder next to `rnn/` and `transformer/`: a type that
-//! implements [`CaptionModel`](seam::CaptionModel) (teacher forcing, a step decoder for a
-//! snapshot, share, compute dtype) and a [`StepDecoder`](seam::StepDecoder) whose
-//! [`DecodeState`](seam::DecodeState) selects rows, advances one token, returns the logits and
-//! the state a value head reads. Then one registration: its [`ModelKind`] variant (in
-//! `config.rs`, where `CaptionerConfig::reads_att`, `state_dim` and `validate` say which
-//! features it needs and what a value head reads)
-//! mapped to its constructor in `captioner.rs`'s `architecture`. Greedy, sampling, prefix
-//! completion, beam search, save/load and every caller work unchanged.
+//! A new model kind lives in its own folder next to `rnn/` and `transformer/`: a type that holds
+//! a [`ModelBase`](seam::ModelBase) (configuration, device, weights) and implements
+//! [`CaptionModel`](seam::CaptionModel) (the taken tokens' log-probs on the fused path, full
+//! teacher forcing, a step decoder for a snapshot, share; the accessors, the compute dtype and
+//! the rule for when the fused path applies are the seam's defaults), and a
+//! [`StepDecoder`](seam::StepDecoder) whose [`DecodeState`](seam::DecodeState) selects rows,
+//! advances one token, returns the logits and the state a value head reads. Its config keys are
+//! fields of [`ModelConfig`], the `[model]` section, each with its rule in
+//! [`ModelConfig::CHECKS`] and its default in `ModelConfig::default` (`config/default.toml`
+//! states it, checked by a test). Then one registration: its [`ModelKind`] variant mapped to its
+//! constructor in `captioner.rs`'s `architecture` (and in `config.rs`, `reads_att`,
+//! `ModelConfig::state_dim` and `CaptionerConfig::validate` say which features it needs and
+//! what a value head reads). Greedy, sampling, prefix completion, beam search, save/load and
+//! every caller work unchanged.
 
 mod captioner;
 mod config;
 mod decoding;
 mod device;
+mod device_spec;
 mod error;
 mod inputs;
 mod io;
@@ -52,13 +59,17 @@ mod value_head;
 
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::Captioner;
-pub use config::{CaptionerConfig, Dtype, ModelKind, RnnKind, TransformerShape};
+pub use config::{
+    CaptionerConfig, Dtype, ModelConfig, ModelKind, RnnKind, MAX_CAPTION_WORDS,
+    MAX_CAPTION_WORDS_ALLOWED,
+};
 pub use decoding::{
     on_rayon, BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
 };
 pub(crate) use device::keep_elementwise_ops_on_one_thread;
 pub use device::{open_device, parse_device};
+pub use device_spec::{BadDevice, DeviceSpec};
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};
 pub use kernels::{

@@ -27,7 +27,7 @@ pub fn inputs_for_rows(
         false => None,
     };
     let images = Inputs::from_host(&fc, att.as_deref(), distinct.len(), cfg, device)?;
-    if cfg.kind == ModelKind::Crnn {
+    if cfg.model.kind == ModelKind::Crnn {
         return images.expand_rows(&expand);
     }
     if distinct.len() == rows.len() {

@@ -13,8 +13,19 @@ use candle_nn::VarMap;
 
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
-use super::inputs::Inputs;
+use super::inputs::{token_mask, Inputs};
+use super::kernels::kernels_enabled;
 use super::rng::CaprlRng;
+
+/// What every architecture holds besides its handles on the parameters: the configuration, the
+/// device and the weights by stable name. The seam's accessors read it. A clone shares the
+/// weights' storage.
+#[derive(Clone)]
+pub(crate) struct ModelBase {
+    pub(crate) cfg: CaptionerConfig,
+    pub(crate) device: Device,
+    pub(crate) varmap: VarMap,
+}
 
 /// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
 pub struct TeacherForced {
@@ -40,38 +51,67 @@ impl TeacherForced {
 /// One captioning architecture. Its weights live in a candle `VarMap` under stable names,
 /// in the parameters' dtype (`config().dtype`); every pass computes in `config().compute_dtype`.
 pub(crate) trait CaptionModel: Send + Sync {
+    /// The configuration, device and weights.
+    fn base(&self) -> &ModelBase;
+
+    /// The same, to change the compute dtype.
+    fn base_mut(&mut self) -> &mut ModelBase;
+
     /// The model's configuration.
-    fn config(&self) -> &CaptionerConfig;
+    fn config(&self) -> &CaptionerConfig {
+        &self.base().cfg
+    }
 
     /// The device the weights live on.
-    fn device(&self) -> &Device;
+    fn device(&self) -> &Device {
+        &self.base().device
+    }
 
     /// The trainable variables, by stable name.
-    fn varmap(&self) -> &VarMap;
+    fn varmap(&self) -> &VarMap {
+        &self.base().varmap
+    }
 
     /// Another handle on the same weights (their storage is shared).
     fn share(&self) -> Result<Box<dyn CaptionModel>>;
-
-    /// The configuration, to change the compute dtype.
-    fn config_mut(&mut self) -> &mut CaptionerConfig;
 
     /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
     fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
         let mut cfg = self.config().clone();
         cfg.compute_dtype = dtype;
         cfg.validate()?;
-        *self.config_mut() = cfg;
+        self.base_mut().cfg = cfg;
         Ok(())
     }
 
     /// `log p(w_t | w_<t, I)` of the tokens `seqs` `[B, T]` and their mask `[B, T]`, with
-    /// gradients; dropout when `dropout_rng` is given.
+    /// gradients; dropout when `dropout_rng` is given. The fused path
+    /// ([`CaptionModel::fused_token_logprobs`]) when the passes run in the parameters' dtype on a
+    /// device with the CPU kernels; otherwise read off the full log-softmax.
     fn token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<(Tensor, Tensor)>;
+    ) -> Result<(Tensor, Tensor)> {
+        let ModelBase { cfg, device, .. } = self.base();
+        let mask = token_mask(seqs, cfg.dtype, device)?;
+        if cfg.compute_dtype != cfg.dtype || !kernels_enabled(device, cfg.compute_dtype) {
+            let tf = self.teacher_forced(x, seqs, dropout_rng)?;
+            return Ok((tf.taken(seqs, &mask)?, mask));
+        }
+        let logp = self.fused_token_logprobs(x, seqs, dropout_rng)?;
+        Ok((logp.mul(&mask)?, mask))
+    }
+
+    /// Only the taken tokens' `log p` `[B, T]` (unmasked), one graph node from the decoder
+    /// states on: never the `[B, T, V]` log-softmax.
+    fn fused_token_logprobs(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<Tensor>;
 
     /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, H]`, with gradients.
     fn teacher_forced(

@@ -29,24 +29,37 @@ pub(crate) fn tiny_models() -> Vec<TinyModel> {
     let captions = vec![vec![4, 5, 6, 2], vec![7, 2], vec![8, 9, 4, 10, 2]];
     let b = captions.len();
     let mut fc = CaptionerConfig::new(ModelKind::Fc, 12, 6, None);
-    (fc.embed, fc.hidden, fc.max_len, fc.dropout) = (8, 16, 6, 0.2);
+    (
+        fc.model.embed,
+        fc.model.hidden,
+        fc.max_len,
+        fc.model.dropout,
+    ) = (8, 16, 6, 0.2);
     let mut att = CaptionerConfig::new(ModelKind::Att, 12, 6, Some((5, 4)));
-    (att.embed, att.hidden, att.att_hidden, att.max_len) = (8, 12, 10, 6);
-    (att.rnn, att.layers, att.dropout) = (RnnKind::Lstm, 2, 0.2);
+    (
+        att.model.embed,
+        att.model.hidden,
+        att.model.att_hidden,
+        att.max_len,
+    ) = (8, 12, 10, 6);
+    (att.model.rnn, att.model.layers, att.model.dropout) = (RnnKind::Lstm, 2, 0.2);
     let mut crnn = CaptionerConfig::new(ModelKind::Crnn, 12, 6, Some((16, 64)));
-    (crnn.embed, crnn.hidden, crnn.crnn_width, crnn.max_len) = (8, 10, 8, 6);
-    crnn.dropout = 0.0;
+    (
+        crnn.model.embed,
+        crnn.model.hidden,
+        crnn.model.crnn_width,
+        crnn.max_len,
+    ) = (8, 10, 8, 6);
+    crnn.model.dropout = 0.0;
     let mut transformer = CaptionerConfig::new(ModelKind::Transformer, 12, 6, Some((5, 4)));
-    (transformer.max_len, transformer.dropout) = (6, 0.2);
-    transformer.transformer = crate::model::TransformerShape {
-        enc_layers: 2,
-        dec_layers: 2,
-        d_model: 16,
-        heads: 4,
-        d_ff: 24,
-        tie_embed: false,
-        global_region: false,
-    };
+    (transformer.max_len, transformer.model.dropout) = (6, 0.2);
+    transformer.model.enc_layers = 2;
+    transformer.model.dec_layers = 2;
+    transformer.model.d_model = 16;
+    transformer.model.heads = 4;
+    transformer.model.d_ff = 24;
+    transformer.model.tie_embed = false;
+    transformer.model.global_region = false;
     vec![
         TinyModel {
             name: "fc-gru",

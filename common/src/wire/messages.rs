@@ -4,6 +4,40 @@
 use serde::{Deserialize, Serialize};
 
 use super::ids::{PolicyVersion, TaskId};
+use crate::check::{fails, Check};
+
+/// The distribution a sample is drawn from: `softmax(logit / temperature)` over the `top_k`
+/// likeliest words (0 = every word), then over their nucleus of mass `top_p` (1 = all of them).
+/// `[decode]` gives it, the learner puts it in every task, the actor's sampler draws from it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// `T > 0`.
+    pub temperature: f32,
+    /// 0 = off.
+    pub top_k: u32,
+    /// In (0, 1]; 1 = off.
+    pub top_p: f32,
+}
+
+impl Default for Sampling {
+    /// The policy's own distribution: temperature 1, no truncation.
+    fn default() -> Self {
+        Sampling {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+        }
+    }
+}
+
+impl Sampling {
+    /// The rule for each value, under its `[decode]` key.
+    #[rustfmt::skip]
+    pub const CHECKS: &'static [Check<Sampling>] = &[
+        Check { key: "decode.temperature", allowed: "a finite number > 0", violation: |s| fails(s.temperature, |x| x > 0.0 && x.is_finite()) },
+        Check { key: "decode.top_p", allowed: "(0, 1] (1 = no nucleus truncation)", violation: |s| fails(s.top_p, |x| x > 0.0 && x <= 1.0) },
+    ];
+}
 
 /// Learner → actors: decode these images with the given settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,11 +51,8 @@ pub struct RolloutTask {
     pub image_rows: Vec<u32>,
     /// Multinomial samples per image.
     pub samples: u32,
-    pub temperature: f32,
-    /// 0 = off.
-    pub top_k: u32,
-    /// Nucleus mass the samples are drawn from, in (0, 1]; 1 = off.
-    pub top_p: f32,
+    /// What they are drawn from.
+    pub sampling: Sampling,
     /// Forbid EOS right after a bad-ending word (`decode.remove_bad_endings`) in every decode;
     /// each actor finds those words' ids in its own vocabulary.
     pub remove_bad_endings: bool,
@@ -36,7 +67,7 @@ pub struct RolloutTask {
     /// Seed of this task's sampling stream.
     pub seed: u64,
     /// Send the ground-truth captions along as trajectories (WTF-RL).
-    pub with_gt: bool,
+    pub ground_truth: bool,
     /// Monte-Carlo completions per prefix of every sample (mc-pg, paper 003); 0 = none.
     pub mc_rollouts: u32,
 }

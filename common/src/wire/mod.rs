@@ -1,7 +1,8 @@
 //! Message types and the one versioned codec.
 //!
 //! - `ids`: `TaskId`, `PolicyVersion`.
-//! - `messages`: what actors, reward workers and the learner send.
+//! - `messages`: what actors, reward workers and the learner send, and the [`Sampling`]
+//!   parameters a task carries.
 //! - `envelope`: `encode` / `decode` / `peek_kind` with magic, schema
 //!   version, kind byte and size limit; errors are [`WireError`].
 //!
@@ -20,5 +21,5 @@ pub use envelope::{
 pub use error::WireError;
 pub use ids::{PolicyVersion, TaskId};
 pub use messages::{
-    DecodeKind, Heartbeat, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence,
+    DecodeKind, Heartbeat, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout, Sequence,
 };

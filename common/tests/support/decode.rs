@@ -1,29 +1,29 @@
 //! The tiny models, inputs and decode settings of the decoding tests (`model_decode*.rs`).
 #![allow(dead_code)]
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::model::{
     batch_tokens, BadEndings, Captioner, CaptionerConfig, Device, Inputs, ModelKind, RnnKind,
-    SampleOptions, TransformerShape,
+    SampleOptions,
 };
 
 pub fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(kind, 12, 6, Some((4, 5)));
-    cfg.rnn = rnn;
-    cfg.layers = layers;
-    cfg.embed = 8;
-    cfg.hidden = 16;
-    cfg.att_hidden = 8;
+    cfg.model.rnn = rnn;
+    cfg.model.layers = layers;
+    cfg.model.embed = 8;
+    cfg.model.hidden = 16;
+    cfg.model.att_hidden = 8;
     cfg.max_len = 7;
     if kind == ModelKind::Transformer {
-        cfg.transformer = TransformerShape {
-            enc_layers: 1,
-            dec_layers: layers,
-            d_model: 16,
-            heads: 2,
-            d_ff: 20,
-            tie_embed: false,
-            global_region: false,
-        };
+        cfg.model.enc_layers = 1;
+        cfg.model.dec_layers = layers;
+        cfg.model.d_model = 16;
+        cfg.model.heads = 2;
+        cfg.model.d_ff = 20;
+        cfg.model.tie_embed = false;
+        cfg.model.global_region = false;
     }
     cfg
 }
@@ -46,12 +46,14 @@ pub fn configs() -> Vec<CaptionerConfig> {
     ]
 }
 
-pub fn opts(n: usize, temperature: f32, top_k: usize) -> SampleOptions {
+pub fn opts(n: usize, temperature: f32, top_k: u32) -> SampleOptions {
     SampleOptions {
         n_per_input: n,
-        temperature,
-        top_k,
-        top_p: 1.0,
+        sampling: Sampling {
+            temperature,
+            top_k,
+            top_p: 1.0,
+        },
         bad_endings: BadEndings::none(),
         max_len: 7,
     }

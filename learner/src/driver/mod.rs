@@ -60,10 +60,11 @@ use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::Readiness;
-use caprl_common::wire::{self, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
+use caprl_common::wire::{self, PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 
 use crate::error::Doing;
+use crate::objective::Decodes;
 use crate::LearnerError;
 use publish::Versions;
 pub use tasks::task_seed;
@@ -78,26 +79,16 @@ pub struct DriverOptions {
     pub images_per_task: usize,
     /// Images per optimizer step (`train.batch_size`); fixes the tasks per step.
     pub batch_size: usize,
-    pub samples: u32,
-    pub temperature: f32,
-    pub top_k: u32,
-    /// Nucleus mass of the samples; 1 = off.
-    pub top_p: f32,
+    /// What actors decode of each image (the objective's choice).
+    pub decodes: Decodes,
+    /// What the samples are drawn from.
+    pub sampling: Sampling,
     /// Forbid EOS after bad-ending words in every decode.
     pub remove_bad_endings: bool,
-    /// Ask actors for a greedy decode too (the greedy baseline).
-    pub greedy: bool,
-    /// Monte-Carlo completions per prefix of each sample (mc-pg); 0 = none.
-    pub mc_rollouts: u32,
-    /// Beam width of a beam decode per image (WTF-RL's `x^bs`); 0 = none.
-    pub beam: u32,
     /// Groups of diverse beam search of the beam decode; 1 = plain beam search.
     pub beam_groups: u32,
     /// Diversity penalty λ between beam groups.
     pub diversity_lambda: f32,
-    /// Send one ground-truth caption per image along (WTF, the CLIP rewards' text pool and
-    /// the discriminator's real examples).
-    pub with_gt: bool,
     /// The run seed; task seeds derive from (seed, task id).
     pub seed: u64,
     pub max_policy_lag: u64,

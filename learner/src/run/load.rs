@@ -9,7 +9,6 @@ use caprl_common::data::Dataset;
 use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
 
 use super::layout::{InputShape, CONFIG_FILE, INPUTS_FILE, VOCAB_HASH_FILE};
-use super::setup::captioner_config;
 use super::Result;
 use crate::checkpoint;
 use crate::trainer::{Phase, Trainer, VALUE_WEIGHTS, WEIGHTS};
@@ -106,12 +105,13 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
         )
     })?;
     check_inputs(&ck, &data)?;
-    let model_cfg: CaptionerConfig = captioner_config(&cfg, &data)?;
+    let model_cfg =
+        CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;
     let model = Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?;
     let value = match ck.file(VALUE_WEIGHTS).exists() {
         true => Some(ValueHead::load(
             &ck.file(VALUE_WEIGHTS),
-            model_cfg.state_dim(),
+            model_cfg.model.state_dim(),
             device,
         )?),
         false => None,

@@ -30,7 +30,7 @@ use caprl_common::model::{Captioner, CaptionerConfig, Device};
 use caprl_common::telemetry::ResumeRecord;
 
 pub use load::{load_checkpoint, Loaded};
-pub use setup::{adam_params, captioner_config, schedule};
+pub use setup::{adam_params, schedule};
 
 use crate::checkpoint;
 use crate::driver::Driver;
@@ -87,7 +87,8 @@ pub fn train(
         data,
         objective: &objective,
     };
-    let model_cfg = captioner_config(cfg, data)?;
+    let model_cfg =
+        CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
     let adam = adam_params(cfg);
     let ck_root = cfg.checkpoint_dir();
     // `--resume` with nothing to resume starts fresh: a learner pod restarted

@@ -135,7 +135,7 @@ impl Trainer {
     /// Adds a fresh value head unless there is one (restored from a checkpoint, say).
     pub fn ensure_critic(&mut self, adam: AdamWParams) -> Result<(), LearnerError> {
         if self.critic.is_none() {
-            let hidden = self.model.config().state_dim();
+            let hidden = self.model.config().model.state_dim();
             let device = self.model.device().clone();
             self.critic = Some(Critic::new(hidden, &device, adam, self.seed)?);
         }

@@ -84,7 +84,7 @@ impl Trainer {
             true => Some(Critic::load(
                 &ck.file(VALUE_WEIGHTS),
                 &ck.file(VALUE_OPTIM),
-                cfg.state_dim(),
+                cfg.model.state_dim(),
                 device,
                 adam,
             )?),

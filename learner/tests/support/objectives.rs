@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use caprl_common::wire::Sampling;
+
 use caprl_common::data::{synth, Dataset, SynthConfig};
 use caprl_common::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, ModelKind, SampleOptions,
@@ -27,9 +29,9 @@ pub fn tiny_data(dir: &Path) -> Dataset {
 
 pub fn tiny_model(data: &Dataset) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
-    cfg.embed = 16;
-    cfg.hidden = 24;
-    cfg.dropout = 0.0;
+    cfg.model.embed = 16;
+    cfg.model.hidden = 24;
+    cfg.model.dropout = 0.0;
     cfg
 }
 
@@ -54,9 +56,7 @@ pub fn samples(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>>)
             &x,
             &SampleOptions {
                 n_per_input: 2,
-                temperature: 1.0,
-                top_k: 0,
-                top_p: 1.0,
+                sampling: Sampling::default(),
                 bad_endings: caprl_common::model::BadEndings::none(),
                 max_len: 8,
             },

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, Device};
+use caprl_common::model::{Captioner, CaptionerConfig, Device};
 use caprl_common::score::{CiderD, DocFreq};
-use caprl_common::wire::{PolicyVersion, RolloutTask, TaskId};
+use caprl_common::wire::{PolicyVersion, RolloutTask, Sampling, TaskId};
 use serde::Serialize;
 
 use super::transport::{rl_rate, rollout_throughput, snapshot_broadcast};
@@ -246,7 +246,8 @@ fn pycocoevalcap_rate(images: usize) -> Option<f64> {
 fn decoding(sets: &[String]) -> Result<Row> {
     let cfg = caprl_learner::objective::load_checked(None, sets)?;
     let data = Dataset::open(Path::new(&cfg.data.dir))?;
-    let model_cfg = caprl_learner::run::captioner_config(&cfg, &data)?;
+    let model_cfg =
+        CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;
     let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?.decoder()?;
     let rows: Vec<u32> = data.train.iter().take(32).map(|i| i.row as u32).collect();
     let task = RolloutTask {
@@ -255,16 +256,14 @@ fn decoding(sets: &[String]) -> Result<Row> {
         min_version: PolicyVersion(0),
         image_rows: rows.clone(),
         samples: 5,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         remove_bad_endings: false,
         greedy: true,
         beam: 0,
         beam_groups: 1,
         diversity_lambda: 0.0,
         seed: 1,
-        with_gt: false,
+        ground_truth: false,
         mc_rollouts: 0,
     };
     let t = best_of_3(|| {

@@ -65,9 +65,9 @@ fn scene(sr: u32, seconds: f64) -> Vec<f64> {
 
 fn crnn_model(width: usize, frames: usize) -> Result<(Captioner, CaptionerConfig)> {
     let mut cfg = CaptionerConfig::new(ModelKind::Crnn, 80, 64, Some((frames, 64)));
-    cfg.crnn_width = width;
-    cfg.embed = 64;
-    cfg.hidden = 128;
+    cfg.model.crnn_width = width;
+    cfg.model.embed = 64;
+    cfg.model.hidden = 128;
     cfg.max_len = 20;
     let m = Captioner::new(&cfg, &Device::Cpu, 0)?;
     Ok((m, cfg))

@@ -24,6 +24,7 @@ use caprl_common::model::{
     ModelKind, SampleOptions, Tensor, EOS,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_common::wire::Sampling;
 use caprl_learner::objective::xe;
 use caprl_learner::pg;
 use serde::Serialize;
@@ -183,9 +184,7 @@ fn measure(
 
     let sample_opts = SampleOptions {
         n_per_input: SAMPLES,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: l,
     };
@@ -269,13 +268,13 @@ fn bench_config(args: &ModelArgs, hidden: usize, dtype: DType) -> Result<Caption
         other => anyhow::bail!("--kind {other}: expected fc or transformer"),
     };
     let mut cfg = CaptionerConfig::new(kind, args.vocab.max(8), FC_DIM, None);
-    cfg.hidden = hidden;
-    cfg.transformer.d_model = hidden;
-    cfg.transformer.heads = (hidden / 64).max(1);
-    cfg.transformer.d_ff = 4 * hidden;
-    cfg.embed = EMBED;
+    cfg.model.hidden = hidden;
+    cfg.model.d_model = hidden;
+    cfg.model.heads = (hidden / 64).max(1);
+    cfg.model.d_ff = 4 * hidden;
+    cfg.model.embed = EMBED;
     cfg.max_len = args.max_len;
-    cfg.dropout = 0.2;
+    cfg.model.dropout = 0.2;
     cfg.compute_dtype = dtype;
     Ok(cfg)
 }

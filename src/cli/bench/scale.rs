@@ -22,12 +22,11 @@ use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions, Queue};
 use caprl_common::config::RunConfig;
 use caprl_common::data::{synth, Dataset, SynthConfig, Vocab};
-use caprl_common::model::{Captioner, Decoder, ModelError};
+use caprl_common::model::{Captioner, CaptionerConfig, Decoder, ModelError};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 use caprl_learner::driver::Driver;
 use caprl_learner::objective::Objective;
-use caprl_learner::run::captioner_config;
 
 use crate::cli::{write_stdout, Global};
 use crate::roles;
@@ -196,7 +195,8 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     let rt = roles::runtime()?;
     let (stop, shutdown) = ShutdownTrigger::new();
     let learner_bus = rt.block_on(roles::connect(cfg, Some(&url), &Queue::ALL))?;
-    let model_cfg = captioner_config(cfg, data)?;
+    let model_cfg =
+        CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
     let device = caprl_common::model::Device::Cpu;
     let mut roles_running = Vec::new();
     let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);

@@ -22,9 +22,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use caprl_common::model::{
     batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
-    ModelKind, SampleOptions, TransformerShape, EOS,
+    ModelConfig, ModelKind, SampleOptions, EOS,
 };
 use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_common::wire::Sampling;
 use serde::Serialize;
 
 use super::model::random_captions;
@@ -70,7 +71,8 @@ struct Shape {
     vocab: usize,
     regions: usize,
     att_dim: usize,
-    layers: TransformerShape,
+    /// The Transformer's layers and sizes.
+    model: ModelConfig,
     /// Captions in the XE step, and references per image among them.
     xe_rows: usize,
     refs_per_image: usize,
@@ -86,7 +88,10 @@ impl BenchShape {
                 vocab: 66,
                 regions: 4,
                 att_dim: 128,
-                layers: TransformerShape::default(),
+                model: ModelConfig {
+                    kind: ModelKind::Transformer,
+                    ..ModelConfig::default()
+                },
                 xe_rows: 32,
                 refs_per_image: 1,
                 dec_images: 32,
@@ -96,14 +101,14 @@ impl BenchShape {
                 vocab: 10_000,
                 regions: 36,
                 att_dim: 2048,
-                layers: TransformerShape {
+                model: ModelConfig {
+                    kind: ModelKind::Transformer,
                     enc_layers: 3,
                     dec_layers: 3,
                     d_model: 512,
                     heads: 8,
                     d_ff: 2048,
-                    tie_embed: false,
-                    global_region: false,
+                    ..ModelConfig::default()
                 },
                 xe_rows: 50,
                 refs_per_image: 5,
@@ -112,8 +117,8 @@ impl BenchShape {
             },
             BenchShape::CocoRef => {
                 let mut s = BenchShape::Coco.spec();
-                s.layers.enc_layers = 6;
-                s.layers.dec_layers = 6;
+                s.model.enc_layers = 6;
+                s.model.dec_layers = 6;
                 s
             }
         }
@@ -207,9 +212,9 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         s.att_dim,
         Some((s.regions, s.att_dim)),
     );
-    cfg.transformer = s.layers.clone();
+    cfg.model = s.model.clone();
     cfg.max_len = t;
-    cfg.dropout = 0.1;
+    cfg.model.dropout = 0.1;
     let model = Captioner::new(&cfg, &device, 0)?;
     super::model::suppress_eos(&model)?;
     let (x_xe, x_dec) = random_images(&s, &cfg, &device)?;
@@ -243,9 +248,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     let decoder = model.decoder()?;
     let sample = |n: usize| SampleOptions {
         n_per_input: n,
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling::default(),
         bad_endings: caprl_common::model::BadEndings::none(),
         max_len: t,
     };

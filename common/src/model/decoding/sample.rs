@@ -20,22 +20,20 @@ use super::greedy::argmax;
 use super::log_softmax::{host_log_softmax, host_logprob};
 use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
+use crate::check::first_violation;
 use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
+use crate::wire::Sampling;
 
 /// How to sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleOptions {
     /// Samples per input image (rows `i*n .. i*n+n` of the result belong to image `i`).
     pub n_per_input: usize,
-    /// Softmax temperature `T > 0`.
-    pub temperature: f32,
-    /// Keep only the `k` largest logits; 0 = off.
-    pub top_k: usize,
-    /// Keep only the nucleus of probability mass `p ∈ (0, 1]` (after top-k); 1 = off.
-    pub top_p: f32,
+    /// Temperature, top-k and nucleus mass.
+    pub sampling: Sampling,
     /// Words after which EOS may not be drawn (`decode.remove_bad_endings`).
     pub bad_endings: BadEndings,
     /// Maximum words (plus EOS).
@@ -52,22 +50,17 @@ pub(crate) struct Sampler {
 
 impl Sampler {
     fn new(opts: &SampleOptions, rows: usize, rng: &mut CaprlRng) -> Result<Self> {
-        if !(opts.temperature > 0.0 && opts.temperature.is_finite()) {
+        let s = &opts.sampling;
+        if let Some(v) = first_violation(Sampling::CHECKS, s) {
             return Err(ModelError::Input(format!(
-                "decode.temperature = {}: must be a finite number > 0",
-                opts.temperature
-            )));
-        }
-        if !(opts.top_p > 0.0 && opts.top_p <= 1.0) {
-            return Err(ModelError::Input(format!(
-                "decode.top_p = {}: must be in (0, 1] (1 = no nucleus truncation)",
-                opts.top_p
+                "{} = {}: expected {}",
+                v.key, v.value, v.allowed
             )));
         }
         Ok(Self {
-            inv_temp: 1.0 / opts.temperature as f64,
-            top_k: opts.top_k,
-            top_p: opts.top_p as f64,
+            inv_temp: 1.0 / s.temperature as f64,
+            top_k: s.top_k as usize,
+            top_p: s.top_p as f64,
             seed: rng.next_u64(),
             rngs: vec![None; rows],
         })
@@ -290,12 +283,14 @@ impl Decoder {
 mod tests {
     use super::*;
 
-    fn sampler(temperature: f32, top_k: usize, top_p: f32) -> Sampler {
+    fn sampler(temperature: f32, top_k: u32, top_p: f32) -> Sampler {
         let opts = SampleOptions {
             n_per_input: 1,
-            temperature,
-            top_k,
-            top_p,
+            sampling: Sampling {
+                temperature,
+                top_k,
+                top_p,
+            },
             bad_endings: BadEndings::none(),
             max_len: 4,
         };
@@ -362,9 +357,10 @@ mod tests {
         for bad in [0.0, -0.5, 1.5, f32::NAN] {
             let opts = SampleOptions {
                 n_per_input: 1,
-                temperature: 1.0,
-                top_k: 0,
-                top_p: bad,
+                sampling: Sampling {
+                    top_p: bad,
+                    ..Sampling::default()
+                },
                 bad_endings: BadEndings::none(),
                 max_len: 4,
             };

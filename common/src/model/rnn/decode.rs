@@ -134,7 +134,7 @@ impl PackedSteps {
 
 impl RnnSteps {
     pub(crate) fn new(model: &RnnCaptioner) -> Result<Self> {
-        Self::with_word_table(model, model.cfg.vocab_size <= WORD_TABLE_MAX_VOCAB)
+        Self::with_word_table(model, model.base.cfg.vocab_size <= WORD_TABLE_MAX_VOCAB)
     }
 
     /// [`RnnSteps::new`] with or without the word table, whatever the vocabulary.
@@ -144,7 +144,12 @@ impl RnnSteps {
             true => Some(linear(&w.embed, &w.w_ih0, &w.b_ih0)?),
             false => None,
         };
-        let host = HostWeights::new(model.cfg.kind, model.cfg.rnn, &w, word_table.as_ref())?;
+        let host = HostWeights::new(
+            model.base.cfg.model.kind,
+            model.base.cfg.model.rnn,
+            &w,
+            word_table.as_ref(),
+        )?;
         let packed = match host {
             None => PackedSteps::new(&w, word_table.is_some())?,
             Some(_) => None,
@@ -190,7 +195,7 @@ impl<'a> DecodeState<'a> for RnnLive<'a> {
         match (&mut self.live, &s.host) {
             (Live::Host(l), Some(h)) => h.advance(l, tokens)?,
             (Live::Graph { enc, states }, _) => {
-                let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.device)?;
+                let ids = Tensor::from_slice(tokens, tokens.len(), &s.model.base.device)?;
                 let packed = s.packed.as_ref();
                 let gx = match (&s.word_table, packed.and_then(|p| p.word.as_ref())) {
                     (Some(table), _) => table.index_select(&ids, 0)?,
@@ -249,9 +254,9 @@ mod tests {
     fn packed_att_steps_match_the_graph_steps() {
         let (b, regions, dim) = (6, 3, 10);
         let mut cfg = CaptionerConfig::new(ModelKind::Att, 40, 12, Some((regions, dim)));
-        cfg.embed = 16;
-        cfg.hidden = 24;
-        cfg.att_hidden = 8;
+        cfg.model.embed = 16;
+        cfg.model.hidden = 24;
+        cfg.model.att_hidden = 8;
         cfg.max_len = 7;
         let m = RnnCaptioner::new(
             &cfg,
@@ -271,8 +276,8 @@ mod tests {
                 steps.packed = None;
             }
             Decoder {
-                cfg: m.cfg.clone(),
-                device: m.device.clone(),
+                cfg: m.base.cfg.clone(),
+                device: m.base.device.clone(),
                 steps: Box::new(steps),
             }
         };

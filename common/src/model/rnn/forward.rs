@@ -26,7 +26,7 @@ impl RnnCaptioner {
     /// pass reaches the f32 parameters (`∂L/∂w = cast(∂L/∂w_bf16)`); with the parameters'
     /// own dtype it is the identity.
     pub(crate) fn prepare(&self, detach: bool) -> Result<Prepared> {
-        let compute = self.cfg.compute_dtype;
+        let compute = self.base.cfg.compute_dtype;
         let d = |t: &Tensor| -> Result<Tensor> {
             let t = if detach { t.detach() } else { t.clone() };
             Ok(t.to_dtype(compute)?)
@@ -34,7 +34,7 @@ impl RnnCaptioner {
         // Decoding (and the att model's step loop) reads the transposed weights at every step:
         // copy them once, contiguous. The fc model's teacher-forced pass reads each once: the
         // transposed view is enough (the gemm packs it anyway).
-        let per_step = detach || self.cfg.kind == ModelKind::Att;
+        let per_step = detach || self.base.cfg.model.kind == ModelKind::Att;
         let tt = |t: &Tensor| -> Result<Tensor> {
             let t = d(t)?;
             if detach {
@@ -51,10 +51,11 @@ impl RnnCaptioner {
         // PAD and BOS are never emitted: a large negative constant on their logits (finite in
         // f16, whose largest value is 65504: an infinite logit would make `0 · log p` NaN).
         let never = if compute == DType::F16 { -1e4 } else { -1e9 };
-        let mut ban = vec![0f32; self.cfg.vocab_size];
+        let mut ban = vec![0f32; self.base.cfg.vocab_size];
         ban[PAD as usize] = never;
         ban[BOS as usize] = never;
-        let ban = Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(compute)?;
+        let ban = Tensor::from_vec(ban, self.base.cfg.vocab_size, &self.base.device)?
+            .to_dtype(compute)?;
         let mut att = None;
         if let Some(a) = &p.att {
             att = Some((
@@ -110,27 +111,27 @@ impl RnnCaptioner {
         detach: bool,
     ) -> Result<(Encoded, Vec<LayerState>)> {
         let given = if detach { x.detach() } else { x.clone() };
-        let compute = self.cfg.compute_dtype;
+        let compute = self.base.cfg.compute_dtype;
         let x = Inputs {
             fc: given.fc.to_dtype(compute)?,
             att: given.att.clone().map(|a| a.to_dtype(compute)).transpose()?,
             expand: given.expand.clone(),
             images: None,
         };
-        if x.fc.dim(D::Minus1)? != self.cfg.fc_dim {
+        if x.fc.dim(D::Minus1)? != self.base.cfg.fc_dim {
             return Err(ModelError::Input(format!(
                 "fc features have dim {}, the model expects {}",
                 x.fc.dim(D::Minus1)?,
-                self.cfg.fc_dim
+                self.base.cfg.fc_dim
             )));
         }
         let feature = match (&self.p.crnn, &x.att) {
             (Some(c), Some(mel)) => {
-                crnn::check_input(mel, self.cfg.att.map_or(0, |a| a.1))?;
+                crnn::check_input(mel, self.base.cfg.att.map_or(0, |a| a.1))?;
                 let batch_stats = !self.running_norm.load(Ordering::Relaxed);
                 // The encoder runs on its master weights (f32/f64, as batch norm's running
                 // statistics must be); the decoder gets its embedding in the compute dtype.
-                let mel = mel.to_dtype(self.cfg.dtype)?;
+                let mel = mel.to_dtype(self.base.cfg.dtype)?;
                 let v = c.forward(&mel, !detach, batch_stats)?.to_dtype(compute)?;
                 match &x.expand {
                     Some(e) => v.index_select(e, 0)?,
@@ -146,10 +147,10 @@ impl RnnCaptioner {
         };
         let img = linear(&feature, &w.img_w, &w.img_b)?.relu()?;
         let fx = linear(&img, &w.w_fc0, &w.fc0_zero_bias)?;
-        let mut states = Vec::with_capacity(self.cfg.layers);
+        let mut states = Vec::with_capacity(self.base.cfg.model.layers);
         for (wi, bi) in &w.init {
             let h = linear(&img, wi, bi)?.tanh()?;
-            let c = match self.cfg.rnn {
+            let c = match self.base.cfg.model.rnn {
                 RnnKind::Lstm => Some(h.zeros_like()?),
                 RnnKind::Gru => None,
             };
@@ -165,7 +166,7 @@ impl RnnCaptioner {
                 let (u, r, da) = regions.dims3()?;
                 let regions = regions.reshape((u * r, da))?;
                 let proj = regions.matmul(feat_w_t)?.broadcast_add(feat_b)?;
-                let values = match !detach && kernels_enabled(&self.device, compute) {
+                let values = match !detach && kernels_enabled(&self.base.device, compute) {
                     true => AttValues::ContextTerms,
                     false => AttValues::Regions,
                 };
@@ -213,12 +214,22 @@ impl RnnCaptioner {
             gx = (gx + term)?;
         }
         let mut out = Vec::with_capacity(states.len());
-        out.push(cell_step(self.cfg.rnn, &gx, &states[0], &w.cells[0])?);
+        out.push(cell_step(
+            self.base.cfg.model.rnn,
+            &gx,
+            &states[0],
+            &w.cells[0],
+        )?);
         for l in 1..states.len() {
-            let below = dropout(&out[l - 1].h, self.cfg.dropout, drop.as_deref_mut())?;
+            let below = dropout(&out[l - 1].h, self.base.cfg.dropout(), drop.as_deref_mut())?;
             let (wt, b) = &w.upper[l - 1];
             let gx = below.matmul(wt)?.broadcast_add(b)?;
-            out.push(cell_step(self.cfg.rnn, &gx, &states[l], &w.cells[l])?);
+            out.push(cell_step(
+                self.base.cfg.model.rnn,
+                &gx,
+                &states[l],
+                &w.cells[l],
+            )?);
         }
         Ok(out)
     }

@@ -40,14 +40,12 @@ use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
 use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
-use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
+use crate::model::seam::{CaptionModel, ModelBase, StepDecoder, TeacherForced};
 
 /// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
 /// stable names (see [`RnnCaptioner::new`]).
 pub(crate) struct RnnCaptioner {
-    pub(crate) cfg: CaptionerConfig,
-    pub(crate) device: Device,
-    pub(crate) varmap: VarMap,
+    pub(crate) base: ModelBase,
     pub(crate) p: Params,
     /// crnn: batch norm uses running statistics in passes with gradients too.
     pub(crate) running_norm: AtomicBool,
@@ -145,8 +143,8 @@ impl RnnCaptioner {
             ParamOrigin::Seed(seed) => *seed,
             ParamOrigin::Loaded(_) => 0,
         });
-        let (v, e, h) = (cfg.vocab_size, cfg.embed, cfg.hidden);
-        let g = cfg.rnn.gates() * h;
+        let (v, e, h) = (cfg.vocab_size, cfg.model.embed, cfg.model.hidden);
+        let g = cfg.model.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, Init)> = vec![
             ("embed.weight".into(), vec![v, e], Init::Uniform(0.1)),
             (
@@ -159,7 +157,7 @@ impl RnnCaptioner {
             ("logit.weight".into(), vec![v, h], Init::fan_in(h)),
             ("logit.bias".into(), vec![v], Init::fan_in(h)),
         ];
-        for l in 0..cfg.layers {
+        for l in 0..cfg.model.layers {
             let input = if l == 0 { e } else { h };
             shapes.push((format!("init.{l}.weight"), vec![h, e], Init::fan_in(e)));
             shapes.push((format!("init.{l}.bias"), vec![h], Init::fan_in(e)));
@@ -168,16 +166,16 @@ impl RnnCaptioner {
             shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], Init::fan_in(h)));
             shapes.push((format!("rnn.{l}.b_hh"), vec![g], Init::fan_in(h)));
         }
-        if let (ModelKind::Att, Some((_, da))) = (cfg.kind, cfg.att) {
-            let a = cfg.att_hidden;
+        if let (ModelKind::Att, Some((_, da))) = (cfg.model.kind, cfg.att) {
+            let a = cfg.model.att_hidden;
             shapes.push(("att.feat.weight".into(), vec![a, da], Init::fan_in(da)));
             shapes.push(("att.feat.bias".into(), vec![a], Init::fan_in(da)));
             shapes.push(("att.hid.weight".into(), vec![a, h], Init::fan_in(h)));
             shapes.push(("att.score.weight".into(), vec![1, a], Init::fan_in(a)));
             shapes.push(("att.ctx.weight".into(), vec![g, da], Init::fan_in(h)));
         }
-        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.kind, cfg.att) {
-            shapes.extend(crnn::param_shapes(cfg.crnn_width, mels));
+        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.model.kind, cfg.att) {
+            shapes.extend(crnn::param_shapes(cfg.model.crnn_width, mels));
         }
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
@@ -198,9 +196,11 @@ impl RnnCaptioner {
         }
         let p = Params::from_varmap(&varmap, cfg)?;
         Ok(Self {
-            cfg: cfg.clone(),
-            device: device.clone(),
-            varmap,
+            base: ModelBase {
+                cfg: cfg.clone(),
+                device: device.clone(),
+                varmap,
+            },
             p,
             running_norm: AtomicBool::new(false),
         })
@@ -209,43 +209,33 @@ impl RnnCaptioner {
     /// Another handle on the same weights (their storage is shared).
     pub(crate) fn share(&self) -> Result<Self> {
         Ok(Self {
-            cfg: self.cfg.clone(),
-            device: self.device.clone(),
-            varmap: self.varmap.clone(),
-            p: Params::from_varmap(&self.varmap, &self.cfg)?,
+            base: self.base.clone(),
+            p: Params::from_varmap(&self.base.varmap, &self.base.cfg)?,
             running_norm: AtomicBool::new(self.running_norm.load(Ordering::Relaxed)),
         })
     }
 }
 
 impl CaptionModel for RnnCaptioner {
-    fn config(&self) -> &CaptionerConfig {
-        &self.cfg
+    fn base(&self) -> &ModelBase {
+        &self.base
     }
 
-    fn device(&self) -> &Device {
-        &self.device
-    }
-
-    fn varmap(&self) -> &VarMap {
-        &self.varmap
+    fn base_mut(&mut self) -> &mut ModelBase {
+        &mut self.base
     }
 
     fn share(&self) -> Result<Box<dyn CaptionModel>> {
         Ok(Box::new(RnnCaptioner::share(self)?))
     }
 
-    fn config_mut(&mut self) -> &mut CaptionerConfig {
-        &mut self.cfg
-    }
-
-    fn token_logprobs(
+    fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<(Tensor, Tensor)> {
-        RnnCaptioner::token_logprobs(self, x, seqs, dropout_rng)
+    ) -> Result<Tensor> {
+        RnnCaptioner::fused_token_logprobs(self, x, seqs, dropout_rng)
     }
 
     fn teacher_forced(
@@ -270,7 +260,7 @@ impl CaptionModel for RnnCaptioner {
             self.p.crnn.as_ref().ok_or_else(|| {
                 ModelError::Input("audio_encoding needs a model of kind crnn".into())
             })?;
-        let mel = mel.to_dtype(self.cfg.dtype)?;
+        let mel = mel.to_dtype(self.base.cfg.dtype)?;
         Ok((
             c.conv_stack(&mel, false, false)?,
             c.forward(&mel, false, false)?,
@@ -289,7 +279,7 @@ impl Params {
                 .map(|v| v.as_tensor().clone())
                 .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
         };
-        let layers = cfg.layers;
+        let layers = cfg.model.layers;
         let init = (0..layers)
             .map(|l| {
                 Ok((
@@ -308,17 +298,17 @@ impl Params {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let crnn = if cfg.kind == ModelKind::Crnn {
+        let crnn = if cfg.model.kind == ModelKind::Crnn {
             let get_var = |name: &str| -> Result<Var> {
                 data.get(name)
                     .cloned()
                     .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
             };
-            Some(Crnn::from_vars(cfg.crnn_width, &get_var)?)
+            Some(Crnn::from_vars(cfg.model.crnn_width, &get_var)?)
         } else {
             None
         };
-        let att = if cfg.kind == ModelKind::Att {
+        let att = if cfg.model.kind == ModelKind::Att {
             Some(AttParams {
                 feat_w: get("att.feat.weight")?,
                 feat_b: get("att.feat.bias")?,

@@ -14,10 +14,9 @@ use super::cell::{packed_state, run_sequence, unpack_states, CellWeights, LayerS
 use super::fused_att;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
-use crate::model::inputs::{host_tokens, token_mask, Inputs};
+use crate::model::inputs::{host_tokens, Inputs};
 use crate::model::kernels::bias::add_row_bias;
 use crate::model::kernels::dropout::dropout;
-use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::linear::linear;
 use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
@@ -54,27 +53,21 @@ impl RnnCaptioner {
     /// including the first EOS; all non-PAD tokens when there is no EOS). `seqs` is `u32` `[B, T]`:
     /// tokens without BOS, ending at EOS, padded with PAD. Masked positions of `logp` are 0.
     /// Dropout is applied when `dropout_rng` is given (training).
-    pub(crate) fn token_logprobs(
+    pub(crate) fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         mut dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<(Tensor, Tensor)> {
-        let mask = token_mask(seqs, self.cfg.dtype, &self.device)?;
-        let compute = self.cfg.compute_dtype;
-        if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
-            let tf = self.teacher_forced(x, seqs, dropout_rng)?;
-            return Ok((tf.taken(seqs, &mask)?, mask));
-        }
-        // Only the taken tokens' log-probabilities: one node from the states on, which reads
-        // them time-major as the recurrent layer wrote them, with the output dropout inside.
+    ) -> Result<Tensor> {
+        // The states are read time-major as the recurrent layer wrote them, with the output
+        // dropout inside.
         let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
         let (b, t) = seqs.dims2()?;
-        let h = self.cfg.hidden;
+        let h = self.base.cfg.model.hidden;
         let drop = match dropout_rng {
             // Drawn batch-major, as `output_states` draws it, so both passes drop the same units.
-            Some(rng) if self.cfg.dropout > 0.0 => {
-                let batch_major = rng.dropout_mask(b * t * h, self.cfg.dropout);
+            Some(rng) if self.base.cfg.dropout() > 0.0 => {
+                let batch_major = rng.dropout_mask(b * t * h, self.base.cfg.dropout());
                 let mut mask = Vec::with_capacity(b * t * h);
                 for s in 0..t {
                     for r in 0..b {
@@ -93,7 +86,7 @@ impl RnnCaptioner {
             .ok_or_else(|| ModelError::Internal("token log-softmax: unsupported tensors".into()))?
             .reshape((t, b))?
             .t()?;
-        Ok((logp.mul(&mask)?, mask))
+        Ok(logp)
     }
 
     /// The teacher-forced pass: full log-softmax `[B, T, V]` and hidden states `[B, T, H]`.
@@ -106,16 +99,16 @@ impl RnnCaptioner {
         let run = self.teacher_run(x, seqs, dropout_rng.as_deref_mut())?;
         let (b, t) = seqs.dims2()?;
         let w = &run.w;
-        let top = run.hidden(self.cfg.hidden)?;
+        let top = run.hidden(self.base.cfg.model.hidden)?;
         let out = self.output_states(&top, dropout_rng)?;
         let logits =
             linear(&out.reshape((b * t, ()))?, &w.logit_w, &w.logit_b)?.reshape((b, t, ()))?;
         // Log-softmax and the losses after it in the parameters' dtype (f32): a bf16
         // log-sum-exp over the vocabulary loses the small log-probabilities the losses need.
-        let logprobs_full = log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?;
+        let logprobs_full = log_softmax(&logits.to_dtype(self.base.cfg.dtype)?, D::Minus1)?;
         Ok(TeacherForced {
             logprobs_full,
-            hidden: top.transpose(0, 1)?.to_dtype(self.cfg.dtype)?,
+            hidden: top.transpose(0, 1)?.to_dtype(self.base.cfg.dtype)?,
         })
     }
 
@@ -123,7 +116,7 @@ impl RnnCaptioner {
     /// dropout (its mask drawn in that order).
     fn output_states(&self, top: &Tensor, drop: Option<&mut CaprlRng>) -> Result<Tensor> {
         let hidden = top.transpose(0, 1)?;
-        let out = dropout(&hidden, self.cfg.dropout, drop)?;
+        let out = dropout(&hidden, self.base.cfg.dropout(), drop)?;
         Ok(out.contiguous()?)
     }
 
@@ -137,7 +130,7 @@ impl RnnCaptioner {
         let (b, t) = seqs.dims2()?;
         // The tokens come to the host once per pass (not per step): to check them against the
         // vocabulary and to build the time-major input ids.
-        let host = host_tokens(x, seqs, self.cfg.vocab_size)?;
+        let host = host_tokens(x, seqs, self.base.cfg.vocab_size)?;
         // Time-major inputs: step s reads BOS (s = 0) or the target of step s - 1.
         let mut ids = Vec::with_capacity(t * b);
         for s in 0..t {
@@ -145,11 +138,11 @@ impl RnnCaptioner {
                 ids.push(if s == 0 { BOS } else { row[s - 1] });
             }
         }
-        let ids = Tensor::from_vec(ids, t * b, &self.device)?;
+        let ids = Tensor::from_vec(ids, t * b, &self.base.device)?;
         let w = self.prepare(false)?;
         let (enc, mut states) = self.encode(&w, x, false)?;
         let emb = w.embed.index_select(&ids, 0)?;
-        let emb = dropout(&emb, self.cfg.dropout, dropout_rng.as_deref_mut())?;
+        let emb = dropout(&emb, self.base.cfg.dropout(), dropout_rng.as_deref_mut())?;
         let top = match self.fused_path(&w, &enc) {
             Some(path) => {
                 // Layer 0's input term, word and image parts, as one node: `e W_ihᵀ + (b_ih + fx)`.
@@ -221,9 +214,9 @@ impl RnnCaptioner {
             w_a: &aw.w_score_t,
         };
         let regions = (&keys.kv, keys.keys, &keys.image[..]);
-        let s0 = packed_state(self.cfg.rnn, state)?;
+        let s0 = packed_state(self.base.cfg.model.rnn, state)?;
         Ok(Some(fused_att::run(
-            self.cfg.rnn,
+            self.base.cfg.model.rnn,
             gx,
             regions,
             &weights,
@@ -243,8 +236,8 @@ impl RnnCaptioner {
         mut gx: Tensor,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Option<Tensor>> {
-        let kind = self.cfg.rnn;
-        let hidden = self.cfg.hidden;
+        let kind = self.base.cfg.model.rnn;
+        let hidden = self.base.cfg.model.hidden;
         let (t, b, _) = gx.dims3()?;
         let mut top = None;
         for (l, state) in states.iter().enumerate() {
@@ -253,7 +246,7 @@ impl RnnCaptioner {
                     ModelError::Internal("fused decoder: missing the layer below".into())
                 })?;
                 let below = unpack_states(kind, &below, hidden)?.0;
-                let below = dropout(&below, self.cfg.dropout, drop.as_deref_mut())?;
+                let below = dropout(&below, self.base.cfg.dropout(), drop.as_deref_mut())?;
                 let (wt, bias) = &w.upper[l - 1];
                 gx = add_row_bias(&below.reshape((t * b, hidden))?.matmul(wt)?, bias)?
                     .reshape((t, b, ()))?;

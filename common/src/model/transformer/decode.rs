@@ -129,7 +129,7 @@ impl<'a> DecodeState<'a> for TransformerLive<'a> {
         match (&mut self.live, &s.host) {
             (Live::Host(l), Some(h)) => h.advance(l, tokens),
             (Live::Graph(g), _) => {
-                let ids = Tensor::from_slice(tokens, (tokens.len(), 1), &s.model.device)?;
+                let ids = Tensor::from_slice(tokens, (tokens.len(), 1), &s.model.base.device)?;
                 let x = s.model.embed_words(&s.w, &ids, g.pos, None)?;
                 let top = s
                     .model
@@ -174,7 +174,7 @@ impl TransformerLive<'_> {
         };
         match &self.live {
             Live::Graph(g) => g.top.clone().ok_or_else(not_yet),
-            Live::Host(h) => h.top(&self.steps.model.device)?.ok_or_else(not_yet),
+            Live::Host(h) => h.top(&self.steps.model.base.device)?.ok_or_else(not_yet),
         }
     }
 }

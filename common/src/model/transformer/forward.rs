@@ -65,22 +65,22 @@ impl TransformerCaptioner {
             None => global.clone(),
         };
         let dim = regions.dim(D::Minus1)?;
-        if dim != source_dim(&self.cfg) {
+        if dim != source_dim(&self.base.cfg) {
             return Err(ModelError::Input(format!(
                 "region features have dim {dim}, the model expects {}",
-                source_dim(&self.cfg)
+                source_dim(&self.base.cfg)
             )));
         }
         let prepare = |t: Tensor| -> Result<Tensor> {
             let t = if detach { t.detach() } else { t };
-            Ok(t.to_dtype(self.cfg.compute_dtype)?)
+            Ok(t.to_dtype(self.base.cfg.compute_dtype)?)
         };
         let mut h = relu(&w.src.forward(&prepare(regions)?)?)?;
         if let Some(src_fc) = &w.src_fc {
             let g = relu(&src_fc.forward(&prepare(global)?)?)?;
             h = Tensor::cat(&[&h, &g], 1)?;
         }
-        let p = self.cfg.dropout;
+        let p = self.base.cfg.dropout();
         let mut h = dropout(&h, p, drop.as_deref_mut())?;
         for layer in &w.encoder {
             h = self.encoder_layer(layer, &h, drop.as_deref_mut())?;
@@ -109,7 +109,7 @@ impl TransformerCaptioner {
         x: &Tensor,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let p = self.cfg.dropout;
+        let p = self.base.cfg.dropout();
         let y = layer_norm(x, &l.norm1)?;
         let a = self.self_attention(&l.attn, &y, false, None, drop.as_deref_mut())?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
@@ -132,10 +132,10 @@ impl TransformerCaptioner {
             .embed
             .index_select(&ids.flatten_all()?, 0)?
             .reshape((b, t, d))?;
-        let pe = Tensor::from_vec(positions(first_pos, t, d), (1, t, d), &self.device)?
+        let pe = Tensor::from_vec(positions(first_pos, t, d), (1, t, d), &self.base.device)?
             .to_dtype(e.dtype())?;
         let x = (e * (d as f64).sqrt())?.broadcast_add(&pe)?;
-        dropout(&x, self.cfg.dropout, drop)
+        dropout(&x, self.base.cfg.dropout(), drop)
     }
 
     /// The decoder over the word inputs `x` `[B, T, d]`, `cross` each layer's memory keys and
@@ -170,7 +170,7 @@ impl TransformerCaptioner {
         cache: Option<&mut KvCache>,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<Tensor> {
-        let (p, heads) = (self.cfg.dropout, self.shape().heads);
+        let (p, heads) = (self.base.cfg.dropout(), self.shape().heads);
         let y = layer_norm(x, &l.norm1)?;
         let a = self.self_attention(&l.attn, &y, causal, cache, drop.as_deref_mut())?;
         let x = (x + dropout(&a, p, drop.as_deref_mut())?)?;
@@ -208,7 +208,7 @@ impl TransformerCaptioner {
             c.k = Some(k.clone());
             c.v = Some(v.clone());
         }
-        let a = attention(&q, &k, &v, causal, self.cfg.dropout, drop)?;
+        let a = attention(&q, &k, &v, causal, self.base.cfg.dropout(), drop)?;
         attn.out.forward(&merge_heads(&a)?)
     }
 }

@@ -116,8 +116,8 @@ impl HostWeights {
     /// The host layout of the detached weights `w`, when the model decodes on the CPU in f32
     /// with the kernels on; `None` sends decoding down the graph path.
     pub(crate) fn new(model: &TransformerCaptioner, w: &Weights) -> Result<Option<Self>> {
-        let compute = model.cfg.compute_dtype;
-        if compute != DType::F32 || !kernels_enabled(&model.device, compute) {
+        let compute = model.base.cfg.compute_dtype;
+        if compute != DType::F32 || !kernels_enabled(&model.base.device, compute) {
             return Ok(None);
         }
         let s = model.shape();
@@ -145,7 +145,7 @@ impl HostWeights {
             d,
             heads: s.heads,
             embed,
-            positions: positions(0, model.cfg.max_len + 2, d),
+            positions: positions(0, model.base.cfg.max_len + 2, d),
             layers,
             norm: HostNorm::new(&w.dec_norm)?,
             logit: packed(&w.logit)?,

@@ -31,21 +31,19 @@ use candle_nn::VarMap;
 
 use self::layers::{Linear, Norm};
 use crate::model::captioner::ParamOrigin;
-use crate::model::config::{CaptionerConfig, TransformerShape};
+use crate::model::config::{CaptionerConfig, ModelConfig};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
 use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
-use crate::model::seam::{CaptionModel, StepDecoder, TeacherForced};
+use crate::model::seam::{CaptionModel, ModelBase, StepDecoder, TeacherForced};
 use crate::model::{BOS, PAD};
 
 /// The Transformer captioner. Owns its weights in a [`VarMap`] under the names that
 /// [`Weights::visit`] lists.
 pub(crate) struct TransformerCaptioner {
-    pub(crate) cfg: CaptionerConfig,
-    pub(crate) device: Device,
-    pub(crate) varmap: VarMap,
+    pub(crate) base: ModelBase,
     /// Handles on the parameters by name (they share storage with the `VarMap`'s vars), so
     /// that a pass reads them without locking the `VarMap`.
     params: HashMap<String, Tensor>,
@@ -111,7 +109,7 @@ impl Weights {
     /// what `param` returns for each: a fresh draw (initialisation) or the stored tensor (a
     /// handle on the `VarMap`, or a prepared copy).
     fn visit(cfg: &CaptionerConfig, param: &mut ParamSource) -> Result<Self> {
-        let s = &cfg.transformer;
+        let s = &cfg.model;
         let d = s.d_model;
         let mut linear = |name: &str, out: usize, inp: usize, blocks: usize| -> Result<Linear> {
             Ok(Linear {
@@ -272,24 +270,26 @@ impl TransformerCaptioner {
             })?;
         }
         Ok(Self {
-            cfg: cfg.clone(),
-            device: device.clone(),
-            varmap,
+            base: ModelBase {
+                cfg: cfg.clone(),
+                device: device.clone(),
+                varmap,
+            },
             params,
         })
     }
 
     /// The shape of the layers.
-    pub(crate) fn shape(&self) -> &TransformerShape {
-        &self.cfg.transformer
+    pub(crate) fn shape(&self) -> &ModelConfig {
+        &self.base.cfg.model
     }
 
     /// The weights for one pass: cast to the compute dtype (a graph node when not detached, so
     /// a bf16 pass's gradients reach the f32 parameters), detached for decoding, and PAD and
     /// BOS banned in the output bias (a large finite negative: `0 · log p` must stay 0).
     pub(crate) fn prepare(&self, detach: bool) -> Result<Weights> {
-        let compute = self.cfg.compute_dtype;
-        let mut w = Weights::visit(&self.cfg, &mut |name, _, _| {
+        let compute = self.base.cfg.compute_dtype;
+        let mut w = Weights::visit(&self.base.cfg, &mut |name, _, _| {
             let t = self
                 .params
                 .get(name)
@@ -299,48 +299,41 @@ impl TransformerCaptioner {
             Ok(t.to_dtype(compute)?)
         })?;
         let never = if compute == DType::F16 { -1e4 } else { -1e9 };
-        let mut ban = vec![0f32; self.cfg.vocab_size];
+        let mut ban = vec![0f32; self.base.cfg.vocab_size];
         ban[PAD as usize] = never;
         ban[BOS as usize] = never;
-        let ban = Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(compute)?;
+        let ban = Tensor::from_vec(ban, self.base.cfg.vocab_size, &self.base.device)?
+            .to_dtype(compute)?;
         w.logit.b = w.logit.b.add(&ban)?;
         Ok(w)
     }
 
     /// Another handle on the same weights (their storage is shared).
     pub(crate) fn share(&self) -> Result<Self> {
-        Self::on_varmap(&self.cfg, &self.device, self.varmap.clone())
+        Self::on_varmap(&self.base.cfg, &self.base.device, self.base.varmap.clone())
     }
 }
 
 impl CaptionModel for TransformerCaptioner {
-    fn config(&self) -> &CaptionerConfig {
-        &self.cfg
+    fn base(&self) -> &ModelBase {
+        &self.base
     }
 
-    fn device(&self) -> &Device {
-        &self.device
-    }
-
-    fn varmap(&self) -> &VarMap {
-        &self.varmap
+    fn base_mut(&mut self) -> &mut ModelBase {
+        &mut self.base
     }
 
     fn share(&self) -> Result<Box<dyn CaptionModel>> {
         Ok(Box::new(TransformerCaptioner::share(self)?))
     }
 
-    fn config_mut(&mut self) -> &mut CaptionerConfig {
-        &mut self.cfg
-    }
-
-    fn token_logprobs(
+    fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<(Tensor, Tensor)> {
-        TransformerCaptioner::token_logprobs(self, x, seqs, dropout_rng)
+    ) -> Result<Tensor> {
+        TransformerCaptioner::fused_token_logprobs(self, x, seqs, dropout_rng)
     }
 
     fn teacher_forced(

@@ -7,8 +7,7 @@ use candle_nn::ops::log_softmax;
 use super::layers::Linear;
 use super::TransformerCaptioner;
 use crate::model::error::{ModelError, Result};
-use crate::model::inputs::{host_tokens, token_mask, Inputs};
-use crate::model::kernels::kernels_enabled;
+use crate::model::inputs::{host_tokens, Inputs};
 use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::TeacherForced;
@@ -27,19 +26,12 @@ struct TeacherRun {
 impl TransformerCaptioner {
     /// `log p(w_t | w_<t, I)` of `seqs` and their mask (see
     /// [`Captioner::token_logprobs`](crate::model::Captioner::token_logprobs)).
-    pub(crate) fn token_logprobs(
+    pub(crate) fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
         dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<(Tensor, Tensor)> {
-        let mask = token_mask(seqs, self.cfg.dtype, &self.device)?;
-        let compute = self.cfg.compute_dtype;
-        if compute != self.cfg.dtype || !kernels_enabled(&self.device, compute) {
-            let tf = self.teacher_forced(x, seqs, dropout_rng)?;
-            return Ok((tf.taken(seqs, &mask)?, mask));
-        }
-        // Only the taken tokens' log-probabilities: one node from the states on.
+    ) -> Result<Tensor> {
         let run = self.teacher_run(x, seqs, dropout_rng)?;
         let (b, t) = seqs.dims2()?;
         let d = self.shape().d_model;
@@ -53,7 +45,7 @@ impl TransformerCaptioner {
         )?
         .ok_or_else(|| ModelError::Internal("token log-softmax: unsupported tensors".into()))?
         .reshape((b, t))?;
-        Ok((logp.mul(&mask)?, mask))
+        Ok(logp)
     }
 
     /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, d]`.
@@ -68,8 +60,8 @@ impl TransformerCaptioner {
         // Log-softmax and the losses after it in the parameters' dtype (f32), as the recurrent
         // models do: a bf16 log-sum-exp over the vocabulary loses small log-probabilities.
         Ok(TeacherForced {
-            logprobs_full: log_softmax(&logits.to_dtype(self.cfg.dtype)?, D::Minus1)?,
-            hidden: run.states.to_dtype(self.cfg.dtype)?,
+            logprobs_full: log_softmax(&logits.to_dtype(self.base.cfg.dtype)?, D::Minus1)?,
+            hidden: run.states.to_dtype(self.base.cfg.dtype)?,
         })
     }
 
@@ -80,7 +72,7 @@ impl TransformerCaptioner {
         seqs: &Tensor,
         mut drop: Option<&mut CaprlRng>,
     ) -> Result<TeacherRun> {
-        let host = host_tokens(x, seqs, self.cfg.vocab_size)?;
+        let host = host_tokens(x, seqs, self.base.cfg.vocab_size)?;
         let (b, t) = seqs.dims2()?;
         if t == 0 {
             return Err(ModelError::Input(
@@ -91,7 +83,7 @@ impl TransformerCaptioner {
             .iter()
             .flat_map(|row| std::iter::once(BOS).chain(row[..t - 1].iter().copied()))
             .collect();
-        let ids = Tensor::from_vec(ids, (b, t), &self.device)?;
+        let ids = Tensor::from_vec(ids, (b, t), &self.base.device)?;
         let w = self.prepare(false)?;
         let memory = self.encode(&w, x, false, drop.as_deref_mut())?;
         let words = self.embed_words(&w, &ids, 0, drop.as_deref_mut())?;

@@ -6,13 +6,14 @@ use crate::model::{
     BeamOptions, CaprlRng, CaptionerConfig, Decoder, Device, Inputs, ModelKind, RnnKind,
     SampleOptions,
 };
+use crate::wire::Sampling;
 
 fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 30, 12, None);
-    cfg.rnn = rnn;
-    cfg.layers = layers;
-    cfg.embed = 16;
-    cfg.hidden = 64;
+    cfg.model.rnn = rnn;
+    cfg.model.layers = layers;
+    cfg.model.embed = 16;
+    cfg.model.hidden = 64;
     cfg.max_len = 6;
     let m = RnnCaptioner::new(
         &cfg,
@@ -43,8 +44,8 @@ fn decoder_with(m: &RnnCaptioner, host: bool, table: bool) -> (Decoder, Option<u
     }
     let blocks = steps.host.as_ref().map(|h| h.blocks());
     let decoder = Decoder {
-        cfg: m.cfg.clone(),
-        device: m.device.clone(),
+        cfg: m.base.cfg.clone(),
+        device: m.base.device.clone(),
         steps: Box::new(steps),
     };
     (decoder, blocks)
@@ -61,9 +62,11 @@ type Outputs = (
 fn decode_all(d: &Decoder, x: &Inputs) -> Outputs {
     let opts = SampleOptions {
         n_per_input: 3,
-        temperature: 0.9,
-        top_k: 0,
-        top_p: 1.0,
+        sampling: Sampling {
+            temperature: 0.9,
+            top_k: 0,
+            top_p: 1.0,
+        },
         bad_endings: crate::model::BadEndings::none(),
         max_len: 6,
     };

@@ -1,11 +1,9 @@
-//! The `device` key: `cpu` or `cuda:N`.
+//! The `device` key and flag: `cpu` or `cuda:N`, one grammar for both.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-
-use super::error::ConfigError;
 
 /// Where tensors live. Written in TOML as `"cpu"` or `"cuda:N"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -16,11 +14,18 @@ pub enum DeviceSpec {
     Cuda(usize),
 }
 
-impl FromStr for DeviceSpec {
-    type Err = ConfigError;
+/// A device name that is neither `cpu` nor `cuda:N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("device `{value}` is not valid; expected \"cpu\" or \"cuda:N\" (N = 0, 1, ...)")]
+pub struct BadDevice {
+    pub value: String,
+}
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || ConfigError::BadDevice {
+impl FromStr for DeviceSpec {
+    type Err = BadDevice;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        let bad = || BadDevice {
             value: s.to_string(),
         };
         match s {
@@ -39,9 +44,9 @@ impl FromStr for DeviceSpec {
 }
 
 impl TryFrom<String> for DeviceSpec {
-    type Error = ConfigError;
+    type Error = BadDevice;
 
-    fn try_from(s: String) -> Result<Self, Self::Error> {
+    fn try_from(s: String) -> std::result::Result<Self, Self::Error> {
         s.parse()
     }
 }

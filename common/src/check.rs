@@ -1,0 +1,56 @@
+//! Rules over a typed config section: the key each one is about, what is allowed (for the
+//! message) and a function returning the offending value when the rule fails. The section's
+//! owner writes its rules once; loading a run config and building a model both run them.
+
+use std::fmt::Display;
+use std::ops::RangeBounds;
+
+/// One rule about one key of a `T`.
+pub struct Check<T> {
+    /// The key as the config file names it (`model.d_model`).
+    pub key: &'static str,
+    /// What is allowed, for the message (`8..=4096`).
+    pub allowed: &'static str,
+    /// The offending value, written for the message, when the rule fails.
+    pub violation: fn(&T) -> Option<String>,
+}
+
+/// The first rule `value` fails: its key, the offending value and what is allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    pub key: &'static str,
+    pub value: String,
+    pub allowed: &'static str,
+}
+
+/// The first of `checks` that `value` fails.
+pub fn first_violation<T>(checks: &[Check<T>], value: &T) -> Option<Violation> {
+    checks.iter().find_map(|check| {
+        (check.violation)(value).map(|offending| Violation {
+            key: check.key,
+            value: offending,
+            allowed: check.allowed,
+        })
+    })
+}
+
+/// What each of `checks` about `key` allows.
+pub fn allowed_for<'a, T>(
+    checks: &'a [Check<T>],
+    key: &'a str,
+) -> impl Iterator<Item = &'static str> + 'a {
+    checks
+        .iter()
+        .filter(move |c| c.key == key)
+        .map(|c| c.allowed)
+}
+
+/// `value`, written, when it is outside `range`.
+pub fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) -> Option<String> {
+    (!range.contains(&value)).then(|| value.to_string())
+}
+
+/// `value`, written, when `ok` refuses it.
+pub fn fails<T: Copy + Display>(value: T, ok: impl Fn(T) -> bool) -> Option<String> {
+    (!ok(value)).then(|| value.to_string())
+}
