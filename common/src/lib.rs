@@ -1,4 +1,8 @@
-//! caprl-common: what every caprl role shares.
+//! caprl-common: what every caprl role shares. The lower layers are crates of their own,
+//! re-exported here under the paths the roles use: `caprl-wire` ([`wire`], [`check`]),
+//! `caprl-data` ([`data`]), `caprl-model` ([`model`], [`fastmath`], [`optim`], [`selftest`])
+//! and `caprl-score` ([`score`]). What stays here joins them into a run: the config, the bus,
+//! the roles' loop, telemetry, CLIP and the snapshot.
 //!
 //! - [`clip`]: joint text–image embeddings (own dual encoder, Hugging Face CLIP loader), the
 //!   discriminator and retrieval metrics of paper 004.
@@ -23,19 +27,17 @@
 //! - [`process`]: the process-wide settings the binary and benchmarks start with.
 
 pub mod bus;
-pub mod check;
 pub mod clip;
 pub mod config;
-pub mod data;
-pub mod fastmath;
-pub mod model;
-pub mod optim;
 pub mod process;
 pub mod progress;
 pub mod role;
-pub use caprl_score as score;
-pub mod selftest;
 pub mod shutdown;
 pub mod snapshot;
 pub mod telemetry;
-pub mod wire;
+
+pub use caprl_data as data;
+pub use caprl_model::{fastmath, model, optim, selftest};
+pub use caprl_score as score;
+pub use caprl_wire as wire;
+pub use caprl_wire::check;

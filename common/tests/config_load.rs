@@ -254,7 +254,6 @@ fn every_range_the_default_file_states_is_its_keys_rule() {
     let mut section = String::new();
     let mut checked = 0;
     let mut drifted: Vec<String> = Vec::new();
-    let mut drifted = Vec::new();
     for line in DEFAULT_TOML.lines() {
         let line = line.trim();
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""NumPy reference for caprl's log-mel front end (common/src/data/audio/logmel.rs).
+"""NumPy reference for caprl's log-mel front end (common/data/src/audio/logmel.rs).
 
 Writes common/tests/data/audio/logmel_sine_reference.json: the log-mel spectrogram of
 0.5 s of 0.5*sin(2*pi*440 t) + 0.25*sin(2*pi*3000 t) at 16 kHz with the paper's settings

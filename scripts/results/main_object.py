@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-# Surface forms of the synthetic world's colours and shapes (common/src/data/synth/world.rs);
+# Surface forms of the synthetic world's colours and shapes (common/data/src/synth/world.rs);
 # scenes.json names each value by its first form.
 COLOURS = {"violet": "purple"}
 SHAPES = {"block": "cube", "ball": "sphere", "tube": "cylinder", "hoop": "ring"}

@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::data::tokenize;
-use crate::data::{DataError, SplitName};
+use crate::tokenize;
+use crate::{DataError, SplitName};
 
 /// Clotho's split names and the data set split each becomes.
 pub const CLOTHO_SPLITS: [(&str, SplitName); 3] = [

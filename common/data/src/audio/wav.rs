@@ -6,7 +6,7 @@ use std::path::Path;
 
 use hound::{SampleFormat, WavReader};
 
-use crate::data::DataError;
+use crate::DataError;
 
 /// Most channels accepted for a downmix (7.1 surround).
 pub const MAX_CHANNELS: u16 = 8;

@@ -71,7 +71,7 @@ fn open_cuda(_ordinal: usize) -> std::result::Result<Device, String> {
 /// threads measured slower than on 1. With this, matmuls still use `RAYON_NUM_THREADS` threads.
 /// Call it first thing in `main`, before any other thread exists and before the first tensor op
 /// (candle reads the variable once, when its pool starts).
-pub(crate) fn keep_elementwise_ops_on_one_thread() {
+pub fn keep_elementwise_ops_on_one_thread() {
     if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
         std::env::set_var("CANDLE_NUM_THREADS", "1");
     }

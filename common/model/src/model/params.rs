@@ -18,7 +18,7 @@ use super::rng::CaprlRng;
 
 /// How a parameter starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Init {
+pub enum Init {
     /// Uniform in `[−bound, bound)`, one draw per value in row-major order.
     Uniform(f64),
     /// Every value `c`; nothing is drawn.
@@ -28,18 +28,18 @@ pub(crate) enum Init {
 impl Init {
     /// PyTorch's default for linear and recurrent layers: uniform `±1/√fan_in` (a zero fan-in
     /// counts as one).
-    pub(crate) fn fan_in(fan_in: usize) -> Init {
+    pub fn fan_in(fan_in: usize) -> Init {
         Init::Uniform(1.0 / (fan_in.max(1) as f64).sqrt())
     }
 
     /// Xavier (Glorot) uniform: `±√(6 / (fan_in + fan_out))`.
-    pub(crate) fn xavier(fan_in: usize, fan_out: usize) -> Init {
+    pub fn xavier(fan_in: usize, fan_out: usize) -> Init {
         Init::Uniform((6.0 / (fan_in + fan_out) as f64).sqrt())
     }
 }
 
 /// The `n` initial values of a parameter, drawn from `rng` when `init` is uniform.
-pub(crate) fn draw(init: Init, n: usize, rng: &mut CaprlRng) -> Vec<f64> {
+pub fn draw(init: Init, n: usize, rng: &mut CaprlRng) -> Vec<f64> {
     match init {
         Init::Uniform(bound) => (0..n)
             .map(|_| (2.0 * rng.uniform_open() - 1.0) * bound)
@@ -60,7 +60,7 @@ pub fn locked(varmap: &VarMap) -> Result<MutexGuard<'_, HashMap<String, Var>>, P
 
 /// Why [`checked`] found no usable parameter.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Lookup {
+pub enum Lookup {
     #[error(transparent)]
     Poisoned(#[from] Poisoned),
     #[error("tensor `{0}` is missing")]
@@ -74,7 +74,7 @@ pub(crate) enum Lookup {
 }
 
 /// The tensor `name` of `varmap`, checked to have `shape`.
-pub(crate) fn checked(varmap: &VarMap, name: &str, shape: &[usize]) -> Result<Tensor, Lookup> {
+pub fn checked(varmap: &VarMap, name: &str, shape: &[usize]) -> Result<Tensor, Lookup> {
     let data = locked(varmap)?;
     let t = data
         .get(name)

@@ -6,7 +6,7 @@ use crate::model::{
     BeamOptions, CaprlRng, CaptionerConfig, Decoder, Device, Inputs, ModelKind, RnnKind,
     SampleOptions,
 };
-use crate::wire::Sampling;
+use caprl_wire::Sampling;
 
 fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 30, 12, None);

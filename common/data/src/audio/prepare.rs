@@ -21,8 +21,8 @@ use super::clotho::{clotho_csv, read_clotho_csv, ClothoClip, CLOTHO_SPLITS};
 use super::logmel::{LogMel, MelConfig};
 use super::resample::resample;
 use super::wav::read_wav;
-use crate::data::atomic::{write_atomic, write_json_atomic};
-use crate::data::{write_safetensors, DataError, SplitName, CAPTIONS_CSV, VOCAB_JSON};
+use crate::atomic::{write_atomic, write_json_atomic};
+use crate::{write_safetensors, DataError, SplitName, CAPTIONS_CSV, VOCAB_JSON};
 
 /// Normalisation statistics and settings saved with the data set.
 pub const AUDIO_NORM_JSON: &str = "audio_norm.json";

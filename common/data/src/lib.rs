@@ -1,8 +1,8 @@
-//! Data layer: caption tokenizer, vocabulary, data set formats (Karpathy-split JSON and a
+//! caprl-data, the data layer: caption tokenizer, vocabulary, data set formats (Karpathy-split JSON and a
 //! simple custom CSV/JSON, with features in safetensors or per-image `.npy`), validation
 //! with errors that name the file and the fix, the synthetic captioning task and summaries.
 
-pub(crate) mod atomic;
+pub mod atomic;
 pub mod audio;
 mod custom;
 mod dataset;

@@ -8,8 +8,8 @@ use candle_core::DType;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ModelError, Result};
-use crate::check::{fails, first_violation, outside, Check};
-use crate::data::Dataset;
+use caprl_data::Dataset;
+use caprl_wire::check::{fails, first_violation, outside, Check};
 
 /// `fc`: global feature only; `att`: additive attention over region features; `crnn`: the
 /// CRNN audio encoder (paper 000) over log-mel frames (the `att` features), its embedding used

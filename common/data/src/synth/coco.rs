@@ -20,7 +20,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::stream;
-use crate::data::error::DataError;
+use crate::error::DataError;
 
 pub(crate) const FC_DIM: usize = 2048;
 pub(crate) const REGIONS: usize = 36;

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::error::DataError;
 
 /// Write `bytes` to `path` atomically (temp file in the same directory, then rename).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -30,10 +30,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
 }
 
 /// Serialize `value` as pretty JSON (trailing newline) and write it atomically.
-pub(crate) fn write_json_atomic<T: serde::Serialize>(
-    path: &Path,
-    value: &T,
-) -> Result<(), DataError> {
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), DataError> {
     let mut bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| DataError::invalid(path, format!("cannot serialize JSON: {e}")))?;
     bytes.push(b'\n');

@@ -20,12 +20,12 @@ use super::greedy::argmax;
 use super::log_softmax::{host_log_softmax, host_logprob};
 use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
-use crate::check::first_violation;
 use crate::fastmath::exp_f32;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
-use crate::wire::Sampling;
+use caprl_wire::check::first_violation;
+use caprl_wire::Sampling;
 
 /// How to sample.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,8 +21,8 @@ use rand_chacha::ChaCha8Rng;
 use super::clotho::{clotho_csv, CAPTION_COLUMNS, CLOTHO_SPLITS};
 use super::prepare::{prepare_clotho, PrepareConfig, PrepareSummary};
 use super::wav::write_wav_i16;
-use crate::data::atomic::write_atomic;
-use crate::data::DataError;
+use crate::atomic::write_atomic;
+use crate::DataError;
 
 /// What to generate.
 #[derive(Debug, Clone)]

@@ -4,8 +4,8 @@
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::{ModelError, Result};
 use super::inputs::{first_appearances, Inputs};
-use crate::data::Dataset;
 use candle_core::Device;
+use caprl_data::Dataset;
 
 /// Features of `rows` (feature-store rows) as one batch on `device`. Each distinct image is
 /// loaded once however often it repeats in `rows` (its references, its samples): the crnn model

@@ -1,4 +1,5 @@
-//! Message types and the one versioned codec.
+//! caprl-wire: the message types every role exchanges and the one versioned codec, plus
+//! [`check`], the rules a config section's owner writes once.
 //!
 //! - `ids`: `TaskId`, `PolicyVersion`.
 //! - `messages`: what actors, reward workers and the learner send, and the [`Sampling`]
@@ -9,6 +10,7 @@
 //! The size limit passed to `encode`/`decode` is normally
 //! `config.nats.max_message_bytes`.
 
+pub mod check;
 mod envelope;
 mod error;
 mod ids;

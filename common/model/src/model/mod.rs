@@ -67,7 +67,7 @@ pub use decoding::{
     on_rayon, BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
 };
-pub(crate) use device::keep_elementwise_ops_on_one_thread;
+pub use device::keep_elementwise_ops_on_one_thread;
 pub use device::{open_device, parse_device};
 pub use device_spec::{BadDevice, DeviceSpec};
 pub use error::ModelError;
