@@ -79,6 +79,10 @@ impl RnnKind {
     }
 }
 
+/// What a `crnn` model reads and how to make it, for messages.
+const CRNN_INPUT: &str =
+    "log-mel frames; prepare audio with `caprl data audio` or `caprl data synth-audio`";
+
 /// The most words a caption may have (`data.max_len`), excluding BOS and EOS.
 pub const MAX_CAPTION_WORDS: usize = 64;
 /// What `data.max_len` allows, for messages.
@@ -253,10 +257,7 @@ impl CaptionerConfig {
         compute: Dtype,
     ) -> Result<Self> {
         let needs = match model.kind {
-            ModelKind::Crnn => Some((
-                "\"crnn\"",
-                "log-mel frames; prepare audio with `caprl data audio` or `caprl data synth-audio`",
-            )),
+            ModelKind::Crnn => Some(("\"crnn\"", CRNN_INPUT)),
             ModelKind::Att => Some(("\"att\"", "region features; use model.kind = \"fc\"")),
             ModelKind::Fc | ModelKind::Transformer => None,
         };
@@ -345,12 +346,13 @@ impl CaptionerConfig {
                 }
             },
             ModelKind::Crnn => match self.att {
-                Some((frames, mels)) if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
+                Some((frames, mels))
+                    if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
                 _ => {
                     return bad(
                         "model.kind",
                         "\"crnn\"".into(),
-                        "needs log-mel frames (att features [N, frames >= 4, 64·k]); prepare audio with `caprl data audio` or `caprl data synth-audio`",
+                        &format!("needs {CRNN_INPUT} (att features [N, frames >= 4, 64·k])"),
                     )
                 }
             },
