@@ -15,13 +15,13 @@
 
 use std::time::Duration;
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
     ModelKind, SampleOptions, Tensor, EOS,
 };
-use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_model::optim::{clip_grad_norm, AdamW, AdamWParams};
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use serde::Deserialize;
 
@@ -203,7 +203,7 @@ fn bench_shape(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, s: 
     let opts = SampleOptions {
         n_per_input: FIVE,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: s.len,
     };
     let mut rng = CaprlRng::new(3);
@@ -219,7 +219,7 @@ fn bench_shape(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, s: 
         block_trigrams: false,
         groups: 1,
         diversity_lambda: 0.0,
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
     };
     // Tokens of the 5 returned hypotheses per image.
     g.throughput(Throughput::Elements(FIVE as u64 * decoded_tokens));

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use caprl_common::score::{
+use caprl_score::{
     cider_corpus_parallel, load_cands, load_refs, score_captions, CiderD, DocFreq, Interner,
 };
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -17,15 +17,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use caprl_common::config::{KlEstimator, RewardName};
-use caprl_common::data::{synth_profile, Dataset, SynthConfig, SynthProfile};
-use caprl_common::model::{
+use caprl_data::{synth_profile, Dataset, SynthConfig, SynthProfile};
+use caprl_learner::{PgTargets, StepOptions, Trainer};
+use caprl_model::model::{
     inputs_for_rows, BadEndings, CaprlRng, Captioner, CaptionerConfig, Decoded, Device, Inputs,
     ModelKind, SampleOptions,
 };
-use caprl_common::optim::AdamWParams;
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sampling, Sequence, TaskId};
-use caprl_learner::{PgTargets, StepOptions, Trainer};
+use caprl_model::optim::AdamWParams;
 use caprl_reward_worker::Rewarder;
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sampling, Sequence, TaskId};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The allocator the `caprl` binary runs with, so that the figures are the binary's.

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use caprl_common::config::{DataConfig, RunConfig};
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{open_device, Device};
+use caprl_data::{synth, Dataset, SynthConfig};
+use caprl_model::model::{open_device, Device};
 
 /// Opens `data.dir`. A missing directory is generated (the synthetic task, cached afterwards)
 /// only when `generate_if_missing` is set and it is the default location `data/synth`: any

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 use support::{finish, kill_all_and_read, sets, spawn, steps, stop, synth};
 
 /// Rollouts the rogue actor sends two policy versions too old.
@@ -44,7 +44,7 @@ fn rogue_actor(url: &str, n: u64) -> u64 {
                 .await
                 .unwrap()
             {
-                let task: RolloutTask = wire::decode(d.payload(), LIMIT).expect("a task");
+                let task: RolloutTask = caprl_wire::decode(d.payload(), LIMIT).expect("a task");
                 if task.policy_version.0 < 2 {
                     d.nak(None).await.unwrap();
                     continue;
@@ -65,7 +65,7 @@ fn rogue_actor(url: &str, n: u64) -> u64 {
                         .collect(),
                     decode_seconds: 0.0,
                 };
-                let bytes = wire::encode(&rollout, LIMIT).unwrap();
+                let bytes = caprl_wire::encode(&rollout, LIMIT).unwrap();
                 bus.publish(Queue::Rollouts, Bytes::from(bytes))
                     .await
                     .unwrap();

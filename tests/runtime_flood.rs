@@ -17,7 +17,7 @@ use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-use caprl_common::wire::{self, Heartbeat, PolicyVersion, HEADER_LEN};
+use caprl_wire::{Heartbeat, PolicyVersion, HEADER_LEN};
 use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
 
 const BAD: usize = 10_000;
@@ -30,7 +30,7 @@ fn reason(i: usize) -> &'static str {
 
 /// Bad message number `i`: one of four kinds of damage, all undecodable.
 fn bad_message(i: usize) -> Bytes {
-    let hb = wire::encode(
+    let hb = caprl_wire::encode(
         &Heartbeat {
             role: "intruder".into(),
             id: format!("x{i}"),
@@ -61,7 +61,7 @@ fn bad_message(i: usize) -> Bytes {
         2 => hb[..1 + next() as usize % (HEADER_LEN - 1)].to_vec(),
         _ => {
             let mut b = hb;
-            b[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
+            b[4..6].copy_from_slice(&(caprl_wire::SCHEMA_VERSION + 1).to_be_bytes());
             b
         }
     };

@@ -14,8 +14,8 @@ use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-use caprl_common::wire::{
-    self, DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
+use caprl_wire::{
+    DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
 };
 use support::{finish, sets, spawn, steps, stop, synth, Reaper};
 
@@ -58,7 +58,7 @@ fn far_off(id: u64) -> Bytes {
             components: Vec::new(),
         }],
     };
-    Bytes::from(wire::encode(&s, 8 << 20).unwrap())
+    Bytes::from(caprl_wire::encode(&s, 8 << 20).unwrap())
 }
 
 #[test]

@@ -16,19 +16,17 @@ use caprl_common::bus::{
     Queue,
 };
 use caprl_common::config::RewardName;
-use caprl_common::data::Dataset;
-use caprl_common::model::{
-    Captioner, CaptionerConfig, DType, Device, Dtype, ModelConfig, ModelKind,
-};
 use caprl_common::role::{heartbeat_key, Role};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::snapshot;
-use caprl_common::wire::{
-    self, PolicyVersion, Rollout, RolloutTask, Sampling, ScoredRollout, TaskId,
-};
+use caprl_data::Dataset;
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::objective::Decodes;
+use caprl_model::model::{
+    Captioner, CaptionerConfig, DType, Device, Dtype, ModelConfig, ModelKind,
+};
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
+use caprl_wire::{PolicyVersion, Rollout, RolloutTask, Sampling, ScoredRollout, TaskId};
 
 const LIMIT: usize = 8 << 20;
 
@@ -128,7 +126,7 @@ fn two_rows(s: &Setup) -> Vec<u32> {
 /// Publishes `task` and returns the rollout an actor answers it with (within 20 s).
 fn rollout_of(s: &Setup, task: &RolloutTask) -> Rollout {
     s.rt.block_on(async {
-        let bytes = wire::encode(task, LIMIT).unwrap();
+        let bytes = caprl_wire::encode(task, LIMIT).unwrap();
         s.bus
             .publish(Queue::Tasks, Bytes::from(bytes))
             .await
@@ -139,7 +137,7 @@ fn rollout_of(s: &Setup, task: &RolloutTask) -> Rollout {
             .await
             .unwrap();
         assert_eq!(got.len(), 1, "no rollout for {}", task.task_id);
-        let r: Rollout = wire::decode(got[0].payload(), LIMIT).unwrap();
+        let r: Rollout = caprl_wire::decode(got[0].payload(), LIMIT).unwrap();
         for d in got {
             d.ack().await.unwrap();
         }
@@ -149,7 +147,7 @@ fn rollout_of(s: &Setup, task: &RolloutTask) -> Rollout {
 
 /// The same envelope with the next schema version in its header.
 fn future_version(mut bytes: Vec<u8>) -> Bytes {
-    bytes[4..6].copy_from_slice(&(wire::SCHEMA_VERSION + 1).to_be_bytes());
+    bytes[4..6].copy_from_slice(&(caprl_wire::SCHEMA_VERSION + 1).to_be_bytes());
     Bytes::from(bytes)
 }
 
@@ -178,15 +176,15 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
     let bad: [(Queue, Bytes); 3] = [
         (
             Queue::Tasks,
-            future_version(wire::encode(&task(999, 0, &rows[..1]), LIMIT).unwrap()),
+            future_version(caprl_wire::encode(&task(999, 0, &rows[..1]), LIMIT).unwrap()),
         ),
         (
             Queue::Rollouts,
-            future_version(wire::encode(&rollout, LIMIT).unwrap()),
+            future_version(caprl_wire::encode(&rollout, LIMIT).unwrap()),
         ),
         (
             Queue::Scored,
-            future_version(wire::encode(&scored, LIMIT).unwrap()),
+            future_version(caprl_wire::encode(&scored, LIMIT).unwrap()),
         ),
     ];
     s.rt.block_on(async {
@@ -249,7 +247,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             stale_rollouts: caprl_common::config::StaleRollouts::Drop,
             max_message_bytes: LIMIT,
             keep_snapshots: 2,
-            snapshot_dtype: caprl_common::model::DType::F32,
+            snapshot_dtype: caprl_model::model::DType::F32,
             snapshot_every: 1,
         },
     );
@@ -359,13 +357,13 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
     let rows = two_rows(&s);
     s.rt.block_on(async {
         for id in 100..104 {
-            let later = wire::encode(&task(id, 5, &rows), LIMIT).unwrap();
+            let later = caprl_wire::encode(&task(id, 5, &rows), LIMIT).unwrap();
             s.bus
                 .publish(Queue::Tasks, Bytes::from(later))
                 .await
                 .unwrap();
         }
-        let now = wire::encode(&task(1, 0, &rows), LIMIT).unwrap();
+        let now = caprl_wire::encode(&task(1, 0, &rows), LIMIT).unwrap();
         s.bus.publish(Queue::Tasks, Bytes::from(now)).await.unwrap();
     });
 
@@ -380,7 +378,7 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
             .unwrap();
         let rollouts: Vec<Rollout> = got
             .iter()
-            .map(|d| wire::decode(d.payload(), LIMIT).unwrap())
+            .map(|d| caprl_wire::decode(d.payload(), LIMIT).unwrap())
             .collect();
         for d in got {
             d.ack().await.unwrap();
@@ -406,7 +404,7 @@ fn a_publish_the_server_refuses_stops_the_actor_with_a_clear_error_and_keeps_the
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     let snapshot = Bytes::from(model.to_safetensors().unwrap());
     s.rt.block_on(s.bus.put_snapshot(0, snapshot)).unwrap();
-    let bytes = wire::encode(&task(1, 0, &two_rows(&s)), LIMIT).unwrap();
+    let bytes = caprl_wire::encode(&task(1, 0, &two_rows(&s)), LIMIT).unwrap();
     s.rt.block_on(async {
         s.bus
             .publish(Queue::Tasks, Bytes::from(bytes))

@@ -63,7 +63,7 @@ fn score_meteor_prints_pycocoevalcap_numbers() {
     if ci::tool("java").is_none() {
         return;
     }
-    if let Err(e) = caprl_common::score::locate_jar() {
+    if let Err(e) = caprl_score::locate_jar() {
         ci::unavailable(&format!("no METEOR jar: {e}"));
         return;
     }
@@ -145,7 +145,7 @@ fn eval_meteor_adds_meteor_and_without_the_jar_is_a_clear_error() {
     if ci::tool("java").is_none() {
         return;
     }
-    if let Err(e) = caprl_common::score::locate_jar() {
+    if let Err(e) = caprl_score::locate_jar() {
         ci::unavailable(&format!("no METEOR jar: {e}"));
         return;
     }

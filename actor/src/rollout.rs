@@ -6,18 +6,18 @@
 
 use std::time::Instant;
 
-use caprl_common::data::Dataset;
-use caprl_common::model::{
+use caprl_common::telemetry::metrics as tm;
+use caprl_data::Dataset;
+use caprl_model::model::{
     inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Decoder, ModelError, SampleOptions, EOS,
 };
-use caprl_common::telemetry::metrics as tm;
-use caprl_common::wire::{DecodeKind, Rollout, RolloutTask, Sequence};
+use caprl_wire::{DecodeKind, Rollout, RolloutTask, Sequence};
 
 /// Runs every decode the task asks for on `policy` (a snapshot of version
 /// `task.policy_version` or newer, prepared for decoding once per snapshot).
 pub fn rollout(
     policy: &Decoder,
-    policy_version: caprl_common::wire::PolicyVersion,
+    policy_version: caprl_wire::PolicyVersion,
     data: &Dataset,
     task: &RolloutTask,
     actor_id: &str,
@@ -117,7 +117,7 @@ fn task_bad_endings(data: &Dataset, task: &RolloutTask) -> BadEndings {
 /// The completions draw from a stream of their own, so the samples do not depend on `K`.
 fn mc_completions(
     policy: &Decoder,
-    x: &caprl_common::model::Inputs,
+    x: &caprl_model::model::Inputs,
     task: &RolloutTask,
     bad_endings: &BadEndings,
     samples: &[Sequence],

@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusError, Delivery, Queue, SnapshotMeta};
-use caprl_common::data::Dataset;
-use caprl_common::model::{CaptionerConfig, Decoder, Device, ModelError};
 use caprl_common::role::{self, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
-use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, TaskId};
+use caprl_data::Dataset;
+use caprl_model::model::{CaptionerConfig, Decoder, Device, ModelError};
+use caprl_wire::{PolicyVersion, Rollout, RolloutTask, TaskId};
 use tokio::sync::watch;
 
 use crate::snapshot::{self, SnapshotState};
@@ -349,7 +349,7 @@ async fn publish_rollout(
 ) -> Result<(), ActorError> {
     let tokens: usize = rollout.sequences.iter().map(|s| s.tokens.len()).sum();
     let _publish = stages::Timer::start(Stage::RolloutPublish);
-    let bytes = match wire::encode(&rollout, cfg.max_message_bytes) {
+    let bytes = match caprl_wire::encode(&rollout, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{Bus, BusError, SnapshotMeta};
-use caprl_common::model::Decoder;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::snapshot;
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
+use caprl_model::model::Decoder;
 use futures::StreamExt;
 use tokio::sync::watch;
 

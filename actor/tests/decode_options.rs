@@ -4,10 +4,10 @@
 mod support;
 
 use caprl_actor::rollout;
-use caprl_common::model::{
+use caprl_model::model::{
     inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Captioner, Device, SampleOptions,
 };
-use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask, Sampling};
+use caprl_wire::{DecodeKind, PolicyVersion, RolloutTask, Sampling};
 
 #[test]
 fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use caprl_actor::ActorStats;
 use caprl_common::bus::Queue;
-use caprl_common::model::ModelError;
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::TaskId;
+use caprl_model::model::ModelError;
+use caprl_wire::TaskId;
 
 mod support;
 

@@ -4,8 +4,8 @@
 mod support;
 
 use caprl_actor::rollout;
-use caprl_common::model::{Captioner, Device, EOS};
-use caprl_common::wire::{DecodeKind, PolicyVersion, RolloutTask};
+use caprl_model::model::{Captioner, Device, EOS};
+use caprl_wire::{DecodeKind, PolicyVersion, RolloutTask};
 
 fn task(rows: Vec<u32>, k: u32) -> RolloutTask {
     RolloutTask {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use caprl_actor::ActorStats;
-use caprl_common::model::{Captioner, Device};
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{PolicyVersion, TaskId};
+use caprl_model::model::{Captioner, Device};
+use caprl_wire::{PolicyVersion, TaskId};
 
 mod support;
 

@@ -3,10 +3,10 @@
 //! `#[global_allocator]`); the allocator setting here applies to it.
 
 /// Applies every setting: element-wise ops on one thread
-/// ([`crate::model::keep_elementwise_ops_on_one_thread`]) and freed pages kept
+/// ([`caprl_model::model::keep_elementwise_ops_on_one_thread`]) and freed pages kept
 /// ([`keep_freed_pages`]).
 pub fn set_up() {
-    crate::model::keep_elementwise_ops_on_one_thread();
+    caprl_model::model::keep_elementwise_ops_on_one_thread();
     keep_freed_pages();
     no_transparent_huge_pages();
 }

@@ -14,8 +14,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::clip::{ClipError, Discriminator};
-use crate::model::params::{self, Poisoned};
-use crate::model::{Captioner, CaptionerConfig, DType, Device, ModelError};
+use caprl_model::model::params::{self, Poisoned};
+use caprl_model::model::{Captioner, CaptionerConfig, DType, Device, ModelError};
 
 /// The metadata key of the [`Stamp`].
 const STAMP_KEY: &str = "caprl.snapshot";
@@ -127,7 +127,7 @@ fn check_stamp(bytes: &[u8], vocab_hash: &str) -> Result<(), SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ModelKind;
+    use caprl_model::model::ModelKind;
 
     fn model() -> (Captioner, CaptionerConfig) {
         let mut cfg = CaptionerConfig::new(ModelKind::Fc, 9, 4, None);

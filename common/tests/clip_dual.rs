@@ -4,9 +4,9 @@ use caprl_common::clip::disc::Pairs;
 use caprl_common::clip::retrieval::{nearest, recall};
 use caprl_common::clip::train::{self, Pairs as TrainPairs, TrainOptions};
 use caprl_common::clip::{open_encoder, Discriminator, DualEncoder, Embeddings, Encoder};
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::CaprlRng;
-use caprl_common::optim::{AdamW, AdamWParams};
+use caprl_data::{synth, Dataset, SynthConfig};
+use caprl_model::model::CaprlRng;
+use caprl_model::optim::{AdamW, AdamWParams};
 
 fn dataset(dir: &std::path::Path, train: usize) -> Dataset {
     synth(

@@ -11,8 +11,8 @@ use candle_core::{Device, Tensor};
 use candle_transformers::models::clip::ClipModel;
 use caprl_common::clip::hf::HfClip;
 use caprl_common::clip::{ClipError, Embeddings, Encoder};
-use caprl_common::data::{synth, write_safetensors, Dataset, SynthConfig, Vocab, SPECIALS};
-use caprl_common::model::EOS;
+use caprl_data::{synth, write_safetensors, Dataset, SynthConfig, Vocab, SPECIALS};
+use caprl_model::model::EOS;
 use image::{Rgb, RgbImage};
 use tiny_clip::{IMAGE_SIZE, PROJECTION};
 

@@ -15,10 +15,10 @@ mod fuzz;
 use std::path::Path;
 
 use caprl_common::config::RunConfig;
-use caprl_common::data::audio::{read_wav, write_wav_i16};
-use caprl_common::data::{write_safetensors, Dataset};
-use caprl_common::wire::{
-    self, DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling,
+use caprl_data::audio::{read_wav, write_wav_i16};
+use caprl_data::{write_safetensors, Dataset};
+use caprl_wire::{
+    DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling,
     ScoredRollout, Sequence, TaskId,
 };
 use fuzz::{mutate, mutations};
@@ -100,10 +100,10 @@ fn heartbeat() -> Heartbeat {
 
 /// Decodes `bytes` as every message type; a panic fails the property.
 fn decode_all(bytes: &[u8]) {
-    let _ = wire::decode::<RolloutTask>(bytes, LIMIT);
-    let _ = wire::decode::<Rollout>(bytes, LIMIT);
-    let _ = wire::decode::<ScoredRollout>(bytes, LIMIT);
-    let _ = wire::decode::<Heartbeat>(bytes, LIMIT);
+    let _ = caprl_wire::decode::<RolloutTask>(bytes, LIMIT);
+    let _ = caprl_wire::decode::<Rollout>(bytes, LIMIT);
+    let _ = caprl_wire::decode::<ScoredRollout>(bytes, LIMIT);
+    let _ = caprl_wire::decode::<Heartbeat>(bytes, LIMIT);
 }
 
 /// A small valid custom data set: captions in `name` (CSV or JSON), fc
@@ -140,14 +140,23 @@ fn open_and_read(dir: &Path) {
 #[test]
 fn valid_samples_decode_and_open() {
     // The seeds the properties mutate are themselves valid.
-    let t = wire::encode(&task(), LIMIT).unwrap();
-    assert_eq!(wire::decode::<RolloutTask>(&t, LIMIT).unwrap(), task());
-    let r = wire::encode(&rollout(), LIMIT).unwrap();
-    assert_eq!(wire::decode::<Rollout>(&r, LIMIT).unwrap(), rollout());
-    let s = wire::encode(&scored(), LIMIT).unwrap();
-    assert_eq!(wire::decode::<ScoredRollout>(&s, LIMIT).unwrap(), scored());
-    let h = wire::encode(&heartbeat(), LIMIT).unwrap();
-    assert_eq!(wire::decode::<Heartbeat>(&h, LIMIT).unwrap(), heartbeat());
+    let t = caprl_wire::encode(&task(), LIMIT).unwrap();
+    assert_eq!(
+        caprl_wire::decode::<RolloutTask>(&t, LIMIT).unwrap(),
+        task()
+    );
+    let r = caprl_wire::encode(&rollout(), LIMIT).unwrap();
+    assert_eq!(caprl_wire::decode::<Rollout>(&r, LIMIT).unwrap(), rollout());
+    let s = caprl_wire::encode(&scored(), LIMIT).unwrap();
+    assert_eq!(
+        caprl_wire::decode::<ScoredRollout>(&s, LIMIT).unwrap(),
+        scored()
+    );
+    let h = caprl_wire::encode(&heartbeat(), LIMIT).unwrap();
+    assert_eq!(
+        caprl_wire::decode::<Heartbeat>(&h, LIMIT).unwrap(),
+        heartbeat()
+    );
     for (name, text) in [
         ("captions.csv", CSV),
         ("captions.json", CUSTOM_JSON),
@@ -196,8 +205,8 @@ proptest! {
     fn wire_decode_never_panics_on_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         decode_all(&bytes);
         // Behind a valid header too, so the payload decoder sees the bytes.
-        let mut framed = wire::MAGIC.to_vec();
-        framed.extend(wire::SCHEMA_VERSION.to_be_bytes());
+        let mut framed = caprl_wire::MAGIC.to_vec();
+        framed.extend(caprl_wire::SCHEMA_VERSION.to_be_bytes());
         for kind in 1u8..=5 {
             let mut f = framed.clone();
             f.push(kind);
@@ -213,10 +222,10 @@ proptest! {
         muts in mutations(),
     ) {
         let valid = match which {
-            0 => wire::encode(&task(), LIMIT).unwrap(),
-            1 => wire::encode(&rollout(), LIMIT).unwrap(),
-            2 => wire::encode(&scored(), LIMIT).unwrap(),
-            _ => wire::encode(&heartbeat(), LIMIT).unwrap(),
+            0 => caprl_wire::encode(&task(), LIMIT).unwrap(),
+            1 => caprl_wire::encode(&rollout(), LIMIT).unwrap(),
+            2 => caprl_wire::encode(&scored(), LIMIT).unwrap(),
+            _ => caprl_wire::encode(&heartbeat(), LIMIT).unwrap(),
         };
         decode_all(&mutate(&valid, &muts));
     }

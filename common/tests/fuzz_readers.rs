@@ -20,9 +20,9 @@ use std::sync::OnceLock;
 
 use caprl_common::clip::hf::HfClip;
 use caprl_common::clip::Encoder;
-use caprl_common::data::{npy, Dataset, Vocab};
-use caprl_common::model::EOS;
-use caprl_common::score::DocFreq;
+use caprl_data::{npy, Dataset, Vocab};
+use caprl_model::model::EOS;
+use caprl_score::DocFreq;
 use fuzz::{mutate, mutations};
 use proptest::prelude::*;
 use sha2::{Digest, Sha256};

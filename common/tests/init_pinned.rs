@@ -5,7 +5,7 @@
 
 use caprl_common::bus::sha256_hex;
 use caprl_common::clip::{Discriminator, DualConfig, DualEncoder};
-use caprl_common::model::{params, Captioner, CaptionerConfig, Device, ModelKind, ValueHead};
+use caprl_model::model::{params, Captioner, CaptionerConfig, Device, ModelKind, ValueHead};
 
 fn small(kind: ModelKind, att: Option<(usize, usize)>) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(kind, 11, 8, att);

@@ -1,8 +1,8 @@
 //! Weights round-trip through safetensors; devices and configs fail with clear errors.
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, parse_device, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
     ModelError, ModelKind, RnnKind, SampleOptions,
 };
@@ -40,7 +40,7 @@ fn save_then_load_gives_identical_outputs() {
     let o = SampleOptions {
         n_per_input: 3,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: 6,
     };
     assert_eq!(
@@ -54,7 +54,7 @@ fn save_then_load_gives_identical_outputs() {
         block_trigrams: false,
         groups: 1,
         diversity_lambda: 0.0,
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
     };
     assert_eq!(a.beam(&x, &bo).unwrap(), b.beam(&x, &bo).unwrap());
     // Bytes round-trip too (policy snapshots).
@@ -154,7 +154,7 @@ fn invalid_configs_and_inputs_are_errors() {
             top_k: 0,
             top_p: 1.0,
         },
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: 6,
     };
     assert!(m.sample(&x, &o, &mut CaprlRng::new(0)).is_err());

@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use caprl_common::model::{Device, ValueHead};
-use caprl_common::optim::{AdamW, AdamWParams};
+use caprl_model::model::{Device, ValueHead};
+use caprl_model::optim::{AdamW, AdamWParams};
 
 use crate::error::LearnerError;
 

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use caprl_common::clip::disc::{DiscStats, Pairs};
 use caprl_common::clip::{Discriminator, Encoder};
-use caprl_common::data::Dataset;
-use caprl_common::optim::{AdamW, AdamWParams};
+use caprl_data::Dataset;
+use caprl_model::optim::{AdamW, AdamWParams};
 
 use crate::LearnerError;
 

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_wire::{DecodeKind, ScoredRollout};
 
 /// Collection rounds per step at most (the first included), as DAPO's `max_num_gen_batches`.
 pub const MAX_ROUNDS: usize = 8;
@@ -106,7 +106,7 @@ pub fn fill(mut scored: Vec<ScoredRollout>, batch: usize, first_round: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use caprl_common::wire::{PolicyVersion, RewardVector, Rollout, Sequence, TaskId};
+    use caprl_wire::{PolicyVersion, RewardVector, Rollout, Sequence, TaskId};
 
     /// A rollout of task `id` with, per image, its greedy caption and samples scoring `totals`.
     fn rollout(id: u64, images: &[(u32, &[f32])]) -> ScoredRollout {

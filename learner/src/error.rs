@@ -15,11 +15,11 @@ pub enum LearnerError {
     #[error("tensor computation failed: {0}")]
     Candle(#[from] candle_core::Error),
     #[error(transparent)]
-    Data(#[from] caprl_common::data::DataError),
+    Data(#[from] caprl_data::DataError),
     #[error(transparent)]
-    Model(#[from] caprl_common::model::ModelError),
+    Model(#[from] caprl_model::model::ModelError),
     #[error(transparent)]
-    Optim(#[from] caprl_common::optim::OptimError),
+    Optim(#[from] caprl_model::optim::OptimError),
     /// A run config that does not load (e.g. the one a checkpoint carries).
     #[error(transparent)]
     Config(#[from] caprl_common::config::ConfigError),
@@ -28,7 +28,7 @@ pub enum LearnerError {
     Clip(#[from] caprl_common::clip::ClipError),
     /// METEOR's jar (`caprl eval --meteor`).
     #[error(transparent)]
-    Meteor(#[from] caprl_common::score::MeteorError),
+    Meteor(#[from] caprl_score::MeteorError),
     #[error(transparent)]
     Telemetry(#[from] caprl_common::telemetry::TelemetryError),
     /// A file operation whose path the surrounding [`LearnerError::While`] names.
@@ -68,7 +68,7 @@ pub enum LearnerError {
     Snapshot(#[from] caprl_common::snapshot::SnapshotError),
     /// A message for the bus that does not encode (over the size limit, for one).
     #[error(transparent)]
-    Wire(#[from] caprl_common::wire::WireError),
+    Wire(#[from] caprl_wire::WireError),
     /// Bytes this learner writes (a snapshot, its state) that do not serialise.
     #[error("cannot serialise {what}: {source}")]
     Serialise {

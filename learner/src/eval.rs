@@ -14,16 +14,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
 use caprl_common::clip::retrieval::{recall, RECALL_KS};
 use caprl_common::clip::Encoder;
-use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{
+use caprl_common::progress::Progress;
+use caprl_data::{Dataset, Item};
+use caprl_model::model::{
     inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Captioner, Lookahead, SampleOptions, EOS,
 };
-use caprl_common::progress::Progress;
-use caprl_common::score::{self, Interner};
+use caprl_score::Interner;
 
 use crate::error::{Doing, LearnerError};
 
@@ -116,7 +116,7 @@ pub fn add_retrieval(
 /// against their references, the jar's corpus aggregate as pycocoevalcap reports it.
 pub fn add_meteor(
     report: &mut EvalReport,
-    meteor: &mut score::Meteor,
+    meteor: &mut caprl_score::Meteor,
     items: &[Item],
 ) -> Result<(), LearnerError> {
     let refs: Vec<Vec<String>> = items
@@ -264,13 +264,13 @@ fn corpus_metrics(
 ) -> BTreeMap<String, f64> {
     let n = main.len().max(1) as f64;
     let mut metrics = BTreeMap::new();
-    let (bleu, _) = score::bleu_corpus(refs, main);
+    let (bleu, _) = caprl_score::bleu_corpus(refs, main);
     for (k, b) in bleu.iter().enumerate() {
         metrics.insert(format!("bleu{}", k + 1), *b);
     }
-    metrics.insert("rouge_l".into(), score::rouge_l_corpus(refs, main).0);
-    metrics.insert("cider_d".into(), score::cider_corpus(refs, main).0);
-    metrics.insert("self_bleu".into(), score::self_bleu(main));
+    metrics.insert("rouge_l".into(), caprl_score::rouge_l_corpus(refs, main).0);
+    metrics.insert("cider_d".into(), caprl_score::cider_corpus(refs, main).0);
+    metrics.insert("self_bleu".into(), caprl_score::self_bleu(main));
     let used: BTreeSet<u32> = main.iter().flatten().copied().collect();
     metrics.insert("vocab_used".into(), used.len() as f64);
     metrics.insert(
@@ -301,7 +301,7 @@ fn caption_texts(items: &[Item], main: &[Vec<u32>], interner: &Interner) -> Vec<
 }
 
 fn add_diversity(acc: &mut [f64; 3], set: &[Vec<u32>]) {
-    acc[0] += score::div_n(set, 1);
-    acc[1] += score::div_n(set, 2);
-    acc[2] += score::mbleu4(set);
+    acc[0] += caprl_score::div_n(set, 1);
+    acc[1] += caprl_score::div_n(set, 2);
+    acc[2] += caprl_score::mbleu4(set);
 }

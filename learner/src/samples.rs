@@ -3,9 +3,9 @@
 //! "a red cube" become "a large red cube beside a blue sphere" — a captioner is
 //! judged by reading its captions as much as by its CIDEr-D.
 
-use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{inputs_for_rows, BeamOptions, Captioner, EOS};
 use caprl_common::telemetry::SampleCaption;
+use caprl_data::{Dataset, Item};
+use caprl_model::model::{inputs_for_rows, BeamOptions, Captioner, EOS};
 
 use crate::error::LearnerError;
 
@@ -33,7 +33,7 @@ pub fn sample_captions(
             block_trigrams: false,
             groups: 1,
             diversity_lambda: 0.0,
-            bad_endings: caprl_common::model::BadEndings::none(),
+            bad_endings: caprl_model::model::BadEndings::none(),
         },
     )?;
     let text = |tokens: &[u32]| -> String {

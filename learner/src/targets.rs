@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_wire::{DecodeKind, ScoredRollout};
 
 use crate::pg::LossNorm;
 use crate::LearnerError;

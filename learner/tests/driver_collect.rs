@@ -11,12 +11,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, Delivery, InProcBus, Queue};
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{
-    self, DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout,
-    Sequence, TaskId,
-};
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::objective::Decodes;
+use caprl_wire::{
+    DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout,
+    Sequence, TaskId,
+};
 
 const LIMIT: usize = 1 << 20;
 
@@ -42,7 +42,7 @@ fn options(sync: bool) -> DriverOptions {
         stale_rollouts: caprl_common::config::StaleRollouts::Drop,
         max_message_bytes: LIMIT,
         keep_snapshots: 2,
-        snapshot_dtype: caprl_common::model::DType::F32,
+        snapshot_dtype: caprl_model::model::DType::F32,
         snapshot_every: 1,
     }
 }
@@ -66,7 +66,7 @@ fn scored(id: u64, version: u64) -> Bytes {
             components: Vec::new(),
         }],
     };
-    Bytes::from(wire::encode(&s, LIMIT).unwrap())
+    Bytes::from(caprl_wire::encode(&s, LIMIT).unwrap())
 }
 
 struct Fixture {
@@ -105,7 +105,7 @@ async fn pull_tasks(bus: &Arc<dyn Bus>) -> Vec<(Delivery, RolloutTask)> {
         .unwrap();
     got.into_iter()
         .map(|d| {
-            let task = wire::decode(d.payload(), LIMIT).unwrap();
+            let task = caprl_wire::decode(d.payload(), LIMIT).unwrap();
             (d, task)
         })
         .collect()
@@ -410,7 +410,7 @@ fn async_issuing_ahead_uses_every_result_once_and_the_last_steps_still_get_their
 /// f32 actor as the learner's weights rounded to bf16; f32 snapshots are the weights exactly.
 #[test]
 fn bf16_snapshots_halve_the_bytes_and_load_into_an_f32_actor() {
-    use caprl_common::model::{Captioner, CaptionerConfig, DType, Device, ModelKind};
+    use caprl_model::model::{Captioner, CaptionerConfig, DType, Device, ModelKind};
     let cfg = CaptionerConfig::new(ModelKind::Fc, 20, 8, None);
     let model = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
     // Every weight, in name order, after a round trip through `via`.
@@ -475,8 +475,8 @@ fn answer_like_an_actor(f: &Fixture) -> tokio::task::JoinHandle<()> {
 }
 
 /// A tiny policy to publish.
-fn tiny_model() -> caprl_common::model::Captioner {
-    use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
+fn tiny_model() -> caprl_model::model::Captioner {
+    use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind};
     let cfg = CaptionerConfig::new(ModelKind::Fc, 20, 8, None);
     Captioner::new(&cfg, &Device::Cpu, 1).unwrap()
 }

@@ -13,8 +13,8 @@ mod ci;
 #[path = "../../common/tests/support/fuzz.rs"]
 mod fuzz;
 
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind, RnnKind};
 use caprl_learner::checkpoint;
+use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind, RnnKind};
 use proptest::prelude::*;
 
 fn model_cfg() -> CaptionerConfig {

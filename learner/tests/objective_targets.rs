@@ -2,13 +2,13 @@
 //! objective plugs in with nothing but its own rule.
 
 use caprl_common::config::{RunConfig, DIVERSITY};
-use caprl_common::wire::{
-    DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
-};
 use caprl_learner::objective::{Decodes, Objective, Rule};
 use caprl_learner::pg::LossNorm;
 use caprl_learner::targets::{per_image_samples, PgBatch};
 use caprl_learner::LearnerError;
+use caprl_wire::{
+    DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
+};
 
 fn seq(row: u32, kind: DecodeKind, tokens: &[u32]) -> Sequence {
     Sequence {

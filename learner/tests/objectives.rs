@@ -3,12 +3,12 @@
 //! learns without touching the decoder, checkpoints carry it, and non-finite rewards skip.
 
 use candle_core::Tensor;
-use caprl_common::model::{batch_tokens, inputs_for_rows, Captioner, Device};
-use caprl_common::optim::AdamWParams;
 use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
 use caprl_learner::pg::LossNorm;
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
+use caprl_model::model::{batch_tokens, inputs_for_rows, Captioner, Device};
+use caprl_model::optim::AdamWParams;
 
 #[path = "support/objectives.rs"]
 mod support;

@@ -3,13 +3,13 @@
 //! masked importance weights, and the KL estimators.
 
 use caprl_common::config::{IsLevel, KlEstimator, OffPolicyCorrection, PpoRatio};
-use caprl_common::data::Dataset;
-use caprl_common::model::{batch_tokens, inputs_for_rows, Captioner, Device};
-use caprl_common::optim::AdamWParams;
+use caprl_data::Dataset;
 use caprl_learner::off_policy::Correction;
 use caprl_learner::pg::{ClipRange, LossNorm};
 use caprl_learner::trainer::{PpoBatch, PpoOptions};
 use caprl_learner::{PgTargets, StepOptions, Trainer};
+use caprl_model::model::{batch_tokens, inputs_for_rows, Captioner, Device};
+use caprl_model::optim::AdamWParams;
 
 #[path = "support/objectives.rs"]
 mod support;

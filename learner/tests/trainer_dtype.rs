@@ -5,17 +5,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::data::{synth, Dataset, Item, SynthConfig};
-use caprl_common::model::{
-    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind,
-    SampleOptions, Tensor,
-};
-use caprl_common::optim::AdamWParams;
+use caprl_data::{synth, Dataset, Item, SynthConfig};
 use caprl_learner::eval::{evaluate, EvalOptions};
 use caprl_learner::objective::xe;
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
+use caprl_model::model::{
+    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind,
+    SampleOptions, Tensor,
+};
+use caprl_model::optim::AdamWParams;
 
 /// Largest relative difference of a bf16 step's loss from f32's on the same batch and weights
 /// (bf16 keeps 8 significant bits: 2⁻⁸ ≈ 0.4% per rounding).
@@ -209,14 +209,14 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
     // The SCST batch: 4 samples per image from the f32 model, fixed advantages.
     let sampler = Captioner::new(&f32_cfg, &Device::Cpu, 3).unwrap();
     let rows: Vec<usize> = items.iter().map(|it| it.row).collect();
-    let x = caprl_common::model::inputs_for_rows(&data, &rows, &f32_cfg, &Device::Cpu).unwrap();
+    let x = caprl_model::model::inputs_for_rows(&data, &rows, &f32_cfg, &Device::Cpu).unwrap();
     let samples = sampler
         .sample(
             &x,
             &SampleOptions {
                 n_per_input: 4,
                 sampling: Sampling::default(),
-                bad_endings: caprl_common::model::BadEndings::none(),
+                bad_endings: caprl_model::model::BadEndings::none(),
                 max_len: f32_cfg.max_len,
             },
             &mut CaprlRng::new(9),

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use caprl_common::data::{synth, Dataset, Item, SynthConfig};
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
-use caprl_common::optim::AdamWParams;
+use caprl_data::{synth, Dataset, Item, SynthConfig};
 use caprl_learner::eval::{evaluate, EvalOptions};
 use caprl_learner::{checkpoint, StepOptions, Trainer};
+use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind};
+use caprl_model::optim::AdamWParams;
 
 fn tiny_data(dir: &Path, train: usize) -> Dataset {
     let out = dir.join("synth");

@@ -17,8 +17,8 @@
 use std::sync::RwLock;
 
 use caprl_common::clip::{matmul, retrieval, transpose, DiscScorer, Embeddings, Encoder};
-use caprl_common::data::{Dataset, Item};
-use caprl_common::wire::{DecodeKind, Rollout};
+use caprl_data::{Dataset, Item};
+use caprl_wire::{DecodeKind, Rollout};
 
 /// CLIP-S weight `w`.
 pub const CLIP_S_WEIGHT: f32 = 2.5;

@@ -10,8 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use caprl_common::data::{Dataset, Item};
-use caprl_common::score::DocFreq;
+use caprl_data::{Dataset, Item};
+use caprl_score::DocFreq;
 use sha2::{Digest, Sha256};
 
 use crate::Rewarder;

@@ -8,8 +8,8 @@
 //! `(XᵀX + λI) W = XᵀY` (closed form, Cholesky). A caption scores high when it uses the words the
 //! image's features predict, which rewards naming what distinguishes the image.
 
-use caprl_common::data::{DataError, Dataset, Item};
-use caprl_common::model::EOS;
+use caprl_data::{DataError, Dataset, Item};
+use caprl_model::model::EOS;
 
 /// Ridge penalty relative to the mean diagonal of `XᵀX`.
 const RIDGE: f64 = 1e-2;

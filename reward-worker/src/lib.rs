@@ -1,7 +1,7 @@
 //! caprl-reward-worker: scores rollouts with the configured reward spec.
 //!
-//! [`Rewarder`] turns a [`caprl_common::wire::Rollout`] into a
-//! [`caprl_common::wire::ScoredRollout`]: CIDEr-D (precomputed training df),
+//! [`Rewarder`] turns a [`caprl_wire::Rollout`] into a
+//! [`caprl_wire::ScoredRollout`]: CIDEr-D (precomputed training df),
 //! BLEU-n, ROUGE-L, the embedding reward of paper 001 ([`EmbedReward`]) and paper 004's
 //! contrastive CLIP rewards and discriminator probability ([`ClipReward`]) as a weighted sum,
 //! plus SLE's exploration term.

@@ -9,7 +9,7 @@
 //!
 //! **`<eos>` in CIDEr-D** (`reward.cider_eos`, on by default): self-critical.pytorch scores
 //! its rewards with `<eos>` appended to every reference and to every sampled caption that
-//! finished (see `caprl_common::score::eos`). When the document frequencies were counted
+//! finished (see `caprl_score::eos`). When the document frequencies were counted
 //! that way ([`Rewarder::training_df`] with `eos`), the rewarder scores the same way: the
 //! prepared references end with [`EOS_MARK`], and a caption gets it iff its tokens contain
 //! [`EOS`] (a caption cut at `max_len` does not). BLEU and ROUGE-L rewards stay plain. SLE's
@@ -20,12 +20,10 @@
 use std::collections::HashMap;
 
 use caprl_common::config::{self, RewardName};
-use caprl_common::data::{Dataset, Item};
-use caprl_common::model::EOS;
-use caprl_common::score::{
-    self, with_eos, CiderD, Distance, DocFreq, Interner, PreparedRefs, EOS_MARK,
-};
-use caprl_common::wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
+use caprl_data::{Dataset, Item};
+use caprl_model::model::EOS;
+use caprl_score::{with_eos, CiderD, Distance, DocFreq, Interner, PreparedRefs, EOS_MARK};
+use caprl_wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
 use crate::clip_reward::{ClipParts, ClipReward};
 use crate::embed::EmbedReward;
@@ -61,7 +59,7 @@ pub enum RewardError {
     #[error("clip reward: {0}")]
     Clip(#[from] caprl_common::clip::ClipError),
     #[error("fitting the embedding reward: {0}")]
-    Embed(#[from] caprl_common::data::DataError),
+    Embed(#[from] caprl_data::DataError),
     #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]
     UnknownRow(u32),
 }
@@ -231,9 +229,10 @@ impl Rewarder {
                     let prepared = prepared.get_or_insert_with(|| self.prepare(img));
                     self.cider.score(prepared, &self.cider_caption(tokens))
                 }
-                RewardName::Rouge => score::rouge_l(&cand, &img.tokens),
+                RewardName::Rouge => caprl_score::rouge_l(&cand, &img.tokens),
                 RewardName::Bleu1 | RewardName::Bleu2 | RewardName::Bleu3 | RewardName::Bleu4 => {
-                    let b = *bleu.get_or_insert_with(|| score::bleu_sentence(&cand, &img.tokens));
+                    let b =
+                        *bleu.get_or_insert_with(|| caprl_score::bleu_sentence(&cand, &img.tokens));
                     let k = match name {
                         RewardName::Bleu1 => 0,
                         RewardName::Bleu2 => 1,
@@ -307,8 +306,11 @@ impl Rewarder {
                         }
                     })
                     .collect();
-                let e =
-                    exploration_terms(&score::pairwise_distances(&caps, kind, Some(&self.cider)));
+                let e = exploration_terms(&caprl_score::pairwise_distances(
+                    &caps,
+                    kind,
+                    Some(&self.cider),
+                ));
                 for (&i, e) in idx.iter().zip(e) {
                     rewards[i].components.push((config::DIVERSITY.into(), e));
                 }

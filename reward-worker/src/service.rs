@@ -19,7 +19,7 @@ use caprl_common::shutdown::Shutdown;
 use caprl_common::snapshot::{self, SnapshotError};
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
-use caprl_common::wire::{self, Rollout, ScoredRollout, TaskId};
+use caprl_wire::{Rollout, ScoredRollout, TaskId};
 use tokio::sync::watch;
 
 use crate::{RewardError, Rewarder};
@@ -188,7 +188,7 @@ async fn handle<S: ScoreFn>(
         }
     };
     let publish = stages::Timer::start(Stage::ScoredPublish);
-    let bytes = match wire::encode(&scored, cfg.max_message_bytes) {
+    let bytes = match caprl_wire::encode(&scored, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(

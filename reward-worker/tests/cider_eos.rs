@@ -6,13 +6,13 @@
 mod support;
 
 use caprl_common::config::RewardName;
-use caprl_common::data::Dataset;
-use caprl_common::model::EOS;
-use caprl_common::score::{
+use caprl_data::Dataset;
+use caprl_model::model::EOS;
+use caprl_reward_worker::{exploration_terms, Rewarder};
+use caprl_score::{
     pairwise_distances, refs_with_eos, with_eos, CiderD, Distance, DocFreq, Interner, EOS_MARK,
 };
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
-use caprl_reward_worker::{exploration_terms, Rewarder};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use support::dataset;
 
 /// Every training image's references as vocabulary ids (the rewarder's interning).

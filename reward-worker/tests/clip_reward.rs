@@ -6,11 +6,11 @@ use std::collections::HashMap;
 
 use caprl_common::clip::{self, Discriminator, Embeddings, Encoder};
 use caprl_common::config::RewardName;
-use caprl_common::data::{synth, Dataset, Item, SynthConfig};
-use caprl_common::model::EOS;
-use caprl_common::score::DocFreq;
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_data::{synth, Dataset, Item, SynthConfig};
+use caprl_model::model::EOS;
 use caprl_reward_worker::{contrast, ClipReward, RewardError, Rewarder, CLIP_S_WEIGHT};
+use caprl_score::DocFreq;
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 
 /// Embeddings looked up by caption tokens and by feature row.
 struct Toy {
@@ -186,7 +186,7 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
         Err(RewardError::NoDiscriminator)
     ));
     // The discriminator rides in the snapshot bytes beside other tensors.
-    let d = Discriminator::new(2, &caprl_common::model::Device::Cpu, 5).unwrap();
+    let d = Discriminator::new(2, &caprl_model::model::Device::Cpu, 5).unwrap();
     let bytes = d.to_safetensors().unwrap();
     let back = Discriminator::from_safetensors(&bytes, std::path::Path::new("snap"))
         .unwrap()

@@ -37,5 +37,5 @@ fn the_table_is_kept_read_back_keyed_by_the_references_and_recounted_when_damage
     bytes[mid] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
     assert_eq!(cached_training_df(&data, items, true), counted);
-    assert_eq!(caprl_common::score::DocFreq::load(&path).unwrap(), counted);
+    assert_eq!(caprl_score::DocFreq::load(&path).unwrap(), counted);
 }

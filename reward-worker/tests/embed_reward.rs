@@ -2,7 +2,7 @@
 //! image's, and the reward is a cosine.
 
 use caprl_common::config::RewardName;
-use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_data::{synth, Dataset, SynthConfig};
 use caprl_reward_worker::{EmbedReward, Rewarder};
 
 #[test]

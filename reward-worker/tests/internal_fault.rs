@@ -13,10 +13,8 @@ use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
 use caprl_common::config::RewardName;
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{
-    self, DecodeKind, PolicyVersion, Rollout, ScoredRollout, Sequence, TaskId,
-};
 use caprl_reward_worker::{RewardError, Rewarder, WorkerConfig, INTERNAL_FAULT_RETRY};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, ScoredRollout, Sequence, TaskId};
 use support::dataset;
 
 const LIMIT: usize = 8 << 20;
@@ -29,7 +27,7 @@ fn rollout(id: u64, row: u32) -> Rollout {
         sequences: vec![Sequence {
             image_row: row,
             kind: DecodeKind::Sample,
-            tokens: vec![4, 5, caprl_common::model::EOS],
+            tokens: vec![4, 5, caprl_model::model::EOS],
             logprobs: vec![-1.0; 3],
         }],
         decode_seconds: 0.0,
@@ -72,7 +70,7 @@ fn an_internal_fault_hands_the_rollout_back_and_bad_input_is_termed() {
     ));
     let good_row = items[0].row as u32;
     for r in [rollout(1, good_row), rollout(2, 999_999)] {
-        let bytes = wire::encode(&r, LIMIT).unwrap();
+        let bytes = caprl_wire::encode(&r, LIMIT).unwrap();
         rt.block_on(bus.publish(Queue::Rollouts, Bytes::from(bytes)))
             .unwrap();
     }
@@ -83,7 +81,7 @@ fn an_internal_fault_hands_the_rollout_back_and_bad_input_is_termed() {
             .block_on(bus.pull(Queue::Scored, 4, Duration::from_millis(200)))
             .unwrap()
         {
-            scored.push(wire::decode(d.payload(), LIMIT).unwrap());
+            scored.push(caprl_wire::decode(d.payload(), LIMIT).unwrap());
             rt.block_on(d.ack()).unwrap();
         }
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NumPy reference for caprl's log-mel front end (common/data/src/audio/logmel.rs).
 
-Writes common/tests/data/audio/logmel_sine_reference.json: the log-mel spectrogram of
+Writes common/data/tests/data/audio/logmel_sine_reference.json: the log-mel spectrogram of
 0.5 s of 0.5*sin(2*pi*440 t) + 0.25*sin(2*pi*3000 t) at 16 kHz with the paper's settings
 (64 mel bands, 2048-point FFT, 40 ms periodic Hann window, 20 ms hop, centred frames with
 zero padding, HTK mel scale, Slaney area normalisation, ln with a 1e-10 floor).
@@ -64,7 +64,7 @@ def main():
         "logmel": [[round(float(v), 9) for v in row] for row in logmel(x)],
     }
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "common", "tests", "data", "audio", "logmel_sine_reference.json")
+    path = os.path.join(here, "..", "..", "common", "data", "tests", "data", "audio", "logmel_sine_reference.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=0)
         f.write("\n")

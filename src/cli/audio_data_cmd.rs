@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use caprl_common::data::audio::{self, MelConfig, PrepareConfig, SynthAudioConfig};
-use caprl_common::data::{self, Dataset};
+use caprl_data::audio::{self, MelConfig, PrepareConfig, SynthAudioConfig};
+use caprl_data::Dataset;
 
 /// Front-end settings shared by both commands.
 #[derive(Debug, Clone, clap::Args)]
@@ -92,6 +92,6 @@ pub fn prepare(a: AudioArgs) -> anyhow::Result<()> {
 
 fn print_stats(dir: &std::path::Path) -> anyhow::Result<()> {
     let ds = Dataset::open(dir).with_context(|| format!("opening data set {}", dir.display()))?;
-    print!("{}", data::stats(&ds));
+    print!("{}", caprl_data::stats(&ds));
     Ok(())
 }

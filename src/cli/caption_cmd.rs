@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use caprl_common::model::{BadEndings, BeamOptions, Inputs, EOS};
 use caprl_learner::run::load_checkpoint;
+use caprl_model::model::{BadEndings, BeamOptions, Inputs, EOS};
 
 use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;

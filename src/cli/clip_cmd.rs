@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use caprl_common::clip::train::{self, Pairs, TrainOptions};
-use caprl_common::data::{Dataset, Item};
+use caprl_data::{Dataset, Item};
 
 use super::{write_stdout, Global};
 use crate::setup;
@@ -142,6 +142,6 @@ fn read_descriptions(dir: &Path) -> Result<std::collections::HashMap<String, Vec
     })?;
     Ok(records
         .into_iter()
-        .map(|r| (r.id, caprl_common::data::tokenize(&r.description)))
+        .map(|r| (r.id, caprl_data::tokenize(&r.description)))
         .collect())
 }

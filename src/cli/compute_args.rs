@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 use caprl_common::config::{Dtype, RunConfig};
-use caprl_common::model::{parse_device, DType, Device};
 use caprl_learner::objective::load_checked;
+use caprl_model::model::{parse_device, DType, Device};
 
 use super::Global;
 

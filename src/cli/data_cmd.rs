@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use caprl_common::data::{self, Dataset, SynthConfig, SynthProfile};
+use caprl_data::{Dataset, SynthConfig, SynthProfile};
 
 use super::audio_data_cmd::{self, AudioArgs, SynthAudioArgs};
 use super::Global;
@@ -102,7 +102,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
                 test: a.test.unwrap_or(test),
                 progress: !quiet,
             };
-            if data::already_generated(&a.out, profile, &config) {
+            if caprl_data::already_generated(&a.out, profile, &config) {
                 // Said even under `-q`: nothing was generated, and that is news.
                 println!(
                     "{} already holds this data set (same generator version, seed and sizes); \
@@ -111,9 +111,10 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            let summary = data::synth_profile(&a.out, profile, &config).with_context(|| {
-                format!("generating the synthetic data set in {}", a.out.display())
-            })?;
+            let summary =
+                caprl_data::synth_profile(&a.out, profile, &config).with_context(|| {
+                    format!("generating the synthetic data set in {}", a.out.display())
+                })?;
             // `-q`: the data set is the output; its statistics are `caprl data stats DIR`.
             if !quiet {
                 print!("{summary}");
@@ -137,7 +138,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
         Command::Stats(a) => {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
-            print!("{}", data::stats(&ds));
+            print!("{}", caprl_data::stats(&ds));
         }
         Command::Df(a) => {
             let ds = Dataset::open(&a.dir)

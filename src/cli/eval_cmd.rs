@@ -3,12 +3,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use caprl_common::data::SplitName;
-use caprl_common::model::Lookahead;
-use caprl_common::wire::Sampling;
+use caprl_data::SplitName;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::run::load_checkpoint;
 use caprl_learner::trainer::Phase;
+use caprl_model::model::Lookahead;
+use caprl_wire::Sampling;
 
 use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;
@@ -114,9 +114,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     };
     // Started before decoding: a missing jar or Java is reported before the long part.
     let mut meteor = match args.meteor {
-        true => Some(caprl_common::score::Meteor::start(
-            &caprl_common::score::locate_jar()?,
-        )?),
+        true => Some(caprl_score::Meteor::start(&caprl_score::locate_jar()?)?),
         false => None,
     };
     let mut report = eval::evaluate_with(

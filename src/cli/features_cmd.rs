@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use caprl_common::clip::hf::HfClip;
-use caprl_common::data::{write_safetensors, Vocab};
 use caprl_common::progress::Progress;
+use caprl_data::{write_safetensors, Vocab};
 
 /// Images embedded per progress step.
 const CHUNK: usize = 64;

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use caprl_common::config::RunConfig;
-use caprl_common::wire::Sampling;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
 use caprl_learner::objective::Objective;
 use caprl_learner::run as training;
+use caprl_wire::Sampling;
 
 use super::compute_args::ComputeArgs;
 use super::train_cmd::config_with;
@@ -171,7 +171,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
 }
 
 /// Trains a dual encoder into `path` unless one for this data set's vocabulary is there.
-fn ensure_encoder(path: &Path, data: &caprl_common::data::Dataset, seed: u64) -> Result<()> {
+fn ensure_encoder(path: &Path, data: &caprl_data::Dataset, seed: u64) -> Result<()> {
     use caprl_common::clip::train::{self as clip_train, TrainOptions};
     if caprl_common::clip::DualEncoder::load(path, &data.vocab).is_ok() {
         return Ok(());

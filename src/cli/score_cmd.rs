@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use caprl_common::score::{
-    load_cands, load_refs, locate_jar, score_captions, DocFreq, Meteor, Scores,
-};
+use caprl_score::{load_cands, load_refs, locate_jar, score_captions, DocFreq, Meteor, Scores};
 
 /// Score candidate captions against references (pycocoevalcap numbers).
 #[derive(Debug, clap::Args)]

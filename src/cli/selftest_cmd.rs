@@ -1,9 +1,9 @@
 //! `caprl selftest`: the device's results against the CPU's on tiny models, pass or fail with
-//! the largest differences (the comparisons are `caprl_common::selftest`).
+//! the largest differences (the comparisons are `caprl_model::selftest`).
 
 use anyhow::{Context, Result};
-use caprl_common::model::parse_device;
-use caprl_common::selftest::{self, SelftestOptions};
+use caprl_model::model::parse_device;
+use caprl_model::selftest::{self, SelftestOptions};
 
 use super::write_stdout;
 

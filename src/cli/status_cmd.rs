@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use caprl_common::bus::Queue;
 use caprl_common::role::{self, Role};
-use caprl_common::wire::{self, Heartbeat};
+use caprl_wire::Heartbeat;
 
 use super::{write_stdout, Global};
 use crate::roles;
@@ -54,7 +54,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         let mut gone = 0usize;
         for e in bus.kv_entries(role::HEARTBEAT_PREFIX).await? {
             let age = now.duration_since(e.updated).unwrap_or_default();
-            match wire::decode::<Heartbeat>(&e.value, wire::DEFAULT_MAX_MESSAGE_BYTES) {
+            match caprl_wire::decode::<Heartbeat>(&e.value, caprl_wire::DEFAULT_MAX_MESSAGE_BYTES) {
                 Ok(hb) if age <= LIVE_WITHIN => live.push((hb, age)),
                 Ok(_) => gone += 1,
                 Err(err) => tracing::warn!("heartbeat {} unreadable: {err}", e.key),

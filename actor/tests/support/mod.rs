@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ModelKind};
-use caprl_common::wire::{self, PolicyVersion, Rollout, RolloutTask, Sampling, TaskId};
+use caprl_data::{synth, Dataset, SynthConfig};
+use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind};
+use caprl_wire::{PolicyVersion, Rollout, RolloutTask, Sampling, TaskId};
 
 /// Writes an 8-image synthetic data set under `dir` and opens it, with an FC captioner config
 /// small enough to decode in milliseconds.
@@ -103,7 +103,7 @@ pub fn setup(run: &str, sync: bool) -> Setup {
 
 /// Queues task `t`.
 pub fn publish(s: &Setup, t: &RolloutTask) {
-    let bytes = wire::encode(t, LIMIT).unwrap();
+    let bytes = caprl_wire::encode(t, LIMIT).unwrap();
     s.rt.block_on(s.bus.publish(Queue::Tasks, Bytes::from(bytes)))
         .unwrap();
 }
@@ -116,7 +116,7 @@ pub fn next_rollout(s: &Setup, within: Duration) -> Option<Rollout> {
             s.rt.block_on(s.bus.pull(Queue::Rollouts, 1, Duration::from_millis(200)))
                 .unwrap();
         if let Some(d) = got.into_iter().next() {
-            let r: Rollout = wire::decode(d.payload(), LIMIT).unwrap();
+            let r: Rollout = caprl_wire::decode(d.payload(), LIMIT).unwrap();
             s.rt.block_on(d.ack()).unwrap();
             return Some(r);
         }

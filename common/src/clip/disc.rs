@@ -18,7 +18,7 @@ use candle_nn::VarMap;
 use super::disc_scorer::DiscScorer;
 use super::params::{self, Spec};
 use super::{ClipError, Embeddings, Result};
-use crate::optim::AdamW;
+use caprl_model::optim::AdamW;
 
 /// Hidden width of a fresh MLP. Paper 004 asks for "a very simple MLP" without a width; 32
 /// units over 128-d embeddings keep the `clip` + `disc` reward as cheap per caption as CIDEr-D
@@ -194,11 +194,11 @@ impl Discriminator {
         let (all, _) = params::from_bytes(bytes, path, &device)?;
         let varmap = VarMap::new();
         {
-            let src = crate::model::params::locked(&all)?;
+            let src = caprl_model::model::params::locked(&all)?;
             if !src.contains_key(NAMES[0]) {
                 return Ok(None);
             }
-            let mut dst = crate::model::params::locked(&varmap)?;
+            let mut dst = caprl_model::model::params::locked(&varmap)?;
             for n in NAMES {
                 if let Some(v) = src.get(n) {
                     dst.insert(n.to_string(), v.clone());
@@ -206,7 +206,7 @@ impl Discriminator {
             }
         }
         let (hidden, dim) = {
-            let data = crate::model::params::locked(&varmap)?;
+            let data = caprl_model::model::params::locked(&varmap)?;
             match data.get(NAMES[0]).map(|v| v.as_tensor().dims().to_vec()) {
                 Some(d) if d.len() == 2 => (d[0], d[1] / 2),
                 _ => (0, 0),

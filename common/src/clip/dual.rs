@@ -18,8 +18,8 @@ use candle_nn::VarMap;
 
 use super::params::{self, Spec};
 use super::{ClipError, Embeddings, Encoder, Result};
-use crate::data::{Dataset, Vocab};
-use crate::model::{BOS, EOS, PAD};
+use caprl_data::{Dataset, Vocab};
+use caprl_model::model::{BOS, EOS, PAD};
 
 /// Sizes of the two towers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +65,7 @@ impl DualEncoder {
     pub fn new(cfg: DualConfig, vocab_hash: &str, device: &Device, seed: u64) -> Result<Self> {
         let varmap = params::init(&specs(&cfg), device, seed, 0x636c_6970)?;
         {
-            let data = crate::model::params::locked(&varmap)?;
+            let data = caprl_model::model::params::locked(&varmap)?;
             if let Some(v) = data.get("clip.logit_scale") {
                 v.set(&Tensor::new(&[LOGIT_SCALE_INIT], device)?)?;
             }
@@ -158,7 +158,7 @@ impl DualEncoder {
     /// Saves weights and the vocabulary hash to `path`.
     pub fn save(&self, path: &Path) -> Result<()> {
         let bytes = params::to_bytes(&self.varmap, self.metadata())?;
-        crate::data::atomic::write_atomic(path, &bytes).map_err(|e| ClipError::File {
+        caprl_data::atomic::write_atomic(path, &bytes).map_err(|e| ClipError::File {
             path: path.to_path_buf(),
             reason: format!("cannot write: {e}"),
         })

@@ -19,8 +19,8 @@ use candle_transformers::models::clip::vision_model::ClipVisionTransformer;
 use rayon::prelude::*;
 
 use super::{ClipError, Embeddings, Encoder, Result};
-use crate::data::{Dataset, Vocab, SPECIALS};
-use crate::model::EOS;
+use caprl_data::{Dataset, Vocab, SPECIALS};
+use caprl_model::model::EOS;
 use tokens::TextTokenizer;
 
 /// The model configuration, weights and tokenizer inside a checkpoint directory.

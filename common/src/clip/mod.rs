@@ -24,7 +24,7 @@ pub mod train;
 
 use std::path::{Path, PathBuf};
 
-use crate::data::{Dataset, Vocab};
+use caprl_data::{Dataset, Vocab};
 
 pub use disc::Discriminator;
 pub use disc_scorer::DiscScorer;
@@ -41,13 +41,13 @@ pub enum ClipError {
     #[error("{0}")]
     Input(String),
     #[error(transparent)]
-    Data(#[from] crate::data::DataError),
+    Data(#[from] caprl_data::DataError),
 }
 
 pub type Result<T> = std::result::Result<T, ClipError>;
 
-impl From<crate::model::params::Poisoned> for ClipError {
-    fn from(e: crate::model::params::Poisoned) -> Self {
+impl From<caprl_model::model::params::Poisoned> for ClipError {
+    fn from(e: caprl_model::model::params::Poisoned) -> Self {
         ClipError::Input(e.to_string())
     }
 }

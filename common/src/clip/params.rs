@@ -9,8 +9,8 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::{ClipError, Result};
-use crate::model::params::{self, Init};
-use crate::model::CaprlRng;
+use caprl_model::model::params::{self, Init};
+use caprl_model::model::CaprlRng;
 
 /// One parameter: name, shape, fan-in of its initialisation (0 = start at zero).
 pub(crate) struct Spec<'a> {

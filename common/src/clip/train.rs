@@ -12,9 +12,9 @@ use rand_chacha::ChaCha8Rng;
 use super::dual::{batch_captions, DualConfig, DualEncoder};
 use super::retrieval::{recall, Recall};
 use super::{Encoder, Result};
-use crate::data::{Dataset, Item};
-use crate::optim::{AdamW, AdamWParams};
 use crate::progress::Progress;
+use caprl_data::{Dataset, Item};
+use caprl_model::optim::{AdamW, AdamWParams};
 
 /// How to train.
 #[derive(Debug, Clone, Copy)]

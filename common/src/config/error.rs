@@ -46,7 +46,7 @@ pub enum ConfigError {
     },
 
     #[error(transparent)]
-    BadDevice(#[from] crate::model::BadDevice),
+    BadDevice(#[from] caprl_model::model::BadDevice),
 
     #[error("unknown reward `{name}` in reward.spec; allowed: {allowed}")]
     UnknownReward { name: String, allowed: String },

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Table;
 
-pub use crate::model::DeviceSpec;
+pub use caprl_model::model::DeviceSpec;
 pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{

@@ -12,10 +12,10 @@ use super::reward_spec::RewardSpec;
 pub use super::runtime_section::{
     IsLevel, Mode, NatsConfig, OffPolicyCorrection, RuntimeConfig, StaleRollouts,
 };
-use crate::model::DeviceSpec;
+use caprl_model::model::DeviceSpec;
 /// `dtype` and the `[model]` section deserialise straight into the model's own types.
-pub use crate::model::{Dtype, ModelConfig, ModelKind, RnnKind};
-use crate::wire::Sampling;
+pub use caprl_model::model::{Dtype, ModelConfig, ModelKind, RnnKind};
+use caprl_wire::Sampling;
 
 /// The whole run configuration: top-level keys plus one struct per section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,9 +6,9 @@ use super::error::ConfigError;
 use super::schema::{
     KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, Schedule,
 };
-use crate::check::{self, fails, first_violation, outside, Check, Violation};
-use crate::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
-use crate::wire::Sampling;
+use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
+use caprl_wire::check::{self, fails, first_violation, outside, Check, Violation};
+use caprl_wire::Sampling;
 
 /// TOML integers are signed 64-bit; larger `u64` values cannot be written back.
 const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";

@@ -11,7 +11,7 @@ use super::Role;
 use crate::bus::Bus;
 use crate::shutdown::Shutdown;
 use crate::telemetry;
-use crate::wire::{self, Heartbeat, PolicyVersion};
+use caprl_wire::{Heartbeat, PolicyVersion};
 
 /// Prefix of every heartbeat key.
 pub const HEARTBEAT_PREFIX: &str = "hb.";
@@ -52,7 +52,7 @@ pub fn spawn_heartbeat(
                 policy_version: PolicyVersion(*version.borrow()),
                 unix_ms: telemetry::runlog::unix_ms_now(),
             };
-            if let Ok(bytes) = wire::encode(&hb, wire::DEFAULT_MAX_MESSAGE_BYTES) {
+            if let Ok(bytes) = caprl_wire::encode(&hb, caprl_wire::DEFAULT_MAX_MESSAGE_BYTES) {
                 if let Err(e) = bus.kv_put(&key, Bytes::from(bytes)).await {
                     tracing::debug!("heartbeat {key}: {e}");
                 }

@@ -13,7 +13,7 @@ use crate::bus::{Backoff, Bus, BusError, Delivery, Queue};
 use crate::shutdown::Shutdown;
 use crate::telemetry;
 use crate::telemetry::stages::{self, Stage};
-use crate::wire::{self, TaskId, WireError};
+use caprl_wire::{TaskId, WireError};
 
 /// How long one pull waits for messages before the loop looks at its state again.
 const PULL_WAIT: Duration = Duration::from_millis(300);
@@ -21,7 +21,7 @@ const PULL_WAIT: Duration = Duration::from_millis(300);
 /// A role's work on the messages of one queue; [`serve`] is the loop around it.
 pub trait Work: Send {
     /// What the queue carries.
-    type Message: wire::Message + Send;
+    type Message: caprl_wire::Message + Send;
     /// Why the work stopped the role; a transient bus error in it is ridden out instead.
     type Error: From<BusError> + Send;
 
@@ -163,7 +163,7 @@ async fn decode<W: Work>(
     delivery: Delivery,
     served: &mut Served,
 ) -> Result<Option<(Delivery, W::Message)>, BusError> {
-    let message: W::Message = match wire::decode(delivery.payload(), spec.max_message_bytes) {
+    let message: W::Message = match caprl_wire::decode(delivery.payload(), spec.max_message_bytes) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!("{who}: rejecting a message on `{}`: {e}", spec.queue);

@@ -9,7 +9,7 @@ use candle_nn::{Init, VarBuilder, VarMap};
 use candle_transformers::models::clip::text_model::{Activation, ClipTextConfig};
 use candle_transformers::models::clip::vision_model::ClipVisionConfig;
 use candle_transformers::models::clip::{ClipConfig, ClipModel};
-use caprl_common::data::{Vocab, SPECIALS};
+use caprl_data::{Vocab, SPECIALS};
 use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 use tokenizers::processors::template::TemplateProcessing;

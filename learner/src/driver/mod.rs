@@ -54,13 +54,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use caprl_common::bus::{Backoff, Bus, BusError, Queue, SnapshotMeta};
 use caprl_common::config::StaleRollouts;
-use caprl_common::model::DType;
 use caprl_common::role::reject_reason;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::Readiness;
-use caprl_common::wire::{self, PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
+use caprl_model::model::DType;
+use caprl_wire::{PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 
 use crate::error::Doing;
@@ -262,7 +262,7 @@ impl Driver {
     }
 
     fn issue(&mut self, task: &RolloutTask) -> Result<(), LearnerError> {
-        let bytes = wire::encode(task, self.opts.max_message_bytes)
+        let bytes = caprl_wire::encode(task, self.opts.max_message_bytes)
             .doing(|| format!("encoding {}", task.task_id))?;
         let (bus, bytes) = (Arc::clone(&self.bus), Bytes::from(bytes));
         self.retry("publishing a task", || {
@@ -464,7 +464,7 @@ impl Driver {
                     redelivered += 1;
                     tm::count_redelivery("scored");
                 }
-                match wire::decode::<ScoredRollout>(d.payload(), limit) {
+                match caprl_wire::decode::<ScoredRollout>(d.payload(), limit) {
                     Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
                         // Kept even if the ack is lost: the redelivery is a counted duplicate.
                         if let Err(e) = d.ack().await {

@@ -7,11 +7,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use caprl_common::bus::SnapshotMeta;
 use caprl_common::clip::Discriminator;
-use caprl_common::model::Captioner;
 use caprl_common::snapshot;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
-use caprl_common::wire::TaskId;
+use caprl_model::model::Captioner;
+use caprl_wire::TaskId;
 
 use super::Driver;
 use crate::error::Doing;

@@ -1,7 +1,7 @@
 //! The tasks a collection round issues: their ids, seeds and images, the policy each may be
 //! decoded by, and the queue they wait in for credits.
 
-use caprl_common::wire::{PolicyVersion, RolloutTask, TaskId};
+use caprl_wire::{PolicyVersion, RolloutTask, TaskId};
 
 use super::Driver;
 

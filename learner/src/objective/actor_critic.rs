@@ -8,7 +8,7 @@
 //! workers' `embed`.
 
 use caprl_common::config::{Baseline, RunConfig};
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use super::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};

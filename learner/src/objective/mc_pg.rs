@@ -10,7 +10,7 @@
 //! any caption; this file turns the scores into per-token `Q` estimates.
 
 use caprl_common::config::{Baseline, RunConfig};
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use super::{Decodes, Rule};
 use crate::targets::{per_image_samples, ImageSamples, PgBatch};

@@ -8,7 +8,7 @@
 //!
 //! ```
 //! use caprl_common::config::RunConfig;
-//! use caprl_common::wire::{DecodeKind, ScoredRollout};
+//! use caprl_wire::{DecodeKind, ScoredRollout};
 //! use caprl_learner::objective::{Decodes, Objective, Rule};
 //! use caprl_learner::targets::{per_image_samples, PgBatch};
 //! use caprl_learner::LearnerError;
@@ -38,7 +38,7 @@
 use std::path::Path;
 
 use caprl_common::config::{self, spelled, ConfigError, Mode, RewardName, RunConfig};
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use crate::targets::PgBatch;
 use crate::LearnerError;

@@ -7,7 +7,7 @@
 //! Dr. GRPO's group statistics); [`crate::pg`] turns advantages into the loss.
 
 use caprl_common::config::RunConfig;
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use super::{Decodes, Rule};
 use crate::advantage::{self, Baseline};

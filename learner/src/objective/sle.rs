@@ -12,7 +12,7 @@
 //! [`crate::pg`] turns into the loss.
 
 use caprl_common::config::{ConfigError, RunConfig, DIVERSITY};
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use super::{refuse, uses_clip, Decodes, Rule};
 use crate::advantage::{self, Baseline};

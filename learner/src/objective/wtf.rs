@@ -9,7 +9,7 @@
 //! retrieves its image. [`crate::pg::loss`] turns the multipliers into the loss.
 
 use caprl_common::config::{self, spelled, ConfigError, RunConfig};
-use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_wire::{DecodeKind, ScoredRollout};
 
 use super::{refuse, Decodes, Rule};
 use crate::targets::{reward_weighted, PgBatch};

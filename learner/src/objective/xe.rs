@@ -4,7 +4,7 @@
 
 use candle_core::{Tensor, D};
 use caprl_common::config::RunConfig;
-use caprl_common::wire::ScoredRollout;
+use caprl_wire::ScoredRollout;
 
 use super::{Decodes, Rule};
 use crate::targets::PgBatch;

@@ -6,9 +6,9 @@ use std::path::Path;
 use super::Result;
 use crate::error::Doing;
 use caprl_common::config::RunConfig;
-use caprl_common::data::Dataset;
-use caprl_common::model::inputs_for_rows;
 use caprl_common::progress::Progress;
+use caprl_data::Dataset;
+use caprl_model::model::inputs_for_rows;
 
 use crate::disc_online::{OnlineDisc, PretrainOptions};
 use crate::trainer::Trainer;
@@ -49,14 +49,14 @@ pub(super) fn online_disc(
         let x = inputs_for_rows(data, &rows, mcfg, model.device())?;
         let beams = decoder.beam(
             &x,
-            &caprl_common::model::BeamOptions {
+            &caprl_model::model::BeamOptions {
                 width: cfg.decode.beam as usize,
                 max_len: mcfg.max_len,
                 length_norm: false,
                 block_trigrams: false,
                 groups: 1,
                 diversity_lambda: 0.0,
-                bad_endings: caprl_common::model::BadEndings::none(),
+                bad_endings: caprl_model::model::BadEndings::none(),
             },
         )?;
         for (it, hyps) in chunk.iter().zip(beams) {

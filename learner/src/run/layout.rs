@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use super::Result;
 use crate::error::{Doing, LearnerError};
 use caprl_common::config::RunConfig;
-use caprl_common::data::Dataset;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::{tensorboard::TB_DIR, RunLog};
+use caprl_data::Dataset;
 
 use crate::checkpoint;
 use crate::disc_online::OnlineDisc;
@@ -100,7 +100,7 @@ pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<O
         "seed": cfg.seed,
         "device": cfg.device.to_string(),
         // The CPU kernels' vector level: the figures and the rounding of a run depend on it.
-        "simd": caprl_common::fastmath::simd().name(),
+        "simd": caprl_model::fastmath::simd().name(),
         "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
     });
     let mut log = if resume

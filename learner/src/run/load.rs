@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::error::Doing;
 use caprl_common::config::RunConfig;
-use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, Device, ValueHead};
+use caprl_data::Dataset;
+use caprl_model::model::{Captioner, CaptionerConfig, Device, ValueHead};
 
 use super::layout::{InputShape, CONFIG_FILE, INPUTS_FILE, VOCAB_HASH_FILE};
 use super::Result;
@@ -59,7 +59,7 @@ fn check_inputs(ck: &checkpoint::Checkpoint, data: &Dataset) -> Result<()> {
         Some((r, d)) => format!("fc {} values per input, att {r} x {d}", s.fc),
         None => format!("fc {} values per input, no att", s.fc),
     };
-    Err(LearnerError::Data(caprl_common::data::DataError::Invalid {
+    Err(LearnerError::Data(caprl_data::DataError::Invalid {
         path: data.features_path().to_path_buf(),
         message: format!(
             "the features have {}, but the model in {} was trained on {}; use the features it \

@@ -25,9 +25,9 @@ mod setup;
 use std::path::{Path, PathBuf};
 
 use caprl_common::config::RunConfig;
-use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, Device};
 use caprl_common::telemetry::ResumeRecord;
+use caprl_data::Dataset;
+use caprl_model::model::{Captioner, CaptionerConfig, Device};
 
 pub use load::{load_checkpoint, Loaded};
 pub use setup::{adam_params, schedule};

@@ -7,10 +7,10 @@ use std::time::Instant;
 use super::Result;
 use crate::LearnerError;
 use caprl_common::config::{KlIn, RunConfig};
-use caprl_common::data::{Dataset, Item};
 use caprl_common::progress::Progress;
 use caprl_common::telemetry::stages;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
+use caprl_data::{Dataset, Item};
 
 use super::layout::{best_cider, latest_in, save_best, save_checkpoint, BEST_RL, BEST_XE};
 use super::rl_step::{ahead_rows, rl_step};

@@ -5,10 +5,10 @@ use std::time::Instant;
 use super::Result;
 use caprl_common::clip::Discriminator;
 use caprl_common::config::{KlIn, Mode, PpoProximal, RunConfig};
-use caprl_common::data::{Dataset, Item};
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::StepRecord;
-use caprl_common::wire::{DecodeKind, ScoredRollout};
+use caprl_data::{Dataset, Item};
+use caprl_wire::{DecodeKind, ScoredRollout};
 
 use super::Run;
 use crate::disc_online::OnlineDisc;

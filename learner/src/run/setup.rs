@@ -3,7 +3,7 @@
 
 use crate::trainer::Phase;
 use caprl_common::config::{self, RunConfig};
-use caprl_common::optim::{AdamWParams, Schedule};
+use caprl_model::optim::{AdamWParams, Schedule};
 
 /// The learning-rate schedule of one phase of `epochs` epochs over `n_items` images.
 pub fn schedule(cfg: &RunConfig, phase: Phase, epochs: u64, n_items: usize) -> Schedule {

@@ -10,10 +10,10 @@
 mod persist;
 mod policy_gradient;
 
-use caprl_common::data::{Dataset, Item};
-use caprl_common::model::{batch_tokens, inputs_for_rows, on_rayon, CaprlRng, Captioner, RngState};
-use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
 use caprl_common::telemetry::stages::{self, Stage};
+use caprl_data::{Dataset, Item};
+use caprl_model::model::{batch_tokens, inputs_for_rows, on_rayon, CaprlRng, Captioner, RngState};
+use caprl_model::optim::{clip_grad_norm, AdamW, AdamWParams};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -290,7 +290,7 @@ impl Trainer {
         let norm = if opts.grad_clip > 0.0 {
             clip_grad_norm(&mut grads, &vars, opts.grad_clip)?
         } else {
-            caprl_common::optim::grad_norm(&grads, &vars)?
+            caprl_model::optim::grad_norm(&grads, &vars)?
         };
         drop(backward);
         if !norm.is_finite() {

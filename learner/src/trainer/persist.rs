@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use caprl_common::model::{CaprlRng, Captioner, CaptionerConfig, Device};
-use caprl_common::optim::{AdamW, AdamWParams};
+use caprl_model::model::{CaprlRng, Captioner, CaptionerConfig, Device};
+use caprl_model::optim::{AdamW, AdamWParams};
 
 use super::{Phase, TrainState, Trainer};
 use crate::checkpoint::{self, Checkpoint};

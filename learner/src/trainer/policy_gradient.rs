@@ -4,11 +4,11 @@
 
 use candle_core::Tensor;
 use caprl_common::config::{KlEstimator, PpoRatio};
-use caprl_common::data::Dataset;
-use caprl_common::model::{
+use caprl_common::telemetry::stages::{self, Stage};
+use caprl_data::Dataset;
+use caprl_model::model::{
     batch_tokens, inputs_for_rows, on_rayon, Captioner, Inputs, TeacherForced,
 };
-use caprl_common::telemetry::stages::{self, Stage};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

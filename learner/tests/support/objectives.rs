@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::data::{synth, Dataset, SynthConfig};
-use caprl_common::model::{
+use caprl_data::{synth, Dataset, SynthConfig};
+use caprl_learner::StepOptions;
+use caprl_model::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, ModelKind, SampleOptions,
 };
-use caprl_learner::StepOptions;
 
 pub fn tiny_data(dir: &Path) -> Dataset {
     let out = dir.join("synth");
@@ -57,7 +57,7 @@ pub fn samples(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>>)
             &SampleOptions {
                 n_per_input: 2,
                 sampling: Sampling::default(),
-                bad_endings: caprl_common::model::BadEndings::none(),
+                bad_endings: caprl_model::model::BadEndings::none(),
                 max_len: 8,
             },
             &mut CaprlRng::new(3),

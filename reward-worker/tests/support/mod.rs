@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use caprl_common::data::{synth, Dataset, SynthConfig};
+use caprl_data::{synth, Dataset, SynthConfig};
 
 /// Generates a synthetic set of `train` training images (4 val, 4 test) from `seed` in `dir`
 /// and opens it.

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
-use caprl_common::data::Dataset;
-use caprl_common::model::{Captioner, CaptionerConfig, Device};
-use caprl_common::score::{CiderD, DocFreq};
-use caprl_common::wire::{PolicyVersion, RolloutTask, Sampling, TaskId};
+use caprl_data::Dataset;
+use caprl_model::model::{Captioner, CaptionerConfig, Device};
+use caprl_score::{CiderD, DocFreq};
+use caprl_wire::{PolicyVersion, RolloutTask, Sampling, TaskId};
 use serde::Serialize;
 
 use super::transport::{rl_rate, rollout_throughput, snapshot_broadcast};
@@ -71,7 +71,7 @@ impl Row {
             reference: None,
             reference_name: None,
             ratio: None,
-            simd: caprl_common::fastmath::simd().name(),
+            simd: caprl_model::fastmath::simd().name(),
         }
     }
 
@@ -321,7 +321,7 @@ fn training(exe: &Path, sets: &[String], dir: &Path) -> Result<Vec<Row>> {
 }
 
 fn table(rows: &[Row]) -> String {
-    let mut out = format!("{}\n", caprl_common::fastmath::describe());
+    let mut out = format!("{}\n", caprl_model::fastmath::describe());
     out += &format!(
         "{:<48} {:>14} {:<11} {:>14}  {:<26} {:>7}\n",
         "benchmark", "caprl", "unit", "reference", "reference is", "ratio"

@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use caprl_common::data::audio::{read_wav, resample, write_wav_i16, LogMel, MelConfig};
-use caprl_common::model::{
+use caprl_data::audio::{read_wav, resample, write_wav_i16, LogMel, MelConfig};
+use caprl_model::model::{
     batch_tokens, crnn_param_count, Captioner, CaptionerConfig, Device, Inputs, ModelKind,
 };
 
@@ -110,7 +110,7 @@ pub fn run(args: AudioBenchArgs) -> Result<()> {
         "caprl bench audio: {:.0} s clips ({frames} frames), CRNN width 128 = {} encoder parameters (paper: 679k)\n{}",
         args.seconds,
         crnn_param_count(128, 64),
-        caprl_common::fastmath::describe()
+        caprl_model::fastmath::describe()
     );
     println!(
         "{:<58} {:>14} {:>14}",

@@ -9,12 +9,12 @@ use anyhow::{Context, Result};
 use caprl_common::clip::train::{self, Pairs, TrainOptions};
 use caprl_common::clip::Discriminator;
 use caprl_common::config::RewardName;
-use caprl_common::data::{synth, Dataset, SynthConfig, Vocab};
-use caprl_common::model::Device;
-use caprl_common::score::intern::Interner;
-use caprl_common::score::{CiderD, PreparedRefs};
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_data::{synth, Dataset, SynthConfig, Vocab};
+use caprl_model::model::Device;
 use caprl_reward_worker::{ClipReward, Rewarder};
+use caprl_score::intern::Interner;
+use caprl_score::{CiderD, PreparedRefs};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 
 use crate::cli::write_stdout;
 
@@ -49,7 +49,7 @@ struct Setup {
     /// `clip=0.94,disc=0.06`, the reward of WTF-RL.
     clip_rewarder: Rewarder,
     /// The CIDEr-D df of the training images, for the bare scorer.
-    df: caprl_common::score::DocFreq,
+    df: caprl_score::DocFreq,
 }
 
 /// Generates the data set in `dir`, trains an encoder for one epoch, and builds the rollouts
@@ -206,7 +206,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
     let mut out = format!(
         "{}\n{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
          {} training images, 8 mined neighbours, 1 process\n\n",
-        caprl_common::fastmath::describe(),
+        caprl_model::fastmath::describe(),
         rollouts.len(),
         args.batch,
         captions,
@@ -238,7 +238,7 @@ fn interleaved_best(rows: &mut [Row<'_>], captions: usize) -> Result<Vec<f64>> {
     Ok(best)
 }
 
-fn rollout(data: &Dataset, chunk: &[caprl_common::data::Item], id: u64) -> Rollout {
+fn rollout(data: &Dataset, chunk: &[caprl_data::Item], id: u64) -> Rollout {
     let max_len = 16;
     let mut sequences = Vec::new();
     for it in chunk {

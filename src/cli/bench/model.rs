@@ -8,7 +8,7 @@
 //!   every device, and `caprl bench transport` measures the reward workers.
 //! - greedy / sample / beam tokens/s: decoder steps × live rows per second (beam: every beam
 //!   counts), 5 samples per image and beam width 5, on weights prepared once (a
-//!   [`caprl_common::model::Decoder`], as an actor holds one per policy version).
+//!   [`caprl_model::model::Decoder`], as an actor holds one per policy version).
 //! - snapshot: serialising the weights to safetensors (the policy snapshot actors load); the
 //!   weights are f32 whatever the compute dtype.
 //!
@@ -19,14 +19,14 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use caprl_common::model::{
+use caprl_learner::objective::xe;
+use caprl_learner::pg;
+use caprl_model::model::{
     batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs,
     ModelKind, SampleOptions, Tensor, EOS,
 };
-use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
-use caprl_common::wire::Sampling;
-use caprl_learner::objective::xe;
-use caprl_learner::pg;
+use caprl_model::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_wire::Sampling;
 use serde::Serialize;
 
 use crate::cli::write_stdout;
@@ -110,7 +110,7 @@ pub fn model_rows(
     args: &ModelArgs,
     mut progress: impl FnMut(&ModelBenchRow),
 ) -> Result<Vec<ModelBenchRow>> {
-    let device = caprl_common::model::parse_device(&args.device)?;
+    let device = caprl_model::model::parse_device(&args.device)?;
     let dtypes = args
         .dtype
         .iter()
@@ -185,7 +185,7 @@ fn measure(
     let sample_opts = SampleOptions {
         n_per_input: SAMPLES,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: l,
     };
     let mut sample_rng = CaprlRng::new(3);
@@ -232,7 +232,7 @@ fn measure(
         block_trigrams: false,
         groups: 1,
         diversity_lambda: 0.0,
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
     };
     let beam_s = time(args.iters, device, || {
         decoder.beam(&x, &beam_opts)?;
@@ -245,7 +245,7 @@ fn measure(
     })?;
     Ok(ModelBenchRow {
         device: args.device.clone(),
-        simd: caprl_common::fastmath::simd().name(),
+        simd: caprl_model::fastmath::simd().name(),
         dtype: dtype_name.to_string(),
         batch: b,
         hidden,
@@ -333,7 +333,7 @@ fn table(args: &ModelArgs, rows: &[ModelBenchRow]) -> String {
         args.vocab,
         args.max_len,
         args.iters,
-        caprl_common::fastmath::describe()
+        caprl_model::fastmath::describe()
     );
     out.push_str(
         "| dtype | batch | hidden | XE step ms | SCST step ms | greedy tok/s | sample tok/s | beam5 tok/s | snapshot ms (MB) |\n\

@@ -20,12 +20,12 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, on_rayon, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device, Inputs,
     ModelConfig, ModelKind, SampleOptions, EOS,
 };
-use caprl_common::optim::{clip_grad_norm, AdamW, AdamWParams};
-use caprl_common::wire::Sampling;
+use caprl_model::optim::{clip_grad_norm, AdamW, AdamWParams};
+use caprl_wire::Sampling;
 use serde::Serialize;
 
 use super::model::random_captions;
@@ -158,7 +158,7 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
              | shape | task | tokens/s | ms per run |\n|---|---|---:|---:|\n",
             args.reps,
             args.warmup,
-            caprl_common::fastmath::describe()
+            caprl_model::fastmath::describe()
         ));
     }
     for &shape in &args.shape {
@@ -249,7 +249,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     let sample = |n: usize| SampleOptions {
         n_per_input: n,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: t,
     };
     let mut sample_rng = CaprlRng::new(4);
@@ -268,7 +268,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         block_trigrams: false,
         groups: 1,
         diversity_lambda: 0.0,
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
     };
     let beam_5 = timed("beam_5", warmup, reps, &mut || {
         decoder.beam(&x_dec, &beam)?;
@@ -289,7 +289,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     .collect();
     Ok(Row {
         source: "caprl",
-        simd: caprl_common::fastmath::simd().name(),
+        simd: caprl_model::fastmath::simd().name(),
         model: "transformer",
         shape: which,
         threads,

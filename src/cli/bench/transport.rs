@@ -18,7 +18,7 @@ use bytes::Bytes;
 use caprl_common::bus::{
     Bus, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
 };
-use caprl_common::wire::{self, DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use futures::StreamExt;
 
 use crate::cli::{write_stdout, Global};
@@ -43,7 +43,7 @@ pub struct TransportArgs {
 pub fn run(args: TransportArgs, global: &Global) -> Result<()> {
     let mut out = format!(
         "caprl bench transport\n{}\n",
-        caprl_common::fastmath::describe()
+        caprl_model::fastmath::describe()
     );
     if !args.no_training {
         let (inproc, nats) = training(global)?;
@@ -247,7 +247,10 @@ pub(super) async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64,
         sequences,
         decode_seconds: 0.0,
     };
-    let bytes = Bytes::from(wire::encode(&rollout, wire::DEFAULT_MAX_MESSAGE_BYTES)?);
+    let bytes = Bytes::from(caprl_wire::encode(
+        &rollout,
+        caprl_wire::DEFAULT_MAX_MESSAGE_BYTES,
+    )?);
     let size = bytes.len();
     let started = Instant::now();
     let pull = async {
@@ -260,7 +263,8 @@ pub(super) async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64,
                 bail!("rollouts stopped arriving after {got}");
             }
             for d in batch {
-                let _: Rollout = wire::decode(d.payload(), wire::DEFAULT_MAX_MESSAGE_BYTES)?;
+                let _: Rollout =
+                    caprl_wire::decode(d.payload(), caprl_wire::DEFAULT_MAX_MESSAGE_BYTES)?;
                 d.ack().await?;
                 got += 1;
             }

@@ -1,6 +1,6 @@
 //! The teacher-forced decoder's gradients match central finite differences (f64, tiny model).
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, Captioner, CaptionerConfig, DType, Device, Inputs, ModelKind, RnnKind, Tensor,
 };
 

@@ -1,9 +1,9 @@
 //! The Transformer captioner: gradients, cached decoding against recomputing the prefix,
 //! causality, shared encodings, save/load and its config errors.
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs, ModelError,
     ModelKind, SampleOptions, Tensor, EOS,
 };
@@ -225,7 +225,7 @@ fn samples_of_one_image_share_its_encoding() {
     let opts = SampleOptions {
         n_per_input: 3,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: cfg.max_len,
     };
     let shared = m.sample(&x, &opts, &mut CaprlRng::new(1)).unwrap();

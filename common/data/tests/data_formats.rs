@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use caprl_common::data::{
+use caprl_data::{
     npy, stats, write_safetensors, DataError, Dataset, Format, OpenOptions, SplitName,
 };
 

@@ -4,9 +4,9 @@
 #[path = "support/decode.rs"]
 mod decode;
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, BadEndings, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Device,
     Hypothesis, ModelKind, RnnKind, SampleOptions, EOS,
 };
@@ -350,7 +350,7 @@ fn eos_prone_model(cfg: &CaptionerConfig, seed: u64) -> Captioner {
         let vars = m.varmap().data().lock().unwrap();
         let mut bias = vec![0f32; cfg.vocab_size];
         bias[EOS as usize] = 1.5;
-        let bias = caprl_common::model::Tensor::new(bias.as_slice(), &Device::Cpu).unwrap();
+        let bias = caprl_model::model::Tensor::new(bias.as_slice(), &Device::Cpu).unwrap();
         vars["logit.bias"].set(&bias).unwrap();
     }
     Captioner::from_safetensors(&m.to_safetensors().unwrap(), cfg, &Device::Cpu).unwrap()

@@ -4,7 +4,7 @@
 #[path = "support/decode.rs"]
 mod decode;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, BadEndings, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoded, Device,
     ModelKind, RnnKind, EOS,
 };
@@ -96,7 +96,7 @@ fn repetitive_model(cfg: &CaptionerConfig) -> Captioner {
         bias[EOS as usize] = -20.0;
         bias[5] = 4.0;
         bias[6] = 3.0;
-        let bias = caprl_common::model::Tensor::new(bias.as_slice(), &Device::Cpu).unwrap();
+        let bias = caprl_model::model::Tensor::new(bias.as_slice(), &Device::Cpu).unwrap();
         vars["logit.bias"].set(&bias).unwrap();
     }
     Captioner::from_safetensors(&m.to_safetensors().unwrap(), cfg, &Device::Cpu).unwrap()
@@ -389,7 +389,7 @@ fn token_logprobs_with_dropout_match_the_full_pass() {
 /// `λ·log p + (1 − λ)·v(state after its last token)`, `v` recomputed here by teacher forcing.
 #[test]
 fn lookahead_scores_mix_log_prob_and_value() {
-    use caprl_common::model::{Lookahead, ValueHead};
+    use caprl_model::model::{Lookahead, ValueHead};
     for cfg in configs() {
         let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
         let value = ValueHead::new(cfg.model.state_dim(), &Device::Cpu, 12).unwrap();

@@ -2,11 +2,11 @@
 
 use std::path::Path;
 
-use caprl_common::data::audio::{
+use caprl_data::audio::{
     clotho_csv, prepare_clotho, read_clotho_csv, synth_audio, AudioNorm, PrepareConfig,
     SynthAudioConfig, AUDIO_NORM_JSON,
 };
-use caprl_common::data::Dataset;
+use caprl_data::Dataset;
 
 fn tiny() -> SynthAudioConfig {
     SynthAudioConfig {
@@ -112,7 +112,7 @@ fn clotho_csv_with_a_missing_file_or_column_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let audio = dir.path().join("development");
     std::fs::create_dir_all(&audio).unwrap();
-    caprl_common::data::audio::write_wav_i16(&audio.join("a.wav"), &[0.1; 1600], 16_000).unwrap();
+    caprl_data::audio::write_wav_i16(&audio.join("a.wav"), &[0.1; 1600], 16_000).unwrap();
 
     let good = dir.path().join("good.csv");
     std::fs::write(
@@ -167,7 +167,7 @@ fn clotho_csv_with_a_missing_file_or_column_is_refused() {
 
 #[test]
 fn a_clip_repeated_in_a_batch_is_encoded_once_with_the_same_result() {
-    use caprl_common::model::{inputs_for_rows, Captioner, CaptionerConfig, Device, ModelKind};
+    use caprl_model::model::{inputs_for_rows, Captioner, CaptionerConfig, Device, ModelKind};
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("d");
     synth_audio(&dir, &tiny()).unwrap();

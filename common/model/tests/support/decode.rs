@@ -1,9 +1,9 @@
 //! The tiny models, inputs and decode settings of the decoding tests (`model_decode*.rs`).
 #![allow(dead_code)]
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, BadEndings, Captioner, CaptionerConfig, Device, Inputs, ModelKind, RnnKind,
     SampleOptions,
 };

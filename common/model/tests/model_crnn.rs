@@ -1,7 +1,7 @@
 //! The CRNN audio encoder (paper 000): size, shapes, time subsampling, gradients, and running
 //! batch-norm statistics that survive a save/load.
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, crnn_param_count, Captioner, CaptionerConfig, DType, Device, Inputs, ModelKind,
     Tensor,
 };

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use caprl_common::data::{
+use caprl_data::{
     already_generated, synth, synth_profile, DataError, Dataset, SynthConfig, SynthProfile,
 };
 

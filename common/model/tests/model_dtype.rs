@@ -1,8 +1,8 @@
 //! The compute dtype: bf16/f16 passes over f32 parameters, on the CPU.
 
-use caprl_common::wire::Sampling;
+use caprl_wire::Sampling;
 
-use caprl_common::model::{
+use caprl_model::model::{
     batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs,
     ModelKind, RnnKind, SampleOptions,
 };
@@ -41,7 +41,7 @@ fn sample_opts(cfg: &CaptionerConfig) -> SampleOptions {
     SampleOptions {
         n_per_input: 3,
         sampling: Sampling::default(),
-        bad_endings: caprl_common::model::BadEndings::none(),
+        bad_endings: caprl_model::model::BadEndings::none(),
         max_len: cfg.max_len,
     }
 }
@@ -105,7 +105,7 @@ fn lower_precision_passes_keep_f32_parameters_and_agree_with_f32() {
                         block_trigrams: false,
                         groups: 1,
                         diversity_lambda: 0.0,
-                        bad_endings: caprl_common::model::BadEndings::none(),
+                        bad_endings: caprl_model::model::BadEndings::none(),
                     },
                 )
                 .unwrap();

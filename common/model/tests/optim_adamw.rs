@@ -1,14 +1,14 @@
 //! AdamW follows its formula (moments, bias correction, decoupled weight decay) and its state
 //! round-trips bit for bit; clipping and schedules follow their formulas.
 
-use caprl_common::model::{batch_tokens, Captioner, CaptionerConfig, Device, Inputs, ModelKind};
-use caprl_common::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams, Schedule};
+use caprl_model::model::{batch_tokens, Captioner, CaptionerConfig, Device, Inputs, ModelKind};
+use caprl_model::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams, Schedule};
 
-fn setup() -> (Captioner, Inputs, caprl_common::model::Tensor) {
+fn setup() -> (Captioner, Inputs, caprl_model::model::Tensor) {
     setup_with_hidden(12)
 }
 
-fn setup_with_hidden(hidden: usize) -> (Captioner, Inputs, caprl_common::model::Tensor) {
+fn setup_with_hidden(hidden: usize) -> (Captioner, Inputs, caprl_model::model::Tensor) {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, 10, 6, None);
     cfg.model.embed = 8;
     cfg.model.hidden = hidden;
@@ -20,7 +20,7 @@ fn setup_with_hidden(hidden: usize) -> (Captioner, Inputs, caprl_common::model::
     (m, x, seqs)
 }
 
-fn train_step(m: &Captioner, x: &Inputs, seqs: &caprl_common::model::Tensor, opt: &mut AdamW) {
+fn train_step(m: &Captioner, x: &Inputs, seqs: &caprl_model::model::Tensor, opt: &mut AdamW) {
     let (logp, _) = m.token_logprobs(x, seqs, None).unwrap();
     let loss = logp.sum_all().unwrap().neg().unwrap();
     let mut grads = loss.backward().unwrap();
@@ -213,7 +213,7 @@ fn adamw_by_hand(theta0: f64, grads: &[f64], lrs: &[f64], p: AdamWParams) -> (f6
 /// the formula worked by hand; a fourth parameter that gets no gradient must not move.
 #[test]
 fn adamw_steps_follow_the_formula_with_bias_correction_and_decoupled_decay() {
-    use caprl_common::model::{DType, Device, Tensor};
+    use caprl_model::model::{DType, Device, Tensor};
     let p = AdamWParams {
         beta1: 0.9,
         beta2: 0.999,

@@ -1,6 +1,6 @@
 //! Tokenizer and vocabulary behaviour.
 
-use caprl_common::data::{tokenize, DataError, Vocab};
+use caprl_data::{tokenize, DataError, Vocab};
 
 fn toks(s: &str) -> Vec<String> {
     tokenize(s)
@@ -54,7 +54,7 @@ fn tokenizer_splits_common_contractions_like_ptb() {
 fn ptb_examples() -> Vec<(String, String)> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/score/tests/fixtures/coco_reference.json"
+        "/../score/tests/fixtures/coco_reference.json"
     );
     let text = std::fs::read_to_string(path).expect("fixture present");
     let json: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use caprl_common::data::audio::{read_wav, resample, LogMel, MelConfig, MAX_CHANNELS};
+use caprl_data::audio::{read_wav, resample, LogMel, MelConfig, MAX_CHANNELS};
 
 fn reference() -> serde_json::Value {
     let path =
