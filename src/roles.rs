@@ -3,6 +3,7 @@
 //! `caprl train` use (learner on the calling thread, one actor and one reward
 //! worker as tasks of a tokio runtime, all on an [`InProcBus`]).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,15 +11,15 @@ use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
 use caprl_common::config::{self, RunConfig};
-use caprl_common::data::Dataset;
-use caprl_common::model::{CaptionerConfig, DType, Device};
 use caprl_common::role::Role;
-use caprl_common::score::Distance;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_common::telemetry::{Readiness, ServerHandle};
+use caprl_data::Dataset;
 use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::objective::{uses_clip, Objective};
+use caprl_model::model::{CaptionerConfig, DType, Device};
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
+use caprl_score::Distance;
 
 /// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
 pub fn bus_options(cfg: &RunConfig) -> BusOptions {
@@ -27,6 +28,9 @@ pub fn bus_options(cfg: &RunConfig) -> BusOptions {
         ack_wait_secs: cfg.runtime.ack_wait_secs,
         max_message_bytes: cfg.nats.max_message_bytes as usize,
         replicas: cfg.nats.replicas as usize,
+        snapshot_dir: Some(&cfg.runtime.snapshot_dir)
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from),
         ..BusOptions::default()
     }
 }

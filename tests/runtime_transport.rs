@@ -1,6 +1,7 @@
 //! Transport invariance: in sync mode with a fixed seed, the in-process bus
 //! (`caprl train`) and NATS with two actors and two reward workers
-//! (`caprl local`, which starts its own nats-server) give bit-identical weights.
+//! (`caprl local`, which starts its own nats-server) give bit-identical weights, whether the
+//! policy snapshots travel as files on the host (the default) or through NATS's object store.
 
 mod support;
 
@@ -19,22 +20,36 @@ fn in_process_and_nats_with_two_actors_and_two_workers_give_identical_weights() 
         .unwrap();
     assert!(out.status.success(), "caprl train: {}", text(&out));
 
-    let nats = dir.path().join("nats");
-    let out = caprl()
-        .args(["local", "--actors", "2", "--reward-workers", "2"])
-        .args(sets(&data, &nats, 1, &[]))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "caprl local: {}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("[learner] scored rollouts used 16"),
-        "{}",
-        text(&out)
-    );
-
-    let (a, b) = (final_weights(&inproc), final_weights(&nats));
-    assert!(a == b, "weights differ between the in-process bus and NATS");
+    let expected = final_weights(&inproc);
+    for transport in ["files", "nats"] {
+        let run = dir.path().join(transport);
+        let out = caprl()
+            .args(["local", "--actors", "2", "--reward-workers", "2"])
+            .args(["--snapshots", transport])
+            .args(sets(&data, &run, 1, &[]))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "caprl local --snapshots {transport}: {}",
+            text(&out)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("[learner] scored rollouts used 16"),
+            "{}",
+            text(&out)
+        );
+        // The files transport keeps the newest versions beside the run; the object store none.
+        let files = std::fs::read_dir(run.join("snapshots/default"))
+            .map(|entries| entries.count())
+            .unwrap_or(0);
+        assert_eq!(files > 0, transport == "files", "{files} snapshot files");
+        assert!(
+            final_weights(&run) == expected,
+            "weights differ between the in-process bus and NATS (--snapshots {transport})"
+        );
+    }
 }
 
 #[test]

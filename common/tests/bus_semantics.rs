@@ -400,7 +400,8 @@ async fn snapshot_round_trip_checksum_and_watch(kind: Kind) {
         SnapshotMeta {
             version: 1,
             sha256: sha256_hex(&v1),
-            bytes: v1.len() as u64
+            bytes: v1.len() as u64,
+            file: None,
         }
     );
     assert_eq!(bus.get_snapshot(&meta1).await.unwrap(), v1);

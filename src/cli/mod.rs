@@ -77,6 +77,13 @@ impl Global {
     pub fn load_config(&self) -> Result<RunConfig, ConfigError> {
         load_checked(self.config.as_deref(), &self.sets)
     }
+
+    /// These options with `extra` `--set`s after the user's (so they win).
+    pub fn with_sets(&self, extra: &[String]) -> Global {
+        let mut g = self.clone();
+        g.sets.extend(extra.iter().cloned());
+        g
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,11 +170,11 @@ impl Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     // A misspelt CAPRL_GENERIC_OPS or CAPRL_SIMD stops here instead of being read as off.
-    caprl_common::model::generic_ops_from_env()?;
-    let level = caprl_common::fastmath::simd_from_env()?;
-    caprl_common::fastmath::set_simd(Some(level))?;
+    caprl_model::model::generic_ops_from_env()?;
+    let level = caprl_model::fastmath::simd_from_env()?;
+    caprl_model::fastmath::set_simd(Some(level))?;
     if cli.command.computes() {
-        tracing::info!("{}", caprl_common::fastmath::describe());
+        tracing::info!("{}", caprl_model::fastmath::describe());
     }
     let process = cli.command.process_label();
     let started = std::time::Instant::now();
@@ -204,7 +211,7 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     }
     let is_config = |cause: &(dyn std::error::Error + 'static)| {
         cause.is::<ConfigError>()
-            || cause.is::<caprl_common::fastmath::SimdError>()
+            || cause.is::<caprl_model::fastmath::SimdError>()
             || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
     };
     if err.chain().any(is_config) {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::config::Mode;
-use caprl_common::data::SynthConfig;
+use caprl_data::SynthConfig;
 
 use crate::cli::local_cmd::{common_args, global_args, interrupt_flag, role_specs};
 use crate::cli::Global;
@@ -191,14 +191,11 @@ impl<'a> Soak<'a> {
     /// while faults fire, then the checks.
     fn round(&mut self, round: usize) -> Result<RoundReport> {
         let dir = self.opts.out.join(format!("round-{round}"));
-        let round_global = with_sets(
-            &self.base,
-            &[
-                format!("run_dir={:?}", dir.display().to_string()),
-                "checkpoint.dir=\"\"".to_string(),
-                format!("runtime.run_id=\"soak-{round}\""),
-            ],
-        );
+        let round_global = self.base.with_sets(&[
+            format!("run_dir={:?}", dir.display().to_string()),
+            "checkpoint.dir=\"\"".to_string(),
+            format!("runtime.run_id=\"soak-{round}\""),
+        ]);
         let server = LocalNatsServer::start(LocalNatsServerOptions {
             store_dir: Some(dir.join("jetstream")),
             ..LocalNatsServerOptions::default()
@@ -328,12 +325,6 @@ impl<'a> Soak<'a> {
 }
 
 /// A copy of `global` with `extra` appended to its `--set`s.
-fn with_sets(global: &Global, extra: &[String]) -> Global {
-    let mut g = global.clone();
-    g.sets.extend(extra.iter().cloned());
-    g
-}
-
 /// The synthetic data set of the small run: 128 training images.
 fn make_data(dir: &Path) -> Result<()> {
     let config = SynthConfig {
@@ -343,7 +334,7 @@ fn make_data(dir: &Path) -> Result<()> {
         progress: false,
         ..SynthConfig::default()
     };
-    caprl_common::data::synth(dir, &config)
+    caprl_data::synth(dir, &config)
         .with_context(|| format!("generating the soak's data set in {}", dir.display()))?;
     Ok(())
 }
@@ -351,13 +342,10 @@ fn make_data(dir: &Path) -> Result<()> {
 /// The undisturbed run (`caprl train`, in one process, quiet) in `dir`.
 fn reference_run(base: &Global, dir: &Path) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the caprl binary")?;
-    let mut global = with_sets(
-        base,
-        &[
-            format!("run_dir={:?}", dir.display().to_string()),
-            "checkpoint.dir=\"\"".to_string(),
-        ],
-    );
+    let mut global = base.with_sets(&[
+        format!("run_dir={:?}", dir.display().to_string()),
+        "checkpoint.dir=\"\"".to_string(),
+    ]);
     (global.verbose, global.quiet) = (0, true);
     let out = Command::new(exe)
         .arg("train")

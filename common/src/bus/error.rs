@@ -88,6 +88,20 @@ pub enum BusError {
     #[error("snapshot v{version} is not in the snapshot store (deleted, or never published)")]
     SnapshotMissing { version: u64 },
 
+    /// A snapshot file under `runtime.snapshot_dir` that could not be written, read or removed.
+    #[error(
+        "cannot {action} policy snapshot file {}: {source}; runtime.snapshot_dir must be a \
+         directory every role can reach (the learner's host, or a volume all of them mount), or \
+         empty to send snapshots through NATS's object store",
+        path.display()
+    )]
+    SnapshotFile {
+        path: PathBuf,
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A snapshot description that does not serialise (a fault of this build, not the broker's).
     #[error("cannot encode the description of snapshot v{version}: {source}")]
     EncodeMeta {

@@ -7,8 +7,9 @@
 //!   [`Delivery`] that is not acked within `ack_wait` is delivered again with a higher
 //!   [`Delivery::delivery_count`] (at-least-once). [`Delivery::term`] rejects a message
 //!   for good (undecodable bytes): never redelivered, never counted as processed.
-//! - Policy snapshots: bytes in an object store, described by a [`SnapshotMeta`]
-//!   (`version`, `sha256`, `bytes`) under the KV key `latest`.
+//! - Policy snapshots: bytes in an object store, or files in `runtime.snapshot_dir` when every
+//!   role can read it (`snapshot_file`), described by a [`SnapshotMeta`] (`version`, `sha256`,
+//!   `bytes`, `file`) under the KV key `latest`.
 //! - A small KV map for heartbeats and other control state.
 //!
 //! Names, for run id `<run>`: subjects `caprl.<run>.tasks|rollouts|scored`,
@@ -23,8 +24,10 @@ mod nats;
 mod nats_retry;
 mod nats_setup;
 mod server;
+mod snapshot_file;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -101,6 +104,10 @@ pub struct SnapshotMeta {
     pub sha256: String,
     /// Length of the snapshot in bytes.
     pub bytes: u64,
+    /// Where the bytes are when the learner writes snapshots as files (`runtime.snapshot_dir`);
+    /// absent: in the run's object store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
 }
 
 impl SnapshotMeta {
@@ -110,6 +117,7 @@ impl SnapshotMeta {
             version,
             sha256: sha256_hex(data),
             bytes: data.len() as u64,
+            file: None,
         }
     }
 
@@ -158,6 +166,9 @@ pub struct BusOptions {
     pub snapshot_timeout_secs: u64,
     /// JetStream replicas of streams and buckets (1 on a single server).
     pub replicas: usize,
+    /// Where the learner writes policy snapshots as files (`runtime.snapshot_dir`); `None`: the
+    /// run's object store. Readers follow the description's `file`, whatever theirs says.
+    pub snapshot_dir: Option<PathBuf>,
 }
 
 impl Default for BusOptions {
@@ -169,6 +180,7 @@ impl Default for BusOptions {
             request_timeout_secs: 10,
             snapshot_timeout_secs: 300,
             replicas: 1,
+            snapshot_dir: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! reconnecting (with backoff) is left to async-nats.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +25,7 @@ use tokio::io::AsyncReadExt;
 
 use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
+use super::snapshot_file;
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConnect, Queue,
     Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
@@ -174,6 +176,73 @@ impl NatsBus {
     fn object_name(version: u64) -> String {
         format!("policy-v{version}")
     }
+
+    /// The directory this run's snapshot files go to, when the learner writes files.
+    fn snapshot_files(&self) -> Option<PathBuf> {
+        let root = self.opts.snapshot_dir.as_deref()?;
+        Some(snapshot_file::run_dir(root, &self.opts.run_id))
+    }
+
+    /// Stores snapshot `version` in the run's object store and describes it.
+    async fn put_object(&self, version: u64, data: &Bytes) -> BusResult<SnapshotMeta> {
+        // The object store waits for JetStream's ack of every chunk in turn: its default
+        // 128 KiB chunks made a 226 MB snapshot 1,800 round trips.
+        let object = object_store::ObjectMetadata {
+            name: NatsBus::object_name(version),
+            chunk_size: Some(self.max_payload.min(SNAPSHOT_CHUNK_BYTES)),
+            ..Default::default()
+        };
+        let mut reader: &[u8] = data;
+        let info = deadline(
+            "put snapshot",
+            self.opts.snapshot_timeout(),
+            self.objects.put(object, &mut reader),
+        )
+        .await?
+        .map_err(|e| BusError::js("put snapshot", e))?;
+        // The store hashed the bytes as it took them: its digest is the meta's sha256.
+        Ok(match info.digest.as_deref().and_then(digest_hex) {
+            Some(sha256) if info.size == data.len() => SnapshotMeta {
+                version,
+                sha256,
+                bytes: data.len() as u64,
+                file: None,
+            },
+            _ => SnapshotMeta::describe(version, data),
+        })
+    }
+
+    /// Fetches the snapshot `meta` describes from the run's object store and checks it.
+    async fn get_object(&self, meta: &SnapshotMeta) -> BusResult<Bytes> {
+        let work = async {
+            let mut object = match self.objects.get(NatsBus::object_name(meta.version)).await {
+                Ok(object) => object,
+                Err(e) if e.kind() == GetErrorKind::NotFound => {
+                    return Err(BusError::SnapshotMissing {
+                        version: meta.version,
+                    })
+                }
+                Err(e) => return Err(BusError::js("get snapshot", e)),
+            };
+            let mut data = Vec::with_capacity(object.info().size);
+            // The reader checks the bytes against the object's digest when it reaches the end.
+            let checked = object.info().digest.is_some()
+                && object.info().digest.as_deref() == store_digest(&meta.sha256).as_deref();
+            object
+                .read_to_end(&mut data)
+                .await
+                .map_err(|e| BusError::js("get snapshot", e))?;
+            Ok((data, checked))
+        };
+        let (data, checked) =
+            deadline("get snapshot", self.opts.snapshot_timeout(), work).await??;
+        // An object whose digest is the meta's and that read to its end is the meta's
+        // snapshot; anything else is hashed here and compared.
+        if !checked || data.len() as u64 != meta.bytes {
+            meta.verify(&data)?;
+        }
+        Ok(Bytes::from(data))
+    }
 }
 
 /// The object store's digest (`SHA-256=<base64url>`) of a snapshot whose hex sha256 is `hex`.
@@ -203,6 +272,16 @@ async fn deadline<T>(
     tokio::time::timeout(after, work)
         .await
         .map_err(|_| BusError::Timeout { op, after })
+}
+
+/// Runs file work (a snapshot's write, map and hash: a tenth of a second and more at full size)
+/// off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> BusResult<T> + Send + 'static,
+) -> BusResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 fn parse_meta(value: &[u8]) -> BusResult<SnapshotMeta> {
@@ -336,29 +415,9 @@ impl Bus for NatsBus {
 
     fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>> {
         Box::pin(async move {
-            // The object store waits for JetStream's ack of every chunk in turn: its default
-            // 128 KiB chunks made a 226 MB snapshot 1,800 round trips.
-            let object = object_store::ObjectMetadata {
-                name: NatsBus::object_name(version),
-                chunk_size: Some(self.max_payload.min(SNAPSHOT_CHUNK_BYTES)),
-                ..Default::default()
-            };
-            let mut reader: &[u8] = &data;
-            let info = deadline(
-                "put snapshot",
-                self.opts.snapshot_timeout(),
-                self.objects.put(object, &mut reader),
-            )
-            .await?
-            .map_err(|e| BusError::js("put snapshot", e))?;
-            // The store hashed the bytes as it took them: its digest is the meta's sha256.
-            let meta = match info.digest.as_deref().and_then(digest_hex) {
-                Some(sha256) if info.size == data.len() => SnapshotMeta {
-                    version,
-                    sha256,
-                    bytes: data.len() as u64,
-                },
-                _ => SnapshotMeta::describe(version, &data),
+            let meta = match self.snapshot_files() {
+                Some(dir) => blocking(move || snapshot_file::write(&dir, version, &data)).await?,
+                None => self.put_object(version, &data).await?,
             };
             let record = serde_json::to_vec(&meta)
                 .map_err(|source| BusError::EncodeMeta { version, source })?;
@@ -375,39 +434,21 @@ impl Bus for NatsBus {
 
     fn get_snapshot<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>> {
         Box::pin(async move {
-            let work = async {
-                let mut object = match self.objects.get(NatsBus::object_name(meta.version)).await {
-                    Ok(object) => object,
-                    Err(e) if e.kind() == GetErrorKind::NotFound => {
-                        return Err(BusError::SnapshotMissing {
-                            version: meta.version,
-                        })
-                    }
-                    Err(e) => return Err(BusError::js("get snapshot", e)),
-                };
-                let mut data = Vec::with_capacity(object.info().size);
-                // The reader checks the bytes against the object's digest when it reaches the end.
-                let checked = object.info().digest.is_some()
-                    && object.info().digest.as_deref() == store_digest(&meta.sha256).as_deref();
-                object
-                    .read_to_end(&mut data)
-                    .await
-                    .map_err(|e| BusError::js("get snapshot", e))?;
-                Ok((data, checked))
-            };
-            let (data, checked) =
-                deadline("get snapshot", self.opts.snapshot_timeout(), work).await??;
-            // An object whose digest is the meta's and that read to its end is the meta's
-            // snapshot; anything else is hashed here and compared.
-            if !checked || data.len() as u64 != meta.bytes {
-                meta.verify(&data)?;
+            match &meta.file {
+                Some(path) => {
+                    let (path, meta) = (path.clone(), meta.clone());
+                    blocking(move || snapshot_file::read(&path, &meta)).await
+                }
+                None => self.get_object(meta).await,
             }
-            Ok(Bytes::from(data))
         })
     }
 
     fn delete_snapshot(&self, version: u64) -> BoxFuture<'_, BusResult<()>> {
         Box::pin(async move {
+            if let Some(dir) = self.snapshot_files() {
+                return blocking(move || snapshot_file::delete(&dir, version)).await;
+            }
             let result = deadline(
                 "delete snapshot",
                 self.opts.request_timeout(),
@@ -554,7 +595,10 @@ impl Bus for NatsBus {
                     }
                 }
             }
-            Ok(())
+            match self.snapshot_files() {
+                Some(dir) => blocking(move || snapshot_file::delete_all(&dir)).await,
+                None => Ok(()),
+            }
         })
     }
 }

@@ -33,6 +33,11 @@ pub struct RuntimeConfig {
     /// one), so the broadcast costs 1/`snapshot_every` per step; 1 in sync mode, at most
     /// `max_policy_lag + 1`.
     pub snapshot_every: u64,
+    /// Where the learner writes policy snapshots as files that actors and reward workers map
+    /// instead of fetching them through NATS (a directory on their one host, or a volume they all
+    /// mount); "" sends them through the run's NATS object store. `caprl local` sets
+    /// `<run_dir>/snapshots` when this is "".
+    pub snapshot_dir: String,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -55,6 +60,7 @@ impl Default for RuntimeConfig {
             is_mask_high: 2.0,
             snapshot_dtype: Dtype::F32,
             snapshot_every: 1,
+            snapshot_dir: String::new(),
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,

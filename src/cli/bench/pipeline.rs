@@ -36,6 +36,10 @@ pub struct PipelineArgs {
     /// Which runs: `in-process`, `nats` or both.
     #[arg(long, value_delimiter = ',', default_value = "in-process,nats")]
     pub modes: Vec<PipelineMode>,
+    /// How the NATS run's snapshots reach its actors (`caprl local --snapshots`): `files` on
+    /// this host, or `nats` through the object store as across hosts.
+    #[arg(long, value_enum, default_value_t = local_cmd::SnapshotTransport::Files)]
+    pub snapshots: local_cmd::SnapshotTransport,
     /// The nats-server binary of the NATS run.
     #[arg(long, default_value = "nats-server")]
     pub nats_server: PathBuf,
@@ -120,13 +124,17 @@ pub fn run(args: PipelineArgs, global: &Global) -> Result<()> {
     }
     let mut out = format!(
         "caprl bench pipeline: {} RL steps from a fresh policy, objective {}, model {}, batch {} \
-         images x {} samples\n{}\n",
+         images x {} samples; the NATS run's snapshots through {}\n{}\n",
         args.steps,
         caprl_learner::objective::Objective::from_config(&cfg).name(),
         format!("{:?}", cfg.model.kind).to_lowercase(),
         cfg.train.batch_size,
         cfg.train.samples,
-        caprl_common::fastmath::describe(),
+        match args.snapshots {
+            local_cmd::SnapshotTransport::Files => "files on this host",
+            local_cmd::SnapshotTransport::Nats => "the object store",
+        },
+        caprl_model::fastmath::describe(),
     );
     out.push_str(&table(&runs));
     if let Some(path) = &args.json {
@@ -173,6 +181,7 @@ fn measure(
             cmd.args(["local", "--nats-url", &server.url()]);
             cmd.args(["--actors", &args.actors.to_string()]);
             cmd.args(["--reward-workers", &args.reward_workers.to_string()]);
+            cmd.args(["--snapshots", args.snapshots.name()]);
             (Some(server), args.actors, args.reward_workers)
         }
     };

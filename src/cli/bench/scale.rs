@@ -21,13 +21,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions, Queue};
 use caprl_common::config::RunConfig;
-use caprl_common::data::{synth, Dataset, SynthConfig, Vocab};
-use caprl_common::model::{Captioner, CaptionerConfig, Decoder, ModelError};
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_common::wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
+use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_learner::driver::Driver;
 use caprl_learner::objective::Objective;
+use caprl_model::model::{Captioner, CaptionerConfig, Decoder, ModelError};
+use caprl_wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 
+use crate::cli::local_cmd::SnapshotTransport;
 use crate::cli::{write_stdout, Global};
 use crate::roles;
 
@@ -54,6 +55,11 @@ pub struct ScaleArgs {
     /// Reward workers (real CIDEr-D scoring).
     #[arg(long, default_value_t = 2)]
     pub reward_workers: usize,
+    /// How snapshots reach the actors: `nats` through the object store, one copy per actor (as
+    /// on a cluster of hosts), or `files` written once and mapped by every actor (one host, or a
+    /// volume all of them mount: `runtime.snapshot_dir`).
+    #[arg(long, value_enum, default_value_t = SnapshotTransport::Nats)]
+    pub snapshots: SnapshotTransport,
     /// The nats-server binary (2.10 or later).
     #[arg(long, default_value = "nats-server")]
     pub nats_server: PathBuf,
@@ -105,7 +111,10 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         .chain(std::iter::once("runtime.mode=\"async\"".to_string()))
         .collect();
     let loaded = caprl_learner::objective::load_checked(global.config.as_deref(), &sets)?;
-    let cfg = scale_config(&args, loaded, &data_dir);
+    let mut cfg = scale_config(&args, loaded, &data_dir);
+    if args.snapshots == SnapshotTransport::Files {
+        cfg.runtime.snapshot_dir = tmp.path().join("snapshots").display().to_string();
+    }
     let decodes = Objective::from_config(&cfg).decodes(&cfg);
     let captions_per_image = decodes.samples as u64 + decodes.greedy as u64;
     let tokens = cfg.data.max_len as u64 + 1;
@@ -119,7 +128,7 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
          image, {task_ms:.0} ms per task of {} images) and SIMULATED update ({} ms per step); \
          real nats-server, driver, actor and reward-worker loops, CIDEr-D scoring\n\
          async, max_policy_lag {}, tasks_in_flight {}, {} images per step, {} reward workers, \
-         snapshots in {:?}; one actor's rate {actor_rate:.1} images/s, the learner's \
+         snapshots in {:?} through {}; one actor's rate {actor_rate:.1} images/s, the learner's \
          {learner_rate:.1} images/s\n\n\
          | actors | images/s | ideal images/s | of ideal | of linear | NATS msgs/s | NATS MB/s | \
          snapshots' share of the bytes | overhead ms / rollout |\n\
@@ -133,6 +142,10 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         args.batch,
         args.reward_workers,
         cfg.runtime.snapshot_dtype,
+        match args.snapshots {
+            SnapshotTransport::Files => "files (written once, mapped by every actor)",
+            SnapshotTransport::Nats => "NATS's object store (one copy per actor)",
+        },
     );
     let mut first_rate = None;
     let mut snapshot_mb = 0.0;
@@ -142,9 +155,13 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         let ideal = (n as f64 * actor_rate).min(learner_rate);
         let one = *first_rate.get_or_insert(rate / args.actors[0] as f64);
         let overhead_ms = (m.wall - m.images as f64 / ideal) / m.rollouts.max(1) as f64 * 1e3;
-        // Each version goes in once and out to every actor.
-        let snapshot_share =
-            ((n as u64 + 1) * m.snapshots * m.snapshot_bytes) as f64 / m.bytes.max(1.0);
+        // Each version goes in once and out to every actor (as files: not through NATS).
+        let snapshot_share = match args.snapshots {
+            SnapshotTransport::Nats => {
+                ((n as u64 + 1) * m.snapshots * m.snapshot_bytes) as f64 / m.bytes.max(1.0)
+            }
+            SnapshotTransport::Files => 0.0,
+        };
         out.push_str(&format!(
             "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {:.0}% | \
              {overhead_ms:.1} |\n",
@@ -197,7 +214,7 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     let learner_bus = rt.block_on(roles::connect(cfg, Some(&url), &Queue::ALL))?;
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
-    let device = caprl_common::model::Device::Cpu;
+    let device = caprl_model::model::Device::Cpu;
     let mut roles_running = Vec::new();
     let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
     for i in 0..n {

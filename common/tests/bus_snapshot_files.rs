@@ -1,0 +1,169 @@
+//! Policy snapshots as files (`runtime.snapshot_dir`) over a real nats-server: written once by
+//! the learner, found by readers through the `latest` record alone, checked on read, and a
+//! damaged file or a directory that cannot be written is a clear error that loses nothing
+//! already published.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use caprl_common::bus::{Bus, BusError, BusOptions, LocalNatsServer, NatsBus, NatsConnect};
+
+fn options(snapshot_dir: Option<&Path>) -> BusOptions {
+    BusOptions {
+        request_timeout_secs: 5,
+        snapshot_dir: snapshot_dir.map(Path::to_path_buf),
+        ..BusOptions::for_run("files")
+    }
+}
+
+async fn bus(server: &LocalNatsServer, snapshot_dir: Option<&Path>) -> NatsBus {
+    NatsBus::connect(&NatsConnect::to_url(&server.url()), &options(snapshot_dir))
+        .await
+        .expect("connects to the local nats-server")
+}
+
+fn policy(len: u32, salt: u32) -> Bytes {
+    (0..len)
+        .map(|i| ((i * 7 + salt) % 251) as u8)
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn file_of(meta: &caprl_common::bus::SnapshotMeta) -> PathBuf {
+    meta.file
+        .clone()
+        .expect("a snapshot written as a file names it")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_find_snapshot_files_through_latest_and_deleted_versions_are_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalNatsServer::start_default().unwrap();
+    let learner = bus(&server, Some(dir.path())).await;
+    // A reader with no snapshot setting of its own.
+    let actor = bus(&server, None).await;
+
+    let v1 = policy(300_000, 1);
+    let meta1 = learner.put_snapshot(1, v1.clone()).await.unwrap();
+    let path1 = file_of(&meta1);
+    assert_eq!(
+        path1,
+        dir.path()
+            .canonicalize()
+            .unwrap()
+            .join("files/policy-v1.safetensors")
+    );
+    assert_eq!(std::fs::read(&path1).unwrap(), v1);
+    let latest = actor.latest().await.unwrap().expect("latest is set");
+    assert_eq!(latest, meta1);
+    assert_eq!(actor.get_snapshot(&latest).await.unwrap(), v1);
+    // No temporary file is left beside it.
+    let names: Vec<_> = std::fs::read_dir(path1.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names, vec!["policy-v1.safetensors"]);
+
+    // The bytes never went through NATS: the object store has no v1.
+    let in_store = caprl_common::bus::SnapshotMeta {
+        file: None,
+        ..meta1.clone()
+    };
+    let err = actor.get_snapshot(&in_store).await.unwrap_err();
+    assert!(
+        matches!(err, BusError::SnapshotMissing { version: 1 }),
+        "{err}"
+    );
+
+    let v2 = policy(1000, 2);
+    let meta2 = learner.put_snapshot(2, v2.clone()).await.unwrap();
+    learner.delete_snapshot(1).await.unwrap();
+    learner.delete_snapshot(1).await.unwrap();
+    assert!(!path1.exists());
+    let err = actor.get_snapshot(&meta1).await.unwrap_err();
+    assert!(
+        matches!(err, BusError::SnapshotMissing { version: 1 }),
+        "{err}"
+    );
+    assert_eq!(actor.get_snapshot(&meta2).await.unwrap(), v2);
+
+    learner.delete_run().await.unwrap();
+    assert!(
+        !dir.path().join("files").exists(),
+        "delete_run left the run's snapshot files"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_or_unreachable_snapshot_file_is_refused_with_what_to_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalNatsServer::start_default().unwrap();
+    let learner = bus(&server, Some(dir.path())).await;
+    let actor = bus(&server, None).await;
+    let v1 = policy(200_000, 3);
+    let meta = learner.put_snapshot(1, v1.clone()).await.unwrap();
+    let path = file_of(&meta);
+
+    // One byte flipped.
+    let mut bytes = v1.to_vec();
+    bytes[123_456] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = actor.get_snapshot(&meta).await.unwrap_err();
+    assert!(
+        matches!(err, BusError::ChecksumMismatch { version: 1, .. }),
+        "{err}"
+    );
+    // Cut short.
+    std::fs::write(&path, &v1[..1000]).unwrap();
+    let err = actor.get_snapshot(&meta).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BusError::ChecksumMismatch {
+                version: 1,
+                bytes: 1000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A reader on a host without the directory.
+    let elsewhere = caprl_common::bus::SnapshotMeta {
+        file: Some(dir.path().join("not-mounted/files/policy-v1.safetensors")),
+        ..meta.clone()
+    };
+    let err = actor.get_snapshot(&elsewhere).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, BusError::SnapshotFile { .. }), "{text}");
+    assert!(
+        text.contains("not-mounted/files/policy-v1.safetensors")
+            && text.contains("runtime.snapshot_dir"),
+        "{text}"
+    );
+    assert!(!err.is_transient(), "a missing mount is no broker outage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_cannot_be_written_keeps_the_one_published_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalNatsServer::start_default().unwrap();
+    let learner = bus(&server, Some(dir.path())).await;
+    let actor = bus(&server, None).await;
+    let v1 = policy(50_000, 4);
+    let meta1 = learner.put_snapshot(1, v1.clone()).await.unwrap();
+
+    // The run's snapshot directory is no longer one: a file stands in its place (the write
+    // fails as on a full or read-only disk).
+    let blocked = tempfile::tempdir().unwrap();
+    std::fs::write(blocked.path().join("files"), b"not a directory").unwrap();
+    let stuck = bus(&server, Some(blocked.path())).await;
+    let err = stuck.put_snapshot(2, policy(50_000, 5)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, BusError::SnapshotFile { .. }) && text.contains("runtime.snapshot_dir"),
+        "{text}"
+    );
+    assert!(!err.is_transient(), "{text}");
+    assert_eq!(actor.latest().await.unwrap(), Some(meta1.clone()));
+    assert_eq!(actor.get_snapshot(&meta1).await.unwrap(), v1);
+}
