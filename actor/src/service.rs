@@ -130,7 +130,7 @@ pub async fn run_with_rollout(
     };
     let mut work = ActorWork {
         cfg,
-        state: SnapshotState::new(version_tx),
+        state: SnapshotState::new(Arc::clone(&bus), version_tx),
         newest,
         stats: ActorStats::default(),
         rollout: Arc::new(rollout),
@@ -158,9 +158,9 @@ impl<R: RolloutFn> Work for ActorWork<R> {
     type Error = ActorError;
 
     /// Takes a new `latest`; without any snapshot yet, waits a little and skips the pull.
-    async fn prepare(&mut self, bus: &dyn Bus, shutdown: &mut Shutdown) -> bool {
+    async fn prepare(&mut self, _bus: &dyn Bus, shutdown: &mut Shutdown) -> bool {
         self.state
-            .refresh(&self.cfg, bus, &mut self.newest, &mut self.stats)
+            .refresh(&self.cfg, &mut self.newest, &mut self.stats)
             .await;
         if self.state.held.is_some() {
             return true;
@@ -285,14 +285,14 @@ async fn policy_for<R: RolloutFn>(
             meta.await.ok().and_then(|m| m.clone())
         };
         if let Ok(Some(meta)) = tokio::time::timeout(NEXT_POLICY_WAIT, published).await {
-            state.load(cfg, bus, meta, stats).await;
+            state.load(cfg, meta, stats).await;
         }
     }
     if cfg.sync && state.version().is_some_and(|v| v > want) {
         // Either the learner moved past this task's step, or it restarted from an
         // older checkpoint and `latest` went back: ask the store, not the watch.
         if let Some(meta) = bus.latest().await? {
-            state.load(cfg, bus, meta, stats).await;
+            state.load(cfg, meta, stats).await;
         }
     }
     if state.version().is_none_or(|v| v < need) {
@@ -301,7 +301,7 @@ async fn policy_for<R: RolloutFn>(
         // and a broker restart ends it).
         if let Some(meta) = bus.latest().await? {
             if meta.version >= need {
-                state.load(cfg, bus, meta, stats).await;
+                state.load(cfg, meta, stats).await;
             }
         }
     }

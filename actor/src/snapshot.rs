@@ -1,6 +1,8 @@
 //! The policy snapshot an actor decodes with: following `latest`, fetching a new snapshot
 //! (checked against its sha256 by the bus), and refusing one that fails while keeping the
-//! previous one.
+//! previous one. In async mode an actor that holds a policy keeps decoding with it while the
+//! newest one is fetched and prepared beside it, and swaps when that is ready; a task that needs
+//! the newer one waits for it. In sync mode every task names its version, so the load is inline.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,12 +26,20 @@ pub(crate) struct Held {
     pub(crate) policy: Arc<Decoder>,
 }
 
-/// The snapshot held and the ones refused.
+/// A snapshot being fetched and prepared off the serve loop.
+struct Preparing {
+    meta: SnapshotMeta,
+    task: tokio::task::JoinHandle<Result<Arc<Decoder>, ActorError>>,
+}
+
+/// The snapshot held, the one being prepared and the ones refused.
 pub(crate) struct SnapshotState {
     pub(crate) held: Option<Held>,
+    preparing: Option<Preparing>,
     /// sha256 of snapshots that failed verification or loading: never retried.
     refused: HashSet<String>,
     version_tx: watch::Sender<u64>,
+    bus: Arc<dyn Bus>,
 }
 
 /// Follows `latest` until `shutdown`: the receiver holds the newest snapshot announced.
@@ -66,12 +76,15 @@ pub(crate) fn watch_latest(
 }
 
 impl SnapshotState {
-    /// No snapshot yet; `version_tx` is told the version of each one taken.
-    pub(crate) fn new(version_tx: watch::Sender<u64>) -> SnapshotState {
+    /// No snapshot yet; snapshots come from `bus`, and `version_tx` is told the version of each
+    /// one taken.
+    pub(crate) fn new(bus: Arc<dyn Bus>, version_tx: watch::Sender<u64>) -> SnapshotState {
         SnapshotState {
             held: None,
+            preparing: None,
             refused: HashSet::new(),
             version_tx,
+            bus,
         }
     }
 
@@ -79,34 +92,79 @@ impl SnapshotState {
         self.held.as_ref().map(|h| h.meta.version)
     }
 
-    /// Loads `latest` if it differs from the held snapshot; a snapshot that
-    /// fails is refused (logged, counted) and the held one kept.
+    /// Follows `latest`: a snapshot prepared beside the held one is taken once ready, and the
+    /// newest is prepared next (async mode, with a policy in hand) or loaded now (sync mode, or
+    /// none held yet).
     pub(crate) async fn refresh(
         &mut self,
         cfg: &ActorConfig,
-        bus: &dyn Bus,
         newest: &mut watch::Receiver<Option<SnapshotMeta>>,
         stats: &mut ActorStats,
     ) {
         let Some(meta) = newest.borrow_and_update().clone() else {
             return;
         };
-        self.load(cfg, bus, meta, stats).await;
+        if cfg.sync || self.held.is_none() {
+            self.load(cfg, meta, stats).await;
+            return;
+        }
+        if self
+            .preparing
+            .as_ref()
+            .is_some_and(|p| p.task.is_finished())
+        {
+            self.take_prepared(cfg, stats).await;
+        }
+        if self.preparing.is_none() && self.wants(&meta) {
+            let task = tokio::spawn(load_snapshot(cfg, Arc::clone(&self.bus), meta.clone()));
+            self.preparing = Some(Preparing { meta, task });
+        }
     }
 
-    /// Loads snapshot `meta` unless it is the one held or was refused before.
+    /// Loads snapshot `meta` now (after the one being prepared, which may be it) unless it is
+    /// the one held or was refused before.
     pub(crate) async fn load(
         &mut self,
         cfg: &ActorConfig,
-        bus: &dyn Bus,
         meta: SnapshotMeta,
         stats: &mut ActorStats,
     ) {
-        if self.held.as_ref().is_some_and(|h| h.meta == meta) || self.refused.contains(&meta.sha256)
-        {
-            return;
+        if self.preparing.is_some() {
+            self.take_prepared(cfg, stats).await;
         }
-        match load_snapshot(cfg, bus, &meta).await {
+        if self.wants(&meta) {
+            let result = load_snapshot(cfg, Arc::clone(&self.bus), meta.clone()).await;
+            self.settle(cfg, meta, result, stats);
+        }
+    }
+
+    /// Whether `meta` is neither held nor refused.
+    fn wants(&self, meta: &SnapshotMeta) -> bool {
+        !(self.held.as_ref().is_some_and(|h| h.meta == *meta)
+            || self.refused.contains(&meta.sha256))
+    }
+
+    /// Waits for the snapshot being prepared and takes it (or refuses it).
+    async fn take_prepared(&mut self, cfg: &ActorConfig, stats: &mut ActorStats) {
+        let Some(Preparing { meta, task }) = self.preparing.take() else {
+            return;
+        };
+        let result = task
+            .await
+            .unwrap_or_else(|e| Err(ActorError::Join(e.to_string())));
+        self.settle(cfg, meta, result, stats);
+    }
+
+    /// Holds the policy `result` loaded for `meta`; a failure keeps the held one, and refuses
+    /// `meta` for good unless the broker or a deleted version was the cause.
+    fn settle(
+        &mut self,
+        cfg: &ActorConfig,
+        meta: SnapshotMeta,
+        result: Result<Arc<Decoder>, ActorError>,
+        stats: &mut ActorStats,
+    ) {
+        match result {
             Ok(policy) => {
                 tracing::debug!("actor {} now holds policy v{}", cfg.id, meta.version);
                 let _ = self.version_tx.send(meta.version);
@@ -140,26 +198,29 @@ impl SnapshotState {
     }
 }
 
-async fn load_snapshot(
+/// Fetches snapshot `meta` (the bus checks its length and sha256) and prepares it for decoding
+/// with `cfg`'s model, device and vocabulary.
+fn load_snapshot(
     cfg: &ActorConfig,
-    bus: &dyn Bus,
-    meta: &SnapshotMeta,
-) -> Result<Arc<Decoder>, ActorError> {
-    let started = Instant::now();
-    // The bus checks length and sha256 against `meta` before returning the bytes.
-    let fetch = stages::Timer::start(Stage::SnapshotFetch);
-    let bytes = bus.get_snapshot(meta).await?;
-    drop(fetch);
+    bus: Arc<dyn Bus>,
+    meta: SnapshotMeta,
+) -> impl std::future::Future<Output = Result<Arc<Decoder>, ActorError>> + Send + 'static {
     let (model, device) = (cfg.model.clone(), cfg.device.clone());
     let vocab = cfg.data.vocab.hash().to_string();
-    let policy = tokio::task::spawn_blocking(move || {
-        stages::time(Stage::SnapshotLoad, || {
-            let policy = snapshot::load_policy(&bytes, &model, &device, &vocab)?;
-            Ok::<_, ActorError>(policy.decoder()?)
+    async move {
+        let started = Instant::now();
+        let fetch = stages::Timer::start(Stage::SnapshotFetch);
+        let bytes = bus.get_snapshot(&meta).await?;
+        drop(fetch);
+        let policy = tokio::task::spawn_blocking(move || {
+            stages::time(Stage::SnapshotLoad, || {
+                let policy = snapshot::load_policy(&bytes, &model, &device, &vocab)?;
+                Ok::<_, ActorError>(policy.decoder()?)
+            })
         })
-    })
-    .await
-    .map_err(|e| ActorError::Join(e.to_string()))??;
-    telemetry::metrics::record_snapshot(meta.bytes, started.elapsed());
-    Ok(Arc::new(policy))
+        .await
+        .map_err(|e| ActorError::Join(e.to_string()))??;
+        telemetry::metrics::record_snapshot(meta.bytes, started.elapsed());
+        Ok(Arc::new(policy))
+    }
 }

@@ -57,3 +57,55 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
         "the task went back to the queue instead of waiting for v1: {stats:?}"
     );
 }
+
+/// A new snapshot is prepared beside the one held: tasks the held policy may serve go on with
+/// it or the new one (never older than their `min_version`), a task that needs the new one is
+/// decoded with it, and the actor ends holding the newest.
+#[test]
+fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
+    let s = setup("prepare-beside", false);
+    let rows: Vec<u32> = s.cfg.data.train.items[..2]
+        .iter()
+        .map(|it| it.row as u32)
+        .collect();
+    let (stop, shutdown) = ShutdownTrigger::new();
+    let actor = s.rt.spawn(caprl_actor::run(
+        s.cfg.clone(),
+        Arc::clone(&s.bus),
+        shutdown,
+    ));
+    let mut first = support::task(1, rows.clone());
+    first.min_version = PolicyVersion(0);
+    publish(&s, &first);
+    let got = next_rollout(&s, Duration::from_secs(30)).expect("task 1 is decoded");
+    assert_eq!(got.policy_version, PolicyVersion(0));
+
+    // v1 comes out while tasks that v0 may serve keep coming, then one that needs v1.
+    let v1 = Captioner::new(&s.cfg.model, &Device::Cpu, 2)
+        .unwrap()
+        .to_safetensors()
+        .unwrap();
+    s.rt.block_on(s.bus.put_snapshot(1, Bytes::from(v1)))
+        .unwrap();
+    for id in 2..6 {
+        let mut t = support::task(id, rows.clone());
+        t.policy_version = PolicyVersion(1);
+        t.min_version = PolicyVersion(if id == 5 { 1 } else { 0 });
+        publish(&s, &t);
+    }
+    let mut versions = std::collections::BTreeMap::new();
+    for _ in 2..6 {
+        let r = next_rollout(&s, Duration::from_secs(30)).expect("every task is decoded");
+        versions.insert(r.task_id.0, r.policy_version.0);
+    }
+    assert_eq!(versions.len(), 4, "{versions:?}");
+    assert_eq!(versions[&5], 1, "the task that needs v1 got {versions:?}");
+    // Once a task has used v1, no later one goes back to v0.
+    let order: Vec<u64> = (2..6).map(|id| versions[&id]).collect();
+    assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
+
+    stop.trigger();
+    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    assert_eq!(stats.rollouts, 5, "{stats:?}");
+    assert_eq!(stats.refused_snapshots, 0, "{stats:?}");
+}
