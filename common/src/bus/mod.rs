@@ -25,6 +25,7 @@ mod nats_retry;
 mod nats_setup;
 mod server;
 mod snapshot_file;
+mod snapshot_object;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -3,7 +3,8 @@
 //! Per queue: a file-stored stream with work-queue retention on `caprl.<run>.<queue>`
 //! and one durable pull consumer (`workers`) that every puller of the run shares, with
 //! explicit acks and the run's `ack_wait`; so each message reaches one puller and an
-//! un-acked one comes back. Snapshots live in the object store `caprl-<run>-snapshots`,
+//! un-acked one comes back. Snapshots live in the object store `caprl-<run>-snapshots`
+//! (`snapshot_object`) or, with `runtime.snapshot_dir`, in files (`snapshot_file`);
 //! `latest` and heartbeats in the KV bucket `caprl-<run>-control`. Every broker call runs
 //! under a deadline, so a dead broker surfaces as [`BusError::Timeout`] instead of a hang;
 //! reconnecting (with backoff) is left to async-nats.
@@ -16,16 +17,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_nats::jetstream::consumer::{pull, PullConsumer};
 use async_nats::jetstream::kv::{self, Operation};
 use async_nats::jetstream::message::{AckKind, Acker};
-use async_nats::jetstream::object_store::{self, GetErrorKind, ObjectStore};
+use async_nats::jetstream::object_store::ObjectStore;
 use async_nats::jetstream::{self, Context};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
-use tokio::io::AsyncReadExt;
 
 use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
-use super::snapshot_file;
+use super::{snapshot_file, snapshot_object};
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConnect, Queue,
     Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
@@ -173,98 +173,14 @@ impl NatsBus {
         Ok(out)
     }
 
-    fn object_name(version: u64) -> String {
-        format!("policy-v{version}")
-    }
-
     /// The directory this run's snapshot files go to, when the learner writes files.
     fn snapshot_files(&self) -> Option<PathBuf> {
         let root = self.opts.snapshot_dir.as_deref()?;
         Some(snapshot_file::run_dir(root, &self.opts.run_id))
     }
-
-    /// Stores snapshot `version` in the run's object store and describes it.
-    async fn put_object(&self, version: u64, data: &Bytes) -> BusResult<SnapshotMeta> {
-        // The object store waits for JetStream's ack of every chunk in turn: its default
-        // 128 KiB chunks made a 226 MB snapshot 1,800 round trips.
-        let object = object_store::ObjectMetadata {
-            name: NatsBus::object_name(version),
-            chunk_size: Some(self.max_payload.min(SNAPSHOT_CHUNK_BYTES)),
-            ..Default::default()
-        };
-        let mut reader: &[u8] = data;
-        let info = deadline(
-            "put snapshot",
-            self.opts.snapshot_timeout(),
-            self.objects.put(object, &mut reader),
-        )
-        .await?
-        .map_err(|e| BusError::js("put snapshot", e))?;
-        // The store hashed the bytes as it took them: its digest is the meta's sha256.
-        Ok(match info.digest.as_deref().and_then(digest_hex) {
-            Some(sha256) if info.size == data.len() => SnapshotMeta {
-                version,
-                sha256,
-                bytes: data.len() as u64,
-                file: None,
-            },
-            _ => SnapshotMeta::describe(version, data),
-        })
-    }
-
-    /// Fetches the snapshot `meta` describes from the run's object store and checks it.
-    async fn get_object(&self, meta: &SnapshotMeta) -> BusResult<Bytes> {
-        let work = async {
-            let mut object = match self.objects.get(NatsBus::object_name(meta.version)).await {
-                Ok(object) => object,
-                Err(e) if e.kind() == GetErrorKind::NotFound => {
-                    return Err(BusError::SnapshotMissing {
-                        version: meta.version,
-                    })
-                }
-                Err(e) => return Err(BusError::js("get snapshot", e)),
-            };
-            let mut data = Vec::with_capacity(object.info().size);
-            // The reader checks the bytes against the object's digest when it reaches the end.
-            let checked = object.info().digest.is_some()
-                && object.info().digest.as_deref() == store_digest(&meta.sha256).as_deref();
-            object
-                .read_to_end(&mut data)
-                .await
-                .map_err(|e| BusError::js("get snapshot", e))?;
-            Ok((data, checked))
-        };
-        let (data, checked) =
-            deadline("get snapshot", self.opts.snapshot_timeout(), work).await??;
-        // An object whose digest is the meta's and that read to its end is the meta's
-        // snapshot; anything else is hashed here and compared.
-        if !checked || data.len() as u64 != meta.bytes {
-            meta.verify(&data)?;
-        }
-        Ok(Bytes::from(data))
-    }
 }
 
-/// The object store's digest (`SHA-256=<base64url>`) of a snapshot whose hex sha256 is `hex`.
-fn store_digest(hex: &str) -> Option<String> {
-    let bytes = hex::decode(hex).ok()?;
-    Some(format!(
-        "SHA-256={}",
-        data_encoding::BASE64URL.encode(&bytes)
-    ))
-}
-
-/// The hex sha256 in an object store digest.
-fn digest_hex(digest: &str) -> Option<String> {
-    let encoded = digest.strip_prefix("SHA-256=")?;
-    let bytes = data_encoding::BASE64URL.decode(encoded.as_bytes()).ok()?;
-    (bytes.len() == 32).then(|| hex::encode(bytes))
-}
-
-/// The largest chunk a snapshot is stored in (less where the server's `max_payload` is less).
-const SNAPSHOT_CHUNK_BYTES: usize = 4 << 20;
-
-async fn deadline<T>(
+pub(super) async fn deadline<T>(
     op: &'static str,
     after: Duration,
     work: impl Future<Output = T>,
@@ -417,7 +333,10 @@ impl Bus for NatsBus {
         Box::pin(async move {
             let meta = match self.snapshot_files() {
                 Some(dir) => blocking(move || snapshot_file::write(&dir, version, &data)).await?,
-                None => self.put_object(version, &data).await?,
+                None => {
+                    let (limit, timeout) = (self.max_payload, self.opts.snapshot_timeout());
+                    snapshot_object::put(&self.objects, limit, timeout, version, &data).await?
+                }
             };
             let record = serde_json::to_vec(&meta)
                 .map_err(|source| BusError::EncodeMeta { version, source })?;
@@ -439,7 +358,9 @@ impl Bus for NatsBus {
                     let (path, meta) = (path.clone(), meta.clone());
                     blocking(move || snapshot_file::read(&path, &meta)).await
                 }
-                None => self.get_object(meta).await,
+                None => {
+                    snapshot_object::get(&self.objects, self.opts.snapshot_timeout(), meta).await
+                }
             }
         })
     }
@@ -449,17 +370,7 @@ impl Bus for NatsBus {
             if let Some(dir) = self.snapshot_files() {
                 return blocking(move || snapshot_file::delete(&dir, version)).await;
             }
-            let result = deadline(
-                "delete snapshot",
-                self.opts.request_timeout(),
-                self.objects.delete(NatsBus::object_name(version)),
-            )
-            .await?;
-            match result {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == object_store::DeleteErrorKind::NotFound => Ok(()),
-                Err(e) => Err(BusError::js("delete snapshot", e)),
-            }
+            snapshot_object::delete(&self.objects, self.opts.request_timeout(), version).await
         })
     }
 
@@ -600,26 +511,5 @@ impl Bus for NatsBus {
                 None => Ok(()),
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{digest_hex, store_digest};
-
-    #[test]
-    fn object_store_digests_and_hex_sha256_convert_both_ways() {
-        // sha256("abc"), as nats-server's object store writes it and as a meta holds it.
-        let hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-        let digest = "SHA-256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0=";
-        assert_eq!(store_digest(hex).as_deref(), Some(digest));
-        assert_eq!(digest_hex(digest).as_deref(), Some(hex));
-        assert_eq!(
-            digest_hex("MD5=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0="),
-            None
-        );
-        assert_eq!(digest_hex("SHA-256=not base64"), None);
-        assert_eq!(digest_hex("SHA-256=YWJj"), None, "not 32 bytes");
-        assert_eq!(store_digest("not hex"), None);
     }
 }
