@@ -16,31 +16,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Deterministic captions of 7..14 words over a 2,000-word vocabulary
-/// skewed towards low ids (a small LCG keeps the bench free of extra deps).
-fn synthetic(images: usize, refs: usize) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<u32>>) {
-    let mut state: u64 = 7;
-    let mut next = move |m: u64| {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) % m
-    };
-    let mut sentence = move || -> Vec<u32> {
-        let len = 7 + next(7);
-        (0..len)
-            .map(|_| next(2_000).min(next(2_000)) as u32)
-            .collect()
-    };
-    let r = (0..images)
-        .map(|_| (0..refs).map(|_| sentence()).collect())
-        .collect();
-    let c = (0..images).map(|_| sentence()).collect();
-    (r, c)
-}
-
 fn bench(c: &mut Criterion) {
-    let (refs, cands) = synthetic(5_000, 5);
+    let (refs, cands) = caprl_score::bench_set::synthetic_captions(5_000, 5);
     let scorer = CiderD::new(DocFreq::from_refs(&refs));
     let prepared: Vec<_> = refs.iter().map(|r| scorer.prepare(r)).collect();
     let prepared_refs: Vec<_> = prepared.iter().collect();

@@ -18,10 +18,12 @@
 //! - [`meteor`] — METEOR 1.5 through the jar pycocoevalcap ships (needs Java).
 //! - [`diversity`] — Div-n, mBLEU-4, Self-BLEU, SLE's pairwise distance.
 //! - [`tokenize`] — pycocoevalcap's PTB tokenisation and punctuation removal.
+//! - [`bench_set`] — the captions the scoring benchmarks time.
 //!
 //! This crate needs no model, bus or data set: the `caprl` Python module
 //! (`python/`) is built on it alone.
 
+pub mod bench_set;
 pub mod bleu;
 pub mod cider;
 mod corpus;

@@ -160,29 +160,6 @@ fn small_run(data: &Path) -> Vec<String> {
     .into()
 }
 
-/// Deterministic captions of 7..14 words over a 2,000-word vocabulary,
-/// skewed towards low ids (the set of `benches/score.rs`).
-fn synthetic(images: usize, refs: usize) -> (Vec<Vec<Vec<u32>>>, Vec<Vec<u32>>) {
-    let mut state: u64 = 7;
-    let mut next = move |m: u64| {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) % m
-    };
-    let mut sentence = move || -> Vec<u32> {
-        let len = 7 + next(7);
-        (0..len)
-            .map(|_| next(2_000).min(next(2_000)) as u32)
-            .collect()
-    };
-    let r = (0..images)
-        .map(|_| (0..refs).map(|_| sentence()).collect())
-        .collect();
-    let c = (0..images).map(|_| sentence()).collect();
-    (r, c)
-}
-
 /// Best of three: the machine may be shared, the minimum is the cost.
 fn best_of_3(mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
     let mut best = Duration::MAX;
@@ -195,7 +172,7 @@ fn best_of_3(mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
 }
 
 fn scoring(images: usize) -> Result<Row> {
-    let (refs, cands) = synthetic(images, 5);
+    let (refs, cands) = caprl_score::bench_set::synthetic_captions(images, 5);
     let scorer = CiderD::new(DocFreq::from_refs(&refs));
     let t = best_of_3(|| {
         let prepared: Vec<_> = refs.iter().map(|r| scorer.prepare(r)).collect();
