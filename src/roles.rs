@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
-use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConnect, Queue};
+use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConfig, Queue};
 use caprl_common::config::{self, RunConfig};
 use caprl_common::role::Role;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
@@ -37,19 +37,13 @@ pub fn bus_options(cfg: &RunConfig) -> BusOptions {
 
 /// How to reach NATS: `[nats]`, with `--nats-url` winning over `nats.url` and
 /// the password and token falling back to `CAPRL_NATS_PASSWORD` / `CAPRL_NATS_TOKEN`.
-pub fn nats_connect(cfg: &RunConfig, url: Option<&str>) -> NatsConnect {
+pub fn nats_connect(cfg: &RunConfig, url: Option<&str>) -> NatsConfig {
     let n = &cfg.nats;
-    NatsConnect {
+    NatsConfig {
         url: url.map_or_else(|| n.url.clone(), str::to_string),
-        user: n.user.clone(),
         password: n.resolved_password().unwrap_or_default(),
         token: n.resolved_token().unwrap_or_default(),
-        nkey_seed: n.nkey_seed.clone(),
-        creds_file: n.creds_file.clone(),
-        tls_ca: n.tls_ca.clone(),
-        tls_cert: n.tls_cert.clone(),
-        tls_key: n.tls_key.clone(),
-        connect_timeout_secs: n.connect_timeout_secs,
+        ..n.clone()
     }
 }
 

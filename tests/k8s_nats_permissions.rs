@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bytes::Bytes;
 use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use futures::StreamExt;
 use tokio::io::AsyncReadExt;
@@ -118,11 +118,11 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
     let opts = BusOptions::for_run("default");
 
     // The learner creates the run and publishes a snapshot and a task.
-    let learner_cfg = NatsConnect {
+    let learner_cfg = NatsConfig {
         user: "learner".into(),
         password: password("learner").into(),
         connect_timeout_secs: 2,
-        ..NatsConnect::to_url(&url)
+        ..NatsConfig::to_url(&url)
     };
     let learner = NatsBus::connect(&learner_cfg, &opts)
         .await
@@ -138,11 +138,11 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
         .expect("learner publishes a task");
 
     // The actor's own connect path opens the existing run without create rights.
-    let actor_cfg = NatsConnect {
+    let actor_cfg = NatsConfig {
         user: "actor".into(),
         password: password("actor").into(),
         connect_timeout_secs: 2,
-        ..NatsConnect::to_url(&url)
+        ..NatsConfig::to_url(&url)
     };
     let actor_bus = NatsBus::connect_pulling(&actor_cfg, &opts, &[Queue::Tasks])
         .await
@@ -260,11 +260,11 @@ async fn reward_worker_may_pull_rollouts_and_publish_scored_only() {
     })
     .expect("nats-server starts with k8s/base/nats.conf");
     let url = server.url();
-    let learner_cfg = NatsConnect {
+    let learner_cfg = NatsConfig {
         user: "learner".into(),
         password: password("learner").into(),
         connect_timeout_secs: 2,
-        ..NatsConnect::to_url(&url)
+        ..NatsConfig::to_url(&url)
     };
     let learner = NatsBus::connect(&learner_cfg, &BusOptions::for_run("default"))
         .await

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use caprl_wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 use support::{finish, kill_all_and_read, sets, spawn, steps, stop, synth};
@@ -33,7 +33,7 @@ fn rogue_actor(url: &str, n: u64) -> u64 {
             ack_wait_secs: 30,
             ..BusOptions::for_run("default")
         };
-        let bus = NatsBus::connect_pulling(&NatsConnect::to_url(url), &opts, &[Queue::Tasks])
+        let bus = NatsBus::connect_pulling(&NatsConfig::to_url(url), &opts, &[Queue::Tasks])
             .await
             .expect("the rogue actor connects");
         let mut answered = 0;

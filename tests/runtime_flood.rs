@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use caprl_wire::{Heartbeat, PolicyVersion, HEADER_LEN};
 use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
@@ -169,7 +169,7 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     // consumer, so it cannot race the learner creating or changing them).
     let bus = rt
         .block_on(NatsBus::connect_pulling(
-            &NatsConnect::to_url(&url),
+            &NatsConfig::to_url(&url),
             &BusOptions {
                 ack_wait_secs: 2,
                 ..BusOptions::for_run("default")

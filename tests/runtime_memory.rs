@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use caprl_wire::{
     DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
@@ -92,7 +92,7 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
     // consumer, so it cannot race the learner creating or changing them).
     let bus = rt
         .block_on(NatsBus::connect_pulling(
-            &NatsConnect::to_url(&url),
+            &NatsConfig::to_url(&url),
             &BusOptions {
                 ack_wait_secs: 5,
                 ..BusOptions::for_run("default")

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use caprl_actor::{ActorConfig, ActorStats};
 use caprl_common::bus::{
-    sha256_hex, Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect,
+    sha256_hex, Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig,
     Queue,
 };
 use caprl_common::config::RewardName;
@@ -56,7 +56,7 @@ fn setup(run: &str) -> Setup {
         .build()
         .unwrap();
     let bus: Arc<dyn Bus> = Arc::new(
-        rt.block_on(NatsBus::connect(&NatsConnect::to_url(&url), &opts))
+        rt.block_on(NatsBus::connect(&NatsConfig::to_url(&url), &opts))
             .unwrap(),
     );
     let data = Arc::new(Dataset::open(&data_dir).unwrap());

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use serde_json::Value;
 use support::{
@@ -133,7 +133,7 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
         .unwrap();
     let bus = rt
         .block_on(NatsBus::connect_pulling(
-            &NatsConnect::to_url(&url),
+            &NatsConfig::to_url(&url),
             // The run's ack_wait: a different one would make this connection change the queues.
             &BusOptions {
                 ack_wait_secs: 10,

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{
-    Bus, BusError, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
+    Bus, BusError, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 
-fn connect_cfg(server: &LocalNatsServer) -> NatsConnect {
-    NatsConnect {
+fn connect_cfg(server: &LocalNatsServer) -> NatsConfig {
+    NatsConfig {
         connect_timeout_secs: 2,
-        ..NatsConnect::to_url(&server.url())
+        ..NatsConfig::to_url(&server.url())
     }
 }
 
@@ -41,7 +41,7 @@ async fn user_password_right_credentials_connect_wrong_ones_fail_fast() {
     );
     let opts = BusOptions::for_run("auth");
 
-    let good = NatsConnect {
+    let good = NatsConfig {
         user: "alice".into(),
         password: "s3cret".into(),
         ..connect_cfg(&server)
@@ -52,7 +52,7 @@ async fn user_password_right_credentials_connect_wrong_ones_fail_fast() {
     round_trip(&bus).await;
 
     for (user, password) in [("alice", "wrong"), ("mallory", "s3cret"), ("", "")] {
-        let bad = NatsConnect {
+        let bad = NatsConfig {
             user: user.into(),
             password: password.into(),
             ..connect_cfg(&server)
@@ -83,7 +83,7 @@ async fn token_auth_accepts_the_token_and_rejects_others() {
     let dir = tempfile::tempdir().unwrap();
     let server = certs::server_with_config(dir.path(), "authorization { token: \"t0ken-42\" }\n");
     let opts = BusOptions::for_run("token");
-    let good = NatsConnect {
+    let good = NatsConfig {
         token: "t0ken-42".into(),
         ..connect_cfg(&server)
     };
@@ -94,7 +94,7 @@ async fn token_auth_accepts_the_token_and_rejects_others() {
     )
     .await;
 
-    let bad = NatsConnect {
+    let bad = NatsConfig {
         token: "guess".into(),
         ..connect_cfg(&server)
     };
@@ -110,18 +110,18 @@ async fn token_auth_accepts_the_token_and_rejects_others() {
 #[tokio::test]
 async fn conflicting_or_incomplete_settings_are_config_errors() {
     let opts = BusOptions::for_run("cfg");
-    let both = NatsConnect {
+    let both = NatsConfig {
         user: "a".into(),
         password: "b".into(),
         token: "c".into(),
-        ..NatsConnect::default()
+        ..NatsConfig::default()
     };
     let err = NatsBus::connect(&both, &opts).await.err().unwrap();
     assert!(matches!(err, BusError::Config { key: "nats", .. }), "{err}");
 
-    let half_tls = NatsConnect {
+    let half_tls = NatsConfig {
         tls_cert: "/tmp/cert.pem".into(),
-        ..NatsConnect::default()
+        ..NatsConfig::default()
     };
     let err = NatsBus::connect(&half_tls, &opts).await.err().unwrap();
     assert!(
@@ -135,15 +135,15 @@ async fn conflicting_or_incomplete_settings_are_config_errors() {
         "{err}"
     );
 
-    let missing_creds = NatsConnect {
+    let missing_creds = NatsConfig {
         creds_file: "/nonexistent/caprl.creds".into(),
-        ..NatsConnect::default()
+        ..NatsConfig::default()
     };
     let err = NatsBus::connect(&missing_creds, &opts).await.err().unwrap();
     assert!(matches!(err, BusError::CredsFile { .. }), "{err}");
 
     let bad_run = BusOptions::for_run("Bad_Run");
-    let err = NatsBus::connect(&NatsConnect::default(), &bad_run)
+    let err = NatsBus::connect(&NatsConfig::default(), &bad_run)
         .await
         .err()
         .unwrap();
@@ -167,9 +167,9 @@ async fn unreachable_server_fails_quickly() {
         server.url()
     };
     let started = Instant::now();
-    let cfg = NatsConnect {
+    let cfg = NatsConfig {
         connect_timeout_secs: 2,
-        ..NatsConnect::to_url(&url)
+        ..NatsConfig::to_url(&url)
     };
     let err = NatsBus::connect(&cfg, &BusOptions::default())
         .await
@@ -194,9 +194,9 @@ async fn a_server_list_connects_past_a_server_that_is_down() {
         server.url()
     };
     let up = LocalNatsServer::start_default().unwrap();
-    let cfg = NatsConnect {
+    let cfg = NatsConfig {
         connect_timeout_secs: 3,
-        ..NatsConnect::to_url(&format!("{down}, {}", up.url()))
+        ..NatsConfig::to_url(&format!("{down}, {}", up.url()))
     };
     let bus = NatsBus::connect(&cfg, &BusOptions::default())
         .await
@@ -358,7 +358,7 @@ async fn mutual_tls_connects_with_ca_and_client_cert_only() {
     let p = |f: &str| dir.path().join(f).display().to_string();
     let server = certs::server_with_config(dir.path(), &certs::server_tls_block(dir.path(), true));
     let opts = BusOptions::for_run("tls");
-    let mtls = NatsConnect {
+    let mtls = NatsConfig {
         tls_ca: p("ca.pem"),
         tls_cert: p("client.pem"),
         tls_key: p("client.key"),
@@ -366,7 +366,7 @@ async fn mutual_tls_connects_with_ca_and_client_cert_only() {
     };
     round_trip(&NatsBus::connect(&mtls, &opts).await.expect("mTLS connects")).await;
 
-    let no_client_cert = NatsConnect {
+    let no_client_cert = NatsConfig {
         tls_ca: p("ca.pem"),
         ..connect_cfg(&server)
     };

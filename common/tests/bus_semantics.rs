@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use caprl_common::bus::{
-    sha256_hex, Bus, BusError, BusOptions, InProcBus, LocalNatsServer, NatsBus, NatsConnect, Queue,
+    sha256_hex, Bus, BusError, BusOptions, InProcBus, LocalNatsServer, NatsBus, NatsConfig, Queue,
     SnapshotMeta,
 };
 use futures::StreamExt;
@@ -56,7 +56,7 @@ impl Harness {
             return Arc::new(bus.clone());
         }
         let server = self.server.as_ref().expect("nats harness has a server");
-        let bus = NatsBus::connect(&NatsConnect::to_url(&server.url()), &self.opts)
+        let bus = NatsBus::connect(&NatsConfig::to_url(&server.url()), &self.opts)
             .await
             .expect("connects to the local nats-server");
         Arc::new(bus)

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusError, BusOptions, LocalNatsServer, NatsBus, NatsConnect};
+use caprl_common::bus::{Bus, BusError, BusOptions, LocalNatsServer, NatsBus, NatsConfig};
 
 fn options(snapshot_dir: Option<&Path>) -> BusOptions {
     BusOptions {
@@ -17,7 +17,7 @@ fn options(snapshot_dir: Option<&Path>) -> BusOptions {
 }
 
 async fn bus(server: &LocalNatsServer, snapshot_dir: Option<&Path>) -> NatsBus {
-    NatsBus::connect(&NatsConnect::to_url(&server.url()), &options(snapshot_dir))
+    NatsBus::connect(&NatsConfig::to_url(&server.url()), &options(snapshot_dir))
         .await
         .expect("connects to the local nats-server")
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use async_nats::{ConnectErrorKind, ConnectOptions};
 
-use super::{BusError, BusResult, NatsConnect};
+use super::{BusError, BusResult, NatsConfig};
 
 /// Builds connect options from `[nats]`: exactly one of user/password, token, nkey seed
 /// or creds file (or none), optional TLS, and the connect timeout.
-pub async fn connect_options(cfg: &NatsConnect) -> BusResult<ConnectOptions> {
+pub async fn connect_options(cfg: &NatsConfig) -> BusResult<ConnectOptions> {
     let set = |s: &str| !s.trim().is_empty();
     let methods = [
         set(&cfg.user) || set(&cfg.password),
@@ -126,7 +126,7 @@ fn server_list(url: &str) -> Vec<&str> {
 /// absent server fail within the connect timeout. With several servers the client tries them
 /// in turn and, once connected, learns the cluster's others from the server it reached. Later
 /// reconnects, with backoff, are async-nats's job.
-pub(crate) async fn connect(cfg: &NatsConnect) -> BusResult<async_nats::Client> {
+pub(crate) async fn connect(cfg: &NatsConfig) -> BusResult<async_nats::Client> {
     let opts = connect_options(cfg).await?;
     let url = cfg.url.clone();
     let limit = Duration::from_secs(cfg.connect_timeout_secs) + Duration::from_secs(1);

@@ -38,6 +38,7 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub use crate::config::NatsConfig;
 pub use backoff::Backoff;
 pub use connect::connect_options;
 pub use error::BusError;
@@ -265,50 +266,6 @@ impl BusOptions {
     /// Object store bucket for snapshots: `caprl-<run>-snapshots`.
     pub fn snapshot_bucket(&self) -> String {
         format!("caprl-{}-snapshots", self.run_id)
-    }
-}
-
-/// How to reach and authenticate to NATS; the `[nats]` config section
-/// (its `max_message_bytes` goes to [`BusOptions::max_message_bytes`]).
-/// Empty strings mean "not set".
-#[derive(Debug, Clone, PartialEq)]
-pub struct NatsConnect {
-    pub url: String,
-    pub user: String,
-    pub password: String,
-    pub token: String,
-    pub nkey_seed: String,
-    pub creds_file: String,
-    pub tls_ca: String,
-    pub tls_cert: String,
-    pub tls_key: String,
-    pub connect_timeout_secs: u64,
-}
-
-impl Default for NatsConnect {
-    fn default() -> Self {
-        NatsConnect {
-            url: "nats://127.0.0.1:4222".to_string(),
-            user: String::new(),
-            password: String::new(),
-            token: String::new(),
-            nkey_seed: String::new(),
-            creds_file: String::new(),
-            tls_ca: String::new(),
-            tls_cert: String::new(),
-            tls_key: String::new(),
-            connect_timeout_secs: 5,
-        }
-    }
-}
-
-impl NatsConnect {
-    /// Connection to `url` without credentials.
-    pub fn to_url(url: &str) -> NatsConnect {
-        NatsConnect {
-            url: url.to_string(),
-            ..NatsConnect::default()
-        }
     }
 }
 

@@ -27,7 +27,7 @@ use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
 use super::{snapshot_file, snapshot_object};
 use super::{
-    validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConnect, Queue,
+    validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConfig, Queue,
     Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
 };
 
@@ -50,7 +50,7 @@ pub struct NatsBus {
 impl NatsBus {
     /// Connects with `[nats]` settings, then creates (or opens) the run's streams,
     /// consumers and buckets.
-    pub async fn connect(nats: &NatsConnect, opts: &BusOptions) -> BusResult<NatsBus> {
+    pub async fn connect(nats: &NatsConfig, opts: &BusOptions) -> BusResult<NatsBus> {
         NatsBus::connect_pulling(nats, opts, &Queue::ALL).await
     }
 
@@ -59,7 +59,7 @@ impl NatsBus {
     /// no rights on the others (per-role NATS permissions); the learner opens all,
     /// which also creates every stream before anyone publishes.
     pub async fn connect_pulling(
-        nats: &NatsConnect,
+        nats: &NatsConfig,
         opts: &BusOptions,
         pulls: &[Queue],
     ) -> BusResult<NatsBus> {

@@ -153,3 +153,13 @@ impl Default for NatsConfig {
         }
     }
 }
+
+impl NatsConfig {
+    /// The defaults with server `url` (tests, benchmarks and `--nats-url`).
+    pub fn to_url(url: &str) -> NatsConfig {
+        NatsConfig {
+            url: url.to_string(),
+            ..NatsConfig::default()
+        }
+    }
+}

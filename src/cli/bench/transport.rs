@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use caprl_common::bus::{
-    Bus, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConnect, Queue,
-};
+use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue};
 use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
 use futures::StreamExt;
 
@@ -139,7 +137,7 @@ pub(super) async fn snapshot_broadcast(
     actors: usize,
 ) -> Result<(Duration, Duration)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-snapshot");
-    let nc = NatsConnect::to_url(url);
+    let nc = NatsConfig::to_url(url);
     let data = Bytes::from(
         (0..mb * 1_000_000)
             .map(|i| (i * 31 % 251) as u8)
@@ -224,7 +222,7 @@ pub(super) async fn snapshot_broadcast(
 
 pub(super) async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-rollouts");
-    let nc = NatsConnect::to_url(url);
+    let nc = NatsConfig::to_url(url);
     let producer = NatsBus::connect(&nc, &opts).await?;
     let consumer = NatsBus::connect(&nc, &opts).await?;
     // A typical SCST rollout: 8 images × (5 samples + greedy) × 16 tokens.
