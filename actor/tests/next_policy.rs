@@ -14,15 +14,30 @@ use caprl_wire::{PolicyVersion, TaskId};
 
 mod support;
 
-use support::{next_rollout, publish, setup};
+use support::{next_rollout, publish, setup, Setup};
+
+/// The rows of the first two training images.
+fn first_rows(s: &Setup) -> Vec<u32> {
+    s.cfg.data.train.items[..2]
+        .iter()
+        .map(|it| it.row as u32)
+        .collect()
+}
+
+/// Publishes policy v1 (other weights than v0's).
+fn publish_v1(s: &Setup) {
+    let v1 = Captioner::new(&s.cfg.model, &Device::Cpu, 2)
+        .unwrap()
+        .to_safetensors()
+        .unwrap();
+    s.rt.block_on(s.bus.put_snapshot(1, Bytes::from(v1)))
+        .unwrap();
+}
 
 #[test]
 fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     let s = setup("next-policy", false);
-    let rows: Vec<u32> = s.cfg.data.train.items[..2]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = first_rows(&s);
     let mut t = support::task(3, rows);
     t.policy_version = PolicyVersion(1);
     t.min_version = PolicyVersion(1);
@@ -35,12 +50,7 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     ));
     // The actor takes the task with v0 in hand; v1 comes out while it holds it.
     std::thread::sleep(Duration::from_secs(1));
-    let v1 = Captioner::new(&s.cfg.model, &Device::Cpu, 2)
-        .unwrap()
-        .to_safetensors()
-        .unwrap();
-    s.rt.block_on(s.bus.put_snapshot(1, Bytes::from(v1)))
-        .unwrap();
+    publish_v1(&s);
 
     let got = next_rollout(&s, Duration::from_secs(30)).expect("the task is decoded");
     stop.trigger();
@@ -64,10 +74,7 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
 #[test]
 fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     let s = setup("prepare-beside", false);
-    let rows: Vec<u32> = s.cfg.data.train.items[..2]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = first_rows(&s);
     let (stop, shutdown) = ShutdownTrigger::new();
     let actor = s.rt.spawn(caprl_actor::run(
         s.cfg.clone(),
@@ -81,12 +88,7 @@ fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     assert_eq!(got.policy_version, PolicyVersion(0));
 
     // v1 comes out while tasks that v0 may serve keep coming, then one that needs v1.
-    let v1 = Captioner::new(&s.cfg.model, &Device::Cpu, 2)
-        .unwrap()
-        .to_safetensors()
-        .unwrap();
-    s.rt.block_on(s.bus.put_snapshot(1, Bytes::from(v1)))
-        .unwrap();
+    publish_v1(&s);
     for id in 2..6 {
         let mut t = support::task(id, rows.clone());
         t.policy_version = PolicyVersion(1);
