@@ -16,11 +16,13 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
 use super::attention_softmax::softmax_in_place;
 use super::kernels_enabled;
-use super::real::{contiguous, dot, err, Real, Saved};
+use super::real::{
+    by_dtype, by_storage_dtype, contiguous, dot, err, lock_saved, no_forward_pass, Real, Saved,
+};
 use crate::model::error::Result;
 
 /// The attended values `[B, D]` for the keys of width `a` in `kv` `[U, R, a + D]`, or `None`
@@ -116,11 +118,7 @@ impl Attention {
             vec![T::ZERO; b * r],
         );
         rows_forward(kv, q, w, &self.image, dims, (&mut out, &mut e, &mut alpha));
-        let mut saved = self
-            .saved
-            .lock()
-            .map_err(|_| err("attention: lock poisoned".into()))?;
-        *saved = Some((T::wrap(e), T::wrap(alpha)));
+        *lock_saved(&self.saved, "attention")? = Some((T::wrap(e), T::wrap(alpha)));
         Ok(out)
     }
 
@@ -132,11 +130,8 @@ impl Attention {
         dout: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let dims = self.dims(kv.layout(), q.layout(), w.layout())?;
-        let saved = self
-            .saved
-            .lock()
-            .map_err(|_| err("attention: lock poisoned".into()))?;
-        let missing = || err("attention: backward without a forward pass".into());
+        let saved = lock_saved(&self.saved, "attention")?;
+        let missing = || no_forward_pass("attention");
         let (e, alpha) = saved.as_ref().ok_or_else(missing)?;
         let (e, alpha) = (
             T::unwrap(e).ok_or_else(missing)?,
@@ -329,11 +324,8 @@ impl CustomOp3 for Attention {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let Dims { b, d, .. } = self.dims(l1, l2, l3)?;
         let args = ((s1, l1), (s2, l2), (s3, l3));
-        let out = match s1 {
-            CpuStorage::F32(_) => CpuStorage::F32(self.fwd_typed::<f32>(args.0, args.1, args.2)?),
-            CpuStorage::F64(_) => CpuStorage::F64(self.fwd_typed::<f64>(args.0, args.1, args.2)?),
-            _ => return Err(err("attention: f32 or f64 expected".into())),
-        };
+        let out =
+            by_storage_dtype!(s1, "attention", T => self.fwd_typed::<T>(args.0, args.1, args.2))?;
         Ok((out, Shape::from((b, d))))
     }
 
@@ -345,11 +337,8 @@ impl CustomOp3 for Attention {
         _res: &Tensor,
         dout: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dkv, dq, dw) = match kv.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(kv, q, w, dout)?,
-            DType::F64 => self.bwd_typed::<f64>(kv, q, w, dout)?,
-            other => return Err(err(format!("attention: dtype {other:?} (f32 or f64)"))),
-        };
+        let (dkv, dq, dw) =
+            by_dtype!(kv.dtype(), "attention", T => self.bwd_typed::<T>(kv, q, w, dout))?;
         Ok((Some(dkv), Some(dq), Some(dw)))
     }
 }

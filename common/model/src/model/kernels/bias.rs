@@ -7,6 +7,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
+use super::real::{by_storage_dtype, contiguous};
 use crate::model::error::Result;
 
 /// `x + b` with `b` `[K]` broadcast over the leading dims of `x` `[.., K]` (`x` may also be
@@ -56,13 +57,6 @@ fn col_sums_plain<T: Copy + std::ops::AddAssign + Default>(g: &[T], k: usize) ->
     s
 }
 
-fn slice<'a, T>(v: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
-    let (a, b) = l
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg("row bias: input is not contiguous".into()))?;
-    Ok(&v[a..b])
-}
-
 impl CustomOp2 for RowBias {
     fn name(&self) -> &'static str {
         "row-bias-add"
@@ -75,19 +69,9 @@ impl CustomOp2 for RowBias {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(b)) => {
-                CpuStorage::F32(add(slice(x, l1)?, slice(b, l2)?))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(b)) => {
-                CpuStorage::F64(add(slice(x, l1)?, slice(b, l2)?))
-            }
-            _ => {
-                return Err(candle_core::Error::Msg(
-                    "row bias: f32 or f64 tensors of one dtype expected".into(),
-                ))
-            }
-        };
+        let out = by_storage_dtype!(s1, "row bias", T => {
+            Ok(add(contiguous::<T>(s1, l1, "x")?, contiguous::<T>(s2, l2, "b")?))
+        })?;
         Ok((out, l1.shape().clone()))
     }
 
@@ -103,11 +87,13 @@ impl CustomOp2 for RowBias {
         let db = {
             let (st, l) = g.storage_and_layout();
             match &*st {
-                candle_core::Storage::Cpu(CpuStorage::F32(v)) => {
-                    Tensor::from_vec(col_sums(slice(v, l)?, k), b.shape(), b.device())?
+                candle_core::Storage::Cpu(c @ CpuStorage::F32(_)) => {
+                    let dy = contiguous::<f32>(c, l, "gradient")?;
+                    Tensor::from_vec(col_sums(dy, k), b.shape(), b.device())?
                 }
-                candle_core::Storage::Cpu(CpuStorage::F64(v)) => {
-                    Tensor::from_vec(col_sums(slice(v, l)?, k), b.shape(), b.device())?
+                candle_core::Storage::Cpu(c @ CpuStorage::F64(_)) => {
+                    let dy = contiguous::<f64>(c, l, "gradient")?;
+                    Tensor::from_vec(col_sums(dy, k), b.shape(), b.device())?
                 }
                 _ => g
                     .flatten_to(g.rank() - 1 - b.rank())?

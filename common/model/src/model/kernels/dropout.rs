@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, host_map1, HostMap1, Real};
+use super::real::{by_dtype, contiguous, err, host_map1, HostMap1, Real};
 use crate::model::error::Result;
 use crate::model::rng::CaprlRng;
 
@@ -82,19 +82,11 @@ impl CustomOp1 for MaskMul {
         let candle_core::Storage::Cpu(c) = &*s else {
             return Err(err("dropout: backward expects a CPU gradient".into()));
         };
-        let out = match c {
-            CpuStorage::F32(_) => Tensor::from_vec(
-                crate::fastmath::vectorised!(self.times(contiguous::<f32>(c, l, "dy")?))?,
-                l.shape(),
-                grad.device(),
-            ),
-            CpuStorage::F64(_) => Tensor::from_vec(
-                crate::fastmath::vectorised!(self.times(contiguous::<f64>(c, l, "dy")?))?,
-                l.shape(),
-                grad.device(),
-            ),
-            _ => return Err(err("dropout: f32 or f64 expected".into())),
-        }?;
+        let out = by_dtype!(grad.dtype(), "dropout", T => Tensor::from_vec(
+            crate::fastmath::vectorised!(self.times(contiguous::<T>(c, l, "dy")?))?,
+            l.shape(),
+            grad.device(),
+        ))?;
         Ok(Some(out))
     }
 }

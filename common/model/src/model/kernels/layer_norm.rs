@@ -9,10 +9,12 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Storage, Tensor, D};
 
 use super::kernels_enabled;
-use super::real::{contiguous, err, Real, Saved};
+use super::real::{
+    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+};
 use crate::model::error::Result;
 
 /// `g · (x − mean) / (std + eps) + b` over the last dimension of `x`, `g` and `b` `[d]`.
@@ -229,11 +231,7 @@ impl LayerNorm {
         let mut xhat = vec![T::ZERO; x.len()];
         let mut stats = vec![0f64; 2 * x.len() / d];
         norm_rows(x, g, b, self.eps, &mut y, Some(&mut xhat), Some(&mut stats));
-        *self
-            .saved
-            .lock()
-            .map_err(|_| err("layer norm: lock poisoned".into()))? =
-            Some((T::wrap(xhat), f64::wrap(stats)));
+        *lock_saved(&self.saved, "layer norm")? = Some((T::wrap(xhat), f64::wrap(stats)));
         Ok(y)
     }
 
@@ -243,13 +241,10 @@ impl LayerNorm {
         dy: &[T],
         g: &[T],
     ) -> candle_core::Result<(Vec<T>, Vec<T>, Vec<T>)> {
-        let guard = self
-            .saved
-            .lock()
-            .map_err(|_| err("layer norm: lock poisoned".into()))?;
+        let guard = lock_saved(&self.saved, "layer norm")?;
         let (xhat, stats) = guard
             .as_ref()
-            .ok_or_else(|| err("layer norm: backward before forward".into()))?;
+            .ok_or_else(|| no_forward_pass("layer norm"))?;
         let xhat = T::unwrap(xhat).ok_or_else(|| err("layer norm: saved dtype".into()))?;
         let stats = f64::unwrap(stats).ok_or_else(|| err("layer norm: saved dtype".into()))?;
         let d = g.len();
@@ -282,19 +277,11 @@ impl CustomOp3 for LayerNorm {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out = match s1 {
-            CpuStorage::F32(_) => CpuStorage::F32(self.forward(
-                contiguous::<f32>(s1, l1, "x")?,
-                contiguous::<f32>(s2, l2, "gain")?,
-                contiguous::<f32>(s3, l3, "bias")?,
-            )?),
-            CpuStorage::F64(_) => CpuStorage::F64(self.forward(
-                contiguous::<f64>(s1, l1, "x")?,
-                contiguous::<f64>(s2, l2, "gain")?,
-                contiguous::<f64>(s3, l3, "bias")?,
-            )?),
-            _ => return Err(err("layer norm: f32 or f64 expected".into())),
-        };
+        let out = by_storage_dtype!(s1, "layer norm", T => self.forward(
+            contiguous::<T>(s1, l1, "x")?,
+            contiguous::<T>(s2, l2, "gain")?,
+            contiguous::<T>(s3, l3, "bias")?,
+        ))?;
         Ok((out, l1.shape().clone()))
     }
 
@@ -309,31 +296,20 @@ impl CustomOp3 for LayerNorm {
         let grad = grad.contiguous()?;
         let (gs, gl) = grad.storage_and_layout();
         let (ws, wl) = gain.storage_and_layout();
-        let (dx, dg, db) = match (&*gs, &*ws) {
-            (candle_core::Storage::Cpu(g @ CpuStorage::F32(_)), candle_core::Storage::Cpu(w)) => {
-                let (dx, dg, db) = self.backward(
-                    contiguous::<f32>(g, gl, "gradient")?,
-                    contiguous::<f32>(w, wl, "gain")?,
-                )?;
-                (
-                    Tensor::from_vec(dx, x.shape(), x.device())?,
-                    Tensor::from_vec(dg, gain.shape(), gain.device())?,
-                    Tensor::from_vec(db, gain.shape(), gain.device())?,
-                )
-            }
-            (candle_core::Storage::Cpu(g @ CpuStorage::F64(_)), candle_core::Storage::Cpu(w)) => {
-                let (dx, dg, db) = self.backward(
-                    contiguous::<f64>(g, gl, "gradient")?,
-                    contiguous::<f64>(w, wl, "gain")?,
-                )?;
-                (
-                    Tensor::from_vec(dx, x.shape(), x.device())?,
-                    Tensor::from_vec(dg, gain.shape(), gain.device())?,
-                    Tensor::from_vec(db, gain.shape(), gain.device())?,
-                )
-            }
-            _ => return Err(err("layer norm: CPU f32 or f64 gradient expected".into())),
+        let (Storage::Cpu(g), Storage::Cpu(w)) = (&*gs, &*ws) else {
+            return Err(err("layer norm: backward expects CPU tensors".into()));
         };
+        let (dx, dg, db) = by_dtype!(grad.dtype(), "layer norm", T => {
+            let (dx, dg, db) = self.backward(
+                contiguous::<T>(g, gl, "gradient")?,
+                contiguous::<T>(w, wl, "gain")?,
+            )?;
+            Ok((
+                Tensor::from_vec(dx, x.shape(), x.device())?,
+                Tensor::from_vec(dg, gain.shape(), gain.device())?,
+                Tensor::from_vec(db, gain.shape(), gain.device())?,
+            ))
+        })?;
         Ok((Some(dx), Some(dg), Some(db)))
     }
 }

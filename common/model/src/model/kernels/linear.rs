@@ -8,12 +8,12 @@
 //! per-image term in a time-major batch). Products under 8M multiply-adds stay on one thread.
 //! Backward: `dx = dy W`, `dW = dyᵀ x`, `db` = `dy`'s rows summed per bias row.
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
 use super::bias::add_row_bias;
 use super::host_gemm::{gemm_into, Mat, SendPtr, PARALLEL_MIN_MACS};
 use super::kernels_enabled;
-use super::real::{contiguous, err, Real};
+use super::real::{by_dtype, by_storage_dtype, contiguous, err, Real};
 use crate::model::error::Result;
 
 /// How the weight is stored.
@@ -320,11 +320,8 @@ impl CustomOp3 for Linear {
             *last = g;
         }
         let args = ((s1, l1), (s2, l2), (s3, l3));
-        let out = match s1 {
-            CpuStorage::F32(_) => CpuStorage::F32(self.fwd_typed::<f32>(args.0, args.1, args.2)?),
-            CpuStorage::F64(_) => CpuStorage::F64(self.fwd_typed::<f64>(args.0, args.1, args.2)?),
-            _ => return Err(err("linear: f32 or f64 expected".into())),
-        };
+        let out =
+            by_storage_dtype!(s1, "linear", T => self.fwd_typed::<T>(args.0, args.1, args.2))?;
         Ok((out, Shape::from(dims)))
     }
 
@@ -336,11 +333,7 @@ impl CustomOp3 for Linear {
         _res: &Tensor,
         dy: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dx, dw, db) = match x.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(x, w, b, dy)?,
-            DType::F64 => self.bwd_typed::<f64>(x, w, b, dy)?,
-            other => return Err(err(format!("linear: dtype {other:?} (f32 or f64)"))),
-        };
+        let (dx, dw, db) = by_dtype!(x.dtype(), "linear", T => self.bwd_typed::<T>(x, w, b, dy))?;
         Ok((Some(dx), Some(dw), Some(db)))
     }
 }

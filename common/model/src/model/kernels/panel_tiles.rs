@@ -140,108 +140,82 @@ mod x86 {
 
     use super::PanelDst;
 
-    /// The AVX-512 tile: up to 8 rows × 32 columns in 16 registers.
-    ///
-    /// # Safety
-    /// As [`super::multiply`], and the CPU has AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn avx512(x: &[f32], panel: &[f32], k: usize, dst: PanelDst) {
-        const ROWS: usize = 8;
-        const COLS: usize = 32;
-        let wp = panel.as_ptr();
-        for (r0, rows) in super::row_groups(dst.m, ROWS) {
-            let xp = x[r0 * k..].as_ptr();
-            let z = _mm512_setzero_ps();
-            let mut acc = [[z; 2]; ROWS];
-            macro_rules! rows_loop {
-                ($r:literal) => {
-                    for kk in 0..k {
-                        // SAFETY: `kk < k`: within the panel (`k × 32`) and each row's inputs.
-                        let (w0, w1) = unsafe {
-                            (
-                                _mm512_loadu_ps(wp.add(kk * COLS)),
-                                _mm512_loadu_ps(wp.add(kk * COLS + 16)),
-                            )
-                        };
-                        for r in 0..$r {
-                            let xv = _mm512_set1_ps(unsafe { *xp.add(r * k + kk) });
-                            acc[r][0] = _mm512_fmadd_ps(xv, w0, acc[r][0]);
-                            acc[r][1] = _mm512_fmadd_ps(xv, w1, acc[r][1]);
+    /// A vector tile function: up to `$rows` rows × `$cols` columns, each row's sums in two
+    /// registers of `$cols / 2` lanes, written with the level's intrinsics for zeroing, loading,
+    /// broadcasting, fused multiply-add and storing. Each `group => rows` arm runs a group of
+    /// that many rows with a constant bound, so that the loop over them unrolls; the last
+    /// arm's pattern is `_`.
+    macro_rules! tile {
+        (
+            $(#[$attr:meta])*
+            fn $name:ident: $rows:literal rows, $cols:literal columns;
+            row groups: $($group:pat => $r:literal),+;
+            $zero:ident, $load:ident, $set1:ident, $fmadd:ident, $store:ident $(,)?
+        ) => {
+            $(#[$attr])*
+            pub(super) unsafe fn $name(x: &[f32], panel: &[f32], k: usize, dst: PanelDst) {
+                const ROWS: usize = $rows;
+                const COLS: usize = $cols;
+                const LANES: usize = COLS / 2;
+                let wp = panel.as_ptr();
+                for (r0, rows) in super::row_groups(dst.m, ROWS) {
+                    let xp = x[r0 * k..].as_ptr();
+                    let z = $zero();
+                    let mut acc = [[z; 2]; ROWS];
+                    match rows {
+                        $($group => {
+                            for kk in 0..k {
+                                // SAFETY: `kk < k`: within the panel (`k × COLS`) and each
+                                // row's inputs.
+                                let (w0, w1) = unsafe {
+                                    (
+                                        $load(wp.add(kk * COLS)),
+                                        $load(wp.add(kk * COLS + LANES)),
+                                    )
+                                };
+                                for r in 0..$r {
+                                    let xv = $set1(unsafe { *xp.add(r * k + kk) });
+                                    acc[r][0] = $fmadd(xv, w0, acc[r][0]);
+                                    acc[r][1] = $fmadd(xv, w1, acc[r][1]);
+                                }
+                            }
+                        })+
+                    }
+                    let mut out = [0f32; COLS];
+                    for (r, a) in acc.iter().enumerate().take(rows) {
+                        // SAFETY: `out` holds `COLS` values; `r0 + r < m`, the caller's
+                        // contract.
+                        unsafe {
+                            $store(out.as_mut_ptr(), a[0]);
+                            $store(out.as_mut_ptr().add(LANES), a[1]);
+                            dst.add_row(r0 + r, &out);
                         }
                     }
-                };
-            }
-            match rows {
-                8 => rows_loop!(8),
-                7 => rows_loop!(7),
-                6 => rows_loop!(6),
-                5 => rows_loop!(5),
-                4 => rows_loop!(4),
-                3 => rows_loop!(3),
-                2 => rows_loop!(2),
-                _ => rows_loop!(1),
-            }
-            let mut out = [0f32; COLS];
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                // SAFETY: `out` holds 32 values; `r0 + r < m`, the caller's contract.
-                unsafe {
-                    _mm512_storeu_ps(out.as_mut_ptr(), a[0]);
-                    _mm512_storeu_ps(out.as_mut_ptr().add(16), a[1]);
-                    dst.add_row(r0 + r, &out);
                 }
             }
-        }
+        };
     }
 
-    /// The AVX2/FMA tile: up to 6 rows × 16 columns in 12 registers.
-    ///
-    /// # Safety
-    /// As [`super::multiply`], and the CPU has AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn avx2(x: &[f32], panel: &[f32], k: usize, dst: PanelDst) {
-        const ROWS: usize = 6;
-        const COLS: usize = 16;
-        let wp = panel.as_ptr();
-        for (r0, rows) in super::row_groups(dst.m, ROWS) {
-            let xp = x[r0 * k..].as_ptr();
-            let z = _mm256_setzero_ps();
-            let mut acc = [[z; 2]; ROWS];
-            macro_rules! rows_loop {
-                ($r:literal) => {
-                    for kk in 0..k {
-                        // SAFETY: `kk < k`: within the panel (`k × 16`) and each row's inputs.
-                        let (w0, w1) = unsafe {
-                            (
-                                _mm256_loadu_ps(wp.add(kk * COLS)),
-                                _mm256_loadu_ps(wp.add(kk * COLS + 8)),
-                            )
-                        };
-                        for r in 0..$r {
-                            let xv = _mm256_set1_ps(unsafe { *xp.add(r * k + kk) });
-                            acc[r][0] = _mm256_fmadd_ps(xv, w0, acc[r][0]);
-                            acc[r][1] = _mm256_fmadd_ps(xv, w1, acc[r][1]);
-                        }
-                    }
-                };
-            }
-            match rows {
-                6 => rows_loop!(6),
-                5 => rows_loop!(5),
-                4 => rows_loop!(4),
-                3 => rows_loop!(3),
-                2 => rows_loop!(2),
-                _ => rows_loop!(1),
-            }
-            let mut out = [0f32; COLS];
-            for (r, a) in acc.iter().enumerate().take(rows) {
-                // SAFETY: `out` holds 16 values; `r0 + r < m`, the caller's contract.
-                unsafe {
-                    _mm256_storeu_ps(out.as_mut_ptr(), a[0]);
-                    _mm256_storeu_ps(out.as_mut_ptr().add(8), a[1]);
-                    dst.add_row(r0 + r, &out);
-                }
-            }
-        }
+    tile! {
+        /// The AVX-512 tile: up to 8 rows × 32 columns in 16 registers.
+        ///
+        /// # Safety
+        /// As [`super::multiply`], and the CPU has AVX-512F.
+        #[target_feature(enable = "avx512f")]
+        fn avx512: 8 rows, 32 columns;
+        row groups: 8 => 8, 7 => 7, 6 => 6, 5 => 5, 4 => 4, 3 => 3, 2 => 2, _ => 1;
+        _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps,
+    }
+
+    tile! {
+        /// The AVX2/FMA tile: up to 6 rows × 16 columns in 12 registers.
+        ///
+        /// # Safety
+        /// As [`super::multiply`], and the CPU has AVX2 and FMA.
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2: 6 rows, 16 columns;
+        row groups: 6 => 6, 5 => 5, 4 => 4, 3 => 3, 2 => 2, _ => 1;
+        _mm256_setzero_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps,
     }
 }
 

@@ -1,7 +1,11 @@
 //! The element types the CPU kernels run on (f32, f64) and the small helpers every kernel
-//! shares: reading a contiguous host slice out of a storage, and the kernels' error value.
+//! shares: choosing the typed pass for a storage's or tensor's dtype ([`by_storage_dtype!`],
+//! [`by_dtype!`]), reading a contiguous host slice out of a storage, locking the values kept
+//! between passes, and the kernels' errors.
 
-use candle_core::{CpuStorage, Layout, Shape, Tensor};
+use std::sync::{Mutex, MutexGuard};
+
+use candle_core::{CpuStorage, DType, Layout, Shape, Tensor};
 
 use crate::fastmath::{exp_f32, vectorised};
 
@@ -53,22 +57,45 @@ pub(crate) trait Real:
     fn unwrap(s: &Saved) -> Option<&[Self]>;
 }
 
+/// The members of [`Real`] that read the same for f32 and f64 (`$t`): the constants, the
+/// library functions of the same name and the storages' `$variant`.
+macro_rules! members_alike_for_f32_and_f64 {
+    ($t:ident, $variant:ident) => {
+        const ZERO: Self = 0.0;
+        const ONE: Self = 1.0;
+        const NEG_INFINITY: Self = $t::NEG_INFINITY;
+        fn exp_(self) -> Self {
+            self.exp()
+        }
+        fn ln_(self) -> Self {
+            self.ln()
+        }
+        fn max_(self, other: Self) -> Self {
+            self.max(other)
+        }
+        fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
+            match s {
+                CpuStorage::$variant(v) => Some(v),
+                _ => None,
+            }
+        }
+        fn wrap(v: Vec<Self>) -> Saved {
+            Saved::$variant(v)
+        }
+        fn unwrap(s: &Saved) -> Option<&[Self]> {
+            match s {
+                Saved::$variant(v) => Some(v),
+                _ => None,
+            }
+        }
+    };
+}
+
 impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f32::NEG_INFINITY;
-    fn exp_(self) -> Self {
-        self.exp()
-    }
+    members_alike_for_f32_and_f64!(f32, F32);
     #[inline(always)]
     fn exp_fast(self) -> Self {
         exp_f32(self)
-    }
-    fn ln_(self) -> Self {
-        self.ln()
-    }
-    fn max_(self, other: Self) -> Self {
-        self.max(other)
     }
     /// `σ(x) = 1 / (1 + e⁻ˣ)`.
     #[inline(always)]
@@ -80,38 +107,12 @@ impl Real for f32 {
     fn tanh_(self) -> Self {
         1.0 - 2.0 / (exp_f32(2.0 * self) + 1.0)
     }
-    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
-        match s {
-            CpuStorage::F32(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn wrap(v: Vec<Self>) -> Saved {
-        Saved::F32(v)
-    }
-    fn unwrap(s: &Saved) -> Option<&[Self]> {
-        match s {
-            Saved::F32(v) => Some(v),
-            Saved::F64(_) => None,
-        }
-    }
 }
 
 impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f64::NEG_INFINITY;
-    fn exp_(self) -> Self {
-        self.exp()
-    }
+    members_alike_for_f32_and_f64!(f64, F64);
     fn exp_fast(self) -> Self {
         self.exp()
-    }
-    fn ln_(self) -> Self {
-        self.ln()
-    }
-    fn max_(self, other: Self) -> Self {
-        self.max(other)
     }
     #[inline(always)]
     fn sigmoid(self) -> Self {
@@ -120,21 +121,6 @@ impl Real for f64 {
     #[inline(always)]
     fn tanh_(self) -> Self {
         self.tanh()
-    }
-    fn cpu_slice(s: &CpuStorage) -> Option<&[Self]> {
-        match s {
-            CpuStorage::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn wrap(v: Vec<Self>) -> Saved {
-        Saved::F64(v)
-    }
-    fn unwrap(s: &Saved) -> Option<&[Self]> {
-        match s {
-            Saved::F64(v) => Some(v),
-            Saved::F32(_) => None,
-        }
     }
 }
 
@@ -149,6 +135,74 @@ pub(crate) enum Saved {
 pub(crate) fn err(msg: String) -> candle_core::Error {
     candle_core::Error::Msg(msg)
 }
+
+/// The error of kernel `what` given a dtype it has no build for.
+pub(crate) fn unsupported_dtype(what: &str, dtype: DType) -> candle_core::Error {
+    err(format!(
+        "{what}: dtype {dtype:?} is not supported (f32 or f64)"
+    ))
+}
+
+/// The error of kernel `what`'s backward pass when no forward pass saved its values.
+pub(crate) fn no_forward_pass(what: &str) -> candle_core::Error {
+    err(format!("{what}: backward without a saved forward pass"))
+}
+
+/// Kernel `what`'s values saved between its passes, locked.
+pub(crate) fn lock_saved<'m, S>(
+    saved: &'m Mutex<S>,
+    what: &str,
+) -> candle_core::Result<MutexGuard<'m, S>> {
+    saved
+        .lock()
+        .map_err(|_| err(format!("{what}: saved state lock poisoned")))
+}
+
+/// `by_storage_dtype!(storage, what, T => body)`: `body`, a `Result<Vec<T>>`, with the type
+/// name `T` standing for the element type of the CPU storage `storage`, its values given back
+/// as a storage of that dtype; another dtype is [`unsupported_dtype`] for the kernel `what`.
+/// A `CustomOp`'s `cpu_fwd` names its typed pass once this way.
+macro_rules! by_storage_dtype {
+    ($storage:expr, $what:expr, $t:ident => $body:expr) => {
+        match $storage {
+            ::candle_core::CpuStorage::F32(_) => {
+                type $t = f32;
+                $body.map(::candle_core::CpuStorage::F32)
+            }
+            ::candle_core::CpuStorage::F64(_) => {
+                type $t = f64;
+                $body.map(::candle_core::CpuStorage::F64)
+            }
+            other => Err($crate::model::kernels::real::unsupported_dtype(
+                $what,
+                ::candle_core::backend::BackendStorage::dtype(other),
+            )),
+        }
+    };
+}
+pub(crate) use by_storage_dtype;
+
+/// `by_dtype!(dtype, what, T => body)`: `body`, a `Result`, with the type name `T` standing for
+/// `dtype` (f32 or f64); another dtype is [`unsupported_dtype`] for the kernel `what`. A
+/// `CustomOp`'s `bwd` names its typed pass once this way.
+macro_rules! by_dtype {
+    ($dtype:expr, $what:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            ::candle_core::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            ::candle_core::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            other => Err($crate::model::kernels::real::unsupported_dtype(
+                $what, other,
+            )),
+        }
+    };
+}
+pub(crate) use by_dtype;
 
 pub(crate) fn contiguous<'a, T: Real>(
     s: &'a CpuStorage,
@@ -179,17 +233,10 @@ pub(crate) fn host_map1(
     what: &str,
 ) -> candle_core::Result<(CpuStorage, Shape)> {
     let shape = l.shape();
-    let out = match s {
-        CpuStorage::F32(_) => {
-            let x = contiguous::<f32>(s, l, what)?;
-            CpuStorage::F32(vectorised!(f.apply(x, shape))?)
-        }
-        CpuStorage::F64(_) => {
-            let x = contiguous::<f64>(s, l, what)?;
-            CpuStorage::F64(vectorised!(f.apply(x, shape))?)
-        }
-        _ => return Err(err(format!("{what}: f32 or f64 expected"))),
-    };
+    let out = by_storage_dtype!(s, what, T => {
+        let x = contiguous::<T>(s, l, what)?;
+        vectorised!(f.apply(x, shape))
+    })?;
     Ok((out, l.shape().clone()))
 }
 
@@ -221,21 +268,11 @@ pub(crate) fn host_map2(
         return Err(err(format!("{what}: CPU tensors expected")));
     };
     let shape = a.shape();
-    match (ca, cb) {
-        (CpuStorage::F32(_), CpuStorage::F32(_)) => {
-            let (x, y) = (contiguous(ca, la, what)?, contiguous(cb, lb, what)?);
-            let v = vectorised!(f.apply(x, y, shape))?;
-            Tensor::from_vec::<_, f32>(v, shape, a.device())
-        }
-        (CpuStorage::F64(_), CpuStorage::F64(_)) => {
-            let (x, y) = (contiguous(ca, la, what)?, contiguous(cb, lb, what)?);
-            let v = vectorised!(f.apply(x, y, shape))?;
-            Tensor::from_vec::<_, f64>(v, shape, a.device())
-        }
-        _ => Err(err(format!(
-            "{what}: f32 or f64 tensors of one dtype expected"
-        ))),
-    }
+    by_dtype!(a.dtype(), what, T => {
+        let (x, y) = (contiguous::<T>(ca, la, what)?, contiguous::<T>(cb, lb, what)?);
+        let v = vectorised!(f.apply(x, y, shape))?;
+        Tensor::from_vec(v, shape, a.device())
+    })
 }
 
 #[cfg(test)]

@@ -11,11 +11,13 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
 use super::kernels_enabled;
 use super::linear::{self, WLayout};
-use super::real::{contiguous, err, Real, Saved};
+use super::real::{
+    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+};
 use crate::model::error::Result;
 
 /// `log p(targets[n])` `[N]` from the top hidden states `h` `[.., S]`, `N` rows in all (the
@@ -126,10 +128,9 @@ impl TokenLogSoftmax {
         let mut z = linear::forward(read.as_deref().unwrap_or(h), w, b, n, k, v, WLayout::Rows);
         let out = crate::fastmath::vectorised!(softmax_rows(&mut z, v, &self.targets));
         if self.save {
-            let poisoned = |_| err("token log-softmax: lock poisoned".into());
-            *self.probs.lock().map_err(poisoned)? = Some(T::wrap(z));
+            *lock_saved(&self.probs, "token log-softmax")? = Some(T::wrap(z));
             if let Some(x) = read {
-                *self.input.lock().map_err(poisoned)? = Some(T::wrap(x));
+                *lock_saved(&self.input, "token log-softmax")? = Some(T::wrap(x));
             }
         }
         Ok(out)
@@ -167,11 +168,10 @@ impl TokenLogSoftmax {
         grad: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let Sizes { n, s, k, v } = self.sizes(h.layout(), w.layout(), b.layout())?;
-        let poisoned = |_| err("token log-softmax: lock poisoned".into());
-        let missing = || err("token log-softmax: backward without a forward pass".into());
-        let slot = self.probs.lock().map_err(poisoned)?;
+        let missing = || no_forward_pass("token log-softmax");
+        let slot = lock_saved(&self.probs, "token log-softmax")?;
         let probs = slot.as_ref().and_then(T::unwrap).ok_or_else(missing)?;
-        let input = self.input.lock().map_err(poisoned)?;
+        let input = lock_saved(&self.input, "token log-softmax")?;
         let grad = grad.contiguous()?;
         let (sh, lh) = h.storage_and_layout();
         let (sw, lw) = w.storage_and_layout();
@@ -267,11 +267,9 @@ impl CustomOp3 for TokenLogSoftmax {
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let args = ((s1, l1), (s2, l2), (s3, l3));
-        let out = match s1 {
-            CpuStorage::F32(_) => CpuStorage::F32(self.fwd_typed::<f32>(args.0, args.1, args.2)?),
-            CpuStorage::F64(_) => CpuStorage::F64(self.fwd_typed::<f64>(args.0, args.1, args.2)?),
-            _ => return Err(err("token log-softmax: f32 or f64 expected".into())),
-        };
+        let out = by_storage_dtype!(s1, "token log-softmax", T => {
+            self.fwd_typed::<T>(args.0, args.1, args.2)
+        })?;
         Ok((out, Shape::from(self.targets.len())))
     }
 
@@ -283,15 +281,8 @@ impl CustomOp3 for TokenLogSoftmax {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dh, dw, db) = match h.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(h, w, b, grad)?,
-            DType::F64 => self.bwd_typed::<f64>(h, w, b, grad)?,
-            other => {
-                return Err(err(format!(
-                    "token log-softmax: dtype {other:?} (f32 or f64)"
-                )))
-            }
-        };
+        let (dh, dw, db) =
+            by_dtype!(h.dtype(), "token log-softmax", T => self.bwd_typed::<T>(h, w, b, grad))?;
         Ok((Some(dh), Some(dw), Some(db)))
     }
 }
@@ -300,7 +291,14 @@ impl CustomOp3 for TokenLogSoftmax {
 mod tests {
     use super::*;
     use crate::model::op_check::{assert_close as close, grads_of_weighted_sum, values};
-    use candle_core::{Device, Var, D};
+    use candle_core::{DType, Device, Var, D};
+
+    /// The node's log-probabilities of `targets`.
+    fn node(h: &Tensor, w: &Var, b: &Var, targets: &[u32], mask: Option<Vec<f32>>) -> Tensor {
+        token_log_softmax(h, w.as_tensor(), b.as_tensor(), targets.to_vec(), mask)
+            .unwrap()
+            .unwrap()
+    }
 
     /// `a` and `b` give the same gradients of `Σ y ⊙ up` to every parameter.
     fn same_grads(a: &Tensor, b: &Tensor, up: &Tensor, params: [&Var; 3]) {
@@ -321,15 +319,7 @@ mod tests {
         let b = Var::from_tensor(&values(&[v], 3, 2.0)).unwrap();
         let targets: Vec<u32> = (0..n as u32).map(|i| (i * 5 + 1) % v as u32).collect();
         let up = values(&[n], 4, 2.0);
-        let fused = token_log_softmax(
-            h.as_tensor(),
-            w.as_tensor(),
-            b.as_tensor(),
-            targets.clone(),
-            None,
-        )
-        .unwrap()
-        .unwrap();
+        let fused = node(h.as_tensor(), &w, &b, &targets, None);
         let logits = h
             .as_tensor()
             .matmul(&w.as_tensor().t().unwrap())
@@ -375,23 +365,13 @@ mod tests {
         let targets: Vec<u32> = (0..n as u32).map(|i| (i * 5 + 2) % v as u32).collect();
         let mask: Vec<f32> = (0..n * k).map(|i| [1.25, 0.0, 1.25][i % 3]).collect();
         let up = values(&[n], 4, 2.0);
-        let fused = token_log_softmax(
-            h.as_tensor(),
-            w.as_tensor(),
-            b.as_tensor(),
-            targets.clone(),
-            Some(mask.clone()),
-        )
-        .unwrap()
-        .unwrap();
+        let fused = node(h.as_tensor(), &w, &b, &targets, Some(mask.clone()));
         let m = Tensor::from_vec(mask, (n, k), &Device::Cpu)
             .unwrap()
             .to_dtype(DType::F64)
             .unwrap();
         let x = h.as_tensor().narrow(1, 0, k).unwrap().mul(&m).unwrap();
-        let plain = token_log_softmax(&x, w.as_tensor(), b.as_tensor(), targets, None)
-            .unwrap()
-            .unwrap();
+        let plain = node(&x, &w, &b, &targets, None);
         close(&fused, &plain);
         same_grads(&fused, &plain, &up, [&h, &w, &b]);
         let gf = grads_of_weighted_sum(&fused, &up);

@@ -18,12 +18,14 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Storage, Tensor};
 
 use super::gates::{gates, grads};
 use crate::model::config::RnnKind;
 use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
-use crate::model::kernels::real::{contiguous, err, Real, Saved};
+use crate::model::kernels::real::{
+    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+};
 
 /// Runs the layer: `gx` `[T, B, G]`, `s0` `[B, S]`, `w_hh` `[G, H]`, `b_hh` `[G]` → states
 /// `[T, B, S]`. `w_hh_t` is a detached contiguous copy of `W_hhᵀ` `[H, G]` (the layout the
@@ -434,11 +436,7 @@ impl FusedRnn {
         let threads = candle_core::utils::get_num_threads();
         let (out, saved) = forward(self.kind, d, gx, s0, bias, w_t, self.save, threads);
         if self.save {
-            let mut slot = self
-                .saved
-                .lock()
-                .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
-            *slot = Some(T::wrap(saved));
+            *lock_saved(&self.saved, "fused rnn")? = Some(T::wrap(saved));
         }
         Ok(out)
     }
@@ -452,14 +450,11 @@ impl FusedRnn {
         grad: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let grad = grad.contiguous()?;
-        let slot = self
-            .saved
-            .lock()
-            .map_err(|_| err("fused rnn: saved state lock poisoned".into()))?;
+        let slot = lock_saved(&self.saved, "fused rnn")?;
         let saved = slot
             .as_ref()
             .and_then(T::unwrap)
-            .ok_or_else(|| err("fused rnn: backward without a saved forward pass".into()))?;
+            .ok_or_else(|| no_forward_pass("fused rnn"))?;
         let (st0, l0) = aux.storage_and_layout();
         let (stw, lw) = w.storage_and_layout();
         let (str_, lr) = res.storage_and_layout();
@@ -509,20 +504,8 @@ impl CustomOp3 for FusedRnn {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let d = dims(self.kind, l1, l2, l3)?;
         let shape = Shape::from((d.t, d.b, d.s));
-        match s1 {
-            CpuStorage::F32(_) => Ok((
-                CpuStorage::F32(self.fwd_typed::<f32>(d, s1, l1, s2, l2)?),
-                shape,
-            )),
-            CpuStorage::F64(_) => Ok((
-                CpuStorage::F64(self.fwd_typed::<f64>(d, s1, l1, s2, l2)?),
-                shape,
-            )),
-            other => Err(err(format!(
-                "fused rnn: dtype {:?} is not supported (f32 or f64)",
-                candle_core::backend::BackendStorage::dtype(other)
-            ))),
-        }
+        let out = by_storage_dtype!(s1, "fused rnn", T => self.fwd_typed::<T>(d, s1, l1, s2, l2))?;
+        Ok((out, shape))
     }
 
     fn bwd(
@@ -534,15 +517,9 @@ impl CustomOp3 for FusedRnn {
         grad_res: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let d = dims(self.kind, arg1.layout(), arg2.layout(), arg3.layout())?;
-        let (a, b, c) = match arg1.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(d, arg2, arg3, res, grad_res)?,
-            DType::F64 => self.bwd_typed::<f64>(d, arg2, arg3, res, grad_res)?,
-            other => {
-                return Err(err(format!(
-                    "fused rnn: dtype {other:?} is not supported (f32 or f64)"
-                )))
-            }
-        };
+        let (a, b, c) = by_dtype!(arg1.dtype(), "fused rnn", T => {
+            self.bwd_typed::<T>(d, arg2, arg3, res, grad_res)
+        })?;
         Ok((Some(a), Some(b), Some(c)))
     }
 }

@@ -17,13 +17,15 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Storage, Tensor};
 
 use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
 use crate::model::kernels::additive_attention::{rows_backward, rows_forward, Dims as AttDims};
 use crate::model::kernels::host_gemm::{gemm_into, Mat};
-use crate::model::kernels::real::{contiguous, err, Real, Saved};
+use crate::model::kernels::real::{
+    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+};
 
 /// The layer's weights as a pass prepared them.
 pub(crate) struct Weights<'w> {
@@ -349,11 +351,8 @@ impl FusedAttRnn {
         }
         let threads = candle_core::utils::get_num_threads();
         let f = forward(self.kind, d, gx, kv, &self.image, &small, w_t, threads);
-        let mut slot = self
-            .saved
-            .lock()
-            .map_err(|_| err("fused att rnn: saved state lock poisoned".into()))?;
-        *slot = Some((T::wrap(f.gate_values), T::wrap(f.e), T::wrap(f.alpha)));
+        *lock_saved(&self.saved, "fused att rnn")? =
+            Some((T::wrap(f.gate_values), T::wrap(f.e), T::wrap(f.alpha)));
         Ok(f.out)
     }
 
@@ -365,11 +364,8 @@ impl FusedAttRnn {
         grad: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let grad = grad.contiguous()?;
-        let slot = self
-            .saved
-            .lock()
-            .map_err(|_| err("fused att rnn: saved state lock poisoned".into()))?;
-        let missing = || err("fused att rnn: backward without a saved forward pass".into());
+        let slot = lock_saved(&self.saved, "fused att rnn")?;
+        let missing = || no_forward_pass("fused att rnn");
         let (gate_values, e, alpha) = slot.as_ref().ok_or_else(missing)?;
         let (skv, lkv) = kv.storage_and_layout();
         let (ssm, lsm) = small.storage_and_layout();
@@ -417,15 +413,9 @@ impl CustomOp3 for FusedAttRnn {
         let d = self.dims(l1, l2, l3)?;
         let shape = Shape::from((d.rnn.t, d.rnn.b, d.rnn.s));
         let args = ((s1, l1), (s2, l2), (s3, l3));
-        let out = match s1 {
-            CpuStorage::F32(_) => {
-                CpuStorage::F32(self.fwd_typed::<f32>(d, args.0, args.1, args.2)?)
-            }
-            CpuStorage::F64(_) => {
-                CpuStorage::F64(self.fwd_typed::<f64>(d, args.0, args.1, args.2)?)
-            }
-            _ => return Err(err("fused att rnn: f32 or f64 expected".into())),
-        };
+        let out = by_storage_dtype!(s1, "fused att rnn", T => {
+            self.fwd_typed::<T>(d, args.0, args.1, args.2)
+        })?;
         Ok((out, shape))
     }
 
@@ -438,11 +428,9 @@ impl CustomOp3 for FusedAttRnn {
         grad_res: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let d = self.dims(gx.layout(), kv.layout(), small.layout())?;
-        let (a, b, c) = match gx.dtype() {
-            DType::F32 => self.bwd_typed::<f32>(d, (kv, small), res, grad_res)?,
-            DType::F64 => self.bwd_typed::<f64>(d, (kv, small), res, grad_res)?,
-            other => return Err(err(format!("fused att rnn: dtype {other:?} (f32 or f64)"))),
-        };
+        let (a, b, c) = by_dtype!(gx.dtype(), "fused att rnn", T => {
+            self.bwd_typed::<T>(d, (kv, small), res, grad_res)
+        })?;
         Ok((Some(a), Some(b), Some(c)))
     }
 }
