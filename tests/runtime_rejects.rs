@@ -1,7 +1,7 @@
 //! Bad input on the bus: garbage bytes and messages with a future schema
 //! version on every subject are rejected (termed, counted, logged) by the role
 //! that pulls them, nothing crashes, and real work still flows; a snapshot
-//! whose bytes do not match the advertised sha256 is refused and the actor
+//! whose bytes do not match the advertised checksum is refused and the actor
 //! keeps decoding with the previous one. Real nats-server, real roles.
 
 mod support;
@@ -278,7 +278,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
 }
 
 #[test]
-fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
+fn snapshot_with_a_bad_checksum_is_refused_and_the_previous_one_kept() {
     let s = setup("badsnap");
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     let good = model.to_safetensors().unwrap();
@@ -306,7 +306,7 @@ fn snapshot_with_a_bad_sha256_is_refused_and_the_previous_one_kept() {
             .unwrap();
         let kv = js.get_key_value(s.opts.control_bucket()).await.unwrap();
         let meta =
-            serde_json::json!({"version": 1, "sha256": sha256_hex(&good), "bytes": good.len()});
+            serde_json::json!({"version": 1, "checksum": {"sha256": sha256_hex(&good)}, "bytes": good.len()});
         kv.put("latest", serde_json::to_vec(&meta).unwrap().into())
             .await
             .unwrap();

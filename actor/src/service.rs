@@ -2,7 +2,7 @@
 //! rollout tasks, decode them off the async executor, publish rollouts.
 //!
 //! - Snapshots are fetched when `latest` changes and checked against its
-//!   sha256 by the bus; a snapshot that fails (checksum, bytes that are not
+//!   checksum by the bus; a snapshot that fails (checksum, bytes that are not
 //!   this model's weights) is refused, counted, and the previous one is kept.
 //! - `sync` mode: a task is decoded by exactly the policy version it names
 //!   (the learner does not move on before every task of the step is scored);

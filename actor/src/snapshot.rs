@@ -1,5 +1,5 @@
 //! The policy snapshot an actor decodes with: following `latest`, fetching a new snapshot
-//! (checked against its sha256 by the bus), and refusing one that fails while keeping the
+//! (checked against its checksum by the bus), and refusing one that fails while keeping the
 //! previous one. In async mode an actor that holds a policy keeps decoding with it while the
 //! newest one is fetched and prepared beside it, and swaps when that is ready; a task that needs
 //! the newer one waits for it. In sync mode every task names its version, so the load is inline.
@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{Bus, BusError, SnapshotMeta};
+use caprl_common::bus::{Bus, BusError, Checksum, SnapshotMeta};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::snapshot;
 use caprl_common::telemetry;
@@ -36,8 +36,8 @@ struct Preparing {
 pub(crate) struct SnapshotState {
     pub(crate) held: Option<Held>,
     preparing: Option<Preparing>,
-    /// sha256 of snapshots that failed verification or loading: never retried.
-    refused: HashSet<String>,
+    /// Checksums of snapshots that failed verification or loading: never retried.
+    refused: HashSet<Checksum>,
     version_tx: watch::Sender<u64>,
     bus: Arc<dyn Bus>,
 }
@@ -141,7 +141,7 @@ impl SnapshotState {
     /// Whether `meta` is neither held nor refused.
     fn wants(&self, meta: &SnapshotMeta) -> bool {
         !(self.held.as_ref().is_some_and(|h| h.meta == *meta)
-            || self.refused.contains(&meta.sha256))
+            || self.refused.contains(&meta.checksum))
     }
 
     /// Waits for the snapshot being prepared and takes it (or refuses it).
@@ -192,13 +192,13 @@ impl SnapshotState {
                 );
                 telemetry::metrics::count_rejected("snapshot");
                 stats.refused_snapshots += 1;
-                self.refused.insert(meta.sha256.clone());
+                self.refused.insert(meta.checksum.clone());
             }
         }
     }
 }
 
-/// Fetches snapshot `meta` (the bus checks its length and sha256) and prepares it for decoding
+/// Fetches snapshot `meta` (the bus checks its length and checksum) and prepares it for decoding
 /// with `cfg`'s model, device and vocabulary.
 fn load_snapshot(
     cfg: &ActorConfig,

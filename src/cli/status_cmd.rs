@@ -38,10 +38,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         let version = latest.as_ref().map(|m| m.version);
         match &latest {
             Some(m) => out.push_str(&format!(
-                "policy version {} (snapshot {} bytes, sha256 {})\n",
-                m.version,
-                m.bytes,
-                &m.sha256[..m.sha256.len().min(16)]
+                "policy version {} (snapshot {} bytes, {})\n",
+                m.version, m.bytes, m.checksum
             )),
             None => out.push_str("policy version: none published yet\n"),
         }

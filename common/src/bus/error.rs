@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::Retry;
+use super::{Checksum, Retry};
 
 /// Everything a bus operation, a connect or the local server can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -73,14 +73,12 @@ pub enum BusError {
     )]
     ReservedKey { key: String },
 
-    /// Snapshot bytes do not hash to the advertised sha256.
-    #[error(
-        "snapshot v{version} is corrupt: sha256 {actual}, expected {expected} ({bytes} bytes read)"
-    )]
+    /// Snapshot bytes do not match their advertised checksum.
+    #[error("snapshot v{version} is corrupt: {actual}, expected {expected} ({bytes} bytes read)")]
     ChecksumMismatch {
         version: u64,
-        expected: String,
-        actual: String,
+        expected: Checksum,
+        actual: Checksum,
         bytes: usize,
     },
 

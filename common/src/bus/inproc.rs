@@ -1,7 +1,7 @@
 //! The bus inside one process, with the same semantics as the JetStream one: each
 //! message goes to one puller, un-acked deliveries come back after `ack_wait` with a
 //! higher delivery count, `term` drops a message for good, and snapshots are checked
-//! by sha256. Clones share one bus.
+//! by their checksum. Clones share one bus.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +14,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::{
-    validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, Queue, Settle,
+    validate_key, Bus, BusError, BusOptions, BusResult, Checksum, Delivery, KvEntry, Queue, Settle,
     SnapshotMeta, SnapshotWatch, MAX_WAIT,
 };
 
@@ -276,7 +276,12 @@ impl Bus for InProcBus {
 
     fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>> {
         Box::pin(async move {
-            let meta = SnapshotMeta::describe(version, &data);
+            let meta = SnapshotMeta {
+                version,
+                checksum: Checksum::xxh3(&data),
+                bytes: data.len() as u64,
+                file: None,
+            };
             lock(&self.inner.snapshots).insert(version, (meta.clone(), data));
             self.inner.latest.send_replace(Some(meta.clone()));
             Ok(meta)
@@ -293,11 +298,11 @@ impl Bus for InProcBus {
                 })?;
             // The bytes handed out are the very bytes hashed at put (shared, never copied):
             // comparing the metas checks them without hashing every snapshot twice.
-            if stored.sha256 != meta.sha256 || stored.bytes != meta.bytes {
+            if stored.checksum != meta.checksum || stored.bytes != meta.bytes {
                 return Err(BusError::ChecksumMismatch {
                     version: meta.version,
-                    expected: meta.sha256.clone(),
-                    actual: stored.sha256,
+                    expected: meta.checksum.clone(),
+                    actual: stored.checksum,
                     bytes: data.len(),
                 });
             }

@@ -1,6 +1,6 @@
 //! Policy snapshots as files in a directory every role of the run can read (`runtime.snapshot_dir`:
 //! one host, as under `caprl local`, or a volume shared by the cluster's pods). The learner writes
-//! each version once; readers map it and check its sha256, so the bytes never pass through NATS,
+//! each version once; readers map it and check its checksum (XXH3-128), so the bytes never pass through NATS,
 //! whose object store copies a snapshot once per reader and lets none read it before it is whole.
 //! The description in the control bucket still says which version is newest; its `file` names
 //! the path, so a reader needs no setting of its own.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
-use super::{sha256_hex, BusError, BusResult, SnapshotMeta};
+use super::{BusError, BusResult, Checksum, SnapshotMeta};
 
 /// The directory of run `run_id`'s snapshots under `root`.
 pub(crate) fn run_dir(root: &Path, run_id: &str) -> PathBuf {
@@ -38,14 +38,9 @@ pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<Snapshot
     let dir = fs::canonicalize(dir).map_err(|e| fail(dir, e))?;
     let path = version_path(&dir, version);
     let partial = dir.join(format!(".policy-v{version}.{}.partial", std::process::id()));
-    // Hashing and writing each take a tenth of a second at full size: side by side.
-    let (sha256, written) = std::thread::scope(|s| {
-        let hash = s.spawn(|| sha256_hex(data));
-        let written = fs::File::create(&partial)
-            .and_then(|mut file| file.write_all(data))
-            .and_then(|()| fs::rename(&partial, &path));
-        (hash.join(), written)
-    });
+    let written = fs::File::create(&partial)
+        .and_then(|mut file| file.write_all(data))
+        .and_then(|()| fs::rename(&partial, &path));
     if let Err(e) = written {
         // A full disk leaves no half file behind, and the versions already written stay.
         let _ = fs::remove_file(&partial);
@@ -53,13 +48,13 @@ pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<Snapshot
     }
     Ok(SnapshotMeta {
         version,
-        sha256: sha256.unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        checksum: Checksum::xxh3(data),
         bytes: data.len() as u64,
         file: Some(path),
     })
 }
 
-/// Reads the snapshot `meta` describes from `path` (its `file`) and checks its length and sha256.
+/// Reads the snapshot `meta` describes from `path` (its `file`) and checks its length and checksum.
 /// A missing file in a directory that exists is a deleted version ([`BusError::SnapshotMissing`]);
 /// a directory this host does not have is a setup fault that names the fix.
 pub(crate) fn read(path: &Path, meta: &SnapshotMeta) -> BusResult<Bytes> {
@@ -87,8 +82,9 @@ pub(crate) fn read(path: &Path, meta: &SnapshotMeta) -> BusResult<Bytes> {
         return Ok(Bytes::from(data));
     }
     // SAFETY: snapshot files are written under a temporary name and renamed into place, never
-    // written again; deleting one unlinks it and leaves this mapping's pages.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(fail)?;
+    // written again; deleting one unlinks it and leaves this mapping's pages. Every byte is read
+    // (the checksum, then the model's load): the pages are mapped in one call, not one fault each.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(fail)?;
     meta.verify(&map)?;
     Ok(Bytes::from_owner(map))
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::io::AsyncReadExt;
 
 use super::nats::deadline;
-use super::{BusError, BusResult, SnapshotMeta};
+use super::{BusError, BusResult, Checksum, SnapshotMeta};
 
 /// The object holding snapshot `version`.
 fn object_name(version: u64) -> String {
@@ -35,15 +35,16 @@ pub(super) async fn put(
     let info = deadline("put snapshot", timeout, objects.put(object, &mut reader))
         .await?
         .map_err(|e| BusError::js("put snapshot", e))?;
-    // The store hashed the bytes as it took them: its digest is the meta's sha256.
-    Ok(match info.digest.as_deref().and_then(digest_hex) {
-        Some(sha256) if info.size == data.len() => SnapshotMeta {
-            version,
-            sha256,
-            bytes: data.len() as u64,
-            file: None,
-        },
-        _ => SnapshotMeta::describe(version, data),
+    // The store hashed the bytes as it took them: its digest is the meta's checksum.
+    let checksum = match info.digest.as_deref().and_then(digest_hex) {
+        Some(sha256) if info.size == data.len() => Checksum::Sha256(sha256),
+        _ => Checksum::sha256(data),
+    };
+    Ok(SnapshotMeta {
+        version,
+        checksum,
+        bytes: data.len() as u64,
+        file: None,
     })
 }
 
@@ -66,7 +67,7 @@ pub(super) async fn get(
         let mut data = Vec::with_capacity(object.info().size);
         // The reader checks the bytes against the object's digest when it reaches the end.
         let checked = object.info().digest.is_some()
-            && object.info().digest.as_deref() == store_digest(&meta.sha256).as_deref();
+            && object.info().digest.as_deref() == store_digest(meta.checksum.hex()).as_deref();
         object
             .read_to_end(&mut data)
             .await
