@@ -11,6 +11,9 @@
 //!   per image, beam width 5), on weights prepared once.
 //! - `greedy_uncached`: greedy that re-runs the whole decoder over the prefix at every step, as
 //!   self-critical.pytorch's reference code decodes: what the cache saves.
+//! - `snapshot_encode`, `snapshot_load`, `decoder_prep` (not run by default): what a policy
+//!   snapshot costs outside the bus: the learner's serialisation, an actor's reading of the
+//!   bytes into a model, and its preparation of the weights for decoding.
 //!
 //! Shapes: `synth` (the synthetic task's vocabulary of 66 words and 4 regions × 128-d, the
 //! run config's default Transformer: 2 + 2 layers, d_model 128, 4 heads, d_ff 512, B = 32)
@@ -57,7 +60,7 @@ pub struct TransformerBenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Tasks to time, comma-separated (the others report 0): xe_step, greedy, sample_5,
-    /// beam_5, greedy_uncached.
+    /// beam_5, greedy_uncached, snapshot_encode, snapshot_load, decoder_prep.
     #[arg(
         long,
         value_delimiter = ',',
@@ -145,6 +148,9 @@ struct Row {
     sample_5: f64,
     beam_5: f64,
     greedy_uncached: f64,
+    snapshot_encode: f64,
+    snapshot_load: f64,
+    decoder_prep: f64,
     tokens: std::collections::BTreeMap<&'static str, usize>,
 }
 
@@ -174,11 +180,17 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
                 ("sample_5", row.sample_5),
                 ("beam_5", row.beam_5),
                 ("greedy_uncached", row.greedy_uncached),
+                ("snapshot_encode", row.snapshot_encode),
+                ("snapshot_load", row.snapshot_load),
+                ("decoder_prep", row.decoder_prep),
             ];
             for (task, s) in tasks.into_iter().filter(|(_, s)| *s > 0.0) {
+                let tokens = match row.tokens.get(task) {
+                    Some(&n) => format!("{:.0}", n as f64 / s),
+                    None => "-".into(),
+                };
                 out.push_str(&format!(
-                    "| {shape:?} | {task} | {:.0} | {:.1} |\n",
-                    row.tokens[task] as f64 / s,
+                    "| {shape:?} | {task} | {tokens} | {:.1} |\n",
                     s * 1e3
                 ));
             }
@@ -261,21 +273,27 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         decoder.sample(&x_dec, &sample(5), &mut sample_rng)?;
         Ok(())
     })?;
-    let beam = BeamOptions {
-        width: 5,
-        max_len: t,
-        length_norm: false,
-        block_trigrams: false,
-        groups: 1,
-        diversity_lambda: 0.0,
-        bad_endings: caprl_model::model::BadEndings::none(),
-    };
+    let beam = BeamOptions::plain(5, t);
     let beam_5 = timed("beam_5", warmup, reps, &mut || {
         decoder.beam(&x_dec, &beam)?;
         Ok(())
     })?;
     let greedy_uncached = timed("greedy_uncached", warmup.min(1), reps.min(3), &mut || {
         on_rayon(&device, || uncached_greedy(&model, &x_dec, t))
+    })?;
+
+    let snapshot = model.to_safetensors()?;
+    let snapshot_encode = timed("snapshot_encode", warmup, reps, &mut || {
+        model.to_safetensors()?;
+        Ok(())
+    })?;
+    let snapshot_load = timed("snapshot_load", warmup, reps, &mut || {
+        Captioner::from_safetensors(&snapshot, &cfg, &device)?;
+        Ok(())
+    })?;
+    let decoder_prep = timed("decoder_prep", warmup, reps, &mut || {
+        model.decoder()?;
+        Ok(())
     })?;
 
     let tokens = [
@@ -301,6 +319,9 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         sample_5,
         beam_5,
         greedy_uncached,
+        snapshot_encode,
+        snapshot_load,
+        decoder_prep,
         tokens,
     })
 }

@@ -4,14 +4,13 @@
 //! lists the architectures, and forwards to it; decoding goes through [`Captioner::decoder`]
 //! (see [`Decoder`](super::Decoder)).
 
-use std::collections::HashMap;
-
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::Result;
 use super::inputs::{token_mask, Inputs};
+use super::io::LoadedTensors;
 use super::rng::CaprlRng;
 use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};
@@ -38,7 +37,7 @@ pub(crate) enum ParamOrigin<'a> {
     Seed(u64),
     /// Taken from loaded tensors (a snapshot or a checkpoint), each checked against the config
     /// by [`super::io::loaded_param`]: nothing is drawn.
-    Loaded(&'a HashMap<String, Tensor>),
+    Loaded(&'a LoadedTensors<'a>),
 }
 
 /// The captioning policy. Owns its weights in a candle `VarMap` under stable names.
@@ -68,7 +67,7 @@ impl Captioner {
     pub(crate) fn from_loaded(
         cfg: &CaptionerConfig,
         device: &Device,
-        loaded: &HashMap<String, Tensor>,
+        loaded: &LoadedTensors<'_>,
     ) -> Result<Self> {
         cfg.validate()?;
         Ok(Self {

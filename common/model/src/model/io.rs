@@ -1,9 +1,10 @@
 //! Weights as safetensors under the stable names listed in [`Captioner::new`].
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::safetensors::Load;
+use candle_core::{DType, Device, Var};
+use safetensors::Dtype;
 
 use super::captioner::Captioner;
 use super::config::CaptionerConfig;
@@ -45,49 +46,74 @@ impl Captioner {
 
     /// A captioner from safetensors bytes made by [`Captioner::to_safetensors`].
     pub fn from_safetensors(bytes: &[u8], cfg: &CaptionerConfig, device: &Device) -> Result<Self> {
-        let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(bytes, device)
-            .map_err(|e| ModelError::Weights {
+        Captioner::from_loaded(cfg, device, &LoadedTensors::parse(bytes, device)?)
+    }
+}
+
+/// The tensors of a safetensors buffer, each copied out only when a model asks for it, straight
+/// into its variable: a snapshot's bytes are read once, not into tensors and then into variables.
+pub(crate) struct LoadedTensors<'a> {
+    file: safetensors::SafeTensors<'a>,
+    device: Device,
+}
+
+impl<'a> LoadedTensors<'a> {
+    /// Reads the header of `bytes`; the tensors stay where they are.
+    pub(crate) fn parse(bytes: &'a [u8], device: &Device) -> Result<Self> {
+        let file =
+            safetensors::SafeTensors::deserialize(bytes).map_err(|e| ModelError::Weights {
                 path: "<memory>".into(),
                 reason: format!("not a safetensors file: {e}"),
             })?;
-        Captioner::from_loaded(cfg, device, &loaded)
+        Ok(Self {
+            file,
+            device: device.clone(),
+        })
     }
 }
 
 /// The parameter `name` of a model built from `loaded` tensors: present, floating point and of
 /// `shape`, as a variable in `dtype`.
 pub(crate) fn loaded_param(
-    loaded: &HashMap<String, Tensor>,
+    loaded: &LoadedTensors<'_>,
     name: &str,
     shape: &[usize],
     dtype: DType,
 ) -> Result<Var> {
-    let t = loaded.get(name).ok_or_else(|| ModelError::Weights {
+    let refuse = |reason: String| ModelError::Weights {
         path: "<memory>".into(),
-        reason: format!(
+        reason,
+    };
+    let view = loaded.file.tensor(name).map_err(|_| {
+        refuse(format!(
             "parameter `{name}` is missing; the file was saved from a model with a different \
              [model] config"
-        ),
+        ))
     })?;
     // An integer tensor would convert to float without complaint: refuse it.
-    if !t.dtype().is_float() {
-        return Err(ModelError::Weights {
-            path: "<memory>".into(),
-            reason: format!(
-                "parameter `{name}` is stored as {:?}; weights are floating point",
-                t.dtype()
-            ),
-        });
+    if !matches!(
+        view.dtype(),
+        Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
+    ) {
+        return Err(refuse(format!(
+            "parameter `{name}` is stored as {:?}; weights are floating point",
+            view.dtype()
+        )));
     }
-    if t.dims() != shape {
-        return Err(ModelError::Weights {
-            path: "<memory>".into(),
-            reason: format!(
-                "parameter `{name}` has shape {:?}, the config implies {shape:?}",
-                t.dims()
-            ),
-        });
+    if view.shape() != shape {
+        return Err(refuse(format!(
+            "parameter `{name}` has shape {:?}, the config implies {shape:?}",
+            view.shape()
+        )));
     }
+    if view.dtype() == Dtype::F32 && dtype == DType::F32 {
+        // SAFETY: any four bytes are an f32; `align_to` only hands out aligned values.
+        let (head, values, tail) = unsafe { view.data().align_to::<f32>() };
+        if head.is_empty() && tail.is_empty() && cfg!(target_endian = "little") {
+            return Ok(Var::from_slice(values, shape, &loaded.device)?);
+        }
+    }
+    let t = view.load(&loaded.device)?;
     Ok(Var::from_tensor(&t.to_dtype(dtype)?)?)
 }
 

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use candle_core::{DType, Tensor};
+use candle_core::{CpuStorage, DType, Storage, Tensor};
 
 use super::host_gemm::SendPtr;
 use super::panel_tiles::{self, PanelDst};
@@ -29,14 +29,36 @@ struct Panels {
 }
 
 impl Panels {
-    /// From `w` `[k, n]` row-major, for the level in use.
-    fn new(w: &[f32], k: usize, n: usize) -> Self {
-        Self::for_level(w, k, n, crate::fastmath::simd())
-    }
-
     /// From `w` `[k, n]` row-major, for `level`'s tile (the portable one where this CPU lacks
     /// the level).
     fn for_level(w: &[f32], k: usize, n: usize, level: Simd) -> Self {
+        Self::fill(k, n, level, |panel, c0, c1, cols| {
+            for (kk, dst) in panel.chunks_mut(cols).enumerate() {
+                dst[..c1 - c0].copy_from_slice(&w[kk * n + c0..kk * n + c1]);
+            }
+        })
+    }
+
+    /// From `w_rows` `[n, k]` row-major (a `[out, in]` parameter: `W` transposed), read row by
+    /// row into the panels without a transposed copy first.
+    fn from_rows(w_rows: &[f32], k: usize, n: usize, level: Simd) -> Self {
+        Self::fill(k, n, level, |panel, c0, c1, cols| {
+            for c in c0..c1 {
+                for (kk, &v) in w_rows[c * k..(c + 1) * k].iter().enumerate() {
+                    panel[kk * cols + c - c0] = v;
+                }
+            }
+        })
+    }
+
+    /// Panels of `level`'s width (the portable one where this CPU lacks the level), zeros
+    /// beyond `n`; `fill(panel, c0, c1, width)` writes columns `c0..c1` into each panel.
+    fn fill(
+        k: usize,
+        n: usize,
+        level: Simd,
+        mut fill: impl FnMut(&mut [f32], usize, usize, usize),
+    ) -> Self {
         let level = match level.supported() {
             true => level,
             false => Simd::Baseline,
@@ -45,10 +67,7 @@ impl Panels {
         let panels = n.div_ceil(cols);
         let mut data = vec![0f32; panels * k * cols];
         for (p, panel) in data.chunks_mut(k * cols).enumerate() {
-            let (c0, c1) = (p * cols, ((p + 1) * cols).min(n));
-            for (kk, dst) in panel.chunks_mut(cols).enumerate() {
-                dst[..c1 - c0].copy_from_slice(&w[kk * n + c0..kk * n + c1]);
-            }
+            fill(panel, p * cols, ((p + 1) * cols).min(n), cols);
         }
         Self { k, n, level, data }
     }
@@ -127,27 +146,24 @@ pub(crate) struct PackedLinear {
 }
 
 impl PackedLinear {
-    /// From `w` `[k, n]` row-major (`Wᵀ` of a `[n, k]` parameter) and the bias `[n]`.
-    fn new(w: &[f32], b: Vec<f32>, k: usize, n: usize) -> Self {
-        Self {
-            w: Panels::new(w, k, n),
-            b,
-            out: n,
-        }
-    }
-
-    /// From tensors: `w_t` `[k, n]` (`Wᵀ` of a `[n, k]` parameter) and the bias `[n]`, zeros
-    /// when `None`; read as f32.
+    /// From tensors: `w_t` `[k, n]` (`Wᵀ` of a `[n, k]` parameter, or its transposed view) and
+    /// the bias `[n]`, zeros when `None`; read as f32, where the values lie when they can be.
     pub(crate) fn from_tensors(w_t: &Tensor, b: Option<&Tensor>) -> Result<Self> {
         let (k, n) = w_t.dims2()?;
-        let host = |t: &Tensor| -> Result<Vec<f32>> {
-            Ok(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
-        };
         let b = match b {
-            Some(b) => host(b)?,
+            Some(b) => with_values(b, <[f32]>::to_vec)?,
             None => vec![0.0; n],
         };
-        Ok(Self::new(&host(&w_t.contiguous()?)?, b, k, n))
+        let level = crate::fastmath::simd();
+        let w_t = w_t.to_dtype(DType::F32)?;
+        let w = match (w_t.is_contiguous(), w_t.t()?) {
+            (true, _) => with_values(&w_t, |w| Panels::for_level(w, k, n, level))?,
+            (false, w) if w.is_contiguous() => {
+                with_values(&w, |w| Panels::from_rows(w, k, n, level))?
+            }
+            (false, w) => with_values(&w.contiguous()?, |w| Panels::from_rows(w, k, n, level))?,
+        };
+        Ok(Self { w, b, out: n })
     }
 
     /// `x W + b` for an f32 CPU tensor `x` `[rows, k]`, as one.
@@ -181,10 +197,53 @@ impl PackedLinear {
     }
 }
 
+/// `f` of the f32 values of the contiguous tensor `t`, read where they lie on the CPU (a copy
+/// on other devices).
+fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            return Ok(f(&values[start..end]));
+        }
+    }
+    Ok(f(&t
+        .flatten_all()?
+        .to_dtype(DType::F32)?
+        .to_vec1::<f32>()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fastmath::Simd;
+
+    /// A `[out, in]` parameter packs into the same panels read row by row as its transposed
+    /// copy does, and `from_tensors` takes either.
+    #[test]
+    fn a_weight_packs_alike_from_its_rows_and_from_its_transpose() {
+        for (k, n) in [(3, 5), (37, 70), (16, 32)] {
+            let rows: Vec<f32> = (0..n * k).map(|v| v as f32 * 0.25 - 3.0).collect();
+            let mut cols = vec![0f32; k * n];
+            for c in 0..n {
+                for kk in 0..k {
+                    cols[kk * n + c] = rows[c * k + kk];
+                }
+            }
+            for level in Simd::available() {
+                let (a, b) = (
+                    Panels::from_rows(&rows, k, n, level),
+                    Panels::for_level(&cols, k, n, level),
+                );
+                assert_eq!(a.data, b.data, "{level}, {k}x{n}");
+            }
+            let w = Tensor::from_vec(rows.clone(), (n, k), &candle_core::Device::Cpu).unwrap();
+            let view = PackedLinear::from_tensors(&w.t().unwrap(), None).unwrap();
+            let copy = PackedLinear::from_tensors(&w.t().unwrap().contiguous().unwrap(), None);
+            assert_eq!(view.w.data, copy.unwrap().w.data);
+        }
+    }
 
     /// Every level's tile on any thread count gives exactly the sums in `k` order added to
     /// `y`: fused multiply-adds at the vector levels, a product rounded then added at the
