@@ -16,6 +16,7 @@ use super::error::{ModelError, Result};
 use super::inputs::{token_mask, Inputs};
 use super::kernels::kernels_enabled;
 use super::rng::CaprlRng;
+use super::{BOS, PAD};
 
 /// What every architecture holds besides its handles on the parameters: the configuration, the
 /// device and the weights by stable name. The seam's accessors read it. A clone shares the
@@ -25,6 +26,19 @@ pub(crate) struct ModelBase {
     pub(crate) cfg: CaptionerConfig,
     pub(crate) device: Device,
     pub(crate) varmap: VarMap,
+}
+
+impl ModelBase {
+    /// The logit bias that keeps PAD and BOS from ever being emitted, in `compute`: a large
+    /// negative constant on their logits, finite in f16 (whose largest value is 65504: an
+    /// infinite logit would make `0 · log p` NaN), 0 elsewhere.
+    pub(crate) fn never_emitted_bias(&self, compute: DType) -> Result<Tensor> {
+        let never = if compute == DType::F16 { -1e4 } else { -1e9 };
+        let mut ban = vec![0f32; self.cfg.vocab_size];
+        ban[PAD as usize] = never;
+        ban[BOS as usize] = never;
+        Ok(Tensor::from_vec(ban, self.cfg.vocab_size, &self.device)?.to_dtype(compute)?)
+    }
 }
 
 /// Full teacher-forced outputs, for objectives that need more than the taken tokens' log-probs.
@@ -48,9 +62,29 @@ impl TeacherForced {
     }
 }
 
+/// The passes with gradients, which training runs: each architecture's `teacher.rs`.
+pub(crate) trait TeacherForcing {
+    /// Only the taken tokens' `log p` `[B, T]` (unmasked), one graph node from the decoder
+    /// states on: never the `[B, T, V]` log-softmax.
+    fn fused_token_logprobs(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<Tensor>;
+
+    /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, H]`, with gradients.
+    fn teacher_forced(
+        &self,
+        x: &Inputs,
+        seqs: &Tensor,
+        dropout_rng: Option<&mut CaprlRng>,
+    ) -> Result<TeacherForced>;
+}
+
 /// One captioning architecture. Its weights live in a candle `VarMap` under stable names,
 /// in the parameters' dtype (`config().dtype`); every pass computes in `config().compute_dtype`.
-pub(crate) trait CaptionModel: Send + Sync {
+pub(crate) trait CaptionModel: TeacherForcing + Send + Sync {
     /// The configuration, device and weights.
     fn base(&self) -> &ModelBase;
 
@@ -103,23 +137,6 @@ pub(crate) trait CaptionModel: Send + Sync {
         let logp = self.fused_token_logprobs(x, seqs, dropout_rng)?;
         Ok((logp.mul(&mask)?, mask))
     }
-
-    /// Only the taken tokens' `log p` `[B, T]` (unmasked), one graph node from the decoder
-    /// states on: never the `[B, T, V]` log-softmax.
-    fn fused_token_logprobs(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<Tensor>;
-
-    /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, H]`, with gradients.
-    fn teacher_forced(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<TeacherForced>;
 
     /// The weights as they are now, detached and prepared for decoding.
     fn step_decoder(&self) -> Result<Box<dyn StepDecoder>>;

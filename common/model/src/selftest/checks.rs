@@ -60,39 +60,21 @@ pub(crate) fn tiny_models() -> Vec<TinyModel> {
     transformer.model.d_ff = 24;
     transformer.model.tie_embed = false;
     transformer.model.global_region = false;
+    // Each model's inputs: `fc` and, where it attends, `att` values per image (a sine wave
+    // with its own step, so no two inputs are alike).
+    let tiny = |name, cfg, fc: f32, att: Option<(usize, f32)>| TinyModel {
+        name,
+        fc: wave(b * 6, fc),
+        att: att.map(|(per_image, step)| wave(b * per_image, step)),
+        cfg,
+        batch: b,
+        captions: captions.clone(),
+    };
     vec![
-        TinyModel {
-            name: "fc-gru",
-            fc: wave(b * 6, 0.37),
-            att: None,
-            cfg: fc,
-            batch: b,
-            captions: captions.clone(),
-        },
-        TinyModel {
-            name: "att-lstm2",
-            fc: wave(b * 6, 0.41),
-            att: Some(wave(b * 5 * 4, 0.23)),
-            cfg: att,
-            batch: b,
-            captions: captions.clone(),
-        },
-        TinyModel {
-            name: "crnn-gru",
-            fc: wave(b * 6, 0.29),
-            att: Some(wave(b * 16 * 64, 0.057)),
-            cfg: crnn,
-            batch: b,
-            captions: captions.clone(),
-        },
-        TinyModel {
-            name: "transformer",
-            fc: wave(b * 6, 0.31),
-            att: Some(wave(b * 5 * 4, 0.19)),
-            cfg: transformer,
-            batch: b,
-            captions,
-        },
+        tiny("fc-gru", fc, 0.37, None),
+        tiny("att-lstm2", att, 0.41, Some((5 * 4, 0.23))),
+        tiny("crnn-gru", crnn, 0.29, Some((16 * 64, 0.057))),
+        tiny("transformer", transformer, 0.31, Some((5 * 4, 0.19))),
     ]
 }
 

@@ -8,7 +8,7 @@
 //! (an actor's policy snapshot, a model under evaluation) prepares them once and decodes every
 //! batch with the same [`Decoder`].
 
-use super::beam::{BeamOptions, Hypothesis, Lookahead};
+use super::beam::{BeamOptions, Hypothesis};
 use super::rollout::{on_rayon, Decoded};
 use super::sample::SampleOptions;
 use crate::model::captioner::Captioner;
@@ -67,29 +67,8 @@ impl Captioner {
         self.decoder()?.sample(x, opts, rng)
     }
 
-    /// [`Decoder::complete_from_prefix`] on weights prepared for this call.
-    pub fn complete_from_prefix(
-        &self,
-        x: &Inputs,
-        prefixes: &[Vec<u32>],
-        opts: &SampleOptions,
-        rng: &mut CaprlRng,
-    ) -> Result<Decoded> {
-        self.decoder()?.complete_from_prefix(x, prefixes, opts, rng)
-    }
-
     /// [`Decoder::beam`] on weights prepared for this call.
     pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
         self.decoder()?.beam(x, opts)
-    }
-
-    /// [`Decoder::beam_lookahead`] on weights prepared for this call.
-    pub fn beam_lookahead(
-        &self,
-        x: &Inputs,
-        opts: &BeamOptions,
-        lookahead: &Lookahead,
-    ) -> Result<Vec<Vec<Hypothesis>>> {
-        self.decoder()?.beam_lookahead(x, opts, lookahead)
     }
 }

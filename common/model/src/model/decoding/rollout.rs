@@ -118,97 +118,86 @@ impl Decoder {
         policy: &mut dyn Policy,
     ) -> Result<Decoded> {
         on_rayon(&self.device, || {
-            self.rollout_here(x, prefixes, max_len, bad_endings, policy)
-        })
-    }
-
-    fn rollout_here(
-        &self,
-        x: &Inputs,
-        prefixes: Option<&[Vec<u32>]>,
-        max_len: usize,
-        bad_endings: &BadEndings,
-        policy: &mut dyn Policy,
-    ) -> Result<Decoded> {
-        let n = x.batch_size()?;
-        let mut live = self.steps.start(x)?;
-        let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
-        let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
-        let mut rows: Vec<usize> = (0..n).collect();
-        let mut done = vec![false; n];
-        // Rows whose prefix already ends the caption take no step.
-        if let Some(p) = prefixes {
-            for (d, pre) in done.iter_mut().zip(p) {
-                if pre.contains(&EOS) || pre.len() > max_len {
-                    *d = true;
+            let n = x.batch_size()?;
+            let mut live = self.steps.start(x)?;
+            let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+            let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
+            let mut rows: Vec<usize> = (0..n).collect();
+            let mut done = vec![false; n];
+            // Rows whose prefix already ends the caption take no step.
+            if let Some(p) = prefixes {
+                for (d, pre) in done.iter_mut().zip(p) {
+                    if pre.contains(&EOS) || pre.len() > max_len {
+                        *d = true;
+                    }
                 }
             }
-        }
-        for t in 0..=max_len {
-            {
-                let keep: Vec<usize> = rows.iter().copied().filter(|&r| !done[r]).collect();
-                if keep.is_empty() {
-                    break;
+            for t in 0..=max_len {
+                {
+                    let keep: Vec<usize> = rows.iter().copied().filter(|&r| !done[r]).collect();
+                    if keep.is_empty() {
+                        break;
+                    }
+                    if keep.len() < rows.len() {
+                        let pos: Vec<u32> = rows
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, r)| !done[**r])
+                            .map(|(i, _)| i as u32)
+                            .collect();
+                        live = live.select(&pos)?;
+                        rows = keep;
+                    }
                 }
-                if keep.len() < rows.len() {
-                    let pos: Vec<u32> = rows
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| !done[**r])
-                        .map(|(i, _)| i as u32)
-                        .collect();
-                    live = live.select(&pos)?;
-                    rows = keep;
+                let inputs: Vec<u32> = rows
+                    .iter()
+                    .map(|&r| *tokens[r].last().unwrap_or(&BOS))
+                    .collect();
+                let mut logits = self.step_logits(&mut *live, &inputs)?;
+                if !bad_endings.is_empty() {
+                    let v = logits.len() / rows.len();
+                    for (&r, row) in rows.iter().zip(logits.chunks_exact_mut(v)) {
+                        bad_endings.mask_logits(tokens[r].last().copied(), row);
+                    }
+                }
+                let forced: Vec<Option<u32>> = rows
+                    .iter()
+                    .map(|&r| {
+                        prefixes
+                            .and_then(|p| p.get(r))
+                            .and_then(|p| p.get(t))
+                            .copied()
+                    })
+                    .collect();
+                let chosen = policy.choose_rows(&rows, &logits, &forced);
+                for (&r, (w, lp)) in rows.iter().zip(chosen) {
+                    if t == max_len && w != EOS {
+                        done[r] = true;
+                        continue;
+                    }
+                    tokens[r].push(w);
+                    logprobs[r].push(lp);
+                    if w == EOS {
+                        done[r] = true;
+                    }
                 }
             }
-            let inputs: Vec<u32> = rows
-                .iter()
-                .map(|&r| *tokens[r].last().unwrap_or(&BOS))
-                .collect();
-            let mut logits = self.step_logits(&mut *live, &inputs)?;
-            if !bad_endings.is_empty() {
-                let v = logits.len() / rows.len();
-                for (&r, row) in rows.iter().zip(logits.chunks_exact_mut(v)) {
-                    bad_endings.mask_logits(tokens[r].last().copied(), row);
-                }
-            }
-            let forced: Vec<Option<u32>> = rows
-                .iter()
-                .map(|&r| {
-                    prefixes
-                        .and_then(|p| p.get(r))
-                        .and_then(|p| p.get(t))
-                        .copied()
-                })
-                .collect();
-            let chosen = policy.choose_rows(&rows, &logits, &forced);
-            for (&r, (w, lp)) in rows.iter().zip(chosen) {
-                if t == max_len && w != EOS {
-                    done[r] = true;
-                    continue;
-                }
-                tokens[r].push(w);
-                logprobs[r].push(lp);
-                if w == EOS {
-                    done[r] = true;
-                }
-            }
-        }
-        // Forced prefixes that already ended are returned as given, with their log-probs.
-        if let Some(p) = prefixes {
-            for r in 0..n {
-                if tokens[r].is_empty() {
-                    if let Some(pre) = p.get(r) {
-                        if !pre.is_empty() {
-                            let d = self.rollout_forced(x, r, pre, bad_endings, policy)?;
-                            tokens[r] = d.0;
-                            logprobs[r] = d.1;
+            // Forced prefixes that already ended are returned as given, with their log-probs.
+            if let Some(p) = prefixes {
+                for r in 0..n {
+                    if tokens[r].is_empty() {
+                        if let Some(pre) = p.get(r) {
+                            if !pre.is_empty() {
+                                let d = self.rollout_forced(x, r, pre, bad_endings, policy)?;
+                                tokens[r] = d.0;
+                                logprobs[r] = d.1;
+                            }
                         }
                     }
                 }
             }
-        }
-        Ok(Decoded { tokens, logprobs })
+            Ok(Decoded { tokens, logprobs })
+        })
     }
 
     /// Scores a finished prefix of row `r` token by token.

@@ -281,15 +281,7 @@ mod tests {
                 steps: Box::new(steps),
             }
         };
-        let beam = BeamOptions {
-            width: 3,
-            max_len: 7,
-            length_norm: false,
-            block_trigrams: false,
-            groups: 1,
-            diversity_lambda: 0.0,
-            bad_endings: crate::model::BadEndings::none(),
-        };
+        let beam = BeamOptions::plain(3, 7);
         let (graph, packed) = (decoder(false), decoder(true));
         let (g, p) = (graph.greedy(&x, 7).unwrap(), packed.greedy(&x, 7).unwrap());
         assert_eq!(g.tokens, p.tokens);

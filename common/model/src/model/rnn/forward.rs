@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{Tensor, D};
 
 use super::attention::{attend, AttKeys, AttValues, AttWeights};
 use super::cell::{cell_step, CellWeights, LayerState};
@@ -18,7 +18,6 @@ use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::linear::linear;
 use crate::model::kernels::transpose::transposed_copy;
 use crate::model::rng::CaprlRng;
-use crate::model::{BOS, PAD};
 
 impl RnnCaptioner {
     /// Casts (to the compute dtype), transposes and, for decoding, detaches every weight once
@@ -48,14 +47,7 @@ impl RnnCaptioner {
         // Weights read once per pass (encoder): a view is enough.
         let once = |t: &Tensor| -> Result<Tensor> { Ok(d(t)?.t()?) };
         let p = &self.p;
-        // PAD and BOS are never emitted: a large negative constant on their logits (finite in
-        // f16, whose largest value is 65504: an infinite logit would make `0 · log p` NaN).
-        let never = if compute == DType::F16 { -1e4 } else { -1e9 };
-        let mut ban = vec![0f32; self.base.cfg.vocab_size];
-        ban[PAD as usize] = never;
-        ban[BOS as usize] = never;
-        let ban = Tensor::from_vec(ban, self.base.cfg.vocab_size, &self.base.device)?
-            .to_dtype(compute)?;
+        let ban = self.base.never_emitted_bias(compute)?;
         let mut att = None;
         if let Some(a) = &p.att {
             att = Some((

@@ -43,14 +43,11 @@ pub(crate) fn grads<T: Real>(
 /// One row of GRU gates: `o = h'` `[H]`, `sv = [r, z, n, gh_n]`.
 #[inline(always)]
 fn gru_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
-    let (gxr, gxz, gxn) = (&gx[..h], &gx[h..2 * h], &gx[2 * h..3 * h]);
-    let (ghr, ghz, ghn) = (&gh[..h], &gh[h..2 * h], &gh[2 * h..3 * h]);
+    let [gxr, gxz, gxn] = parts(gx, h);
+    let [ghr, ghz, ghn] = parts(gh, h);
     let hp = &hp[..h];
     let o = &mut o[..h];
-    let (sr, rest) = sv.split_at_mut(h);
-    let (sz, rest) = rest.split_at_mut(h);
-    let (sn, rest) = rest.split_at_mut(h);
-    let sg = &mut rest[..h];
+    let [sr, sz, sn, sg] = parts_mut(sv, h);
     for j in 0..h {
         let r = (gxr[j] + ghr[j]).sigmoid();
         let z = (gxz[j] + ghz[j]).sigmoid();
@@ -66,26 +63,11 @@ fn gru_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &
 /// One row of LSTM gates: `o = [h', c']` `[2H]`, `sv = [i, f, g, o, tanh c']`.
 #[inline(always)]
 fn lstm_gates<T: Real>(h: usize, gx: &[T], gh: &[T], hp: &[T], o: &mut [T], sv: &mut [T]) {
-    let (gxi, gxf, gxg, gxo) = (
-        &gx[..h],
-        &gx[h..2 * h],
-        &gx[2 * h..3 * h],
-        &gx[3 * h..4 * h],
-    );
-    let (ghi, ghf, ghg, gho) = (
-        &gh[..h],
-        &gh[h..2 * h],
-        &gh[2 * h..3 * h],
-        &gh[3 * h..4 * h],
-    );
+    let [gxi, gxf, gxg, gxo] = parts(gx, h);
+    let [ghi, ghf, ghg, gho] = parts(gh, h);
     let cp = &hp[h..2 * h];
-    let (oh, oc) = o.split_at_mut(h);
-    let oc = &mut oc[..h];
-    let (si, rest) = sv.split_at_mut(h);
-    let (sf, rest) = rest.split_at_mut(h);
-    let (sg, rest) = rest.split_at_mut(h);
-    let (so, rest) = rest.split_at_mut(h);
-    let st = &mut rest[..h];
+    let [oh, oc] = parts_mut(o, h);
+    let [si, sf, sg, so, st] = parts_mut(sv, h);
     for j in 0..h {
         let ig = (gxi[j] + ghi[j]).sigmoid();
         let fg = (gxf[j] + ghf[j]).sigmoid();
@@ -115,19 +97,10 @@ fn gru_grads<T: Real>(
     dx: &mut [T],
     dgh: &mut [T],
 ) {
-    let (r, z, n, ghn) = (
-        &sv[..h],
-        &sv[h..2 * h],
-        &sv[2 * h..3 * h],
-        &sv[3 * h..4 * h],
-    );
+    let [r, z, n, ghn] = parts(sv, h);
     let (dh, hp, dp) = (&ds[..h], &hp[..h], &mut dp[..h]);
-    let (dxr, rest) = dx.split_at_mut(h);
-    let (dxz, rest) = rest.split_at_mut(h);
-    let dxn = &mut rest[..h];
-    let (dhr, rest) = dgh.split_at_mut(h);
-    let (dhz, rest) = rest.split_at_mut(h);
-    let dhn = &mut rest[..h];
+    let [dxr, dxz, dxn] = parts_mut(dx, h);
+    let [dhr, dhz, dhn] = parts_mut(dgh, h);
     for j in 0..h {
         let (r, z, n) = (r[j], z[j], n[j]);
         let dan = dh[j] * (T::ONE - z) * (T::ONE - n * n);
@@ -147,16 +120,11 @@ fn gru_grads<T: Real>(
 /// `dp = [0, f ⊙ dc_total]` (the direct part of `d [h_prev, c_prev]`).
 #[inline(always)]
 fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx: &mut [T]) {
-    let (ig, fg, gg) = (&sv[..h], &sv[h..2 * h], &sv[2 * h..3 * h]);
-    let (og, tc) = (&sv[3 * h..4 * h], &sv[4 * h..5 * h]);
-    let (dh, dcn) = (&ds[..h], &ds[h..2 * h]);
+    let [ig, fg, gg, og, tc] = parts(sv, h);
+    let [dh, dcn] = parts(ds, h);
     let cp = &hp[h..2 * h];
-    let (dph, dpc) = dp.split_at_mut(h);
-    let dpc = &mut dpc[..h];
-    let (dxi, rest) = dx.split_at_mut(h);
-    let (dxf, rest) = rest.split_at_mut(h);
-    let (dxg, rest) = rest.split_at_mut(h);
-    let dxo = &mut rest[..h];
+    let [dph, dpc] = parts_mut(dp, h);
+    let [dxi, dxf, dxg, dxo] = parts_mut(dx, h);
     for j in 0..h {
         let (i, f, g, o, t) = (ig[j], fg[j], gg[j], og[j], tc[j]);
         let dc = dcn[j] + dh[j] * o * (T::ONE - t * t);
@@ -167,6 +135,23 @@ fn lstm_grads<T: Real>(h: usize, sv: &[T], ds: &[T], hp: &[T], dp: &mut [T], dx:
         dph[j] = T::ZERO;
         dpc[j] = dc * f;
     }
+}
+
+/// The first `N` consecutive `h`-long parts of a row (its gates, one a part).
+#[inline(always)]
+fn parts<const N: usize, T>(row: &[T], h: usize) -> [&[T]; N] {
+    std::array::from_fn(|i| &row[i * h..(i + 1) * h])
+}
+
+/// [`parts`], writable.
+#[inline(always)]
+fn parts_mut<const N: usize, T>(row: &mut [T], h: usize) -> [&mut [T]; N] {
+    let mut rest = row;
+    std::array::from_fn(|_| {
+        let (part, tail) = std::mem::take(&mut rest).split_at_mut(h);
+        rest = tail;
+        part
+    })
 }
 
 #[cfg(test)]

@@ -36,11 +36,10 @@ use self::crnn::Crnn;
 use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
-use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
 use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
-use crate::model::seam::{CaptionModel, ModelBase, StepDecoder, TeacherForced};
+use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
 /// stable names (see [`RnnCaptioner::new`]).
@@ -227,24 +226,6 @@ impl CaptionModel for RnnCaptioner {
 
     fn share(&self) -> Result<Box<dyn CaptionModel>> {
         Ok(Box::new(RnnCaptioner::share(self)?))
-    }
-
-    fn fused_token_logprobs(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<Tensor> {
-        RnnCaptioner::fused_token_logprobs(self, x, seqs, dropout_rng)
-    }
-
-    fn teacher_forced(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<TeacherForced> {
-        RnnCaptioner::teacher_forced(self, x, seqs, dropout_rng)
     }
 
     fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {

@@ -20,7 +20,7 @@ use crate::model::kernels::dropout::dropout;
 use crate::model::kernels::linear::linear;
 use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
-use crate::model::seam::TeacherForced;
+use crate::model::seam::{TeacherForced, TeacherForcing};
 use crate::model::BOS;
 
 /// The fused recurrent layers a teacher-forced pass can take ([`RnnCaptioner::fused_path`]).
@@ -48,12 +48,12 @@ impl TeacherRun {
     }
 }
 
-impl RnnCaptioner {
+impl TeacherForcing for RnnCaptioner {
     /// `log p(w_t | w_<t, I)` of the given tokens `[B, T]` and the mask `[B, T]` (1 up to and
     /// including the first EOS; all non-PAD tokens when there is no EOS). `seqs` is `u32` `[B, T]`:
     /// tokens without BOS, ending at EOS, padded with PAD. Masked positions of `logp` are 0.
     /// Dropout is applied when `dropout_rng` is given (training).
-    pub(crate) fn fused_token_logprobs(
+    fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
@@ -90,7 +90,7 @@ impl RnnCaptioner {
     }
 
     /// The teacher-forced pass: full log-softmax `[B, T, V]` and hidden states `[B, T, H]`.
-    pub(crate) fn teacher_forced(
+    fn teacher_forced(
         &self,
         x: &Inputs,
         seqs: &Tensor,
@@ -111,7 +111,9 @@ impl RnnCaptioner {
             hidden: top.transpose(0, 1)?.to_dtype(self.base.cfg.dtype)?,
         })
     }
+}
 
+impl RnnCaptioner {
     /// The top states `[T, B, H]` as the output layer reads them: batch-major `[B, T, H]`, with
     /// dropout (its mask drawn in that order).
     fn output_states(&self, top: &Tensor, drop: Option<&mut CaprlRng>) -> Result<Tensor> {

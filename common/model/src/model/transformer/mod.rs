@@ -26,19 +26,17 @@ mod teacher;
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::VarMap;
 
 use self::layers::{Linear, Norm};
 use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, ModelConfig};
 use crate::model::error::{ModelError, Result};
-use crate::model::inputs::Inputs;
 use crate::model::io::loaded_param;
 use crate::model::params::{self, Init};
 use crate::model::rng::CaprlRng;
-use crate::model::seam::{CaptionModel, ModelBase, StepDecoder, TeacherForced};
-use crate::model::{BOS, PAD};
+use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The Transformer captioner. Owns its weights in a [`VarMap`] under the names that
 /// [`Weights::visit`] lists.
@@ -298,13 +296,7 @@ impl TransformerCaptioner {
             let t = if detach { t.detach() } else { t };
             Ok(t.to_dtype(compute)?)
         })?;
-        let never = if compute == DType::F16 { -1e4 } else { -1e9 };
-        let mut ban = vec![0f32; self.base.cfg.vocab_size];
-        ban[PAD as usize] = never;
-        ban[BOS as usize] = never;
-        let ban = Tensor::from_vec(ban, self.base.cfg.vocab_size, &self.base.device)?
-            .to_dtype(compute)?;
-        w.logit.b = w.logit.b.add(&ban)?;
+        w.logit.b = w.logit.b.add(&self.base.never_emitted_bias(compute)?)?;
         Ok(w)
     }
 
@@ -325,24 +317,6 @@ impl CaptionModel for TransformerCaptioner {
 
     fn share(&self) -> Result<Box<dyn CaptionModel>> {
         Ok(Box::new(TransformerCaptioner::share(self)?))
-    }
-
-    fn fused_token_logprobs(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<Tensor> {
-        TransformerCaptioner::fused_token_logprobs(self, x, seqs, dropout_rng)
-    }
-
-    fn teacher_forced(
-        &self,
-        x: &Inputs,
-        seqs: &Tensor,
-        dropout_rng: Option<&mut CaprlRng>,
-    ) -> Result<TeacherForced> {
-        TransformerCaptioner::teacher_forced(self, x, seqs, dropout_rng)
     }
 
     fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {

@@ -10,7 +10,7 @@ use crate::model::error::{ModelError, Result};
 use crate::model::inputs::{host_tokens, Inputs};
 use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
-use crate::model::seam::TeacherForced;
+use crate::model::seam::{TeacherForced, TeacherForcing};
 use crate::model::BOS;
 
 /// The decoder states of a teacher-forced pass and what produced them.
@@ -23,10 +23,10 @@ struct TeacherRun {
     logit: Linear,
 }
 
-impl TransformerCaptioner {
+impl TeacherForcing for TransformerCaptioner {
     /// `log p(w_t | w_<t, I)` of `seqs` and their mask (see
     /// [`Captioner::token_logprobs`](crate::model::Captioner::token_logprobs)).
-    pub(crate) fn fused_token_logprobs(
+    fn fused_token_logprobs(
         &self,
         x: &Inputs,
         seqs: &Tensor,
@@ -49,7 +49,7 @@ impl TransformerCaptioner {
     }
 
     /// The full log-softmax `[B, T, V]` and the decoder states `[B, T, d]`.
-    pub(crate) fn teacher_forced(
+    fn teacher_forced(
         &self,
         x: &Inputs,
         seqs: &Tensor,
@@ -64,7 +64,9 @@ impl TransformerCaptioner {
             hidden: run.states.to_dtype(self.base.cfg.dtype)?,
         })
     }
+}
 
+impl TransformerCaptioner {
     /// Checks the tokens, encodes the images and runs the decoder over `[BOS, w_1, …]`.
     fn teacher_run(
         &self,

@@ -46,6 +46,22 @@ pub struct BeamOptions {
     pub bad_endings: BadEndings,
 }
 
+impl BeamOptions {
+    /// Plain beam search of `width` beams: one group, scores not length-normalised, no blocked
+    /// trigrams, no bad endings.
+    pub fn plain(width: usize, max_len: usize) -> Self {
+        Self {
+            width,
+            max_len,
+            length_norm: false,
+            block_trigrams: false,
+            groups: 1,
+            diversity_lambda: 0.0,
+            bad_endings: BadEndings::none(),
+        }
+    }
+}
+
 /// One finished beam.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hypothesis {

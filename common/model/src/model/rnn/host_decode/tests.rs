@@ -71,15 +71,7 @@ fn decode_all(d: &Decoder, x: &Inputs) -> Outputs {
         max_len: 6,
     };
     let prefixes: Vec<Vec<u32>> = (0..100).map(|i| vec![4 + (i % 7) as u32]).collect();
-    let beam = BeamOptions {
-        width: 3,
-        max_len: 6,
-        length_norm: false,
-        block_trigrams: false,
-        groups: 1,
-        diversity_lambda: 0.0,
-        bad_endings: crate::model::BadEndings::none(),
-    };
+    let beam = BeamOptions::plain(3, 6);
     (
         d.greedy(x, 6).unwrap(),
         d.sample(x, &opts, &mut CaprlRng::new(1)).unwrap(),
