@@ -212,15 +212,7 @@ fn bench_shape(g: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>, s: 
         bch.iter(|| dec.sample(&images, &opts, &mut rng).expect("sample"))
     });
 
-    let bo = BeamOptions {
-        width: FIVE,
-        max_len: s.len,
-        length_norm: false,
-        block_trigrams: false,
-        groups: 1,
-        diversity_lambda: 0.0,
-        bad_endings: caprl_model::model::BadEndings::none(),
-    };
+    let bo = BeamOptions::plain(FIVE, s.len);
     // Tokens of the 5 returned hypotheses per image.
     g.throughput(Throughput::Elements(FIVE as u64 * decoded_tokens));
     g.bench_function(name("beam_5"), |bch| {

@@ -24,18 +24,7 @@ pub fn sample_captions(
     let x = inputs_for_rows(data, &rows, &cfg, model.device())?;
     let decoder = model.decoder()?;
     let greedy = decoder.greedy(&x, cfg.max_len)?;
-    let beams = decoder.beam(
-        &x,
-        &BeamOptions {
-            width: beam.max(1),
-            max_len: cfg.max_len,
-            length_norm: false,
-            block_trigrams: false,
-            groups: 1,
-            diversity_lambda: 0.0,
-            bad_endings: caprl_model::model::BadEndings::none(),
-        },
-    )?;
+    let beams = decoder.beam(&x, &BeamOptions::plain(beam.max(1), cfg.max_len))?;
     let text = |tokens: &[u32]| -> String {
         let ids: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
         data.vocab.decode(&ids).join(" ")

@@ -22,5 +22,7 @@ pub use dataset::{
 pub use error::DataError;
 pub use features::{write_safetensors, FULL_SCAN_BYTES};
 pub use stats::{stats, DatasetStats, SplitStats};
-pub use synth::{already_generated, synth, synth_profile, SynthConfig, SynthProfile, SynthSummary};
+pub use synth::{
+    already_generated, synth, synth_dataset, synth_profile, SynthConfig, SynthProfile, SynthSummary,
+};
 pub use vocab::{Vocab, SPECIALS};

@@ -191,21 +191,14 @@ pub fn report_plots(runs: &[LoadedRun], smoothing: f64) -> Vec<PlotSpec> {
         )
     });
     for (split, metric) in eval_keys {
-        let series = runs
-            .iter()
-            .enumerate()
-            .map(|(i, run)| Series {
-                label: run.name.clone(),
-                color: i,
-                points: run
-                    .log
-                    .evals
-                    .iter()
-                    .filter(|e| e.split == split)
-                    .filter_map(|e| e.metrics.get(&metric).map(|v| (e.step as f64, *v)))
-                    .collect(),
-            })
-            .collect();
+        let series = series_per_run(runs, |run| {
+            run.log
+                .evals
+                .iter()
+                .filter(|e| e.split == split)
+                .filter_map(|e| e.metrics.get(&metric).map(|v| (e.step as f64, *v)))
+                .collect()
+        });
         plots.push(PlotSpec {
             id: slug(&format!("eval-{split}-{metric}")),
             title: format!("Eval ({split}): {metric}"),
@@ -227,41 +220,32 @@ pub fn report_plots(runs: &[LoadedRun], smoothing: f64) -> Vec<PlotSpec> {
             |s| s.losses.get(&t).copied(),
         ));
     }
-    plots.push(step_plot(
-        runs,
-        "policy-lag".into(),
-        "Policy lag (batch mean)".into(),
-        "versions",
-        |s| Some(s.lag),
-    ));
-    plots.push(step_plot(
-        runs,
-        "tokens-per-s".into(),
-        "Throughput: tokens/s".into(),
-        "tokens/s",
-        |s| Some(s.tokens_per_s),
-    ));
-    plots.push(step_plot(
-        runs,
-        "rollouts-per-s".into(),
-        "Throughput: rollouts/s".into(),
-        "rollouts/s",
-        |s| Some(s.rollouts_per_s),
-    ));
-    plots.push(step_plot(
-        runs,
-        "grad-norm".into(),
-        "Gradient norm (before clipping)".into(),
-        "L2 norm",
-        |s| Some(s.grad_norm),
-    ));
-    plots.push(step_plot(
-        runs,
-        "learning-rate".into(),
-        "Learning rate".into(),
-        "lr",
-        |s| Some(s.lr),
-    ));
+    let gauges: [(&str, &str, &str, Gauge); 5] = [
+        ("policy-lag", "Policy lag (batch mean)", "versions", |s| {
+            s.lag
+        }),
+        ("tokens-per-s", "Throughput: tokens/s", "tokens/s", |s| {
+            s.tokens_per_s
+        }),
+        (
+            "rollouts-per-s",
+            "Throughput: rollouts/s",
+            "rollouts/s",
+            |s| s.rollouts_per_s,
+        ),
+        (
+            "grad-norm",
+            "Gradient norm (before clipping)",
+            "L2 norm",
+            |s| s.grad_norm,
+        ),
+        ("learning-rate", "Learning rate", "lr", |s| s.lr),
+    ];
+    for (id, title, y_label, value) in gauges {
+        plots.push(step_plot(runs, id.into(), title.into(), y_label, |s| {
+            Some(value(s))
+        }));
+    }
 
     for plot in plots.iter_mut().filter(|p| !p.id.starts_with("eval-")) {
         plot.smoothing = smoothing;
@@ -274,6 +258,9 @@ pub fn report_plots(runs: &[LoadedRun], smoothing: f64) -> Vec<PlotSpec> {
     });
     plots
 }
+
+/// One value of a step record, plotted over the steps.
+type Gauge = fn(&StepRecord) -> f64;
 
 /// `first` names (when present) in that order, then the rest sorted.
 fn ordered(set: BTreeSet<String>, first: &[&str]) -> Vec<String> {
@@ -293,21 +280,14 @@ fn step_plot(
     y_label: &str,
     value: impl Fn(&StepRecord) -> Option<f64>,
 ) -> PlotSpec {
-    let series = runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| Series {
-            label: run.name.clone(),
-            color: i,
-            points: run
-                .log
-                .steps
-                .iter()
-                .filter_map(|s| value(s).map(|v| (s.step as f64, v)))
-                .filter(|(_, v)| v.is_finite())
-                .collect(),
-        })
-        .collect();
+    let series = series_per_run(runs, |run| {
+        run.log
+            .steps
+            .iter()
+            .filter_map(|s| value(s).map(|v| (s.step as f64, v)))
+            .filter(|(_, v)| v.is_finite())
+            .collect()
+    });
     PlotSpec {
         id: slug(&id),
         title,
@@ -317,6 +297,21 @@ fn step_plot(
         smoothing: 0.0,
         boundaries: Vec::new(),
     }
+}
+
+/// One series per run, in the run's colour, of the points `points` picks from its log.
+fn series_per_run(
+    runs: &[LoadedRun],
+    points: impl Fn(&LoadedRun) -> Vec<(f64, f64)>,
+) -> Vec<Series> {
+    runs.iter()
+        .enumerate()
+        .map(|(i, run)| Series {
+            label: run.name.clone(),
+            color: i,
+            points: points(run),
+        })
+        .collect()
 }
 
 pub(crate) fn slug(s: &str) -> String {

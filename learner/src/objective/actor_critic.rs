@@ -4,7 +4,7 @@
 //! follows `∇L = −Σₜ (r − v_θ(s_t)) ∇log p(w_t | s_t)`.
 //!
 //! The value head and its loss are in [`crate::critic`]; lookahead inference
-//! (`λ·log π + (1 − λ)·v`) is `Captioner::beam_lookahead`; the embedding reward is the reward
+//! (`λ·log π + (1 − λ)·v`) is `Decoder::beam_lookahead`; the embedding reward is the reward
 //! workers' `embed`.
 
 use caprl_common::config::{Baseline, RunConfig};

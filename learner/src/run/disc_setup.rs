@@ -49,15 +49,7 @@ pub(super) fn online_disc(
         let x = inputs_for_rows(data, &rows, mcfg, model.device())?;
         let beams = decoder.beam(
             &x,
-            &caprl_model::model::BeamOptions {
-                width: cfg.decode.beam as usize,
-                max_len: mcfg.max_len,
-                length_norm: false,
-                block_trigrams: false,
-                groups: 1,
-                diversity_lambda: 0.0,
-                bad_endings: caprl_model::model::BadEndings::none(),
-            },
+            &caprl_model::model::BeamOptions::plain(cfg.decode.beam as usize, mcfg.max_len),
         )?;
         for (it, hyps) in chunk.iter().zip(beams) {
             if let Some(h) = hyps.into_iter().next() {

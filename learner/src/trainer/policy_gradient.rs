@@ -135,20 +135,6 @@ impl Trainer {
         targets: PgTargets,
         opts: StepOptions,
     ) -> Result<StepStats, LearnerError> {
-        let device = self.model.device().clone();
-        on_rayon(&device, || {
-            self.pg_step_here(data, rows, seqs, targets, opts)
-        })
-    }
-
-    fn pg_step_here(
-        &mut self,
-        data: &Dataset,
-        rows: &[usize],
-        seqs: &[Vec<u32>],
-        targets: PgTargets,
-        opts: StepOptions,
-    ) -> Result<StepStats, LearnerError> {
         let finite = match targets {
             PgTargets::Sequence { multipliers, .. } | PgTargets::OffPolicy { multipliers, .. } => {
                 multipliers.iter().all(|x| x.is_finite())
@@ -159,15 +145,18 @@ impl Trainer {
         if !finite {
             return Ok(self.skip("reward"));
         }
-        let pg = self.pg_loss(data, rows, seqs, targets, opts)?;
-        let mut stats = self.update(pg.loss, opts, pg.tokens)?;
-        if !stats.skipped {
-            self.advance();
-        }
-        stats.parts = pg.parts;
-        stats.ratios = pg.ratios;
-        stats.off_policy = pg.off_policy;
-        Ok(stats)
+        let device = self.model.device().clone();
+        on_rayon(&device, || {
+            let pg = self.pg_loss(data, rows, seqs, targets, opts)?;
+            let mut stats = self.update(pg.loss, opts, pg.tokens)?;
+            if !stats.skipped {
+                self.advance();
+            }
+            stats.parts = pg.parts;
+            stats.ratios = pg.ratios;
+            stats.off_policy = pg.off_policy;
+            Ok(stats)
+        })
     }
 
     /// PPO-style updates on one scored batch: `ppo.epochs` passes, each over a fresh order of

@@ -18,16 +18,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_data::Dataset;
 use caprl_model::model::{Captioner, CaptionerConfig, Device};
 use caprl_score::{CiderD, DocFreq};
 use caprl_wire::{PolicyVersion, RolloutTask, Sampling, TaskId};
 use serde::Serialize;
 
-use super::transport::{rl_rate, rollout_throughput, snapshot_broadcast};
+use super::transport::{measure_nats, rl_rate};
 use crate::cli::{write_stdout, Global};
-use crate::roles;
 
 #[derive(Debug, clap::Args)]
 pub struct AllArgs {
@@ -113,26 +111,21 @@ pub fn run(args: AllArgs, _global: &Global) -> Result<()> {
     rows.push(scoring(args.score_images)?);
     rows.push(decoding(&sets)?);
     rows.extend(training(&exe, &sets, dir.path())?);
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default())
-        .context("starting nats-server for the transport rows")?;
-    let rt = roles::runtime()?;
-    let (broadcast, raw) = rt.block_on(snapshot_broadcast(
-        &server.url(),
-        args.snapshot_mb,
-        args.actors,
-    ))?;
+    let nats = measure_nats(args.snapshot_mb, args.actors, args.rollouts)?;
     rows.push(
         Row::new(
             format!("snapshot {} MB to {} actors", args.snapshot_mb, args.actors),
-            broadcast.as_secs_f64() * 1e3,
+            nats.broadcast.as_secs_f64() * 1e3,
             "ms",
         )
-        .vs_time("raw object-store put+get", raw.as_secs_f64() * 1e3),
+        .vs_time(
+            "raw object-store put+get",
+            nats.raw_put_get.as_secs_f64() * 1e3,
+        ),
     );
-    let (per_s, _, size) = rt.block_on(rollout_throughput(&server.url(), args.rollouts))?;
     rows.push(Row::new(
-        format!("rollouts through NATS ({size} B each)"),
-        per_s,
+        format!("rollouts through NATS ({} B each)", nats.rollout_bytes),
+        nats.rollouts_per_s,
         "rollouts/s",
     ));
 

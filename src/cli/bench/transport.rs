@@ -50,29 +50,55 @@ pub fn run(args: TransportArgs, global: &Global) -> Result<()> {
             100.0 * nats / inproc
         ));
     }
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default())
-        .context("starting nats-server for the transport benchmark")?;
-    let rt = roles::runtime()?;
-    let (broadcast, raw) = rt.block_on(snapshot_broadcast(
-        &server.url(),
-        args.snapshot_mb,
-        args.actors,
-    ))?;
+    let nats = measure_nats(args.snapshot_mb, args.actors, args.rollouts)?;
     out.push_str(&format!(
         "snapshot {} MB to {} actors: {:.1} ms; raw object-store put+get {:.1} ms = {:.2}x (target <= 3x)\n",
         args.snapshot_mb,
         args.actors,
-        broadcast.as_secs_f64() * 1e3,
-        raw.as_secs_f64() * 1e3,
-        broadcast.as_secs_f64() / raw.as_secs_f64().max(1e-9)
+        nats.broadcast.as_secs_f64() * 1e3,
+        nats.raw_put_get.as_secs_f64() * 1e3,
+        nats.broadcast.as_secs_f64() / nats.raw_put_get.as_secs_f64().max(1e-9)
     ));
-    let (per_s, bytes_per_s, size) =
-        rt.block_on(rollout_throughput(&server.url(), args.rollouts))?;
     out.push_str(&format!(
-        "rollouts through NATS: {per_s:.0}/s, {:.1} MB/s ({size} bytes each)\n",
-        bytes_per_s / 1e6
+        "rollouts through NATS: {:.0}/s, {:.1} MB/s ({} bytes each)\n",
+        nats.rollouts_per_s,
+        nats.rollout_bytes_per_s / 1e6,
+        nats.rollout_bytes
     ));
     write_stdout(&out)
+}
+
+/// The transport figures of one fresh nats-server: a snapshot's broadcast against a raw
+/// object-store put + get, and the rollouts queue's throughput.
+pub(super) struct NatsFigures {
+    pub broadcast: Duration,
+    pub raw_put_get: Duration,
+    pub rollouts_per_s: f64,
+    pub rollout_bytes_per_s: f64,
+    pub rollout_bytes: usize,
+}
+
+/// Starts a nats-server of its own and measures [`NatsFigures`]: `snapshot_mb` MB to `actors`
+/// actors, `rollouts` rollouts.
+pub(super) fn measure_nats(
+    snapshot_mb: usize,
+    actors: usize,
+    rollouts: usize,
+) -> Result<NatsFigures> {
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default())
+        .context("starting nats-server for the transport benchmark")?;
+    let rt = roles::runtime()?;
+    let (broadcast, raw_put_get) =
+        rt.block_on(snapshot_broadcast(&server.url(), snapshot_mb, actors))?;
+    let (rollouts_per_s, rollout_bytes_per_s, rollout_bytes) =
+        rt.block_on(rollout_throughput(&server.url(), rollouts))?;
+    Ok(NatsFigures {
+        broadcast,
+        raw_put_get,
+        rollouts_per_s,
+        rollout_bytes_per_s,
+        rollout_bytes,
+    })
 }
 
 /// RL iterations/s of `caprl train` and `caprl local` with the global config.
@@ -131,11 +157,7 @@ pub(super) fn rl_rate(run_dir: &Path, phase: &str) -> Result<f64> {
 /// Repetitions of each snapshot measurement.
 const TRIALS: u64 = 3;
 
-pub(super) async fn snapshot_broadcast(
-    url: &str,
-    mb: usize,
-    actors: usize,
-) -> Result<(Duration, Duration)> {
+async fn snapshot_broadcast(url: &str, mb: usize, actors: usize) -> Result<(Duration, Duration)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-snapshot");
     let nc = NatsConfig::to_url(url);
     let data = Bytes::from(
@@ -220,7 +242,7 @@ pub(super) async fn snapshot_broadcast(
     Ok((broadcast, raw))
 }
 
-pub(super) async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
+async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
     let opts = caprl_common::bus::BusOptions::for_run("bench-rollouts");
     let nc = NatsConfig::to_url(url);
     let producer = NatsBus::connect(&nc, &opts).await?;

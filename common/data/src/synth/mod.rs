@@ -206,6 +206,12 @@ pub fn synth(out: &Path, config: &SynthConfig) -> Result<SynthSummary, DataError
     synth_profile(out, SynthProfile::Scenes, config)
 }
 
+/// [`synth`], then the data set opened.
+pub fn synth_dataset(out: &Path, config: &SynthConfig) -> Result<Dataset, DataError> {
+    synth(out, config)?;
+    Dataset::open(out)
+}
+
 /// Generate the data set of `profile` into `out` (which must not exist or be empty).
 pub fn synth_profile(
     out: &Path,
