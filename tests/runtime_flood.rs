@@ -18,7 +18,9 @@ use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
 };
 use caprl_wire::{Heartbeat, PolicyVersion, HEADER_LEN};
-use support::{final_weights, finish, reference_run, sets, spawn, steps, stop, synth, Reaper};
+use support::{
+    final_weights, finish, reference_run, sets, spawn, steps, stop, synth, wait_for_rl, Reaper,
+};
 
 const BAD: usize = 10_000;
 const LIMIT: usize = 8 << 20;
@@ -152,15 +154,8 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
         .enable_all()
         .build()
         .unwrap();
-    let started = Instant::now();
     // After the learner's start-of-RL purge of leftovers, so every bad message is seen.
-    while steps(&run, "rl").is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the run never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_rl(&run);
     // No actor while the flood goes out: every later step's results, above all the last
     // one's, reach `scored` behind all of it, so the learner has to pull every bad message.
     let (ok_first, first_out) = stop(first_actor);

@@ -17,7 +17,7 @@ use caprl_common::bus::{
 use caprl_wire::{
     DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
 };
-use support::{finish, sets, spawn, steps, stop, synth, Reaper};
+use support::{finish, sets, spawn, steps, stop, synth, wait_for_rl, Reaper};
 
 const FLOOD: u64 = 4_000;
 
@@ -79,15 +79,8 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
         .enable_all()
         .build()
         .unwrap();
-    let started = Instant::now();
     // After the learner's start-of-RL purge, so the whole flood reaches it.
-    while steps(&run, "rl").is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "RL never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_rl(&run);
     // A publisher only, opened once the learner has created the run's queues (it opens no
     // consumer, so it cannot race the learner creating or changing them).
     let bus = rt

@@ -5,22 +5,15 @@ mod support;
 
 use caprl_actor::rollout;
 use caprl_model::model::{
-    inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Captioner, Device, SampleOptions,
+    inputs_for_rows, BadEndings, BeamOptions, CaprlRng, Device, SampleOptions,
 };
 use caprl_wire::{DecodeKind, PolicyVersion, RolloutTask, Sampling};
 
 #[test]
 fn the_tasks_decoding_options_reach_samples_greedy_and_beam() {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, cfg) = support::tiny(tmp.path());
-    let model = Captioner::new(&cfg, &Device::Cpu, 4)
-        .unwrap()
-        .decoder()
-        .unwrap();
-    let rows: Vec<u32> = data.train.items[..3]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let (data, model, rows) = support::tiny_policy(tmp.path(), 4);
+    let cfg = model.config().clone();
     let task = RolloutTask {
         samples: 3,
         sampling: Sampling {

@@ -4,7 +4,7 @@
 mod support;
 
 use caprl_actor::rollout;
-use caprl_model::model::{Captioner, Device, EOS};
+use caprl_model::model::EOS;
 use caprl_wire::{DecodeKind, PolicyVersion, RolloutTask};
 
 fn task(rows: Vec<u32>, k: u32) -> RolloutTask {
@@ -17,15 +17,8 @@ fn task(rows: Vec<u32>, k: u32) -> RolloutTask {
 #[test]
 fn every_prefix_of_every_sample_gets_k_completions() {
     let tmp = tempfile::tempdir().unwrap();
-    let (data, cfg) = support::tiny(tmp.path());
-    let model = Captioner::new(&cfg, &Device::Cpu, 1)
-        .unwrap()
-        .decoder()
-        .unwrap();
-    let rows: Vec<u32> = data.train.items[..3]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let (data, model, rows) = support::tiny_policy(tmp.path(), 1);
+    let cfg = model.config().clone();
 
     let k = 3;
     let with = rollout(&model, PolicyVersion(0), &data, &task(rows.clone(), k), "a").unwrap();

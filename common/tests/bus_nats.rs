@@ -159,13 +159,14 @@ async fn conflicting_or_incomplete_settings_are_config_errors() {
     );
 }
 
+/// A port where nothing listens: a local server's, after it is gone.
+fn url_where_nothing_listens() -> String {
+    LocalNatsServer::start_default().unwrap().url()
+}
+
 #[tokio::test]
 async fn unreachable_server_fails_quickly() {
-    // A port where nothing listens: the local server's, after it is gone.
-    let url = {
-        let server = LocalNatsServer::start_default().unwrap();
-        server.url()
-    };
+    let url = url_where_nothing_listens();
     let started = Instant::now();
     let cfg = NatsConfig {
         connect_timeout_secs: 2,
@@ -189,10 +190,7 @@ async fn unreachable_server_fails_quickly() {
 /// client goes on to the next.
 #[tokio::test]
 async fn a_server_list_connects_past_a_server_that_is_down() {
-    let down = {
-        let server = LocalNatsServer::start_default().unwrap();
-        server.url()
-    };
+    let down = url_where_nothing_listens();
     let up = LocalNatsServer::start_default().unwrap();
     let cfg = NatsConfig {
         connect_timeout_secs: 3,

@@ -47,15 +47,7 @@ fn save_then_load_gives_identical_outputs() {
         a.sample(&x, &o, &mut CaprlRng::new(9)).unwrap(),
         b.sample(&x, &o, &mut CaprlRng::new(9)).unwrap()
     );
-    let bo = BeamOptions {
-        width: 3,
-        max_len: 6,
-        length_norm: false,
-        block_trigrams: false,
-        groups: 1,
-        diversity_lambda: 0.0,
-        bad_endings: caprl_model::model::BadEndings::none(),
-    };
+    let bo = BeamOptions::plain(3, 6);
     assert_eq!(a.beam(&x, &bo).unwrap(), b.beam(&x, &bo).unwrap());
     // Bytes round-trip too (policy snapshots).
     let c = Captioner::from_safetensors(&a.to_safetensors().unwrap(), &cfg, &Device::Cpu).unwrap();

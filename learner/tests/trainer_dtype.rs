@@ -2,15 +2,18 @@
 //! steps agree with f32 on the same batch (loss, and every parameter's gradient), bf16 training still learns, and checkpoints (always
 //! f32) move between bf16 and f32 runs.
 
+#[path = "support/trainer.rs"]
+mod support;
+use support::{opts, tiny_data};
+
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use caprl_wire::Sampling;
 
-use caprl_data::{synth, Dataset, Item, SynthConfig};
+use caprl_data::{Dataset, Item};
 use caprl_learner::eval::{evaluate, EvalOptions};
 use caprl_learner::objective::xe;
-use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
+use caprl_learner::{checkpoint, pg, PgTargets, Trainer};
 use caprl_model::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind,
     SampleOptions, Tensor,
@@ -40,22 +43,6 @@ const F16_GRAD_TOL: GradTol = GradTol {
     biases: (0.9995, 0.03),
 };
 
-fn tiny_data(dir: &Path, train: usize) -> Dataset {
-    let out = dir.join("synth");
-    synth(
-        &out,
-        &SynthConfig {
-            seed: 7,
-            train,
-            val: 40,
-            test: 8,
-            progress: false,
-        },
-    )
-    .unwrap();
-    Dataset::open(&out).unwrap()
-}
-
 fn tiny_model(data: &Dataset, hidden: usize, compute: DType) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
     cfg.model.embed = 32;
@@ -63,18 +50,6 @@ fn tiny_model(data: &Dataset, hidden: usize, compute: DType) -> CaptionerConfig 
     cfg.model.dropout = 0.0;
     cfg.compute_dtype = compute;
     cfg
-}
-
-fn opts(lr: f64) -> StepOptions {
-    StepOptions {
-        lr,
-        grad_clip: 2.0,
-        label_smoothing: 0.0,
-        entropy_coef: 0.0,
-        kl_coef: 0.0,
-        kl_estimator: caprl_common::config::KlEstimator::Full,
-        value_lr: 1e-3,
-    }
 }
 
 fn trainer(cfg: &CaptionerConfig, seed: u64) -> Trainer {

@@ -1,29 +1,15 @@
 //! The learner's XE path end to end on a tiny synthetic data set: training
 //! improves the model, and a resumed run is bit-for-bit the uninterrupted one.
 
-use std::path::Path;
+#[path = "support/trainer.rs"]
+mod support;
+use support::{opts, tiny_data};
 
-use caprl_data::{synth, Dataset, Item, SynthConfig};
+use caprl_data::{Dataset, Item};
 use caprl_learner::eval::{evaluate, EvalOptions};
-use caprl_learner::{checkpoint, StepOptions, Trainer};
+use caprl_learner::{checkpoint, Trainer};
 use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind};
 use caprl_model::optim::AdamWParams;
-
-fn tiny_data(dir: &Path, train: usize) -> Dataset {
-    let out = dir.join("synth");
-    synth(
-        &out,
-        &SynthConfig {
-            seed: 7,
-            train,
-            val: 40,
-            test: 8,
-            progress: false,
-        },
-    )
-    .unwrap();
-    Dataset::open(&out).unwrap()
-}
 
 fn tiny_model(data: &Dataset, hidden: usize) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
@@ -31,18 +17,6 @@ fn tiny_model(data: &Dataset, hidden: usize) -> CaptionerConfig {
     cfg.model.hidden = hidden;
     cfg.model.dropout = 0.1;
     cfg
-}
-
-fn opts(lr: f64) -> StepOptions {
-    StepOptions {
-        lr,
-        grad_clip: 2.0,
-        label_smoothing: 0.0,
-        entropy_coef: 0.0,
-        kl_coef: 0.0,
-        kl_estimator: caprl_common::config::KlEstimator::Full,
-        value_lr: 1e-3,
-    }
 }
 
 /// Runs XE steps until `steps` optimizer steps have been taken.

@@ -248,6 +248,20 @@ pub fn steps(run_dir: &Path, phase: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Waits, at most a minute, for the first RL step in `run_dir`'s log: the learner has purged
+/// the bus's leftovers and started RL.
+pub fn wait_for_rl(run_dir: &Path) {
+    let started = std::time::Instant::now();
+    while steps(run_dir, "rl").is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "RL never started in {}",
+            run_dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// SIGKILL, reap, and return the exit status and what the child wrote (for a failure message).
 pub fn kill_and_read(mut child: std::process::Child) -> String {
     let _ = child.kill();

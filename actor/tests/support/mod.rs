@@ -10,31 +10,38 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
-use caprl_data::{synth, Dataset, SynthConfig};
-use caprl_model::model::{Captioner, CaptionerConfig, Device, ModelKind};
+use caprl_data::{synth_dataset, Dataset, SynthConfig};
+use caprl_model::model::{Captioner, CaptionerConfig, Decoder, Device, ModelKind};
 use caprl_wire::{PolicyVersion, Rollout, RolloutTask, Sampling, TaskId};
 
 /// Writes an 8-image synthetic data set under `dir` and opens it, with an FC captioner config
 /// small enough to decode in milliseconds.
 pub fn tiny(dir: &Path) -> (Dataset, CaptionerConfig) {
-    let dir = dir.join("synth");
-    synth(
-        &dir,
-        &SynthConfig {
-            seed: 2,
-            train: 8,
-            val: 2,
-            test: 2,
-            progress: false,
-        },
-    )
-    .unwrap();
-    let data = Dataset::open(&dir).unwrap();
+    let config = SynthConfig {
+        seed: 2,
+        train: 8,
+        val: 2,
+        test: 2,
+        progress: false,
+    };
+    let data = synth_dataset(&dir.join("synth"), &config).unwrap();
     let mut cfg = CaptionerConfig::new(ModelKind::Fc, data.vocab.len(), data.fc_dim(), None);
     cfg.model.embed = 8;
     cfg.model.hidden = 16;
     cfg.max_len = 6;
     (data, cfg)
+}
+
+/// [`tiny`]'s data set and a policy of it drawn from `seed`, prepared for decoding, with the
+/// rows of its first three training images.
+pub fn tiny_policy(dir: &Path, seed: u64) -> (Dataset, Decoder, Vec<u32>) {
+    let (data, cfg) = tiny(dir);
+    let policy = Captioner::new(&cfg, &Device::Cpu, seed).unwrap();
+    let rows = data.train.items[..3]
+        .iter()
+        .map(|it| it.row as u32)
+        .collect();
+    (data, policy.decoder().unwrap(), rows)
 }
 
 /// Task `id` for policy v0: two samples of each of `rows`, nothing else.

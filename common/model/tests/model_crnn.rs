@@ -1,10 +1,13 @@
 //! The CRNN audio encoder (paper 000): size, shapes, time subsampling, gradients, and running
 //! batch-norm statistics that survive a save/load.
 
+#[path = "support/gradcheck.rs"]
+mod gradcheck;
+
 use caprl_model::model::{
     batch_tokens, crnn_param_count, Captioner, CaptionerConfig, DType, Device, Inputs, ModelKind,
-    Tensor,
 };
+use gradcheck::{assert_gradients_match, loss};
 
 fn cfg(width: usize, frames: usize, dtype: DType) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Crnn, 9, 64, Some((frames, 64)));
@@ -58,59 +61,22 @@ fn crnn_output_shape_and_time_subsampling() {
     assert!(bad.validate().unwrap_err().to_string().contains("crnn"));
 }
 
-fn loss(m: &Captioner, x: &Inputs, seqs: &Tensor) -> Tensor {
-    let (logp, _) = m.token_logprobs(x, seqs, None).unwrap();
-    logp.sum_all().unwrap()
-}
-
 #[test]
 fn crnn_gradients_match_finite_differences() {
     let c = cfg(2, 8, DType::F64);
     let m = Captioner::new(&c, &Device::Cpu, 5).unwrap();
     let x = inputs(&c, 2);
-    let seqs = batch_tokens(&[vec![4, 5, 6, 2], vec![7, 2]], &Device::Cpu).unwrap();
-    let grads = loss(&m, &x, &seqs).backward().unwrap();
-    let data = m.varmap().data().lock().unwrap();
-    let mut names: Vec<&String> = data
-        .keys()
-        .filter(|n| n.starts_with("crnn.") && !n.contains("running"))
-        .collect();
-    names.sort();
-    assert_eq!(names.len(), 5 * 4 + 8);
-    let eps = 1e-6;
-    for name in names {
-        let var = &data[name];
-        let g = grads
-            .get(var.as_tensor())
-            .unwrap_or_else(|| panic!("no gradient for {name}"))
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
-        let base = var
-            .as_tensor()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
-        for i in [0, base.len() / 2, base.len() - 1] {
-            let at = |delta: f64| {
-                let mut v = base.clone();
-                v[i] += delta;
-                var.set(&Tensor::from_vec(v, var.shape(), &Device::Cpu).unwrap())
-                    .unwrap();
-                loss(&m, &x, &seqs).to_scalar::<f64>().unwrap()
-            };
-            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
-            at(0.0);
-            let tol = 1e-6 + 1e-4 * fd.abs().max(g[i].abs());
-            assert!(
-                (fd - g[i]).abs() < tol,
-                "{name}[{i}]: analytic {} vs finite difference {fd}",
-                g[i]
-            );
-        }
-    }
+    let encoder = |name: &str| name.starts_with("crnn.") && !name.contains("running");
+    let entries = |n: usize| vec![0, n / 2, n - 1];
+    let checked = assert_gradients_match(
+        &m,
+        &x,
+        &[vec![4, 5, 6, 2], vec![7, 2]],
+        encoder,
+        entries,
+        1e-4,
+    );
+    assert_eq!(checked, 5 * 4 + 8);
 }
 
 #[test]

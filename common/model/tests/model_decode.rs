@@ -16,20 +16,7 @@ fn beam_of_width_one_equals_greedy() {
         let m = Captioner::new(&cfg, &Device::Cpu, 3).unwrap();
         let x = inputs(&cfg, 5, 0);
         let g = m.greedy(&x, cfg.max_len).unwrap();
-        let b = m
-            .beam(
-                &x,
-                &BeamOptions {
-                    width: 1,
-                    max_len: cfg.max_len,
-                    length_norm: false,
-                    block_trigrams: false,
-                    groups: 1,
-                    diversity_lambda: 0.0,
-                    bad_endings: BadEndings::none(),
-                },
-            )
-            .unwrap();
+        let b = m.beam(&x, &BeamOptions::plain(1, cfg.max_len)).unwrap();
         for (i, hyps) in b.iter().enumerate() {
             assert_eq!(hyps[0].tokens, g.tokens[i], "input {i}");
         }
@@ -159,20 +146,7 @@ fn beam_finds_a_caption_at_least_as_likely_as_greedy() {
             let greedy = m.greedy(&x, cfg.max_len).unwrap();
             let greedy_logp = teacher_logp(&m, &x, &greedy.tokens);
             for width in [2, 3, 5] {
-                let beams = m
-                    .beam(
-                        &x,
-                        &BeamOptions {
-                            width,
-                            max_len: cfg.max_len,
-                            length_norm: false,
-                            block_trigrams: false,
-                            groups: 1,
-                            diversity_lambda: 0.0,
-                            bad_endings: BadEndings::none(),
-                        },
-                    )
-                    .unwrap();
+                let beams = m.beam(&x, &BeamOptions::plain(width, cfg.max_len)).unwrap();
                 let best: Vec<Vec<u32>> = beams.iter().map(|h| h[0].tokens.clone()).collect();
                 let beam_logp = teacher_logp(&m, &x, &best);
                 for i in 0..best.len() {
@@ -283,6 +257,8 @@ fn completion_keeps_the_prefix_and_ended_prefixes_stay() {
     let x = inputs(&cfg, 3, 7);
     let prefixes = vec![vec![], vec![5, 6], vec![7, EOS]];
     let d = m
+        .decoder()
+        .unwrap()
         .complete_from_prefix(&x, &prefixes, &opts(2, 1.0, 0), &mut CaprlRng::new(4))
         .unwrap();
     assert_eq!(d.tokens.len(), 6);
@@ -295,6 +271,8 @@ fn completion_keeps_the_prefix_and_ended_prefixes_stay() {
         .greedy(&x.select_rows(&[0]).unwrap(), cfg.max_len)
         .unwrap();
     let c = m
+        .decoder()
+        .unwrap()
         .complete_from_prefix(
             &x.select_rows(&[0]).unwrap(),
             &[vec![]],
@@ -394,17 +372,11 @@ fn lookahead_scores_mix_log_prob_and_value() {
         let m = Captioner::new(&cfg, &Device::Cpu, 11).unwrap();
         let value = ValueHead::new(cfg.model.state_dim(), &Device::Cpu, 12).unwrap();
         let x = inputs(&cfg, 3, 4);
-        let bo = BeamOptions {
-            width: 3,
-            max_len: cfg.max_len,
-            length_norm: false,
-            block_trigrams: false,
-            groups: 1,
-            diversity_lambda: 0.0,
-            bad_endings: BadEndings::none(),
-        };
+        let bo = BeamOptions::plain(3, cfg.max_len);
         let plain = m.beam(&x, &bo).unwrap();
         let one = m
+            .decoder()
+            .unwrap()
             .beam_lookahead(
                 &x,
                 &bo,
@@ -418,6 +390,8 @@ fn lookahead_scores_mix_log_prob_and_value() {
 
         let lambda = 0.3f32;
         let mixed = m
+            .decoder()
+            .unwrap()
             .beam_lookahead(
                 &x,
                 &bo,
@@ -466,15 +440,7 @@ fn decoding_on_several_threads_matches_one_thread() {
     // 280 images x 5 rows x 12 words: enough logits per step for the rows to be split.
     let x = inputs(&cfg, 280, 6);
     let prefixes: Vec<Vec<u32>> = (0..280).map(|i| vec![3 + (i % 5) as u32]).collect();
-    let beam = BeamOptions {
-        width: 5,
-        max_len: 7,
-        length_norm: false,
-        block_trigrams: false,
-        groups: 1,
-        diversity_lambda: 0.0,
-        bad_endings: BadEndings::none(),
-    };
+    let beam = BeamOptions::plain(5, 7);
     let run = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -488,6 +454,8 @@ fn decoding_on_several_threads_matches_one_thread() {
                 .sample(&x, &opts(5, 1.0, 4), &mut CaprlRng::new(8))
                 .unwrap();
             let completed = m
+                .decoder()
+                .unwrap()
                 .complete_from_prefix(&x, &prefixes, &opts(5, 1.0, 0), &mut CaprlRng::new(9))
                 .unwrap();
             let beams = m.beam(&x, &beam).unwrap();

@@ -1,12 +1,16 @@
 //! The Transformer captioner: gradients, cached decoding against recomputing the prefix,
 //! causality, shared encodings, save/load and its config errors.
 
+#[path = "support/gradcheck.rs"]
+mod gradcheck;
+
 use caprl_wire::Sampling;
 
 use caprl_model::model::{
     batch_tokens, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs, ModelError,
     ModelKind, SampleOptions, Tensor, EOS,
 };
+use gradcheck::assert_gradients_match;
 
 fn tiny(att: bool) -> CaptionerConfig {
     let mut cfg = CaptionerConfig::new(ModelKind::Transformer, 11, 6, att.then_some((4, 5)));
@@ -34,55 +38,20 @@ fn inputs(cfg: &CaptionerConfig, b: usize, salt: usize) -> Inputs {
     Inputs::from_host(&fc, att.as_deref(), b, cfg, &Device::Cpu).unwrap()
 }
 
-fn loss(m: &Captioner, x: &Inputs, seqs: &Tensor) -> Tensor {
-    let (logp, _) = m.token_logprobs(x, seqs, None).unwrap();
-    logp.sum_all().unwrap()
-}
-
 fn gradients_match_finite_differences(mut cfg: CaptionerConfig) {
     cfg.dtype = DType::F64;
     cfg.compute_dtype = DType::F64;
     let m = Captioner::new(&cfg, &Device::Cpu, 7).unwrap();
     let x = inputs(&cfg, 2, 1);
-    let seqs = batch_tokens(&[vec![4, 5, 6, EOS], vec![7, EOS]], &Device::Cpu).unwrap();
-    let grads = loss(&m, &x, &seqs).backward().unwrap();
-    let data = m.varmap().data().lock().unwrap();
-    let mut names: Vec<&String> = data.keys().collect();
-    names.sort();
-    let eps = 1e-6;
-    for name in names {
-        let var = &data[name];
-        let g = grads
-            .get(var.as_tensor())
-            .unwrap_or_else(|| panic!("no gradient for {name}"))
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
-        let base = var
-            .as_tensor()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f64>()
-            .unwrap();
-        for i in [0, base.len() / 3, base.len() / 2, base.len() - 1] {
-            let at = |delta: f64| {
-                let mut p = base.clone();
-                p[i] += delta;
-                var.set(&Tensor::from_vec(p, var.shape(), &Device::Cpu).unwrap())
-                    .unwrap();
-                loss(&m, &x, &seqs).to_scalar::<f64>().unwrap()
-            };
-            let fd = (at(eps) - at(-eps)) / (2.0 * eps);
-            at(0.0);
-            let tol = 1e-6 + 1e-5 * fd.abs().max(g[i].abs());
-            assert!(
-                (fd - g[i]).abs() < tol,
-                "{name}[{i}]: analytic {} vs finite difference {fd}",
-                g[i]
-            );
-        }
-    }
+    let entries = |n: usize| vec![0, n / 3, n / 2, n - 1];
+    assert_gradients_match(
+        &m,
+        &x,
+        &[vec![4, 5, 6, EOS], vec![7, EOS]],
+        |_| true,
+        entries,
+        1e-5,
+    );
 }
 
 #[test]

@@ -68,6 +68,19 @@ fn close(what: &str, got: f64, want: f64) {
     );
 }
 
+/// Checks metric `what` of each fixture image, `got(i)`, against the reference's `want(image)`.
+fn close_per_image(
+    fx: &Fixture,
+    what: &str,
+    got: impl Fn(usize) -> f64,
+    want: impl Fn(&Value) -> f64,
+) {
+    let images = fx.json["images"].as_array().expect("images");
+    for (i, im) in images.iter().enumerate() {
+        close(&format!("{what} of {}", im["id"]), got(i), want(im));
+    }
+}
+
 #[test]
 fn fixture_covers_the_edge_cases() {
     let fx = load();
@@ -100,18 +113,7 @@ fn cider_d_matches_pycocoevalcap_per_image_and_corpus() {
     let fx = load();
     let (corpus, per_image) = cider_corpus(&fx.refs, &fx.cands);
     close("corpus CIDEr-D", corpus, f(&fx.json["corpus"]["cider_d"]));
-    for (i, im) in fx.json["images"]
-        .as_array()
-        .expect("images")
-        .iter()
-        .enumerate()
-    {
-        close(
-            &format!("CIDEr-D of {}", im["id"]),
-            per_image[i],
-            f(&im["cider_d"]),
-        );
-    }
+    close_per_image(&fx, "CIDEr-D", |i| per_image[i], |im| f(&im["cider_d"]));
 }
 
 #[test]
@@ -124,18 +126,12 @@ fn cider_d_with_training_df_matches_self_critical_scorer() {
     let serial = scorer.score_batch(&refs, &fx.cands, false);
     let parallel = scorer.score_batch(&refs, &fx.cands, true);
     assert_eq!(serial, parallel, "parallel scoring changes nothing");
-    for (i, im) in fx.json["images"]
-        .as_array()
-        .expect("images")
-        .iter()
-        .enumerate()
-    {
-        close(
-            &format!("CIDEr-D (train df) of {}", im["id"]),
-            serial[i],
-            f(&im["cider_d_train_df"]),
-        );
-    }
+    close_per_image(
+        &fx,
+        "CIDEr-D (train df)",
+        |i| serial[i],
+        |im| f(&im["cider_d_train_df"]),
+    );
     let mean = serial.iter().sum::<f64>() / serial.len() as f64;
     close(
         "corpus CIDEr-D (train df)",
@@ -198,19 +194,9 @@ fn bleu_matches_pycocoevalcap_per_image_and_corpus() {
             f(&fx.json["corpus"]["bleu"][n]),
         );
     }
-    for (i, im) in fx.json["images"]
-        .as_array()
-        .expect("images")
-        .iter()
-        .enumerate()
-    {
-        for n in 0..4 {
-            close(
-                &format!("BLEU-{} of {}", n + 1, im["id"]),
-                per_image[i][n],
-                f(&im["bleu"][n]),
-            );
-        }
+    for n in 0..4 {
+        let what = format!("BLEU-{}", n + 1);
+        close_per_image(&fx, &what, |i| per_image[i][n], |im| f(&im["bleu"][n]));
     }
 }
 
@@ -219,18 +205,7 @@ fn rouge_l_matches_pycocoevalcap_per_image_and_corpus() {
     let fx = load();
     let (corpus, per_image) = rouge_l_corpus(&fx.refs, &fx.cands);
     close("corpus ROUGE-L", corpus, f(&fx.json["corpus"]["rouge_l"]));
-    for (i, im) in fx.json["images"]
-        .as_array()
-        .expect("images")
-        .iter()
-        .enumerate()
-    {
-        close(
-            &format!("ROUGE-L of {}", im["id"]),
-            per_image[i],
-            f(&im["rouge_l"]),
-        );
-    }
+    close_per_image(&fx, "ROUGE-L", |i| per_image[i], |im| f(&im["rouge_l"]));
 }
 
 #[test]

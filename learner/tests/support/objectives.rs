@@ -5,7 +5,7 @@ use std::path::Path;
 
 use caprl_wire::Sampling;
 
-use caprl_data::{synth, Dataset, SynthConfig};
+use caprl_data::{synth_dataset, Dataset, SynthConfig};
 use caprl_learner::StepOptions;
 use caprl_model::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, ModelKind, SampleOptions,
@@ -13,7 +13,7 @@ use caprl_model::model::{
 
 pub fn tiny_data(dir: &Path) -> Dataset {
     let out = dir.join("synth");
-    synth(
+    synth_dataset(
         &out,
         &SynthConfig {
             seed: 5,
@@ -23,8 +23,7 @@ pub fn tiny_data(dir: &Path) -> Dataset {
             progress: false,
         },
     )
-    .unwrap();
-    Dataset::open(&out).unwrap()
+    .unwrap()
 }
 
 pub fn tiny_model(data: &Dataset) -> CaptionerConfig {
