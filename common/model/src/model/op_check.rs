@@ -2,7 +2,7 @@
 //! with candle's ops, and the gradients of a weighted sum of an output.
 
 use candle_core::backprop::GradStore;
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 
 /// Deterministic values in `[-scale, scale)` of the given shape (f64, CPU).
 pub(crate) fn values(shape: &[usize], seed: u64, scale: f64) -> Tensor {
@@ -30,4 +30,17 @@ pub(crate) fn grads_of_weighted_sum(y: &Tensor, weights: &Tensor) -> GradStore {
         .unwrap()
         .backward()
         .unwrap()
+}
+
+/// Panics unless node output `a` and graph output `b` agree, and so do the gradients of
+/// `Σ a ⊙ up` and `Σ b ⊙ up` with respect to each of `vars`.
+pub(crate) fn assert_same_with_gradients(a: &Tensor, b: &Tensor, up: &Tensor, vars: &[&Var]) {
+    assert_close(a, b);
+    let (ga, gb) = (grads_of_weighted_sum(a, up), grads_of_weighted_sum(b, up));
+    for v in vars {
+        assert_close(
+            ga.get(v.as_tensor()).unwrap(),
+            gb.get(v.as_tensor()).unwrap(),
+        );
+    }
 }

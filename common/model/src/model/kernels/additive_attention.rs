@@ -21,7 +21,8 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use super::attention_softmax::softmax_in_place;
 use super::kernels_enabled;
 use super::real::{
-    by_dtype, by_storage_dtype, contiguous, dot, err, lock_saved, no_forward_pass, Real, Saved,
+    by_dtype, by_storage_dtype, contiguous, dot, err, host_values, lock_saved, no_forward_pass,
+    Real, Saved,
 };
 use crate::model::error::Result;
 
@@ -144,33 +145,24 @@ impl Attention {
             vec![T::ZERO; b * a],
             vec![T::ZERO; a],
         );
-        with_cpu::<T, _>(kv, "kv", |kv| {
-            with_cpu::<T, _>(w, "w", |w| {
-                with_cpu::<T, _>(&dout, "output gradient", |g| {
-                    let grads = (&mut dkv[..], &mut dq[..], &mut dw[..]);
-                    rows_backward(e, alpha, kv, w, g, &self.image, dims, grads);
-                    Ok(())
-                })
-            })
-        })?;
+        let (skv, lkv) = kv.storage_and_layout();
+        let (sw, lw) = w.storage_and_layout();
+        let (sg, lg) = dout.storage_and_layout();
+        rows_backward(
+            e,
+            alpha,
+            host_values::<T>(&skv, lkv, "attention: kv")?,
+            host_values::<T>(&sw, lw, "attention: w")?,
+            host_values::<T>(&sg, lg, "attention: output gradient")?,
+            &self.image,
+            dims,
+            (&mut dkv[..], &mut dq[..], &mut dw[..]),
+        );
         Ok((
             Tensor::from_vec(dkv, kv.shape(), kv.device())?,
             Tensor::from_vec(dq, q.shape(), q.device())?,
             Tensor::from_vec(dw, w.shape(), w.device())?,
         ))
-    }
-}
-
-/// `f` of the values of the contiguous CPU tensor `t`, read in place.
-fn with_cpu<T: Real, R>(
-    t: &Tensor,
-    what: &str,
-    f: impl FnOnce(&[T]) -> candle_core::Result<R>,
-) -> candle_core::Result<R> {
-    let (s, l) = t.storage_and_layout();
-    match &*s {
-        candle_core::Storage::Cpu(c) => f(contiguous::<T>(c, l, what)?),
-        _ => Err(err(format!("attention: {what} is not on the CPU"))),
     }
 }
 
@@ -346,7 +338,7 @@ impl CustomOp3 for Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_close as close, grads_of_weighted_sum, values};
+    use crate::model::op_check::{assert_same_with_gradients, values};
     use candle_core::{Var, D};
 
     #[test]
@@ -385,15 +377,7 @@ mod tests {
             .unwrap();
         let alpha = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
         let graph = alpha.matmul(&vals).unwrap().squeeze(1).unwrap();
-        close(&fused, &graph);
-        let gf = grads_of_weighted_sum(&fused, &up);
-        let gg = grads_of_weighted_sum(&graph, &up);
-        for v in [&kv, &q, &w] {
-            close(
-                gf.get(v.as_tensor()).unwrap(),
-                gg.get(v.as_tensor()).unwrap(),
-            );
-        }
+        assert_same_with_gradients(&fused, &graph, &up, &[&kv, &q, &w]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 use super::bias::add_row_bias;
 use super::host_gemm::{gemm_into, Mat, SendPtr, PARALLEL_MIN_MACS};
 use super::kernels_enabled;
-use super::real::{by_dtype, by_storage_dtype, contiguous, err, Real};
+use super::real::{by_dtype, by_storage_dtype, contiguous, err, host_values, Real};
 use crate::model::error::Result;
 
 /// How the weight is stored.
@@ -278,18 +278,10 @@ impl Linear {
         let (sx, lx) = x.storage_and_layout();
         let (sw, lw) = w.storage_and_layout();
         let (sd, ld) = dy.storage_and_layout();
-        let (
-            candle_core::Storage::Cpu(cx),
-            candle_core::Storage::Cpu(cw),
-            candle_core::Storage::Cpu(cd),
-        ) = (&*sx, &*sw, &*sd)
-        else {
-            return Err(err("linear: backward expects CPU tensors".into()));
-        };
         let grads = backward(
-            contiguous::<T>(cx, lx, "x")?,
-            contiguous::<T>(cw, lw, "w")?,
-            contiguous::<T>(cd, ld, "output gradient")?,
+            host_values::<T>(&sx, lx, "linear: x")?,
+            host_values::<T>(&sw, lw, "linear: w")?,
+            host_values::<T>(&sd, ld, "linear: output gradient")?,
             n,
             k,
             g,
@@ -341,7 +333,9 @@ impl CustomOp3 for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_close as close, grads_of_weighted_sum, values};
+    use crate::model::op_check::{
+        assert_close as close, assert_same_with_gradients, grads_of_weighted_sum, values,
+    };
     use candle_core::Var;
 
     #[test]
@@ -362,15 +356,7 @@ mod tests {
             .unwrap()
             .broadcast_add(b.as_tensor())
             .unwrap();
-        close(&fused, &graph);
-        let gf = grads_of_weighted_sum(&fused, &up);
-        let gg = grads_of_weighted_sum(&graph, &up);
-        for v in [&x, &w, &b] {
-            close(
-                gf.get(v.as_tensor()).unwrap(),
-                gg.get(v.as_tensor()).unwrap(),
-            );
-        }
+        assert_same_with_gradients(&fused, &graph, &up, &[&x, &w, &b]);
     }
 
     #[test]

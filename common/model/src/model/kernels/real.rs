@@ -217,6 +217,19 @@ pub(crate) fn contiguous<'a, T: Real>(
     }
 }
 
+/// [`contiguous`] of a tensor's storage, which must be on the CPU (a backward pass reads its
+/// inputs' values this way); `what` names the value in errors.
+pub(crate) fn host_values<'a, T: Real>(
+    storage: &'a candle_core::Storage,
+    layout: &Layout,
+    what: &str,
+) -> candle_core::Result<&'a [T]> {
+    match storage {
+        candle_core::Storage::Cpu(c) => contiguous::<T>(c, layout, what),
+        _ => Err(err(format!("cpu kernel: {what} is not on the CPU"))),
+    }
+}
+
 /// A host function of one contiguous f32 or f64 storage, such as a node's forward pass;
 /// [`host_map1`] compiles it for the level in use, so implementations mark `apply`
 /// `#[inline(always)]`.

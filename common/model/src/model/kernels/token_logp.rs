@@ -16,7 +16,8 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use super::kernels_enabled;
 use super::linear::{self, WLayout};
 use super::real::{
-    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+    by_dtype, by_storage_dtype, contiguous, err, host_values, lock_saved, no_forward_pass, Real,
+    Saved,
 };
 use crate::model::error::Result;
 
@@ -176,23 +177,15 @@ impl TokenLogSoftmax {
         let (sh, lh) = h.storage_and_layout();
         let (sw, lw) = w.storage_and_layout();
         let (sg, lg) = grad.storage_and_layout();
-        let (
-            candle_core::Storage::Cpu(ch),
-            candle_core::Storage::Cpu(cw),
-            candle_core::Storage::Cpu(cg),
-        ) = (&*sh, &*sw, &*sg)
-        else {
-            return Err(err("token log-softmax: backward expects CPU tensors".into()));
-        };
-        let g = contiguous::<T>(cg, lg, "output gradient")?;
+        let g = host_values::<T>(&sg, lg, "token log-softmax: output gradient")?;
         let dz = crate::fastmath::vectorised!(logit_grads(probs, g, v, &self.targets));
         let x = match input.as_ref() {
             Some(saved) => T::unwrap(saved).ok_or_else(missing)?,
-            None => contiguous::<T>(ch, lh, "h")?,
+            None => host_values::<T>(&sh, lh, "token log-softmax: h")?,
         };
         let mut grads = linear::backward(
             x,
-            contiguous::<T>(cw, lw, "w")?,
+            host_values::<T>(&sw, lw, "token log-softmax: w")?,
             &dz,
             n,
             k,

@@ -17,14 +17,15 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
 use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
 use crate::model::kernels::additive_attention::{rows_backward, rows_forward, Dims as AttDims};
 use crate::model::kernels::host_gemm::{gemm_into, Mat};
 use crate::model::kernels::real::{
-    by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
+    by_dtype, by_storage_dtype, contiguous, err, host_values, lock_saved, no_forward_pass, Real,
+    Saved,
 };
 
 /// The layer's weights as a pass prepared them.
@@ -311,18 +312,6 @@ fn backward<T: Real>(
     Backward { dgx, dkv, dsmall }
 }
 
-/// The CPU values of a tensor's storage.
-fn host<'s, T: Real>(
-    storage: &'s Storage,
-    layout: &Layout,
-    what: &str,
-) -> candle_core::Result<&'s [T]> {
-    match storage {
-        Storage::Cpu(c) => contiguous::<T>(c, layout, what),
-        _ => Err(err(format!("fused att rnn: {what} is not on the CPU"))),
-    }
-}
-
 impl FusedAttRnn {
     fn fwd_typed<T: Real>(
         &self,
@@ -336,7 +325,10 @@ impl FusedAttRnn {
         let small = Small::split(contiguous::<T>(s3, l3, "parameters")?, d);
         let (sh, lh) = self.w_hh_t.storage_and_layout();
         let (sq, lq) = self.w_h_t.storage_and_layout();
-        let w_t = (host::<T>(&sh, lh, "W_hhᵀ")?, host::<T>(&sq, lq, "W_hᵀ")?);
+        let w_t = (
+            host_values::<T>(&sh, lh, "W_hhᵀ")?,
+            host_values::<T>(&sq, lq, "W_hᵀ")?,
+        );
         let (rnn, att) = (d.rnn, d.att);
         if w_t.0.len() != rnn.h * rnn.g || w_t.1.len() != rnn.h * att.a {
             return Err(err(format!(
@@ -372,7 +364,7 @@ impl FusedAttRnn {
         let (sres, lres) = res.storage_and_layout();
         let (sg, lg) = grad.storage_and_layout();
         let f = Kept {
-            out: host::<T>(&sres, lres, "output")?,
+            out: host_values::<T>(&sres, lres, "output")?,
             gate_values: T::unwrap(gate_values).ok_or_else(missing)?,
             e: T::unwrap(e).ok_or_else(missing)?,
             alpha: T::unwrap(alpha).ok_or_else(missing)?,
@@ -380,11 +372,11 @@ impl FusedAttRnn {
         let grads = backward(
             self.kind,
             d,
-            host::<T>(&skv, lkv, "kv")?,
+            host_values::<T>(&skv, lkv, "kv")?,
             &self.image,
-            &Small::split(host::<T>(&ssm, lsm, "parameters")?, d),
+            &Small::split(host_values::<T>(&ssm, lsm, "parameters")?, d),
             &f,
-            host::<T>(&sg, lg, "output gradient")?,
+            host_values::<T>(&sg, lg, "output gradient")?,
             candle_core::utils::get_num_threads(),
         );
         let dev = Device::Cpu;
