@@ -14,12 +14,11 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
-};
+use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
 use caprl_wire::{Heartbeat, PolicyVersion, HEADER_LEN};
 use support::{
-    final_weights, finish, reference_run, sets, spawn, steps, stop, synth, wait_for_rl, Reaper,
+    final_weights, finish, publisher, reference_run, sets, spawn, steps, stop, synth, wait_for_rl,
+    Reaper,
 };
 
 const BAD: usize = 10_000;
@@ -162,16 +161,7 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     assert!(ok_first, "the first actor failed:\n{first_out}");
     // A publisher only, opened once the learner has created the run's queues (it opens no
     // consumer, so it cannot race the learner creating or changing them).
-    let bus = rt
-        .block_on(NatsBus::connect_pulling(
-            &NatsConfig::to_url(&url),
-            &BusOptions {
-                ack_wait_secs: 2,
-                ..BusOptions::for_run("default")
-            },
-            &[],
-        ))
-        .unwrap();
+    let bus = publisher(&rt, &url, 2);
     rt.block_on(async {
         for i in 0..BAD {
             let q = Queue::ALL[i % 3];

@@ -11,13 +11,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
-};
+use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
 use caprl_wire::{
     DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
 };
-use support::{finish, sets, spawn, steps, stop, synth, wait_for_rl, Reaper};
+use support::{finish, publisher, sets, spawn, steps, stop, synth, wait_for_rl, Reaper};
 
 const FLOOD: u64 = 4_000;
 
@@ -83,16 +81,7 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
     wait_for_rl(&run);
     // A publisher only, opened once the learner has created the run's queues (it opens no
     // consumer, so it cannot race the learner creating or changing them).
-    let bus = rt
-        .block_on(NatsBus::connect_pulling(
-            &NatsConfig::to_url(&url),
-            &BusOptions {
-                ack_wait_secs: 5,
-                ..BusOptions::for_run("default")
-            },
-            &[],
-        ))
-        .unwrap();
+    let bus = publisher(&rt, &url, 5);
     let before = rss(learner.id());
     rt.block_on(async {
         for i in 0..FLOOD {

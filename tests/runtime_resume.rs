@@ -10,13 +10,11 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{
-    Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, Queue,
-};
+use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
 use serde_json::Value;
 use support::{
-    caprl, final_weights, finish, kill9, kill_all_and_read, output_of, reference_run, sets, spawn,
-    steps, stop, synth, text, Reaper,
+    caprl, final_weights, finish, kill9, kill_all_and_read, output_of, publisher, reference_run,
+    sets, spawn, steps, stop, synth, text, Reaper,
 };
 
 /// Every line of `run_dir/run.jsonl`, parsed.
@@ -131,17 +129,7 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
         .enable_all()
         .build()
         .unwrap();
-    let bus = rt
-        .block_on(NatsBus::connect_pulling(
-            &NatsConfig::to_url(&url),
-            // The run's ack_wait: a different one would make this connection change the queues.
-            &BusOptions {
-                ack_wait_secs: 10,
-                ..BusOptions::for_run("default")
-            },
-            &[],
-        ))
-        .expect("a publisher-only connection");
+    let bus = publisher(&rt, &url, 10);
     let depth = |q| rt.block_on(bus.depth(q)).expect("queue depth");
     let started = Instant::now();
     let waiting = loop {

@@ -262,6 +262,27 @@ pub fn wait_for_rl(run_dir: &Path) {
     }
 }
 
+/// A connection to run "default"'s queues that only publishes and reads depths: it opens no
+/// consumer, so once the learner has created the queues it cannot race it changing them.
+/// `ack_wait_secs` must be the run's (another would make the connection change the queues).
+pub fn publisher(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    ack_wait_secs: u64,
+) -> caprl_common::bus::NatsBus {
+    use caprl_common::bus::{BusOptions, NatsBus, NatsConfig};
+    let opts = BusOptions {
+        ack_wait_secs,
+        ..BusOptions::for_run("default")
+    };
+    rt.block_on(NatsBus::connect_pulling(
+        &NatsConfig::to_url(url),
+        &opts,
+        &[],
+    ))
+    .expect("a publisher-only connection")
+}
+
 /// SIGKILL, reap, and return the exit status and what the child wrote (for a failure message).
 pub fn kill_and_read(mut child: std::process::Child) -> String {
     let _ = child.kill();
