@@ -54,6 +54,37 @@ fn save_then_load_gives_identical_outputs() {
     assert_eq!(a.to_safetensors().unwrap(), c.to_safetensors().unwrap());
 }
 
+/// Weights stored narrower than the model's f32 (a bf16 or f16 snapshot) load as the values
+/// candle's own conversion gives, and f32 ones bit for bit.
+#[test]
+fn narrow_stored_weights_load_as_their_f32_conversion() {
+    use caprl_model::model::{params, DType};
+    let cfg = cfg();
+    let a = Captioner::new(&cfg, &Device::Cpu, 1).unwrap();
+    for stored in [DType::F32, DType::BF16, DType::F16] {
+        let mut named: Vec<_> = params::named_tensors(a.varmap())
+            .unwrap()
+            .into_iter()
+            .map(|(k, t)| (k, t.to_dtype(stored).unwrap()))
+            .collect();
+        named.sort_by(|x, y| x.0.cmp(&y.0));
+        let bytes = params::to_sorted_safetensors(named.clone(), None).unwrap();
+        let b = Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap();
+        let mut loaded = params::named_tensors(b.varmap()).unwrap();
+        loaded.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(loaded.len(), named.len());
+        for ((name, want), (got_name, got)) in named.iter().zip(&loaded) {
+            assert_eq!(name, got_name);
+            assert_eq!(got.dtype(), DType::F32, "{name} from {stored:?}");
+            let want = want.to_dtype(DType::F32).unwrap().flatten_all().unwrap();
+            let got = got.flatten_all().unwrap();
+            let (want, got) = (want.to_vec1::<f32>().unwrap(), got.to_vec1::<f32>().unwrap());
+            let same_bits = want.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same_bits, "{name} stored as {stored:?}");
+        }
+    }
+}
+
 #[test]
 fn same_seed_gives_same_initial_weights() {
     let cfg = cfg();

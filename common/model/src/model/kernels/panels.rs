@@ -43,9 +43,12 @@ impl Panels {
     /// row into the panels without a transposed copy first.
     fn from_rows(w_rows: &[f32], k: usize, n: usize, level: Simd) -> Self {
         Self::fill(k, n, level, |panel, c0, c1, cols| {
-            for c in c0..c1 {
-                for (kk, &v) in w_rows[c * k..(c + 1) * k].iter().enumerate() {
-                    panel[kk * cols + c - c0] = v;
+            // Each panel row is written front to back, reading one value of each of the
+            // panel's weight rows (a few cache lines, each used for `cols` panel rows).
+            let rows: Vec<&[f32]> = (c0..c1).map(|c| &w_rows[c * k..(c + 1) * k]).collect();
+            for (kk, dst) in panel.chunks_exact_mut(cols).enumerate() {
+                for (d, row) in dst.iter_mut().zip(&rows) {
+                    *d = row[kk];
                 }
             }
         })
@@ -199,7 +202,7 @@ impl PackedLinear {
 
 /// `f` of the f32 values of the contiguous tensor `t`, read where they lie on the CPU (a copy
 /// on other devices).
-fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     {
         let (storage, layout) = t.storage_and_layout();
         if let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =

@@ -23,7 +23,7 @@ use crate::model::kernels::attention_softmax::softmax_in_place;
 use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
 use crate::model::kernels::kernels_enabled;
 use crate::model::kernels::layer_norm::norm_rows;
-use crate::model::kernels::panels::PackedLinear;
+use crate::model::kernels::panels::{with_values, PackedLinear};
 use crate::model::kernels::real::{dot, Real};
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
@@ -123,7 +123,11 @@ impl HostWeights {
         let s = model.shape();
         let d = s.d_model;
         let scale = (d as f64).sqrt();
-        let embed = host(&(&w.embed * scale)?)?;
+        // `x · √d + 0` as candle's affine map computes it (the same bits), in one pass.
+        let embed = with_values(&w.embed.to_dtype(DType::F32)?.contiguous()?, |e| {
+            let scale = scale as f32;
+            e.iter().map(|&x| x * scale + 0.0).collect::<Vec<f32>>()
+        })?;
         let layers = w
             .decoder
             .iter()
