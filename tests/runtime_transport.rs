@@ -1,7 +1,8 @@
 //! Transport invariance: in sync mode with a fixed seed, the in-process bus
 //! (`caprl train`) and NATS with two actors and two reward workers
 //! (`caprl local`, which starts its own nats-server) give bit-identical weights, whether the
-//! policy snapshots travel as files on the host (the default) or through NATS's object store.
+//! policy snapshots travel as files on the host (the default: in shared memory, removed when
+//! the run ends) or through NATS's object store.
 
 mod support;
 
@@ -40,11 +41,25 @@ fn in_process_and_nats_with_two_actors_and_two_workers_give_identical_weights() 
             "{}",
             text(&out)
         );
-        // The files transport keeps the newest versions beside the run; the object store none.
-        let files = std::fs::read_dir(run.join("snapshots/default"))
-            .map(|entries| entries.count())
-            .unwrap_or(0);
-        assert_eq!(files > 0, transport == "files", "{files} snapshot files");
+        // The files transport says where the files went: shared memory, removed at the end, or
+        // beside the run, where the newest versions stay. The object store writes none.
+        let all = text(&out);
+        let dir = all
+            .lines()
+            .find_map(|l| l.split("policy snapshots as files in ").nth(1))
+            .map(|d| std::path::PathBuf::from(d.trim()));
+        match (transport, dir) {
+            ("nats", None) => assert!(!run.join("snapshots").exists()),
+            ("files", Some(dir)) if dir.starts_with("/dev/shm") => {
+                assert!(!dir.exists(), "{} left behind", dir.display())
+            }
+            ("files", Some(dir)) => {
+                assert_eq!(dir, run.join("snapshots"));
+                let files = std::fs::read_dir(dir.join("default")).unwrap().count();
+                assert!(files > 0, "no snapshot files beside the run");
+            }
+            (_, dir) => panic!("--snapshots {transport}: snapshot files in {dir:?}\n{all}"),
+        }
         assert!(
             final_weights(&run) == expected,
             "weights differ between the in-process bus and NATS (--snapshots {transport})"

@@ -9,13 +9,14 @@
 //! to the server once the way the roles do, so that a wrong URL, credential or certificate is
 //! one clear error at once rather than roles that die and are restarted until it gives up.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use caprl_common::config::RunConfig;
 
+use super::local_snapshots::LocalSnapshots;
+pub use super::local_snapshots::SnapshotTransport;
 use super::Global;
 use crate::roles;
 use crate::supervise::{Output, Policy, Progress, RoleSpec, Supervisor};
@@ -32,27 +33,11 @@ pub struct Args {
     #[arg(long)]
     pub nats_url: Option<String>,
     /// How policy snapshots reach the actors and reward workers: `files` written once to
-    /// `runtime.snapshot_dir` (default `<run_dir>/snapshots`) and mapped by every reader on this
-    /// host, or `nats` through the run's object store, one copy per reader (as across hosts).
+    /// `runtime.snapshot_dir` (default: shared memory, removed at the end, or `<run_dir>/snapshots`
+    /// where it lacks room) and mapped by every reader on this host, or `nats` through the run's
+    /// object store, one copy per reader (as across hosts).
     #[arg(long, value_enum, default_value_t = SnapshotTransport::Files)]
     pub snapshots: SnapshotTransport,
-}
-
-/// How a local run's policy snapshots travel (`--snapshots`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SnapshotTransport {
-    Files,
-    Nats,
-}
-
-impl SnapshotTransport {
-    /// The flag's value.
-    pub fn name(self) -> &'static str {
-        match self {
-            SnapshotTransport::Files => "files",
-            SnapshotTransport::Nats => "nats",
-        }
-    }
 }
 
 pub fn run(args: Args, global: &Global) -> Result<()> {
@@ -60,7 +45,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if args.actors == 0 || args.reward_workers == 0 {
         bail!("caprl local needs --actors >= 1 and --reward-workers >= 1");
     }
-    let global = &global.with_sets(&snapshot_dir_set(&cfg, args.snapshots)?);
+    let snapshots = LocalSnapshots::choose(&cfg, args.snapshots)?;
+    let global = &global.with_sets(&snapshots.sets);
     // Generate the data set once, before the roles race to open it (and before a server starts:
     // a wrong data.dir fails with nothing to clean up).
     check_data_in_child(global)?;
@@ -113,23 +99,6 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         }
         Progress::Finished => Ok(()),
     }
-}
-
-/// The `--set` that says where a local run's snapshots go. Every role shares this host, so by
-/// default the learner writes each version once as a file (`runtime.snapshot_dir`, else
-/// `<run_dir>/snapshots`, made absolute: the roles may not share a working directory) that every
-/// reader maps, instead of one copy per reader through NATS's object store.
-fn snapshot_dir_set(cfg: &RunConfig, transport: SnapshotTransport) -> Result<Vec<String>> {
-    let dir = match transport {
-        SnapshotTransport::Nats => String::new(),
-        SnapshotTransport::Files if !cfg.runtime.snapshot_dir.is_empty() => return Ok(Vec::new()),
-        SnapshotTransport::Files => std::path::absolute(Path::new(&cfg.run_dir).join("snapshots"))
-            .with_context(|| format!("resolving run_dir {:?}", cfg.run_dir))?
-            .display()
-            .to_string(),
-    };
-    let value = serde_json::to_string(&dir)?;
-    Ok(vec![format!("runtime.snapshot_dir={value}")])
 }
 
 /// Connects to the run's bus once, as every role will (same settings, same code), and lets go:

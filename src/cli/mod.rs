@@ -18,6 +18,7 @@ mod eval_cmd;
 mod features_cmd;
 mod learner_cmd;
 pub mod local_cmd;
+mod local_snapshots;
 pub mod logging;
 mod ranges;
 mod report_cmd;
