@@ -109,10 +109,10 @@ pub(crate) fn loaded_param(
     // f32 variables, the parameters' dtype, in one copy from the bytes (or one widening pass
     // from a bf16 or f16 snapshot: the same values as converting a loaded tensor).
     let device = &loaded.device;
-    let widened = |from: fn([u8; 2]) -> f32| -> Vec<f32> {
-        let pairs = view.data().chunks_exact(2);
+    fn widened(data: &[u8], from: impl Fn([u8; 2]) -> f32) -> Vec<f32> {
+        let pairs = data.chunks_exact(2);
         pairs.map(|b| from([b[0], b[1]])).collect()
-    };
+    }
     match (view.dtype(), dtype) {
         (Dtype::F32, DType::F32) => {
             // SAFETY: any four bytes are an f32; `align_to` only hands out aligned values.
@@ -122,11 +122,11 @@ pub(crate) fn loaded_param(
             }
         }
         (Dtype::BF16, DType::F32) => {
-            let values = widened(|b| half::bf16::from_le_bytes(b).to_f32());
+            let values = widened(view.data(), |b| half::bf16::from_le_bytes(b).to_f32());
             return Ok(Var::from_vec(values, shape, device)?);
         }
         (Dtype::F16, DType::F32) => {
-            let values = widened(|b| half::f16::from_le_bytes(b).to_f32());
+            let values = widened(view.data(), |b| half::f16::from_le_bytes(b).to_f32());
             return Ok(Var::from_vec(values, shape, device)?);
         }
         _ => {}
