@@ -5,7 +5,7 @@
 
 mod support;
 
-use support::{caprl, checkpoint_dirs, final_weights, sets, synth, text};
+use support::{caprl, checkpoint_dirs, final_weights, resume_train, sets, synth, text};
 
 #[test]
 fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_weights() {
@@ -28,14 +28,7 @@ fn resume_skips_a_bit_flipped_and_a_truncated_checkpoint_and_ends_with_the_same_
     let bytes = std::fs::read(&truncated).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() - 100]).unwrap();
 
-    let out = caprl()
-        .arg("train")
-        .args(&args)
-        .arg("--resume")
-        .output()
-        .unwrap();
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
+    let log = resume_train(&args);
     for (file, reason) in [(&flipped, "sha256"), (&truncated, "truncated")] {
         let line = log
             .lines()

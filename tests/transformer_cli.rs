@@ -7,7 +7,9 @@ mod support;
 
 use std::path::Path;
 
-use support::{caprl, checkpoint_dirs, final_weights, sets, steps, synth, text, TINY_TRANSFORMER};
+use support::{
+    caprl, checkpoint_dirs, final_weights, resume_train, sets, steps, synth, text, TINY_TRANSFORMER,
+};
 
 fn transformer_sets(data: &Path, run: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<String> {
     let keys: Vec<&str> = TINY_TRANSFORMER.iter().chain(extra).copied().collect();
@@ -43,14 +45,7 @@ fn transformer_over_nats_gives_the_in_process_weights_and_resumes_bit_for_bit() 
     for later in &dirs[1..] {
         std::fs::remove_dir_all(later).unwrap();
     }
-    let out = caprl()
-        .arg("train")
-        .args(&args)
-        .arg("--resume")
-        .output()
-        .unwrap();
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
+    let log = resume_train(&args);
     assert!(
         log.contains(&format!("resuming from {}", dirs[0].display())),
         "{log}"

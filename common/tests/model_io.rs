@@ -78,8 +78,14 @@ fn narrow_stored_weights_load_as_their_f32_conversion() {
             assert_eq!(got.dtype(), DType::F32, "{name} from {stored:?}");
             let want = want.to_dtype(DType::F32).unwrap().flatten_all().unwrap();
             let got = got.flatten_all().unwrap();
-            let (want, got) = (want.to_vec1::<f32>().unwrap(), got.to_vec1::<f32>().unwrap());
-            let same_bits = want.iter().zip(&got).all(|(x, y)| x.to_bits() == y.to_bits());
+            let (want, got) = (
+                want.to_vec1::<f32>().unwrap(),
+                got.to_vec1::<f32>().unwrap(),
+            );
+            let same_bits = want
+                .iter()
+                .zip(&got)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same_bits, "{name} stored as {stored:?}");
         }
     }

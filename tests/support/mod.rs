@@ -95,6 +95,19 @@ pub fn text(out: &Output) -> String {
     )
 }
 
+/// Runs `caprl train --resume` with `args`, which must succeed, and returns what it wrote.
+pub fn resume_train<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> String {
+    let out = caprl()
+        .arg("train")
+        .args(args)
+        .arg("--resume")
+        .output()
+        .expect("caprl runs");
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    log
+}
+
 /// The `ckpt-*` directories in `dir`, oldest first (the names are zero-padded steps).
 pub fn checkpoint_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
