@@ -95,20 +95,8 @@ fn actor_cfg(s: &Setup) -> ActorConfig {
 
 fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
     RolloutTask {
-        task_id: TaskId(id),
-        policy_version: PolicyVersion(version),
-        min_version: PolicyVersion(version),
-        image_rows: rows.to_vec(),
-        samples: 2,
-        sampling: Sampling::default(),
-        remove_bad_endings: false,
         greedy: true,
-        beam: 0,
-        beam_groups: 1,
-        diversity_lambda: 0.0,
-        seed: 7,
-        ground_truth: false,
-        mc_rollouts: 0,
+        ..RolloutTask::samples(TaskId(id), PolicyVersion(version), rows.to_vec(), 2, 7)
     }
 }
 

@@ -18,8 +18,8 @@ use caprl_common::config::RunConfig;
 use caprl_data::audio::{read_wav, write_wav_i16};
 use caprl_data::{write_safetensors, Dataset};
 use caprl_wire::{
-    DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling,
-    ScoredRollout, Sequence, TaskId,
+    DecodeKind, Heartbeat, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout,
+    Sequence, TaskId,
 };
 use fuzz::{mutate, mutations};
 use proptest::prelude::*;
@@ -30,20 +30,10 @@ const CASES: u32 = 256;
 
 fn task() -> RolloutTask {
     RolloutTask {
-        task_id: TaskId(7),
-        policy_version: PolicyVersion(3),
         min_version: PolicyVersion(2),
-        image_rows: vec![0, 5, 9],
-        samples: 5,
-        sampling: Sampling::default(),
-        remove_bad_endings: false,
         greedy: true,
-        beam: 0,
-        beam_groups: 1,
-        diversity_lambda: 0.0,
-        seed: 42,
-        ground_truth: false,
         mc_rollouts: 3,
+        ..RolloutTask::samples(TaskId(7), PolicyVersion(3), vec![0, 5, 9], 5, 42)
     }
 }
 

@@ -12,7 +12,7 @@ use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
 use caprl_data::{synth_dataset, Dataset, SynthConfig};
 use caprl_model::model::{Captioner, CaptionerConfig, Decoder, Device, ModelKind};
-use caprl_wire::{PolicyVersion, Rollout, RolloutTask, Sampling, TaskId};
+use caprl_wire::{PolicyVersion, Rollout, RolloutTask, TaskId};
 
 /// Writes an 8-image synthetic data set under `dir` and opens it, with an FC captioner config
 /// small enough to decode in milliseconds.
@@ -46,22 +46,7 @@ pub fn tiny_policy(dir: &Path, seed: u64) -> (Dataset, Decoder, Vec<u32>) {
 
 /// Task `id` for policy v0: two samples of each of `rows`, nothing else.
 pub fn task(id: u64, rows: Vec<u32>) -> RolloutTask {
-    RolloutTask {
-        task_id: TaskId(id),
-        policy_version: PolicyVersion(0),
-        min_version: PolicyVersion(0),
-        image_rows: rows,
-        samples: 2,
-        sampling: Sampling::default(),
-        remove_bad_endings: false,
-        greedy: false,
-        beam: 0,
-        beam_groups: 1,
-        diversity_lambda: 0.0,
-        seed: 99,
-        ground_truth: false,
-        mc_rollouts: 0,
-    }
+    RolloutTask::samples(TaskId(id), PolicyVersion(0), rows, 2, 99)
 }
 
 pub const LIMIT: usize = 8 << 20;

@@ -72,6 +72,35 @@ pub struct RolloutTask {
     pub mc_rollouts: u32,
 }
 
+impl RolloutTask {
+    /// Task `task_id` for policy `version` (no older one accepted): `samples` samples of each
+    /// of `image_rows` with the default sampling, from the stream `seed`, and nothing else.
+    pub fn samples(
+        task_id: TaskId,
+        version: PolicyVersion,
+        image_rows: Vec<u32>,
+        samples: u32,
+        seed: u64,
+    ) -> Self {
+        Self {
+            task_id,
+            policy_version: version,
+            min_version: version,
+            image_rows,
+            samples,
+            sampling: Sampling::default(),
+            remove_bad_endings: false,
+            greedy: false,
+            beam: 0,
+            beam_groups: 1,
+            diversity_lambda: 0.0,
+            seed,
+            ground_truth: false,
+            mc_rollouts: 0,
+        }
+    }
+}
+
 /// How a sequence was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DecodeKind {

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use caprl_data::Dataset;
 use caprl_model::model::{Captioner, CaptionerConfig, Device};
 use caprl_score::{CiderD, DocFreq};
-use caprl_wire::{PolicyVersion, RolloutTask, Sampling, TaskId};
+use caprl_wire::{PolicyVersion, RolloutTask, TaskId};
 use serde::Serialize;
 
 use super::transport::{measure_nats, rl_rate};
@@ -221,20 +221,8 @@ fn decoding(sets: &[String]) -> Result<Row> {
     let policy = Captioner::new(&model_cfg, &Device::Cpu, cfg.seed)?.decoder()?;
     let rows: Vec<u32> = data.train.iter().take(32).map(|i| i.row as u32).collect();
     let task = RolloutTask {
-        task_id: TaskId(0),
-        policy_version: PolicyVersion(0),
-        min_version: PolicyVersion(0),
-        image_rows: rows.clone(),
-        samples: 5,
-        sampling: Sampling::default(),
-        remove_bad_endings: false,
         greedy: true,
-        beam: 0,
-        beam_groups: 1,
-        diversity_lambda: 0.0,
-        seed: 1,
-        ground_truth: false,
-        mc_rollouts: 0,
+        ..RolloutTask::samples(TaskId(0), PolicyVersion(0), rows.clone(), 5, 1)
     };
     let t = best_of_3(|| {
         caprl_actor::rollout(&policy, PolicyVersion(0), &data, &task, "bench")?;
