@@ -1,7 +1,8 @@
 //! Policy snapshots as files in a directory every role of the run can read (`runtime.snapshot_dir`:
 //! one host, as under `caprl local`, or a volume shared by the cluster's pods). The learner writes
-//! each version once; readers map it and check its checksum (XXH3-128), so the bytes never pass through NATS,
-//! whose object store copies a snapshot once per reader and lets none read it before it is whole.
+//! each version once; readers map it and check its checksum (XXH3-128), so the bytes never pass
+//! through NATS, whose object store copies a snapshot once per reader and lets none read it
+//! before it is whole.
 //! The description in the control bucket still says which version is newest; its `file` names
 //! the path, so a reader needs no setting of its own.
 //!

@@ -158,13 +158,10 @@ impl PackedLinear {
             None => vec![0.0; n],
         };
         let level = crate::fastmath::simd();
-        let w_t = w_t.to_dtype(DType::F32)?;
-        let w = match (w_t.is_contiguous(), w_t.t()?) {
-            (true, _) => with_values(&w_t, |w| Panels::for_level(w, k, n, level))?,
-            (false, w) if w.is_contiguous() => {
-                with_values(&w, |w| Panels::from_rows(w, k, n, level))?
-            }
-            (false, w) => with_values(&w.contiguous()?, |w| Panels::from_rows(w, k, n, level))?,
+        let w = match w_t.is_contiguous() {
+            true => with_values(w_t, |w| Panels::for_level(w, k, n, level))?,
+            // A transposed view: the parameter's own rows.
+            false => with_values(&w_t.t()?, |w| Panels::from_rows(w, k, n, level))?,
         };
         Ok(Self { w, b, out: n })
     }
@@ -200,8 +197,8 @@ impl PackedLinear {
     }
 }
 
-/// `f` of the f32 values of the contiguous tensor `t`, read where they lie on the CPU (a copy
-/// on other devices).
+/// `f` of the f32 values of `t` in row-major order: read where they lie when `t` is a contiguous
+/// f32 CPU tensor, else from a converted copy.
 pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     {
         let (storage, layout) = t.storage_and_layout();

@@ -277,12 +277,9 @@ pub(crate) fn host_map2(
     }
     let (sa, la) = a.storage_and_layout();
     let (sb, lb) = b.storage_and_layout();
-    let (candle_core::Storage::Cpu(ca), candle_core::Storage::Cpu(cb)) = (&*sa, &*sb) else {
-        return Err(err(format!("{what}: CPU tensors expected")));
-    };
     let shape = a.shape();
     by_dtype!(a.dtype(), what, T => {
-        let (x, y) = (contiguous::<T>(ca, la, what)?, contiguous::<T>(cb, lb, what)?);
+        let (x, y) = (host_values::<T>(&sa, la, what)?, host_values::<T>(&sb, lb, what)?);
         let v = vectorised!(f.apply(x, y, shape))?;
         Tensor::from_vec(v, shape, a.device())
     })

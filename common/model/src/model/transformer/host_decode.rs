@@ -124,7 +124,7 @@ impl HostWeights {
         let d = s.d_model;
         let scale = (d as f64).sqrt();
         // `x · √d + 0` as candle's affine map computes it (the same bits), in one pass.
-        let embed = with_values(&w.embed.to_dtype(DType::F32)?.contiguous()?, |e| {
+        let embed = with_values(&w.embed, |e| {
             let scale = scale as f32;
             e.iter().map(|&x| x * scale + 0.0).collect::<Vec<f32>>()
         })?;
