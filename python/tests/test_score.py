@@ -2,13 +2,13 @@
 ruotianluo/cider, per image and corpus) and pycocoevalcap itself, live, on awkward input."""
 
 import pickle
-from collections import defaultdict
 import random
 
 import numpy as np
 import pytest
 
 from caprl.score import Bleu, Cider, CiderD, DocFreq, PTBTokenizer, Rouge
+from prepro_ngrams import ngram_df  # this folder's helper (pytest puts it on sys.path)
 
 TOL = 1e-6
 
@@ -82,21 +82,6 @@ def test_one_thread_and_all_cores_give_the_same_scores():
     _, a = Cider(parallel=False).compute_score(gts, res)
     _, b = Cider().compute_score(gts, res)
     np.testing.assert_array_equal(a, b)
-
-
-def ngram_df(ref_sets):
-    """self-critical.pytorch's prepro_ngrams.py table: for every n-gram (n = 1..4), the
-    number of reference sets that contain it."""
-    df = defaultdict(float)  # as prepro_ngrams.py writes it (ruotianluo indexes it freely)
-    for refs in ref_sets:
-        seen = set()
-        for r in refs:
-            w = r.split()
-            for n in range(1, 5):
-                seen.update(tuple(w[i:i + n]) for i in range(len(w) - n + 1))
-        for g in seen:
-            df[g] += 1.0
-    return {"document_frequency": df, "ref_len": float(len(ref_sets))}
 
 
 def write_pickle(path, obj):

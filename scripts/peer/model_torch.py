@@ -18,14 +18,13 @@ run_model_peer.sh."""
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PAD, BOS, EOS = 0, 1, 2
+from peer_common import BOS, EOS, PAD, clipped_step, median_time, torch_build
 SHAPES_FILE = Path(__file__).resolve().parents[2] / "benches" / "model_shapes.json"
 
 
@@ -160,18 +159,6 @@ class Captioner(nn.Module):
         return seqs, score
 
 
-def median_time(fn, warmup=2, reps=10):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def run_shape(s, threads, reps):
     torch.manual_seed(0)
     m = Captioner(s)
@@ -187,20 +174,14 @@ def run_shape(s, threads, reps):
     def xe_step():
         m.train()
         logp = m.token_logprobs(fc_x, att_x, seqs)
-        loss = -logp.sum() / logp.numel()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 2.0)
-        opt.step()
+        clipped_step(m, opt, -logp.sum() / logp.numel())
 
     res = {"threads": threads, "shape": s["name"], "xe_step": median_time(xe_step, reps=reps)}
     m.eval()
     res["greedy"] = median_time(lambda: m.rollout(fc, att, 1, False, T), reps=reps)
     res["sample_5"] = median_time(lambda: m.rollout(fc, att, 5, True, T), reps=reps)
     res["beam_5"] = median_time(lambda: m.beam(fc, att, 5, T), reps=reps)
-    res["torch"] = torch.__version__
-    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
-    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    res.update(torch_build())
     return res
 
 

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from pycocoevalcap.cider.cider_scorer import CiderScorer, cook_refs
 
 from model_torch import BOS, EOS, PAD, Captioner, load_shapes
+from peer_common import clipped_step, median, torch_build
 
 UNK = 3
 SHAPE = "coco-10x5"
@@ -59,6 +60,17 @@ class CorpusCiderD(CiderScorer):
     def compute_score(self, option=None, verbose=0):
         scores = np.array(self.compute_cider())
         return scores.mean(), scores
+
+
+def scst_args(iters):
+    """--data, --threads (PyTorch's thread count set) and --iters (default `iters`)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True, type=Path, help="caprl data set directory")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--iters", type=int, default=iters, help="timed iterations (median)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    return args
 
 
 def load_data(root):
@@ -86,15 +98,36 @@ def to_text(words, seq):
     return " ".join(out)
 
 
-def decode(m, img, h, steps, sample):
-    """Captions of the rows (EOS ends one; the step after `steps` words keeps only EOS), the
-    log-probs of their tokens (with gradients when enabled) and the mask of those tokens."""
-    w = torch.full((img.size(0),), BOS, dtype=torch.long)
-    done = torch.zeros(img.size(0), dtype=torch.bool)
+def train_doc_freq(words, train):
+    """CIDEr-D's document frequency over the training references (each image counts once per
+    n-gram) and its ref_len, log(number of training images)."""
+    df = defaultdict(float)
+    for refs in train:
+        crefs = cook_refs([to_text(words, r) for r in refs])
+        for ngram in {g for ref in crefs for g in ref}:
+            df[ngram] += 1
+    return df, np.log(float(len(train)))
+
+
+def cider_d(df, ref_len, words, rows, row_refs):
+    """CIDEr-D (CorpusCiderD) of each row of tokens against its references in row_refs."""
+    scorer = CorpusCiderD(df, ref_len)
+    for cand, rs in zip([to_text(words, r) for r in rows], row_refs):
+        scorer += (cand, rs)
+    _, scores = scorer.compute_score()
+    return scores
+
+
+def decode_rows(step_logp, rows, steps, sample):
+    """Captions of `rows` rows, step_logp(previous tokens) giving each step's log-probs (BOS
+    first): EOS ends one, the step after `steps` words keeps only EOS. Returns the tokens
+    [rows, <= steps+1] (PAD after EOS), the log-probs of the tokens (with gradients when
+    enabled) and the mask of those tokens."""
+    w = torch.full((rows,), BOS, dtype=torch.long)
+    done = torch.zeros(rows, dtype=torch.bool)
     toks, lps = [], []
     for t in range(steps + 1):
-        h = m.step(m.drop(m.embed(w)), img, h, None)
-        logp = F.log_softmax(m.logit(m.drop(h)), -1)
+        logp = step_logp(w)
         w = torch.multinomial(logp.detach().exp(), 1).squeeze(1) if sample else logp.argmax(1)
         if t == steps:
             w = w.masked_fill(w != EOS, PAD)
@@ -109,24 +142,38 @@ def decode(m, img, h, steps, sample):
     return seqs, torch.stack(lps, 1) * mask, mask
 
 
+def decode(m, img, h, steps, sample):
+    """decode_rows with the recurrent captioner m from its encoder's outputs (img, h)."""
+
+    def step_logp(w):
+        nonlocal h
+        h = m.step(m.drop(m.embed(w)), img, h, None)
+        return F.log_softmax(m.logit(m.drop(h)), -1)
+
+    return decode_rows(step_logp, img.size(0), steps, sample)
+
+
+def pg_update(m, opt, adv, logp, mask):
+    """loss = -sum(advantage * log p(token) * mask) / sum(mask), then the clipped AdamW step."""
+    clipped_step(m, opt, -(adv * logp * mask).sum() / mask.sum())
+
+
+def time_iterations(iteration, iters, warmup=2):
+    """iteration(parts) run `warmup` times, then `iters` times timed: the median of what it
+    returns (the iteration's seconds) and the median of each part it appends to parts."""
+    for _ in range(warmup):
+        iteration(defaultdict(list))
+    parts = defaultdict(list)
+    total = [iteration(parts) for _ in range(iters)]
+    return median(total), {name: median(ts) for name, ts in parts.items()}
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True, type=Path, help="caprl data set directory")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--iters", type=int, default=10, help="timed iterations (median)")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = scst_args(iters=10)
     s = load_shapes(SHAPE)[0]
     words, train = load_data(args.data)
     n, per, steps = s["images"], s["captions_per_image"], s["len"]
-
-    # Document frequency over the training references: each image counts once per n-gram.
-    df = defaultdict(float)
-    for refs in train:
-        crefs = cook_refs([to_text(words, r) for r in refs])
-        for ngram in {g for ref in crefs for g in ref}:
-            df[ngram] += 1
-    ref_len = np.log(float(len(train)))
+    df, ref_len = train_doc_freq(words, train)
 
     torch.manual_seed(0)
     m = Captioner(dict(s, vocab=len(words)), suppress_eos=False)
@@ -147,34 +194,20 @@ def main():
             greedy, _, _ = decode(m, img, h, steps, sample=False)
         m.train()
         t2 = time.perf_counter()
-        scorer = CorpusCiderD(df, ref_len)
-        cands = [to_text(words, r) for r in seqs.tolist() + greedy.tolist()]
-        for cand, rs in zip(cands, row_refs):
-            scorer += (cand, rs)
-        _, scores = scorer.compute_score()
+        scores = cider_d(df, ref_len, words, seqs.tolist() + greedy.tolist(), row_refs)
         adv = scores[: n * per] - np.repeat(scores[n * per :], per)
         adv = torch.from_numpy(adv).float().unsqueeze(1)
         t3 = time.perf_counter()
-        loss = -(adv * logp * mask).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 2.0)
-        opt.step()
+        pg_update(m, opt, adv, logp, mask)
         t4 = time.perf_counter()
         for name, t in zip(("sample", "greedy", "reward", "update"), (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             parts[name].append(t)
         return t4 - t0
 
-    for _ in range(2):
-        iteration(defaultdict(list))
-    parts = defaultdict(list)
-    total = [iteration(parts) for _ in range(args.iters)]
-    med = lambda ts: sorted(ts)[len(ts) // 2]  # noqa: E731
-    res = {"threads": args.threads, "shape": SHAPE, "vocab": len(words), "scst_iteration": med(total)}
-    res.update({name: med(ts) for name, ts in parts.items()})
-    res["torch"] = torch.__version__
-    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
-    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    total, parts = time_iterations(iteration, args.iters)
+    res = {"threads": args.threads, "shape": SHAPE, "vocab": len(words), "scst_iteration": total}
+    res.update(parts)
+    res.update(torch_build())
     print(json.dumps(res), flush=True)
 
 

@@ -22,18 +22,23 @@ iteration. Reads a caprl data set directory (--data). Prints one JSON line: {"th
 "update": s, "tokens_sampled": n, ...}: medians of --iters iterations after 2 warm-up ones.
 Never run in CI; see run_scst_transformer_peer.sh."""
 
-import argparse
 import json
 import time
-from collections import defaultdict
-from pathlib import Path
 
-import numpy as np
 import torch
-from pycocoevalcap.cider.cider_scorer import cook_refs
 
-from scst_torch import CorpusCiderD, load_data, to_text
-from transformer_torch import BOS, EOS, PAD, SHAPES, TransformerCaptioner
+from peer_common import median, torch_build
+from scst_torch import (
+    cider_d,
+    decode_rows,
+    load_data,
+    pg_update,
+    scst_args,
+    time_iterations,
+    to_text,
+    train_doc_freq,
+)
+from transformer_torch import EOS, SHAPES, TransformerCaptioner
 
 IMAGES, SAMPLES = 10, 5
 
@@ -43,45 +48,23 @@ def sample_uncached(m, att, n, steps):
     encoder once per image, the decoder over the whole prefix every step. Returns tokens
     [N*n, steps+1] (PAD after EOS), the drawn tokens' log-probs (with gradients) and the mask."""
     mem = m.encode_memory(att).repeat_interleave(n, 0)
-    rows = mem.size(0)
-    ys = torch.full((rows, 1), BOS, dtype=torch.long)
-    done = torch.zeros(rows, dtype=torch.bool)
-    toks, lps = [], []
-    for t in range(steps + 1):
+    ys = None  # the prefix: BOS, then the drawn tokens
+
+    def step_logp(w):
+        nonlocal ys
+        ys = w.unsqueeze(1) if ys is None else torch.cat([ys, w.unsqueeze(1)], 1)
         kvs = [layer.src_attn.memory_kv(mem) for layer in m.dec]
-        logp = m.decode_full(kvs, ys)[:, -1]
-        w = torch.multinomial(logp.detach().exp(), 1).squeeze(1)
-        if t == steps:
-            w = w.masked_fill(w != EOS, PAD)
-        w = w.masked_fill(done, PAD)
-        toks.append(w)
-        lps.append(logp.gather(1, w.unsqueeze(1)).squeeze(1))
-        done = done | (w == EOS) | (w == PAD)
-        ys = torch.cat([ys, w.unsqueeze(1)], 1)
-        if bool(done.all()):
-            break
-    seqs = torch.stack(toks, 1)
-    mask = (seqs != PAD).float()
-    return seqs, torch.stack(lps, 1) * mask, mask
+        return m.decode_full(kvs, ys)[:, -1]
+
+    return decode_rows(step_logp, mem.size(0), steps, sample=True)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True, type=Path, help="caprl data set directory")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--iters", type=int, default=5, help="timed iterations (median)")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = scst_args(iters=5)
     words, train = load_data(args.data)
     s = dict(SHAPES["coco-ref"], V=len(words))
     steps = s["T"]
-
-    df = defaultdict(float)
-    for refs in train:
-        crefs = cook_refs([to_text(words, r) for r in refs])
-        for ngram in {g for ref in crefs for g in ref}:
-            df[ngram] += 1
-    ref_len = np.log(float(len(train)))
+    df, ref_len = train_doc_freq(words, train)
 
     torch.manual_seed(0)
     m = TransformerCaptioner(s)
@@ -99,35 +82,23 @@ def main():
         seqs, logp, mask = sample_uncached(m, att, SAMPLES, steps)
         tokens.append(int(mask.sum()))
         t1 = time.perf_counter()
-        scorer = CorpusCiderD(df, ref_len)
-        for cand, rs in zip((to_text(words, r) for r in seqs.tolist()), row_refs):
-            scorer += (cand, rs)
-        _, scores = scorer.compute_score()
+        scores = cider_d(df, ref_len, words, seqs.tolist(), row_refs)
         r = scores.reshape(IMAGES, SAMPLES)
         baseline = (r.sum(1, keepdims=True) - r) / (SAMPLES - 1)
         adv = torch.from_numpy((r - baseline).reshape(-1)).float().unsqueeze(1)
         t2 = time.perf_counter()
-        loss = -(adv * logp * mask).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 2.0)
-        opt.step()
+        pg_update(m, opt, adv, logp, mask)
         t3 = time.perf_counter()
         for name, t in zip(("sample", "reward", "update"), (t1 - t0, t2 - t1, t3 - t2)):
             parts[name].append(t)
         return t3 - t0
 
-    for _ in range(2):
-        iteration(defaultdict(list))
-    parts = defaultdict(list)
-    total = [iteration(parts) for _ in range(args.iters)]
-    med = lambda ts: sorted(ts)[len(ts) // 2]  # noqa: E731
+    total, parts = time_iterations(iteration, args.iters)
     res = {"threads": args.threads, "shape": "coco-ref-10x5", "vocab": len(words)}
-    res["scst_iteration"] = med(total)
-    res.update({name: med(ts) for name, ts in parts.items()})
-    res["tokens_sampled"] = med(tokens)
-    res["torch"] = torch.__version__
-    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    res["scst_iteration"] = total
+    res.update(parts)
+    res["tokens_sampled"] = median(tokens)
+    res.update(torch_build())
     print(json.dumps(res), flush=True)
 
 

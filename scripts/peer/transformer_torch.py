@@ -21,13 +21,12 @@ task. `--check` instead verifies the decoders on small shapes and prints "ok". N
 import argparse
 import json
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PAD, BOS, EOS = 0, 1, 2
+from peer_common import BOS, EOS, PAD, clipped_step, median_time, torch_build
 TASKS = ("xe_step", "greedy", "sample_5", "beam_5", "greedy_uncached")
 
 # V, regions (0: the fc feature is the one region), att_dim, d_model, heads, d_ff, enc, dec,
@@ -315,18 +314,6 @@ class TransformerCaptioner(nn.Module):
         return seqs, score
 
 
-def median_time(fn, warmup=2, reps=10):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def features(s, images):
     if s["R"] == 0:
         return torch.rand(images, s["att"])
@@ -394,11 +381,7 @@ def main():
     def xe_step():
         m.train()
         logp = m.token_logprobs(att_xe, seqs, spi)
-        loss = -logp.sum() / logp.numel()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 2.0)
-        opt.step()
+        clipped_step(m, opt, -logp.sum() / logp.numel())
 
     def timed(fn):
         return median_time(fn, args.warmup, args.reps)
@@ -411,9 +394,7 @@ def main():
         res["sample_5"] = timed(lambda: m.rollout(att, n=5, sample=True))
         res["beam_5"] = timed(lambda: m.beam(att, 5))
         res["greedy_uncached"] = timed(lambda: m.greedy_uncached(att))
-    res["torch"] = torch.__version__
-    # The CPU level of PyTorch's own kernels (ATEN_CPU_CAPABILITY holds it lower).
-    res["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    res.update(torch_build())
     res["tokens"] = {
         "xe_step": B * (T + 1),
         "greedy": Bd * T,

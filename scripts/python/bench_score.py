@@ -17,13 +17,15 @@ Usage (the installed wheel, pycocoevalcap and six in the environment):
 import argparse
 import os
 import pickle
-from collections import defaultdict
 import random
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "score"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "score"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
 from bench import make_set, timed  # noqa: E402  the set and timer of scripts/score/bench.py
+from prepro_ngrams import ngram_df  # noqa: E402  the df table python/tests builds as prepro_ngrams.py
 
 from pycocoevalcap.bleu.bleu import Bleu as RefBleu  # noqa: E402
 from pycocoevalcap.cider.cider import Cider as RefCider  # noqa: E402
@@ -58,20 +60,6 @@ def evaluation(images, reps):
         t_ours = timed(lambda: ours.compute_score(gts, res), reps)
         t_one = timed(lambda: ours_1.compute_score(gts, res), reps)
         row(name, t_ref, t_ours, t_one)
-
-
-def ngram_df(ref_sets):
-    """self-critical.pytorch's prepro_ngrams.py table (document_frequency, ref_len)."""
-    df = defaultdict(float)  # as prepro_ngrams.py writes it (ruotianluo indexes it freely)
-    for refs in ref_sets:
-        seen = set()
-        for r in refs:
-            w = r.split()
-            for n in range(1, 5):
-                seen.update(tuple(w[i:i + n]) for i in range(len(w) - n + 1))
-        for g in seen:
-            df[g] += 1.0
-    return {"document_frequency": df, "ref_len": float(len(ref_sets))}
 
 
 def scst(ciderd_path, train_images, reps, work):
