@@ -1,6 +1,8 @@
 //! The JSONL run log: round trip, crash tolerance, resume.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::Path;
 
 use caprl_common::telemetry::{
     read_run_log, EvalRecord, ResumeRecord, RunLog, StepRecord, TelemetryError,
@@ -9,6 +11,20 @@ use serde_json::json;
 
 const CONFIG: &str = "seed = 3\n\n[train]\nobjective = \"scst\"\n";
 
+/// A record's per-name values (losses, rewards, stages, ...) from `(name, value)` pairs.
+fn by_name<V: Copy>(pairs: &[(&str, V)]) -> BTreeMap<String, V> {
+    pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+}
+
+/// Appends `bytes` to the file at `path`, as a crash or a stray writer would leave them.
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .expect("open");
+    f.write_all(bytes).expect("append");
+}
+
 fn step(n: u64) -> StepRecord {
     StepRecord {
         step: n,
@@ -16,12 +32,8 @@ fn step(n: u64) -> StepRecord {
         phase: "scst".into(),
         policy_version: n,
         snapshot_version: Some(n + 3),
-        losses: [
-            ("total".to_string(), 1.0 / n as f64),
-            ("pg".to_string(), 0.5),
-        ]
-        .into(),
-        rewards: [("cider".to_string(), 0.1 * n as f64)].into(),
+        losses: by_name(&[("total", 1.0 / n as f64), ("pg", 0.5)]),
+        rewards: by_name(&[("cider", 0.1 * n as f64)]),
         grad_norm: 2.0,
         lr: 5e-5,
         tokens_per_s: 1000.0,
@@ -29,30 +41,18 @@ fn step(n: u64) -> StepRecord {
         lag: 0.25,
         max_lag: 1,
         importance_weight: 0.9,
-        off_policy: [
-            ("weight_mean".to_string(), 0.9),
-            ("cut_fraction".to_string(), 0.25),
-        ]
-        .into(),
+        off_policy: by_name(&[("weight_mean", 0.9), ("cut_fraction", 0.25)]),
         dropped_stale: 1,
         stale_reweighted: 2,
-        ppo: [
-            ("clip_fraction".to_string(), 0.1),
-            ("ratio_max".to_string(), 1.3),
-        ]
-        .into(),
+        ppo: by_name(&[("clip_fraction", 0.1), ("ratio_max", 1.3)]),
         groups_dropped: 3,
         tasks_issued: 4,
         results_found: 0,
         task_ids: vec![4 * n, 4 * n + 1],
         duplicates: 1,
-        rejected: [("bad_magic".to_string(), 2)].into(),
+        rejected: by_name(&[("bad_magic", 2)]),
         seconds: 0.5,
-        stages: [
-            ("forward".to_string(), 0.2),
-            ("wait_results".to_string(), 0.1),
-        ]
-        .into(),
+        stages: by_name(&[("forward", 0.2), ("wait_results", 0.1)]),
         unix_ms: 1_700_000_000_000 + n,
     }
 }
@@ -62,7 +62,7 @@ fn eval(n: u64, cider: f64) -> EvalRecord {
         step: n,
         epoch: 0,
         split: "val".into(),
-        metrics: [("cider_d".to_string(), cider)].into(),
+        metrics: by_name(&[("cider_d", cider)]),
         unix_ms: 1_700_000_000_500,
     }
 }
@@ -125,13 +125,7 @@ fn truncated_last_line_is_skipped_with_a_warning() {
     log.log_step(&step(2)).expect("log");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open");
-    f.write_all(b"{\"type\":\"step\",\"step\":3,\"polic")
-        .expect("write torn line");
-    drop(f);
+    append_raw(&path, b"{\"type\":\"step\",\"step\":3,\"polic");
 
     let back = read_run_log(&path).expect("a torn last line is tolerated");
     assert_eq!(back.steps.len(), 2);
@@ -146,15 +140,11 @@ fn malformed_line_in_the_middle_names_file_and_line() {
     log.log_step(&step(1)).expect("log");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open");
-    f.write_all(b"{\"type\":\"step\",\"step\":2,\"polic\n")
-        .expect("write");
-    f.write_all(b"{\"type\":\"step\",\"step\":3,\"policy_version\":3}\n")
-        .expect("write");
-    drop(f);
+    append_raw(&path, b"{\"type\":\"step\",\"step\":2,\"polic\n");
+    append_raw(
+        &path,
+        b"{\"type\":\"step\",\"step\":3,\"policy_version\":3}\n",
+    );
 
     let err = read_run_log(&path).expect_err("corrupt middle line");
     assert!(
@@ -211,12 +201,7 @@ fn resume_appends_after_a_torn_line_and_replayed_steps_supersede() {
     log.log_eval(&eval(5, 0.5)).expect("eval");
     let path = log.path().to_path_buf();
     drop(log);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .expect("open");
-    f.write_all(b"{\"type\":\"st").expect("torn");
-    drop(f);
+    append_raw(&path, b"{\"type\":\"st");
 
     // The checkpoint was at step 3: steps 4.. are done again.
     let mut log = RunLog::open_append(dir.path()).expect("open_append");

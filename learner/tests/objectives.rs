@@ -3,16 +3,53 @@
 //! learns without touching the decoder, checkpoints carry it, and non-finite rewards skip.
 
 use candle_core::Tensor;
+use caprl_data::Dataset;
 use caprl_learner::advantage::{self, Baseline};
 use caprl_learner::critic::{self, Critic};
 use caprl_learner::pg::LossNorm;
 use caprl_learner::{checkpoint, pg, PgTargets, StepOptions, Trainer};
-use caprl_model::model::{batch_tokens, inputs_for_rows, Captioner, Device};
+use caprl_model::model::{batch_tokens, inputs_for_rows, Captioner, Device, TeacherForced};
 use caprl_model::optim::AdamWParams;
 
 #[path = "support/objectives.rs"]
 mod support;
-use support::{opts, samples, seq_logp, tiny_data, tiny_model};
+use support::{loss_part, opts, samples, seq_logp, tiny_data, tiny_model, tiny_trainer};
+
+/// The teacher-forced pass of `seqs` under `model`, with the tokens, their mask and the
+/// taken tokens' log-probs gathered from the full log-softmax.
+struct ForcedPass {
+    tf: TeacherForced,
+    toks: Tensor,
+    mask: Tensor,
+    logp: Tensor,
+}
+
+/// The [`ForcedPass`] of `seqs`, the captions of images `rows`, under `model`.
+fn forced_pass(model: &Captioner, data: &Dataset, rows: &[usize], seqs: &[Vec<u32>]) -> ForcedPass {
+    let x = inputs_for_rows(data, rows, model.config(), model.device()).unwrap();
+    let toks = batch_tokens(seqs, model.device()).unwrap();
+    let tf = model.teacher_forced(&x, &toks, None).unwrap();
+    let mask = model.token_mask(&toks).unwrap();
+    let logp = tf
+        .logprobs_full
+        .gather(&toks.unsqueeze(2).unwrap(), 2)
+        .unwrap()
+        .squeeze(2)
+        .unwrap();
+    ForcedPass {
+        tf,
+        toks,
+        mask,
+        logp,
+    }
+}
+
+/// [`tiny_trainer`] with a fresh value head.
+fn critic_trainer(data: &Dataset, seed: u64) -> Trainer {
+    let mut trainer = tiny_trainer(data, seed);
+    trainer.ensure_critic(AdamWParams::default()).unwrap();
+    trainer
+}
 
 /// SCST on the output layer: `∂L/∂b_logit = −Σᵢ Aᵢ Σₜ mᵢₜ (onehot(wᵢₜ) − πᵢₜ) / Σ m`.
 #[test]
@@ -30,17 +67,8 @@ fn scst_gradient_equals_the_hand_computed_formula() {
     ));
     assert_eq!(a.len(), 4);
 
-    let x = inputs_for_rows(&data, &rows, model.config(), model.device()).unwrap();
-    let toks = batch_tokens(&seqs, model.device()).unwrap();
-    let tf = model.teacher_forced(&x, &toks, None).unwrap();
-    let logp = tf
-        .logprobs_full
-        .gather(&toks.unsqueeze(2).unwrap(), 2)
-        .unwrap()
-        .squeeze(2)
-        .unwrap();
-    let mask = model.token_mask(&toks).unwrap();
-    let loss = pg::loss(&logp, &mask, &a, LossNorm::Tokens).unwrap();
+    let pass = forced_pass(&model, &data, &rows, &seqs);
+    let loss = pg::loss(&pass.logp, &pass.mask, &a, LossNorm::Tokens).unwrap();
     let grads = loss.backward().unwrap();
     let bias = {
         let vars = model.varmap().data().lock().unwrap();
@@ -48,9 +76,15 @@ fn scst_gradient_equals_the_hand_computed_formula() {
     };
     let got = grads.get(&bias).unwrap().to_vec1::<f32>().unwrap();
 
-    let probs = tf.logprobs_full.exp().unwrap().to_vec3::<f32>().unwrap();
-    let m = mask.to_vec2::<f32>().unwrap();
-    let toks = toks.to_vec2::<u32>().unwrap();
+    let probs = pass
+        .tf
+        .logprobs_full
+        .exp()
+        .unwrap()
+        .to_vec3::<f32>()
+        .unwrap();
+    let m = pass.mask.to_vec2::<f32>().unwrap();
+    let toks = pass.toks.to_vec2::<u32>().unwrap();
     let total: f32 = m.iter().flatten().sum();
     let v = got.len();
     let mut want = vec![0f32; v];
@@ -78,8 +112,7 @@ fn scst_gradient_equals_the_hand_computed_formula() {
 fn one_step_raises_a_better_sample_and_lowers_a_worse_one() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 2).unwrap();
-    let mut trainer = Trainer::new(model, AdamWParams::default(), 2).unwrap();
+    let mut trainer = tiny_trainer(&data, 2);
     let (rows, seqs) = samples(&trainer.model, &data);
     // Samples 0 and 1 of image 0: one above the greedy baseline, one below.
     let (rows, seqs) = (rows[..2].to_vec(), seqs[..2].to_vec());
@@ -108,15 +141,12 @@ fn the_value_loss_sends_no_gradient_into_the_decoder() {
     let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 3).unwrap();
     let critic = Critic::new(24, &Device::Cpu, AdamWParams::default(), 3).unwrap();
     let (rows, seqs) = samples(&model, &data);
-    let x = inputs_for_rows(&data, &rows, model.config(), model.device()).unwrap();
-    let toks = batch_tokens(&seqs, model.device()).unwrap();
-    let tf = model.teacher_forced(&x, &toks, None).unwrap();
-    let mask = model.token_mask(&toks).unwrap();
-    let t = toks.dim(1).unwrap();
+    let pass = forced_pass(&model, &data, &rows, &seqs);
+    let t = pass.toks.dim(1).unwrap();
     let y: Vec<Vec<f32>> = seqs.iter().map(|s| vec![0.7; s.len()]).collect();
     let y = critic::targets_tensor(&y, t, &Device::Cpu).unwrap();
-    let v = critic.head.forward(&tf.hidden).unwrap();
-    let loss = critic::value_loss(&v, &y, &mask).unwrap();
+    let v = critic.head.forward(&pass.tf.hidden).unwrap();
+    let loss = critic::value_loss(&v, &y, &pass.mask).unwrap();
     let grads = loss.backward().unwrap();
     for (name, var) in model.varmap().data().lock().unwrap().iter() {
         assert!(
@@ -134,14 +164,8 @@ fn the_value_loss_sends_no_gradient_into_the_decoder() {
     assert_eq!(head_grads, 4, "every value-head parameter is trained");
 
     // And the policy term sends none into the head: the advantage is detached.
-    let logp = tf
-        .logprobs_full
-        .gather(&toks.unsqueeze(2).unwrap(), 2)
-        .unwrap()
-        .squeeze(2)
-        .unwrap();
     let adv = critic::advantages(&y, &v).unwrap();
-    let grads = pg::token_loss(&logp, &mask, &adv)
+    let grads = pg::token_loss(&pass.logp, &pass.mask, &adv)
         .unwrap()
         .backward()
         .unwrap();
@@ -154,11 +178,7 @@ fn the_value_loss_sends_no_gradient_into_the_decoder() {
 fn the_value_head_fits_its_targets_and_rides_in_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let cfg = tiny_model(&data);
-    let adam = AdamWParams::default();
-    let model = Captioner::new(&cfg, &Device::Cpu, 4).unwrap();
-    let mut trainer = Trainer::new(model, adam, 4).unwrap();
-    trainer.ensure_critic(adam).unwrap();
+    let mut trainer = critic_trainer(&data, 4);
     let (rows, seqs) = samples(&trainer.model, &data);
     let targets: Vec<Vec<f32>> = seqs
         .iter()
@@ -170,8 +190,7 @@ fn the_value_head_fits_its_targets_and_rides_in_checkpoints() {
         let stats = trainer
             .pg_step(&data, &rows, &seqs, PgTargets::Critic(&targets), opts(1e-6))
             .unwrap();
-        let value = stats.parts.iter().find(|(n, _)| *n == "value").unwrap().1;
-        value_losses.push(value);
+        value_losses.push(loss_part(&stats, "value"));
     }
     let (first, last) = (value_losses[0], *value_losses.last().unwrap());
     assert!(
@@ -182,6 +201,7 @@ fn the_value_head_fits_its_targets_and_rides_in_checkpoints() {
     let root = tmp.path().join("ck");
     trainer.save(&root, 2, &[]).unwrap();
     let ck = checkpoint::latest_valid(&root).unwrap().unwrap();
+    let (cfg, adam) = (tiny_model(&data), AdamWParams::default());
     let restored = Trainer::restore(&ck, &cfg, &Device::Cpu, adam, 4).unwrap();
     let h = Tensor::ones((3, 24), candle_core::DType::F32, &Device::Cpu).unwrap();
     let v1 = trainer.critic.as_ref().unwrap().head.forward(&h).unwrap();
@@ -193,10 +213,7 @@ fn the_value_head_fits_its_targets_and_rides_in_checkpoints() {
 fn non_finite_rewards_skip_the_batch_and_are_counted() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let adam = AdamWParams::default();
-    let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 5).unwrap();
-    let mut trainer = Trainer::new(model, adam, 5).unwrap();
-    trainer.ensure_critic(adam).unwrap();
+    let mut trainer = critic_trainer(&data, 5);
     let (rows, seqs) = samples(&trainer.model, &data);
     let before = trainer.model.to_safetensors().unwrap();
 
@@ -221,21 +238,24 @@ fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
     let cfg = tiny_model(&data);
-    let adam = AdamWParams::default();
-    let model = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
-    let bytes = model.to_safetensors().unwrap();
-    let mut trainer = Trainer::new(model, adam, 6).unwrap();
-    trainer.set_reference(Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap());
+    let mut trainer = tiny_trainer(&data, 6);
+    let bytes = trainer.model.to_safetensors().unwrap();
+    let reference = || Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap();
+    trainer.set_reference(reference());
     let (rows, seqs) = samples(&trainer.model, &data);
     let zero = [0.0f32; 4];
-    let kl_opts = StepOptions {
-        kl_coef: 1.0,
-        ..opts(5e-2)
+    // One step with no advantage, so that only the KL term moves the policy; its KL.
+    let measure = |t: &mut Trainer| {
+        let kl_opts = StepOptions {
+            kl_coef: 1.0,
+            ..opts(5e-2)
+        };
+        let s = t
+            .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), kl_opts)
+            .unwrap();
+        loss_part(&s, "kl")
     };
-    let s = trainer
-        .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), kl_opts)
-        .unwrap();
-    let kl0 = s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1;
+    let kl0 = measure(&mut trainer);
     assert!(kl0.abs() < 1e-6, "KL to itself is {kl0}");
     // Push the policy away with a large advantage, then let the KL alone pull it back.
     let push = [5.0f32, 5.0, 5.0, 5.0];
@@ -244,30 +264,15 @@ fn the_kl_penalty_is_zero_at_the_reference_and_pulls_back_toward_it() {
             .pg_step(&data, &rows, &seqs, PgTargets::sequence(&push), opts(5e-2))
             .unwrap();
     }
-    let measure = |t: &mut Trainer| {
-        let s = t
-            .pg_step(
-                &data,
-                &rows,
-                &seqs,
-                PgTargets::sequence(&zero),
-                StepOptions {
-                    kl_coef: 1.0,
-                    ..opts(5e-2)
-                },
-            )
-            .unwrap();
-        s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1
-    };
     // A fresh optimizer, so that no momentum of the push is left.
     let pushed = trainer.model.to_safetensors().unwrap();
     let mut trainer = Trainer::new(
         Captioner::from_safetensors(&pushed, &cfg, &Device::Cpu).unwrap(),
-        adam,
+        AdamWParams::default(),
         6,
     )
     .unwrap();
-    trainer.set_reference(Captioner::from_safetensors(&bytes, &cfg, &Device::Cpu).unwrap());
+    trainer.set_reference(reference());
     let away = measure(&mut trainer);
     assert!(away > 1e-4, "the push should move the policy: KL {away}");
     let mut last = away;

@@ -5,7 +5,7 @@
 use caprl_common::config::{IsLevel, KlEstimator, OffPolicyCorrection, PpoRatio};
 use caprl_data::Dataset;
 use caprl_learner::off_policy::Correction;
-use caprl_learner::pg::{ClipRange, LossNorm};
+use caprl_learner::pg::{ClipRange, LossNorm, RatioStats};
 use caprl_learner::trainer::{PpoBatch, PpoOptions};
 use caprl_learner::{PgTargets, StepOptions, Trainer};
 use caprl_model::model::{batch_tokens, inputs_for_rows, Captioner, Device};
@@ -13,7 +13,10 @@ use caprl_model::optim::AdamWParams;
 
 #[path = "support/objectives.rs"]
 mod support;
-use support::{opts, samples, tiny_data, tiny_model};
+use support::{loss_part, opts, samples, tiny_data, tiny_model, tiny_trainer, tiny_trainer_with};
+
+/// The advantages of the four sampled captions in the tests that compare steps.
+const ADVANTAGES: [f32; 4] = [0.4, -0.4, 1.0, -1.0];
 
 /// Per-token `log π` of `seqs` under `model`, each cut to its sequence's length: what an actor
 /// sends as the behaviour log-probs of its samples.
@@ -38,6 +41,24 @@ fn sampled_batch(model: &Captioner, data: &Dataset) -> (Vec<usize>, Vec<Vec<u32>
     let (rows, seqs) = samples(model, data);
     let mu = token_logp(model, data, &rows, &seqs);
     (rows, seqs, mu)
+}
+
+/// A PPO batch of the four captions the policy `behaviour` sampled, none of them stale.
+fn fresh_batch<'a>(
+    rows: &'a [usize],
+    seqs: &'a [Vec<u32>],
+    advantages: &'a [f32],
+    behaviour: &'a [Vec<f32>],
+    norm: LossNorm,
+) -> PpoBatch<'a> {
+    PpoBatch {
+        rows,
+        seqs,
+        advantages,
+        behaviour,
+        stale: &[false; 4],
+        norm,
+    }
 }
 
 fn ppo(epochs: u32, minibatches: u32) -> PpoOptions {
@@ -77,27 +98,16 @@ fn flat_weights(model: &Captioner) -> Vec<f32> {
 fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
-    let new = || fresh_trainer(&data, 2);
+    let new = || tiny_trainer(&data, 2);
     let (mut plain, mut clipped) = (new(), new());
     let (rows, seqs, mu) = sampled_batch(&plain.model, &data);
-    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let a = ADVANTAGES;
     plain
         .pg_step(&data, &rows, &seqs, PgTargets::sequence(&a), opts(1e-2))
         .unwrap();
+    let batch = fresh_batch(&rows, &seqs, &a, &mu, LossNorm::Tokens);
     let stats = clipped
-        .ppo_update(
-            &data,
-            PpoBatch {
-                rows: &rows,
-                seqs: &seqs,
-                advantages: &a,
-                behaviour: &mu,
-                stale: &[false; 4],
-                norm: LossNorm::Tokens,
-            },
-            ppo(1, 1),
-            opts(1e-2),
-        )
+        .ppo_update(&data, batch, ppo(1, 1), opts(1e-2))
         .unwrap();
     let before = flat_weights(&new().model);
     let (p, c) = (flat_weights(&plain.model), flat_weights(&clipped.model));
@@ -117,23 +127,16 @@ fn one_ppo_pass_at_the_behaviour_policy_is_the_plain_step() {
     assert_eq!(clipped.state.step, plain.state.step);
 }
 
-/// A tiny trainer for `data`, the same at every call with one `seed`.
-fn fresh_trainer(data: &Dataset, seed: u64) -> Trainer {
-    let model = Captioner::new(&tiny_model(data), &Device::Cpu, seed).unwrap();
-    Trainer::new(model, AdamWParams::default(), seed).unwrap()
-}
-
-/// [`fresh_trainer`] whose first Adam step is proportional to the gradient wherever the
+/// [`tiny_trainer`] whose first Adam step is proportional to the gradient wherever the
 /// gradient is small (`eps` 1e-4, not 1e-8), so that comparing two steps' weights compares
 /// their gradients: with the default, a near-zero gradient whose sign differs by rounding
 /// moves its weight by ±lr either way.
 fn comparing_trainer(data: &Dataset, seed: u64) -> Trainer {
-    let model = Captioner::new(&tiny_model(data), &Device::Cpu, seed).unwrap();
     let adam = AdamWParams {
         eps: 1e-4,
         ..AdamWParams::default()
     };
-    Trainer::new(model, adam, seed).unwrap()
+    tiny_trainer_with(data, seed, adam)
 }
 
 /// The largest difference between two weight lists.
@@ -142,6 +145,19 @@ fn max_apart(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// The largest difference between the weights of two trainers' models.
+fn weights_apart(a: &Trainer, b: &Trainer) -> f32 {
+    max_apart(&flat_weights(&a.model), &flat_weights(&b.model))
+}
+
+/// Every ratio of a pass at the policy that sampled the batch is 1, up to rounding.
+fn assert_ratios_are_one(r: &RatioStats) {
+    assert!(
+        (r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6,
+        "{r:?}"
+    );
 }
 
 /// `kind` at `level` with the config's defaults: `is_clip` 1, kept ratios `[0.5, 2]`.
@@ -176,7 +192,7 @@ fn off_policy_weights_leave_fresh_captions_alone_and_mask_or_truncate_stale_ones
     let new = || comparing_trainer(&data, 5);
     let probe = new();
     let (rows, seqs, mu) = sampled_batch(&probe.model, &data);
-    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let a = ADVANTAGES;
     let plain = |a: &[f32]| {
         let mut t = new();
         t.pg_step(&data, &rows, &seqs, PgTargets::sequence(a), opts(1e-2))
@@ -235,7 +251,7 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
     let probe = new();
     let (rows, seqs, mu) = sampled_batch(&probe.model, &data);
     let older = older_behaviour(&mu);
-    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let a = ADVANTAGES;
     let stale = [true, true, false, false];
     let c = correction(OffPolicyCorrection::TruncatedIs, IsLevel::Token);
     let mut weighted = new();
@@ -265,22 +281,13 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
     let got = decoupled
         .ppo_update(&data, batch, options, opts(1e-2))
         .unwrap();
-    let r = got.ratios.expect("ratio statistics");
-    assert!(
-        (r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6,
-        "{r:?}"
-    );
+    assert_ratios_are_one(&got.ratios.expect("ratio statistics"));
     let (w, g) = (want.off_policy.unwrap(), got.off_policy.unwrap());
     assert!(
         (w.mean - g.mean).abs() < 1e-6 && w.stale_sequences == 2,
         "{w:?} vs {g:?}"
     );
-    assert!(
-        max_apart(
-            &flat_weights(&weighted.model),
-            &flat_weights(&decoupled.model)
-        ) < 1e-5
-    );
+    assert!(weights_apart(&weighted, &decoupled) < 1e-5);
     // Coupled PPO takes the ratio to μ instead: the stale tokens' ratio e^−3 is below 1 − ε,
     // and caption 1's (negative advantage) are clipped.
     let mut coupled = new();
@@ -289,12 +296,7 @@ fn decoupled_ppo_takes_the_ratio_to_the_learner_and_weighs_the_lag() {
         .unwrap();
     let r = got.ratios.unwrap();
     assert!(r.clip_fraction > 0.0 && r.min < 0.06, "{r:?}");
-    assert!(
-        max_apart(
-            &flat_weights(&coupled.model),
-            &flat_weights(&decoupled.model)
-        ) > 1e-4
-    );
+    assert!(weights_apart(&coupled, &decoupled) > 1e-4);
 }
 
 /// GSPO, one pass in one minibatch at the behaviour policy: every caption's ratio is 1 and
@@ -307,7 +309,7 @@ fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
     let new = || comparing_trainer(&data, 7);
     let (mut plain, mut gspo) = (new(), new());
     let (rows, seqs, mu) = sampled_batch(&plain.model, &data);
-    let a = [0.4f32, -0.4, 1.0, -1.0];
+    let a = ADVANTAGES;
     let targets = PgTargets::Sequence {
         multipliers: &a,
         norm: LossNorm::Sequences,
@@ -319,21 +321,10 @@ fn one_gspo_pass_at_the_behaviour_policy_is_the_per_sequence_plain_step() {
         ratio: PpoRatio::Sequence,
         ..ppo(1, 1)
     };
-    let batch = PpoBatch {
-        rows: &rows,
-        seqs: &seqs,
-        advantages: &a,
-        behaviour: &mu,
-        stale: &[false; 4],
-        norm: LossNorm::Tokens,
-    };
+    let batch = fresh_batch(&rows, &seqs, &a, &mu, LossNorm::Tokens);
     let stats = gspo.ppo_update(&data, batch, options, opts(1e-2)).unwrap();
-    let r = stats.ratios.unwrap();
-    assert!(
-        (r.min - 1.0).abs() < 1e-6 && (r.max - 1.0).abs() < 1e-6,
-        "{r:?}"
-    );
-    assert!(max_apart(&flat_weights(&plain.model), &flat_weights(&gspo.model)) < 1e-5);
+    assert_ratios_are_one(&stats.ratios.unwrap());
+    assert!(weights_apart(&plain, &gspo) < 1e-5);
 }
 
 /// K passes over M minibatches are one step and one policy version; the ratios move away from
@@ -343,26 +334,11 @@ fn ppo_passes_are_one_step_and_repeat_from_the_seed() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tiny_data(tmp.path());
     let run = || {
-        let model = Captioner::new(&tiny_model(&data), &Device::Cpu, 4).unwrap();
-        let mut t = Trainer::new(model, AdamWParams::default(), 4).unwrap();
-        let (rows, seqs) = samples(&t.model, &data);
-        let mu = token_logp(&t.model, &data, &rows, &seqs);
+        let mut t = tiny_trainer(&data, 4);
+        let (rows, seqs, mu) = sampled_batch(&t.model, &data);
         let a = [1.0f32, -1.0, 0.5, -0.5];
-        let stats = t
-            .ppo_update(
-                &data,
-                PpoBatch {
-                    rows: &rows,
-                    seqs: &seqs,
-                    advantages: &a,
-                    behaviour: &mu,
-                    stale: &[false; 4],
-                    norm: LossNorm::Sequences,
-                },
-                ppo(4, 2),
-                opts(5e-2),
-            )
-            .unwrap();
+        let batch = fresh_batch(&rows, &seqs, &a, &mu, LossNorm::Sequences);
+        let stats = t.ppo_update(&data, batch, ppo(4, 2), opts(5e-2)).unwrap();
         (t, stats)
     };
     let (a, stats) = run();
@@ -398,14 +374,16 @@ fn kl_estimators_are_zero_at_the_reference_and_k2_k3_pull_back() {
         kl_estimator: k,
         ..opts(2e-2)
     };
-    let kl_of = |s: &caprl_learner::StepStats| s.parts.iter().find(|(n, _)| *n == "kl").unwrap().1;
     for k in [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3] {
         let mut t = Trainer::new(reference(), AdamWParams::default(), 6).unwrap();
         t.set_reference(reference());
         let at_reference = t
             .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), with(k))
             .unwrap();
-        assert!(kl_of(&at_reference).abs() < 1e-6, "{k:?} at the reference");
+        assert!(
+            loss_part(&at_reference, "kl").abs() < 1e-6,
+            "{k:?} at the reference"
+        );
         if k == KlEstimator::K1 {
             continue;
         }
@@ -426,7 +404,7 @@ fn kl_estimators_are_zero_at_the_reference_and_k2_k3_pull_back() {
             let s = t
                 .pg_step(&data, &rows, &seqs, PgTargets::sequence(&zero), with(k))
                 .unwrap();
-            kl_of(&s)
+            loss_part(&s, "kl")
         };
         let away = step();
         assert!(

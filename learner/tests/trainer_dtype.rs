@@ -13,7 +13,7 @@ use caprl_wire::Sampling;
 use caprl_data::{Dataset, Item};
 use caprl_learner::eval::{evaluate, EvalOptions};
 use caprl_learner::objective::xe;
-use caprl_learner::{checkpoint, pg, PgTargets, Trainer};
+use caprl_learner::{checkpoint, pg, PgTargets, StepStats, Trainer};
 use caprl_model::model::{
     batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, DType, Device, ModelKind,
     SampleOptions, Tensor,
@@ -167,6 +167,35 @@ fn assert_gradients_close(
     (worst_cos, worst_rel)
 }
 
+/// The SCST batch of the loss test: each sequence's image row, its tokens and its advantage.
+struct ScstBatch {
+    rows: Vec<usize>,
+    seqs: Vec<Vec<u32>>,
+    advantages: Vec<f32>,
+}
+
+/// One SCST step on `batch` of a fresh trainer (seed 3) with `cfg`.
+fn scst_step(cfg: &CaptionerConfig, data: &Dataset, batch: &ScstBatch) -> StepStats {
+    let targets = PgTargets::sequence(&batch.advantages);
+    trainer(cfg, 3)
+        .pg_step(data, &batch.rows, &batch.seqs, targets, opts(1e-3))
+        .unwrap()
+}
+
+/// The XE gradients on `items` and the SCST gradients on `batch` of a fresh model (seed 3)
+/// with `cfg`.
+fn step_gradients(
+    cfg: &CaptionerConfig,
+    data: &Dataset,
+    items: &[&Item],
+    batch: &ScstBatch,
+) -> (BTreeMap<String, Vec<f32>>, BTreeMap<String, Vec<f32>>) {
+    let fresh = || Captioner::new(cfg, &Device::Cpu, 3).unwrap();
+    let xe = xe_gradients(&fresh(), data, items);
+    let pg = pg_gradients(&fresh(), data, &batch.rows, &batch.seqs, &batch.advantages);
+    (xe, pg)
+}
+
 /// Every parameter of the model, and every optimizer moment in a checkpoint, is f32.
 fn assert_all_f32(model: &Captioner) {
     for (name, var) in model.varmap().data().lock().unwrap().iter() {
@@ -204,33 +233,18 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
     let advantages: Vec<f32> = (0..seq_rows.len())
         .map(|i| ((i % 5) as f32 - 2.0) * 0.3)
         .collect();
+    let batch = ScstBatch {
+        rows: seq_rows,
+        seqs: samples.tokens,
+        advantages,
+    };
 
     let mut reference = trainer(&f32_cfg, 3);
     let xe32 = reference.xe_step(&data, &items, opts(1e-3)).unwrap();
-    let mut reference = trainer(&f32_cfg, 3);
-    let pg32 = reference
-        .pg_step(
-            &data,
-            &seq_rows,
-            &samples.tokens,
-            PgTargets::sequence(&advantages),
-            opts(1e-3),
-        )
-        .unwrap();
+    let pg32 = scst_step(&f32_cfg, &data, &batch);
     assert!(!xe32.skipped && !pg32.skipped);
 
-    let xe_grads32 = xe_gradients(
-        &Captioner::new(&f32_cfg, &Device::Cpu, 3).unwrap(),
-        &data,
-        &items,
-    );
-    let pg_grads32 = pg_gradients(
-        &Captioner::new(&f32_cfg, &Device::Cpu, 3).unwrap(),
-        &data,
-        &seq_rows,
-        &samples.tokens,
-        &advantages,
-    );
+    let (xe_grads32, pg_grads32) = step_gradients(&f32_cfg, &data, &items, &batch);
     for (dtype, tol, grad_tol) in [
         (DType::BF16, BF16_LOSS_TOL, BF16_GRAD_TOL),
         (DType::F16, F16_LOSS_TOL, F16_GRAD_TOL),
@@ -240,16 +254,7 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
         let xe = t.xe_step(&data, &items, opts(1e-3)).unwrap();
         // The step updated the f32 master weights through the cast.
         assert_all_f32(&t.model);
-        let mut t = trainer(&cfg, 3);
-        let pg = t
-            .pg_step(
-                &data,
-                &seq_rows,
-                &samples.tokens,
-                PgTargets::sequence(&advantages),
-                opts(1e-3),
-            )
-            .unwrap();
+        let pg = scst_step(&cfg, &data, &batch);
         eprintln!(
             "{dtype:?}: XE loss {:.6} vs f32 {:.6} (rel {:.2e}), grad norm {:.4} vs {:.4}; \
              SCST loss {:.6} vs f32 {:.6} (rel {:.2e}), grad norm {:.4} vs {:.4}",
@@ -278,28 +283,11 @@ fn bf16_and_f16_xe_and_scst_losses_match_f32_on_the_same_batch() {
             pg.loss,
             pg32.loss
         );
-        let (xe_cos, xe_rel) = assert_gradients_close(
-            &format!("{dtype:?} XE"),
-            &xe_gradients(
-                &Captioner::new(&cfg, &Device::Cpu, 3).unwrap(),
-                &data,
-                &items,
-            ),
-            &xe_grads32,
-            grad_tol,
-        );
-        let (pg_cos, pg_rel) = assert_gradients_close(
-            &format!("{dtype:?} SCST"),
-            &pg_gradients(
-                &Captioner::new(&cfg, &Device::Cpu, 3).unwrap(),
-                &data,
-                &seq_rows,
-                &samples.tokens,
-                &advantages,
-            ),
-            &pg_grads32,
-            grad_tol,
-        );
+        let (xe_grads, pg_grads) = step_gradients(&cfg, &data, &items, &batch);
+        let (xe_cos, xe_rel) =
+            assert_gradients_close(&format!("{dtype:?} XE"), &xe_grads, &xe_grads32, grad_tol);
+        let (pg_cos, pg_rel) =
+            assert_gradients_close(&format!("{dtype:?} SCST"), &pg_grads, &pg_grads32, grad_tol);
         eprintln!(
             "{dtype:?} per-parameter gradients: XE worst cosine {xe_cos:.6}, relative error \
              {xe_rel:.2e}; SCST {pg_cos:.6}, {pg_rel:.2e}"

@@ -3,12 +3,15 @@
 
 #[path = "support/decode.rs"]
 mod decode;
+#[path = "support/threads.rs"]
+mod threads;
 
 use caprl_model::model::{
     batch_tokens, BadEndings, BeamOptions, CaprlRng, Captioner, CaptionerConfig, Decoded, Device,
     ModelKind, RnnKind, EOS,
 };
-use decode::{configs, inputs, opts, teacher_logp, tiny};
+use decode::{configs, inputs, opts, sample_seeded, teacher_logp, tiny};
+use threads::on_threads;
 
 #[test]
 fn beam_of_width_one_equals_greedy() {
@@ -178,9 +181,7 @@ fn sampling_at_near_zero_temperature_equals_greedy() {
         let m = Captioner::new(&cfg, &Device::Cpu, 6).unwrap();
         let x = inputs(&cfg, 4, 3);
         let g = m.greedy(&x, cfg.max_len).unwrap();
-        let s = m
-            .sample(&x, &opts(2, 1e-5, 0), &mut CaprlRng::new(1))
-            .unwrap();
+        let s = sample_seeded(&m, &x, &opts(2, 1e-5, 0), 1);
         for i in 0..4 {
             assert_eq!(s.tokens[2 * i], g.tokens[i]);
             assert_eq!(s.tokens[2 * i + 1], g.tokens[i]);
@@ -193,25 +194,13 @@ fn sampling_is_reproducible_from_the_seed() {
     for cfg in configs() {
         let m = Captioner::new(&cfg, &Device::Cpu, 8).unwrap();
         let x = inputs(&cfg, 3, 4);
-        let a = m
-            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(42))
-            .unwrap();
-        let b = m
-            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(42))
-            .unwrap();
-        let c = m
-            .sample(&x, &opts(5, 1.0, 0), &mut CaprlRng::new(43))
-            .unwrap();
+        let a = sample_seeded(&m, &x, &opts(5, 1.0, 0), 42);
+        let b = sample_seeded(&m, &x, &opts(5, 1.0, 0), 42);
+        let c = sample_seeded(&m, &x, &opts(5, 1.0, 0), 43);
         assert_eq!(a, b);
         assert_ne!(a.tokens, c.tokens);
         // The same row of a smaller batch gets the same sample (per-row streams).
-        let first = m
-            .sample(
-                &x.select_rows(&[0]).unwrap(),
-                &opts(5, 1.0, 0),
-                &mut CaprlRng::new(42),
-            )
-            .unwrap();
+        let first = sample_seeded(&m, &x.select_rows(&[0]).unwrap(), &opts(5, 1.0, 0), 42);
         assert_eq!(first.tokens[..], a.tokens[..5]);
     }
 }
@@ -221,9 +210,7 @@ fn sampled_logprobs_at_temperature_one_equal_teacher_forced() {
     let cfg = tiny(ModelKind::Att, RnnKind::Gru, 1);
     let m = Captioner::new(&cfg, &Device::Cpu, 9).unwrap();
     let x = inputs(&cfg, 2, 5);
-    let s: Decoded = m
-        .sample(&x, &opts(3, 1.0, 0), &mut CaprlRng::new(2))
-        .unwrap();
+    let s: Decoded = sample_seeded(&m, &x, &opts(3, 1.0, 0), 2);
     let tf = teacher_logp(&m, &x.repeat_each(3).unwrap(), &s.tokens);
     for (lps, t) in s.logprobs.iter().zip(tf) {
         let sum: f32 = lps.iter().sum();
@@ -243,9 +230,7 @@ fn top_k_one_equals_greedy() {
     let m = Captioner::new(&cfg, &Device::Cpu, 10).unwrap();
     let x = inputs(&cfg, 3, 6);
     let g = m.greedy(&x, cfg.max_len).unwrap();
-    let s = m
-        .sample(&x, &opts(1, 1.0, 1), &mut CaprlRng::new(3))
-        .unwrap();
+    let s = sample_seeded(&m, &x, &opts(1, 1.0, 1), 3);
     assert_eq!(s.tokens, g.tokens);
     assert!(s.logprobs.iter().flatten().all(|&l| l == 0.0));
 }
@@ -374,33 +359,17 @@ fn lookahead_scores_mix_log_prob_and_value() {
         let x = inputs(&cfg, 3, 4);
         let bo = BeamOptions::plain(3, cfg.max_len);
         let plain = m.beam(&x, &bo).unwrap();
-        let one = m
-            .decoder()
-            .unwrap()
-            .beam_lookahead(
-                &x,
-                &bo,
-                &Lookahead {
-                    value: &value,
-                    lambda: 1.0,
-                },
-            )
-            .unwrap();
-        assert_eq!(plain, one);
+        let lookahead = |lambda: f32| {
+            let look = Lookahead {
+                value: &value,
+                lambda,
+            };
+            m.decoder().unwrap().beam_lookahead(&x, &bo, &look).unwrap()
+        };
+        assert_eq!(plain, lookahead(1.0));
 
         let lambda = 0.3f32;
-        let mixed = m
-            .decoder()
-            .unwrap()
-            .beam_lookahead(
-                &x,
-                &bo,
-                &Lookahead {
-                    value: &value,
-                    lambda,
-                },
-            )
-            .unwrap();
+        let mixed = lookahead(lambda);
         for (i, hyps) in mixed.iter().enumerate() {
             assert!(!hyps.is_empty());
             for h in hyps {
@@ -442,17 +411,9 @@ fn decoding_on_several_threads_matches_one_thread() {
     let prefixes: Vec<Vec<u32>> = (0..280).map(|i| vec![3 + (i % 5) as u32]).collect();
     let beam = BeamOptions::plain(5, 7);
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let tempered = m
-                .sample(&x, &opts(5, 0.8, 0), &mut CaprlRng::new(7))
-                .unwrap();
-            let top_k = m
-                .sample(&x, &opts(5, 1.0, 4), &mut CaprlRng::new(8))
-                .unwrap();
+        on_threads(threads, || {
+            let tempered = sample_seeded(&m, &x, &opts(5, 0.8, 0), 7);
+            let top_k = sample_seeded(&m, &x, &opts(5, 1.0, 4), 8);
             let completed = m
                 .decoder()
                 .unwrap()

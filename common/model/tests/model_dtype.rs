@@ -1,40 +1,29 @@
 //! The compute dtype: bf16/f16 passes over f32 parameters, on the CPU.
 
+#[path = "support/decode.rs"]
+mod decode;
+
 use caprl_wire::Sampling;
 
 use caprl_model::model::{
-    batch_tokens, BeamOptions, CaprlRng, Captioner, CaptionerConfig, DType, Device, Inputs,
-    ModelKind, RnnKind, SampleOptions,
+    batch_tokens, BeamOptions, Captioner, CaptionerConfig, DType, Device, Inputs, ModelKind,
+    RnnKind, SampleOptions,
 };
+use decode::sample_seeded;
 
+/// [`decode::tiny`] computing in `compute`, without dropout and with a wider transformer
+/// feed-forward (24).
 fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize, compute: DType) -> CaptionerConfig {
-    let mut cfg = CaptionerConfig::new(kind, 12, 6, Some((4, 5)));
-    cfg.model.rnn = rnn;
-    cfg.model.layers = layers;
-    cfg.model.embed = 8;
-    cfg.model.hidden = 16;
-    cfg.model.att_hidden = 8;
-    cfg.max_len = 7;
+    let mut cfg = decode::tiny(kind, rnn, layers);
     cfg.model.dropout = 0.0;
     cfg.compute_dtype = compute;
-    cfg.model.enc_layers = 1;
-    cfg.model.dec_layers = layers;
-    cfg.model.d_model = 16;
-    cfg.model.heads = 2;
     cfg.model.d_ff = 24;
-    cfg.model.tie_embed = false;
-    cfg.model.global_region = false;
     cfg
 }
 
+/// [`decode::inputs`] of `b` images, unsalted.
 fn inputs(cfg: &CaptionerConfig, b: usize) -> Inputs {
-    let fc: Vec<f32> = (0..b * cfg.fc_dim)
-        .map(|i| ((i * 7919 % 23) as f32 - 11.0) / 4.0)
-        .collect();
-    let att: Vec<f32> = (0..b * 4 * 5)
-        .map(|i| ((i * 104729 % 19) as f32 - 9.0) / 3.0)
-        .collect();
-    Inputs::from_host(&fc, Some(&att), b, cfg, &Device::Cpu).unwrap()
+    decode::inputs(cfg, b, 0)
 }
 
 fn sample_opts(cfg: &CaptionerConfig) -> SampleOptions {
@@ -121,16 +110,10 @@ fn bf16_sampling_is_reproducible_for_a_seed_on_the_cpu() {
     let cfg = tiny(ModelKind::Att, RnnKind::Lstm, 2, DType::BF16);
     let m = Captioner::new(&cfg, &Device::Cpu, 2).unwrap();
     let x = inputs(&cfg, 4);
-    let a = m
-        .sample(&x, &sample_opts(&cfg), &mut CaprlRng::new(17))
-        .unwrap();
-    let b = m
-        .sample(&x, &sample_opts(&cfg), &mut CaprlRng::new(17))
-        .unwrap();
+    let a = sample_seeded(&m, &x, &sample_opts(&cfg), 17);
+    let b = sample_seeded(&m, &x, &sample_opts(&cfg), 17);
     assert_eq!(a, b);
-    let c = m
-        .sample(&x, &sample_opts(&cfg), &mut CaprlRng::new(18))
-        .unwrap();
+    let c = sample_seeded(&m, &x, &sample_opts(&cfg), 18);
     assert_ne!(a.tokens, c.tokens, "another seed gave the same samples");
 }
 

@@ -4,6 +4,10 @@
 use caprl_model::model::{batch_tokens, Captioner, CaptionerConfig, Device, Inputs, ModelKind};
 use caprl_model::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams, Schedule};
 
+#[path = "support/threads.rs"]
+mod threads;
+use threads::on_threads;
+
 fn setup() -> (Captioner, Inputs, caprl_model::model::Tensor) {
     setup_with_hidden(12)
 }
@@ -173,11 +177,7 @@ fn schedules_follow_their_formulas() {
 #[test]
 fn adamw_on_several_threads_matches_one_thread_bit_for_bit() {
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             // w_hh is 3H x H = 3 x 160²: more than four update chunks.
             let (m, x, seqs) = setup_with_hidden(160);
             let mut opt = AdamW::new(m.varmap(), params()).unwrap();

@@ -8,15 +8,14 @@ use caprl_score::{
 };
 use serde_json::{json, Map, Value};
 
+#[path = "support/fixture.rs"]
+mod fixture;
+use fixture::{image_cands, image_refs, load_fixture};
+
 const TOL: f64 = 1e-6;
 
 fn fixture() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/coco_reference.json"
-    );
-    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture present"))
-        .expect("fixture is JSON")
+    load_fixture("coco_reference.json")
 }
 
 fn close(what: &str, got: f64, want: f64) {
@@ -150,20 +149,13 @@ fn parallel_cider_corpus_equals_serial() {
     let fx = fixture();
     let mut interner = Interner::new();
     let images = fx["images"].as_array().expect("images");
-    let refs: Vec<Vec<Vec<u32>>> = images
-        .iter()
-        .map(|im| {
-            im["refs"]
-                .as_array()
-                .expect("refs")
-                .iter()
-                .map(|s| interner.intern_sentence(s.as_str().expect("string")))
-                .collect()
-        })
+    let refs: Vec<Vec<Vec<u32>>> = image_refs(images)
+        .into_iter()
+        .map(|r| r.into_iter().map(|s| interner.intern_sentence(s)).collect())
         .collect();
-    let cands: Vec<Vec<u32>> = images
-        .iter()
-        .map(|im| interner.intern_sentence(im["cand"].as_str().expect("cand")))
+    let cands: Vec<Vec<u32>> = image_cands(images)
+        .into_iter()
+        .map(|c| interner.intern_sentence(c))
         .collect();
     assert_eq!(
         cider_corpus(&refs, &cands),

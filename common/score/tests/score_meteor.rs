@@ -5,11 +5,13 @@
 
 #[path = "../../tests/support/ci.rs"]
 mod ci;
+#[path = "support/fixture.rs"]
+mod fixture;
 
 use std::path::PathBuf;
 
 use caprl_score::{locate_jar, Meteor, MeteorError};
-use serde_json::Value;
+use fixture::{image_cands, image_refs, load_fixture};
 
 const TOL: f64 = 1e-4;
 
@@ -25,35 +27,12 @@ fn jar() -> Option<PathBuf> {
     }
 }
 
-fn fixture() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/meteor_reference.json"
-    );
-    let text = std::fs::read_to_string(path).expect("fixture present");
-    serde_json::from_str(&text).expect("fixture is JSON")
-}
-
 #[test]
 fn meteor_matches_pycocoevalcap_per_image_and_corpus() {
     let Some(jar) = jar() else { return };
-    let fx = fixture();
+    let fx = load_fixture("meteor_reference.json");
     let images = fx["images"].as_array().expect("images");
-    let refs: Vec<Vec<String>> = images
-        .iter()
-        .map(|im| {
-            im["refs"]
-                .as_array()
-                .expect("refs")
-                .iter()
-                .map(|r| r.as_str().expect("ref").to_string())
-                .collect()
-        })
-        .collect();
-    let cands: Vec<&str> = images
-        .iter()
-        .map(|im| im["cand"].as_str().expect("cand"))
-        .collect();
+    let (refs, cands) = (image_refs(images), image_cands(images));
     let mut meteor = Meteor::start(&jar).expect("the jar starts");
     let (corpus, per_image) = meteor.compute_score(&refs, &cands).expect("scores");
     let want = fx["corpus"]["meteor"].as_f64().expect("corpus");

@@ -6,10 +6,12 @@ use std::path::Path;
 use caprl_wire::Sampling;
 
 use caprl_data::{synth_dataset, Dataset, SynthConfig};
-use caprl_learner::StepOptions;
+use caprl_learner::{StepOptions, StepStats, Trainer};
 use caprl_model::model::{
-    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, ModelKind, SampleOptions,
+    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Device, ModelKind,
+    SampleOptions,
 };
+use caprl_model::optim::AdamWParams;
 
 pub fn tiny_data(dir: &Path) -> Dataset {
     let out = dir.join("synth");
@@ -32,6 +34,22 @@ pub fn tiny_model(data: &Dataset) -> CaptionerConfig {
     cfg.model.hidden = 24;
     cfg.model.dropout = 0.0;
     cfg
+}
+
+/// A tiny trainer for `data` with default AdamW, the same at every call with one `seed`.
+pub fn tiny_trainer(data: &Dataset, seed: u64) -> Trainer {
+    tiny_trainer_with(data, seed, AdamWParams::default())
+}
+
+/// [`tiny_trainer`] with the optimizer settings `adam`.
+pub fn tiny_trainer_with(data: &Dataset, seed: u64, adam: AdamWParams) -> Trainer {
+    let model = Captioner::new(&tiny_model(data), &Device::Cpu, seed).unwrap();
+    Trainer::new(model, adam, seed).unwrap()
+}
+
+/// The value of the loss term `name` (`"kl"`, `"value"`, ...) in a step's statistics.
+pub fn loss_part(stats: &StepStats, name: &str) -> f32 {
+    stats.parts.iter().find(|(n, _)| *n == name).unwrap().1
 }
 
 pub fn opts(lr: f64) -> StepOptions {

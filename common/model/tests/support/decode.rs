@@ -4,8 +4,8 @@
 use caprl_wire::Sampling;
 
 use caprl_model::model::{
-    batch_tokens, BadEndings, Captioner, CaptionerConfig, Device, Inputs, ModelKind, RnnKind,
-    SampleOptions,
+    batch_tokens, BadEndings, CaprlRng, Captioner, CaptionerConfig, Decoded, Device, Inputs,
+    ModelKind, RnnKind, SampleOptions,
 };
 
 pub fn tiny(kind: ModelKind, rnn: RnnKind, layers: usize) -> CaptionerConfig {
@@ -57,6 +57,11 @@ pub fn opts(n: usize, temperature: f32, top_k: u32) -> SampleOptions {
         bad_endings: BadEndings::none(),
         max_len: 7,
     }
+}
+
+/// `m`'s samples of `x` with `options`, drawn from a fresh stream seeded with `seed`.
+pub fn sample_seeded(m: &Captioner, x: &Inputs, options: &SampleOptions, seed: u64) -> Decoded {
+    m.sample(x, options, &mut CaprlRng::new(seed)).unwrap()
 }
 
 pub fn teacher_logp(m: &Captioner, x: &Inputs, seqs: &[Vec<u32>]) -> Vec<f32> {
