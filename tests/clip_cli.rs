@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::{caprl, final_weights, sets, steps, synth, text};
+use support::{caprl, eval_test_split, final_weights, sets, steps, synth, text};
 
 fn clip_train(data: &Path, out: &Path, seed: &str) {
     let o = caprl()
@@ -110,19 +110,7 @@ fn wtf_rl_trains_with_the_discriminator_and_eval_reports_recall() {
     assert!(!log.contains("pre-trained on"), "{log}");
     assert!(steps(&run, "rl").len() > rl.len());
 
-    let out = caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
-            "--beam",
-            "2",
-            "--json",
-            "--checkpoint",
-        ])
-        .arg(run.join("best-rl"))
-        .output()
-        .expect("caprl runs");
+    let out = eval_test_split(&run.join("best-rl"), &["--beam", "2", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in [

@@ -4,9 +4,7 @@
 
 mod support;
 
-use std::path::PathBuf;
-
-use support::{caprl, sets, synth, text};
+use support::{caprl, checkpoint_dirs, eval_test_split, sets, synth, text};
 
 #[test]
 #[cfg(not(feature = "cuda"))]
@@ -109,21 +107,9 @@ fn a_bf16_run_writes_f32_checkpoints_that_an_f32_eval_reads() {
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(config.contains("dtype = \"bf16\""), "{config}");
 
-    let ck = run.join("checkpoints");
-    let newest: PathBuf = {
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&ck)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("ckpt-")
-            })
-            .collect();
-        dirs.sort();
-        dirs.pop().expect("a checkpoint")
-    };
+    let newest = checkpoint_dirs(&run.join("checkpoints"))
+        .pop()
+        .expect("a checkpoint");
     let weights =
         candle_core::safetensors::load(newest.join("model.safetensors"), &candle_core::Device::Cpu)
             .unwrap();
@@ -131,19 +117,7 @@ fn a_bf16_run_writes_f32_checkpoints_that_an_f32_eval_reads() {
     for (name, t) in &weights {
         assert_eq!(t.dtype(), candle_core::DType::F32, "{name} is not f32");
     }
-    let out = caprl()
-        .args([
-            "eval",
-            "--dtype",
-            "f32",
-            "--split",
-            "test",
-            "--json",
-            "--checkpoint",
-        ])
-        .arg(&newest)
-        .output()
-        .unwrap();
+    let out = eval_test_split(&newest, &["--dtype", "f32", "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(report.to_string().contains("cider_d"), "{report}");

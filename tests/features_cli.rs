@@ -7,8 +7,24 @@ mod support;
 #[path = "../common/tests/support/tiny_clip.rs"]
 mod tiny_clip;
 
+use std::path::Path;
+use std::process::Output;
+
 use image::{Rgb, RgbImage};
 use support::{caprl, text};
+
+/// Runs `caprl features -q --clip <clip> --images <images> --out <out>` to the end.
+fn features(clip: &Path, images: &Path, out: &Path) -> Output {
+    caprl()
+        .args(["features", "-q", "--clip"])
+        .arg(clip)
+        .arg("--images")
+        .arg(images)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("caprl runs")
+}
 
 #[test]
 fn features_embeds_every_image_of_a_folder_sorted_by_name() {
@@ -30,15 +46,7 @@ fn features_embeds_every_image_of_a_folder_sorted_by_name() {
         }
     }
     let out = dir.path().join("features");
-    let run = caprl()
-        .args(["features", "-q", "--clip"])
-        .arg(&clip)
-        .arg("--images")
-        .arg(&images)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let run = features(&clip, &images, &out);
     assert!(run.status.success(), "{}", text(&run));
 
     let ids: Vec<String> =
@@ -67,15 +75,7 @@ fn features_without_images_says_which_files_it_looks_for() {
     let images = dir.path().join("images");
     std::fs::create_dir_all(images.join("nested")).unwrap();
     std::fs::write(images.join("readme.md"), "no images here").unwrap();
-    let run = caprl()
-        .args(["features", "-q", "--clip"])
-        .arg(&clip)
-        .arg("--images")
-        .arg(&images)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .output()
-        .unwrap();
+    let run = features(&clip, &images, &dir.path().join("out"));
     assert!(!run.status.success(), "{}", text(&run));
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(

@@ -55,6 +55,25 @@ fn password(user: &str) -> &'static str {
         .expect("known user")
 }
 
+/// A nats-server on the shipped config (see [`test_config`], written into `dir`).
+fn start_with_shipped_config(dir: &Path) -> LocalNatsServer {
+    LocalNatsServer::start(LocalNatsServerOptions {
+        config_file: Some(test_config(dir)),
+        ..LocalNatsServerOptions::default()
+    })
+    .expect("nats-server starts with k8s/base/nats.conf")
+}
+
+/// The connection settings of `user` (a role, with its password) to the server at `url`.
+fn role_config(url: &str, user: &str) -> NatsConfig {
+    NatsConfig {
+        user: user.into(),
+        password: password(user).into(),
+        connect_timeout_secs: 2,
+        ..NatsConfig::to_url(url)
+    }
+}
+
 /// A raw client as `user` that records every error the server sends back.
 async fn raw_client(url: &str, user: &str) -> (async_nats::Client, Arc<Mutex<Vec<String>>>) {
     let errors = Arc::new(Mutex::new(Vec::new()));
@@ -75,6 +94,17 @@ async fn raw_client(url: &str, user: &str) -> (async_nats::Client, Arc<Mutex<Vec
     .await
     .expect("role connects with its password");
     (client, errors)
+}
+
+/// [`assert_publish_denied`] for each of `subjects`, in turn.
+async fn assert_publishes_denied(
+    client: &async_nats::Client,
+    errors: &Arc<Mutex<Vec<String>>>,
+    subjects: &[&str],
+) {
+    for subject in subjects {
+        assert_publish_denied(client, errors, subject).await;
+    }
 }
 
 /// Publishes to `subject` and waits until the server has answered with a permissions
@@ -109,22 +139,12 @@ async fn assert_publish_denied(
 #[tokio::test]
 async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snapshots() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = LocalNatsServer::start(LocalNatsServerOptions {
-        config_file: Some(test_config(dir.path())),
-        ..LocalNatsServerOptions::default()
-    })
-    .expect("nats-server starts with k8s/base/nats.conf");
+    let server = start_with_shipped_config(dir.path());
     let url = server.url();
     let opts = BusOptions::for_run("default");
 
     // The learner creates the run and publishes a snapshot and a task.
-    let learner_cfg = NatsConfig {
-        user: "learner".into(),
-        password: password("learner").into(),
-        connect_timeout_secs: 2,
-        ..NatsConfig::to_url(&url)
-    };
-    let learner = NatsBus::connect(&learner_cfg, &opts)
+    let learner = NatsBus::connect(&role_config(&url, "learner"), &opts)
         .await
         .expect("learner opens the run with its permissions");
     let weights = Bytes::from(vec![7u8; 300_000]);
@@ -138,13 +158,7 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
         .expect("learner publishes a task");
 
     // The actor's own connect path opens the existing run without create rights.
-    let actor_cfg = NatsConfig {
-        user: "actor".into(),
-        password: password("actor").into(),
-        connect_timeout_secs: 2,
-        ..NatsConfig::to_url(&url)
-    };
-    let actor_bus = NatsBus::connect_pulling(&actor_cfg, &opts, &[Queue::Tasks])
+    let actor_bus = NatsBus::connect_pulling(&role_config(&url, "actor"), &opts, &[Queue::Tasks])
         .await
         .expect("actor opens the run the learner created, with its permissions");
     let latest = actor_bus.latest().await.expect("actor reads latest");
@@ -208,16 +222,18 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
     meta.verify(&data).expect("the snapshot the learner wrote");
 
     // ...and nothing a learner does.
-    assert_publish_denied(&actor, &errors, "$O.caprl-default-snapshots.C.forged").await;
-    assert_publish_denied(&actor, &errors, "$O.caprl-default-snapshots.M.cG9saWN5LXYy").await;
-    assert_publish_denied(&actor, &errors, "$KV.caprl-default-control.latest").await;
-    assert_publish_denied(&actor, &errors, "caprl.default.tasks").await;
-    assert_publish_denied(&actor, &errors, "caprl.default.scored").await;
-    assert_publish_denied(&actor, &errors, "$JS.API.STREAM.PURGE.caprl-default-tasks").await;
-    assert_publish_denied(
+    assert_publishes_denied(
         &actor,
         &errors,
-        "$JS.API.STREAM.DELETE.OBJ_caprl-default-snapshots",
+        &[
+            "$O.caprl-default-snapshots.C.forged",
+            "$O.caprl-default-snapshots.M.cG9saWN5LXYy",
+            "$KV.caprl-default-control.latest",
+            "caprl.default.tasks",
+            "caprl.default.scored",
+            "$JS.API.STREAM.PURGE.caprl-default-tasks",
+            "$JS.API.STREAM.DELETE.OBJ_caprl-default-snapshots",
+        ],
     )
     .await;
 
@@ -254,21 +270,14 @@ async fn actor_may_pull_tasks_read_snapshots_publish_rollouts_but_not_write_snap
 #[tokio::test]
 async fn reward_worker_may_pull_rollouts_and_publish_scored_only() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = LocalNatsServer::start(LocalNatsServerOptions {
-        config_file: Some(test_config(dir.path())),
-        ..LocalNatsServerOptions::default()
-    })
-    .expect("nats-server starts with k8s/base/nats.conf");
+    let server = start_with_shipped_config(dir.path());
     let url = server.url();
-    let learner_cfg = NatsConfig {
-        user: "learner".into(),
-        password: password("learner").into(),
-        connect_timeout_secs: 2,
-        ..NatsConfig::to_url(&url)
-    };
-    let learner = NatsBus::connect(&learner_cfg, &BusOptions::for_run("default"))
-        .await
-        .expect("learner opens the run");
+    let learner = NatsBus::connect(
+        &role_config(&url, "learner"),
+        &BusOptions::for_run("default"),
+    )
+    .await
+    .expect("learner opens the run");
 
     let (actor, _) = raw_client(&url, "actor").await;
     jetstream::new(actor)
@@ -311,14 +320,16 @@ async fn reward_worker_may_pull_rollouts_and_publish_scored_only() {
         .expect("learner pulls scored");
     assert_eq!(scored.len(), 1);
 
-    assert_publish_denied(&worker, &errors, "caprl.default.rollouts").await;
-    assert_publish_denied(&worker, &errors, "caprl.default.tasks").await;
-    assert_publish_denied(&worker, &errors, "$KV.caprl-default-control.latest").await;
-    assert_publish_denied(&worker, &errors, "$O.caprl-default-snapshots.C.forged").await;
-    assert_publish_denied(
+    assert_publishes_denied(
         &worker,
         &errors,
-        "$JS.API.CONSUMER.MSG.NEXT.caprl-default-tasks.workers",
+        &[
+            "caprl.default.rollouts",
+            "caprl.default.tasks",
+            "$KV.caprl-default-control.latest",
+            "$O.caprl-default-snapshots.C.forged",
+            "$JS.API.CONSUMER.MSG.NEXT.caprl-default-tasks.workers",
+        ],
     )
     .await;
 }

@@ -20,10 +20,9 @@ use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use prometheus::{free_port, Prometheus};
 use serde_json::Value;
-use support::{kill9, output_of, sets, spawn, synth, Reaper};
+use support::{kill9, output_of, sets, spawn, start_broker, synth, Reaper};
 
 const RUN_ID: &str = "live-monitoring";
 /// `for:` of every alert in the test's copy of the rules.
@@ -65,8 +64,7 @@ fn shipped_alerts_fire_and_resolve_and_every_dashboard_query_answers_on_a_live_r
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let run = dir.path().join("run");
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
-    let url = server.url();
+    let (server, url) = start_broker();
     // The cluster config's mode (async, bounded lag), no XE phase, and more RL epochs than
     // the test lasts: the roles are killed at the end.
     let run_id = format!("runtime.run_id={RUN_ID:?}");

@@ -6,7 +6,7 @@ mod support;
 
 use std::path::Path;
 
-use support::{caprl, sets, steps, synth, text};
+use support::{caprl, eval_test_split, sets, steps, synth, text};
 
 fn train(args: &[String], extra: &[&str]) -> std::process::Output {
     caprl()
@@ -19,21 +19,8 @@ fn train(args: &[String], extra: &[&str]) -> std::process::Output {
 
 /// `caprl eval` of `checkpoint` on the test split, beam 2, lookahead λ = 0.5.
 fn eval_lookahead(checkpoint: &Path, extra: &[&str]) -> std::process::Output {
-    caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
-            "--beam",
-            "2",
-            "--lookahead",
-            "0.5",
-        ])
-        .args(extra)
-        .arg("--checkpoint")
-        .arg(checkpoint)
-        .output()
-        .expect("caprl runs")
+    let flags = [&["--beam", "2", "--lookahead", "0.5"], extra].concat();
+    eval_test_split(checkpoint, &flags)
 }
 
 fn has_value_head(best: &Path) -> bool {

@@ -10,18 +10,14 @@ use std::time::{Duration, Instant};
 
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
 use support::{
-    final_weights, finish, kill_all_and_read, reference_run, sets, spawn, steps, stop, synth,
-    Reaper,
+    data_and_reference, final_weights, finish, kill_all_and_read, sets, spawn, steps, stop, Reaper,
 };
 
 #[test]
 fn roles_ride_out_a_broker_restart_and_the_run_matches_an_uninterrupted_one() {
     let _reaper = Reaper;
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth(dir.path());
     let extra = ["runtime.ack_wait_secs=2"];
-
-    let reference = reference_run(&data, dir.path(), 2, &extra);
+    let (dir, data, reference) = data_and_reference(2, &extra);
 
     let run = dir.path().join("run");
     let store = dir.path().join("jetstream");

@@ -14,11 +14,11 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
+use caprl_common::bus::{Bus, Queue};
 use caprl_wire::{Heartbeat, PolicyVersion, HEADER_LEN};
 use support::{
-    final_weights, finish, publisher, reference_run, sets, spawn, steps, stop, synth, wait_for_rl,
-    Reaper,
+    current_thread_runtime, data_and_reference, final_weights, finish, publisher, sets, spawn,
+    start_broker, steps, stop, wait_for_rl, Reaper,
 };
 
 const BAD: usize = 10_000;
@@ -120,15 +120,11 @@ fn sent_by_reason() -> [BTreeMap<String, u64>; 3] {
 #[test]
 fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharmed() {
     let _reaper = Reaper;
-    let dir = tempfile::tempdir().unwrap();
-    let data = synth(dir.path());
     let extra = ["runtime.ack_wait_secs=2"];
-
-    let reference = reference_run(&data, dir.path(), 2, &extra);
+    let (dir, data, reference) = data_and_reference(2, &extra);
 
     let run = dir.path().join("run");
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
-    let url = server.url();
+    let (_server, url) = start_broker();
     let args = sets(&data, &run, 2, &extra);
     // One warning per rejected message would fill the roles' output pipes:
     // keep the summaries (target `caprl`), drop the per-message warnings.
@@ -149,10 +145,7 @@ fn ten_thousand_bad_messages_on_every_subject_are_rejected_and_the_run_is_unharm
     );
     let learner = spawn(&args, &["learner"], &url);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
     // After the learner's start-of-RL purge of leftovers, so every bad message is seen.
     wait_for_rl(&run);
     // No actor while the flood goes out: every later step's results, above all the last

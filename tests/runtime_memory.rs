@@ -11,11 +11,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
+use caprl_common::bus::{Bus, Queue};
 use caprl_wire::{
     DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
 };
-use support::{finish, publisher, sets, spawn, steps, stop, synth, wait_for_rl, Reaper};
+use support::{
+    current_thread_runtime, finish, publisher, sets, spawn, start_broker, steps, stop, synth,
+    wait_for_rl, Reaper,
+};
 
 const FLOOD: u64 = 4_000;
 
@@ -65,18 +68,14 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
     let dir = tempfile::tempdir().unwrap();
     let data = synth(dir.path());
     let run = dir.path().join("run");
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
-    let url = server.url();
+    let (_server, url) = start_broker();
     let args = sets(&data, &run, 2, &["runtime.ack_wait_secs=5"]);
     // A slow actor keeps the learner busy while the flood is pulled.
     let actor = spawn(&args, &["actor", "--id", "a", "--delay-ms", "400"], &url);
     let worker = spawn(&args, &["reward-worker", "--id", "w"], &url);
     let learner = spawn(&args, &["learner"], &url);
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
     // After the learner's start-of-RL purge, so the whole flood reaches it.
     wait_for_rl(&run);
     // A publisher only, opened once the learner has created the run's queues (it opens no

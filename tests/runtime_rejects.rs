@@ -6,6 +6,9 @@
 
 mod support;
 
+#[path = "support/driver_options.rs"]
+mod driver_options;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +29,8 @@ use caprl_model::model::{
     Captioner, CaptionerConfig, DType, Device, Dtype, ModelConfig, ModelKind,
 };
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
-use caprl_wire::{PolicyVersion, Rollout, RolloutTask, Sampling, ScoredRollout, TaskId};
+use caprl_wire::{PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
+use driver_options::plain_driver_options;
 
 const LIMIT: usize = 8 << 20;
 
@@ -222,21 +226,12 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             decodes: Decodes {
                 samples: 2,
                 greedy: true,
-                beam: 0,
-                mc_rollouts: 0,
-                ground_truth: false,
+                ..Decodes::default()
             },
-            sampling: Sampling::default(),
-            remove_bad_endings: false,
-            beam_groups: 1,
-            diversity_lambda: 0.0,
             seed: 7,
             max_policy_lag: 2,
-            stale_rollouts: caprl_common::config::StaleRollouts::Drop,
             max_message_bytes: LIMIT,
-            keep_snapshots: 2,
-            snapshot_dtype: caprl_model::model::DType::F32,
-            snapshot_every: 1,
+            ..plain_driver_options()
         },
     );
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();

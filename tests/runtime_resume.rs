@@ -8,13 +8,14 @@
 mod support;
 
 use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use caprl_common::bus::{Bus, LocalNatsServer, LocalNatsServerOptions, Queue};
+use caprl_common::bus::{Bus, LocalNatsServer, Queue};
 use serde_json::Value;
 use support::{
-    caprl, final_weights, finish, kill9, kill_all_and_read, output_of, publisher, reference_run,
-    sets, spawn, steps, stop, synth, text, Reaper,
+    caprl, current_thread_runtime, final_weights, finish, kill9, kill_all_and_read, output_of,
+    publisher, reference_run, sets, spawn, start_broker, steps, stop, synth, text, Reaper,
 };
 
 /// Every line of `run_dir/run.jsonl`, parsed.
@@ -88,6 +89,58 @@ fn wait_for_a_fresh_hold(
     }
 }
 
+/// Starts a broker of its own and [`start_roles`] on `run` (3 RL epochs with `extra`), waits
+/// for [`wait_for_a_fresh_hold`] and kills the learner with -9; returns the broker, the run's
+/// arguments and the roles still running (actor, slow actor, reward worker).
+fn kill_the_learner_during_a_fresh_hold(
+    data: &Path,
+    run: &Path,
+    extra: &[&str],
+    slow_ms: u32,
+) -> (LocalNatsServer, Vec<String>, [Child; 3]) {
+    let (server, url) = start_broker();
+    let args = sets(data, run, 3, extra);
+    let roles = start_roles(&args, &url, slow_ms);
+    let [actor, slow, worker, learner] = wait_for_a_fresh_hold(run, roles, &server);
+    kill9(learner);
+    (server, args, [actor, slow, worker])
+}
+
+/// Runs a learner with `args` and `--resume` to its end, then stops the roles still running
+/// (actor, slow actor, reward worker); returns whether the resumed learner succeeded, and what
+/// each role wrote.
+fn resume_the_learner_then_stop(
+    args: &[String],
+    url: &str,
+    [actor, slow, worker]: [Child; 3],
+) -> (bool, String) {
+    let mut resumed_args = args.to_vec();
+    resumed_args.push("--resume".into());
+    let (ok, out) = finish(spawn(&resumed_args, &["learner"], url));
+    let (_, actor_out) = stop(actor);
+    let (_, slow_out) = stop(slow);
+    let (_, worker_out) = stop(worker);
+    let all = format!(
+        "--- resumed learner\n{out}\n--- actor\n{actor_out}\n--- slow actor\n{slow_out}\n\
+         --- worker\n{worker_out}"
+    );
+    (ok, all)
+}
+
+/// The position of the resume record in `log`; fails with `all` (the roles' output) if none.
+fn resume_record(log: &[Value], all: &str) -> usize {
+    log.iter()
+        .position(|l| l["type"] == "resume")
+        .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"))
+}
+
+/// The RL step records among `log`'s records.
+fn rl_steps(log: &[Value]) -> Vec<&Value> {
+    log.iter()
+        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
+        .collect()
+}
+
 #[test]
 fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_in_jetstream() {
     let _reaper = Reaper;
@@ -106,14 +159,10 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
     assert_eq!(fresh_issued, 48, "12 RL steps of 4 tasks in a fresh run");
 
     let run = dir.path().join("run");
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
-    let url = server.url();
-    let args = sets(&data, &run, 3, &extra);
     // Kill the learner once RL is under way and right after the slow actor took a task: that
     // task's result reaches JetStream only after the learner is dead.
-    let roles = start_roles(&args, &url, 1000);
-    let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
-    kill9(learner);
+    let (server, args, survivors) = kill_the_learner_during_a_fresh_hold(&data, &run, &extra, 1000);
+    let url = server.url();
     let last_logged = steps(&run, "rl")
         .last()
         .and_then(|s| s["step"].as_u64())
@@ -125,10 +174,7 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
 
     // Let the actors and the worker finish the dead learner's last tasks: their results wait
     // in JetStream for whoever pulls `scored` next.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread_runtime();
     let bus = publisher(&rt, &url, 10);
     let depth = |q| rt.block_on(bus.depth(q)).expect("queue depth");
     let started = Instant::now();
@@ -150,16 +196,10 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
     };
     eprintln!("{waiting} scored results wait in JetStream");
 
-    let mut resumed_args = args.clone();
-    resumed_args.push("--resume".into());
-    let (ok, out) = finish(spawn(&resumed_args, &["learner"], &url));
-    eprintln!("resumed learner ended after {:?}", t0.elapsed());
-    let (_, actor_out) = stop(actor);
-    let (_, slow_out) = stop(slow);
-    let (_, worker_out) = stop(worker);
-    let all = format!(
-        "--- resumed learner\n{out}\n--- actor\n{actor_out}\n--- slow actor\n{slow_out}\n\
-         --- worker\n{worker_out}"
+    let (ok, all) = resume_the_learner_then_stop(&args, &url, survivors);
+    eprintln!(
+        "resumed learner ended, the other roles stopped, after {:?}",
+        t0.elapsed()
     );
     assert!(
         ok,
@@ -168,10 +208,7 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
     );
 
     let log = run_log(&run);
-    let at = log
-        .iter()
-        .position(|l| l["type"] == "resume")
-        .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"));
+    let at = resume_record(&log, &all);
     let from = log[at]["from_step"].as_u64().unwrap_or_else(|| {
         panic!(
             "--resume started a new run instead of resuming ({}):\n{all}",
@@ -183,10 +220,7 @@ fn learner_killed_mid_run_resumes_from_its_checkpoint_and_uses_the_results_left_
         "resumed from the checkpoint of step {from}, but step {last_logged} was logged before \
          the kill:\n{all}"
     );
-    let resumed: Vec<&Value> = log[at..]
-        .iter()
-        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
-        .collect();
+    let resumed = rl_steps(&log[at..]);
     let numbers: Vec<u64> = resumed.iter().filter_map(|s| s["step"].as_u64()).collect();
     // 4 XE steps, then 12 RL steps: the resumed learner runs exactly those after `from`.
     assert_eq!(numbers, (from + 1..=16).collect::<Vec<_>>(), "{all}");
@@ -233,42 +267,22 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
         "runtime.ack_wait_secs=10",
     ];
     let run = dir.path().join("run");
-    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
-    let url = server.url();
-    let args = sets(&data, &run, 3, &extra);
-    let roles = start_roles(&args, &url, 700);
-    let [actor, slow, worker, learner] = wait_for_a_fresh_hold(&run, roles, &server);
-    kill9(learner);
+    let (server, args, survivors) = kill_the_learner_during_a_fresh_hold(&data, &run, &extra, 700);
     // The roles finish the dead learner's tasks; their results wait in JetStream.
     std::thread::sleep(Duration::from_secs(2));
 
-    let mut resumed_args = args.clone();
-    resumed_args.push("--resume".into());
-    let (ok, out) = finish(spawn(&resumed_args, &["learner"], &url));
-    let (_, actor_out) = stop(actor);
-    let (_, slow_out) = stop(slow);
-    let (_, worker_out) = stop(worker);
-    let all = format!(
-        "--- resumed learner\n{out}\n--- actor\n{actor_out}\n--- slow actor\n{slow_out}\n\
-         --- worker\n{worker_out}"
-    );
+    let (ok, all) = resume_the_learner_then_stop(&args, &server.url(), survivors);
     assert!(ok, "resumed learner failed:\n{all}");
 
     let log = run_log(&run);
-    let at = log
-        .iter()
-        .position(|l| l["type"] == "resume")
-        .unwrap_or_else(|| panic!("run.jsonl has no resume record:\n{all}"));
+    let at = resume_record(&log, &all);
     assert!(
         log[at]["from_step"].as_u64().is_some(),
         "started anew:\n{all}"
     );
     // The record of each step that stands: the last one written for its step number.
     let mut standing = std::collections::BTreeMap::new();
-    for s in log
-        .iter()
-        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
-    {
+    for s in rl_steps(&log) {
         standing.insert(s["step"].as_u64().unwrap(), s);
     }
     // 4 XE steps, then 12 RL steps of 4 tasks; step n trained round n - 1: ids 4(n-1) ...
@@ -291,10 +305,7 @@ fn async_learner_killed_with_tasks_in_flight_resumes_with_every_task_used_once()
         );
         assert!(s["max_lag"].as_u64().unwrap_or(0) <= 2, "step {n}: {s}");
     }
-    let resumed: Vec<&Value> = log[at..]
-        .iter()
-        .filter(|l| l["type"] == "step" && l["phase"] == "rl")
-        .collect();
+    let resumed = rl_steps(&log[at..]);
     let seen = sum(resumed.iter().copied(), "results_found")
         + sum(resumed.iter().copied(), "dropped_stale");
     assert!(

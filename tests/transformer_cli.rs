@@ -6,14 +6,29 @@
 mod support;
 
 use std::path::Path;
+use std::process::Output;
 
 use support::{
-    caprl, checkpoint_dirs, final_weights, resume_train, sets, steps, synth, text, TINY_TRANSFORMER,
+    caprl, checkpoint_dirs, eval_test_split, final_weights, resume_train, sets, steps, synth, text,
+    TINY_TRANSFORMER,
 };
 
 fn transformer_sets(data: &Path, run: &Path, rl_epochs: u32, extra: &[&str]) -> Vec<String> {
     let keys: Vec<&str> = TINY_TRANSFORMER.iter().chain(extra).copied().collect();
     sets(data, run, rl_epochs, &keys)
+}
+
+/// Runs `caprl caption <flags> --checkpoint <checkpoint> --features <features>` to the end.
+fn caption(checkpoint: &Path, features: &Path, flags: &[&str]) -> Output {
+    caprl()
+        .arg("caption")
+        .args(flags)
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .arg("--features")
+        .arg(features)
+        .output()
+        .expect("caprl runs")
 }
 
 #[test]
@@ -94,98 +109,47 @@ fn transformer_trains_with_every_rl_objective_and_eval_and_caption_read_it() {
         }
     }
 
-    let out = caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
-            "--beam",
-            "2",
-            "--json",
-            "--checkpoint",
-        ])
-        .arg(tmp.path().join("actor-critic").join("best-rl"))
-        .args(["--lookahead", "0.5"])
-        .output()
-        .unwrap();
+    let out = eval_test_split(
+        &tmp.path().join("actor-critic").join("best-rl"),
+        &["--beam", "2", "--json", "--lookahead", "0.5"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(json["metrics"]["cider_d"]
         .as_f64()
         .is_some_and(f64::is_finite));
 
-    let out = caprl()
-        .args(["caption", "--checkpoint"])
-        .arg(&best_xe)
-        .arg("--features")
-        .arg(data.join("features.safetensors"))
-        .output()
-        .unwrap();
+    let features = data.join("features.safetensors");
+    let out = caption(&best_xe, &features, &[]);
     assert!(out.status.success(), "{}", text(&out));
     let captions = String::from_utf8_lossy(&out.stdout);
     assert!(captions.lines().count() >= 16, "{captions}");
 
     // The decoding options through both commands: flags, and `--set decode.*` on top of the
     // checkpoint's config (any other key is refused).
-    let out = caprl()
-        .args([
-            "caption",
-            "--beam",
-            "4",
-            "--beam-groups",
-            "2",
-            "--remove-bad-endings",
-        ])
-        .arg("--checkpoint")
-        .arg(&best_xe)
-        .arg("--features")
-        .arg(data.join("features.safetensors"))
-        .output()
-        .unwrap();
+    let out = caption(
+        &best_xe,
+        &features,
+        &["--beam", "4", "--beam-groups", "2", "--remove-bad-endings"],
+    );
     assert!(out.status.success(), "{}", text(&out));
-    let out = caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
+    let out = eval_test_split(
+        &best_xe,
+        &[
             "--json",
             "--set",
             "decode.beam=4",
-        ])
-        .args(["--set", "decode.beam_groups=2", "--set", "decode.top_p=0.9"])
-        .arg("--checkpoint")
-        .arg(&best_xe)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let out = caprl()
-        .args([
-            "eval",
-            "--split",
-            "test",
             "--set",
-            "model.hidden=8",
-            "--checkpoint",
-        ])
-        .arg(&best_xe)
-        .output()
-        .unwrap();
+            "decode.beam_groups=2",
+            "--set",
+            "decode.top_p=0.9",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = eval_test_split(&best_xe, &["--set", "model.hidden=8"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("only decode.* keys"), "{}", text(&out));
-    let out = caprl()
-        .args([
-            "caption",
-            "--beam",
-            "3",
-            "--beam-groups",
-            "2",
-            "--checkpoint",
-        ])
-        .arg(&best_xe)
-        .arg("--features")
-        .arg(data.join("features.safetensors"))
-        .output()
-        .unwrap();
+    let out = caption(&best_xe, &features, &["--beam", "3", "--beam-groups", "2"]);
     assert!(!out.status.success());
     assert!(
         text(&out).contains("--beam 3 is not a multiple"),

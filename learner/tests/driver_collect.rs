@@ -12,38 +12,27 @@ use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, Delivery, InProcBus, Queue};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_learner::driver::{Driver, DriverOptions};
-use caprl_learner::objective::Decodes;
 use caprl_wire::{
-    DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout,
-    Sequence, TaskId,
+    DecodeKind, PolicyVersion, RewardVector, Rollout, RolloutTask, ScoredRollout, Sequence, TaskId,
 };
+
+#[path = "../../tests/support/driver_options.rs"]
+mod driver_options;
+
+use driver_options::plain_driver_options;
 
 const LIMIT: usize = 1 << 20;
 
+/// Eight tasks of two images in flight, four images a step, one sample each, seed 3.
 fn options(sync: bool) -> DriverOptions {
     DriverOptions {
         sync,
         tasks_in_flight: 8,
         images_per_task: 2,
         batch_size: 4,
-        decodes: Decodes {
-            samples: 1,
-            greedy: false,
-            beam: 0,
-            mc_rollouts: 0,
-            ground_truth: false,
-        },
-        sampling: Sampling::default(),
-        remove_bad_endings: false,
-        beam_groups: 1,
-        diversity_lambda: 0.0,
         seed: 3,
-        max_policy_lag: 1,
-        stale_rollouts: caprl_common::config::StaleRollouts::Drop,
         max_message_bytes: LIMIT,
-        keep_snapshots: 2,
-        snapshot_dtype: caprl_model::model::DType::F32,
-        snapshot_every: 1,
+        ..plain_driver_options()
     }
 }
 

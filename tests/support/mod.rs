@@ -85,6 +85,42 @@ pub fn reference_run(data: &Path, dir: &Path, rl_epochs: u32, extra: &[&str]) ->
     reference
 }
 
+/// Runs `caprl eval --split test <flags> --checkpoint <checkpoint>` to the end.
+pub fn eval_test_split(checkpoint: &Path, flags: &[&str]) -> Output {
+    caprl()
+        .args(["eval", "--split", "test"])
+        .args(flags)
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .output()
+        .expect("caprl runs")
+}
+
+/// Where a fault test starts: a temp dir with the synthetic data (`dir/data`) and the
+/// undisturbed [`reference_run`] of `rl_epochs` RL epochs with `extra` (`dir/reference`).
+pub fn data_and_reference(rl_epochs: u32, extra: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data = synth(dir.path());
+    let reference = reference_run(&data, dir.path(), rl_epochs, extra);
+    (dir, data, reference)
+}
+
+/// A nats-server of the test's own (default options) and its URL.
+pub fn start_broker() -> (caprl_common::bus::LocalNatsServer, String) {
+    use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions};
+    let server = LocalNatsServer::start(LocalNatsServerOptions::default()).expect("nats-server");
+    let url = server.url();
+    (server, url)
+}
+
+/// A current-thread tokio runtime for the test's own bus calls.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// stdout and stderr of a finished command, for assertion messages.
 pub fn text(out: &Output) -> String {
     format!(
