@@ -115,14 +115,17 @@ fn two_rows(s: &Setup) -> Vec<u32> {
         .collect()
 }
 
+/// Publishes `task` on the task queue.
+fn publish_task(s: &Setup, task: &RolloutTask) {
+    let bytes = caprl_wire::encode(task, LIMIT).unwrap();
+    s.rt.block_on(s.bus.publish(Queue::Tasks, Bytes::from(bytes)))
+        .unwrap();
+}
+
 /// Publishes `task` and returns the rollout an actor answers it with (within 20 s).
 fn rollout_of(s: &Setup, task: &RolloutTask) -> Rollout {
+    publish_task(s, task);
     s.rt.block_on(async {
-        let bytes = caprl_wire::encode(task, LIMIT).unwrap();
-        s.bus
-            .publish(Queue::Tasks, Bytes::from(bytes))
-            .await
-            .unwrap();
         let got = s
             .bus
             .pull(Queue::Rollouts, 1, Duration::from_secs(20))
@@ -294,6 +297,8 @@ fn snapshot_with_a_bad_checksum_is_refused_and_the_previous_one_kept() {
             .await
             .unwrap();
     });
+    // A task of the next step names v1 (a sync actor loads a policy for the task that needs it).
+    publish_task(&s, &task(3, 1, &rows));
     std::thread::sleep(Duration::from_millis(500));
     // The actor still decodes with v0.
     assert_eq!(rollout_of(2, 0).policy_version, PolicyVersion(0));
@@ -321,6 +326,7 @@ fn a_snapshot_of_another_vocabulary_is_refused_and_the_previous_one_kept() {
     assert_eq!(decode(1).policy_version, PolicyVersion(0));
     s.rt.block_on(s.bus.put_snapshot(1, stamped("another-vocabulary")))
         .unwrap();
+    publish_task(&s, &task(3, 1, &rows));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(decode(2).policy_version, PolicyVersion(0));
     stop_tx.trigger();

@@ -92,9 +92,11 @@ impl SnapshotState {
         self.held.as_ref().map(|h| h.meta.version)
     }
 
-    /// Follows `latest`: a snapshot prepared beside the held one is taken once ready, and the
-    /// newest is prepared next (async mode, with a policy in hand) or loaded now (sync mode, or
-    /// none held yet).
+    /// Follows `latest`: with no policy yet, the newest is loaded now; in async mode a snapshot
+    /// prepared beside the held one is taken once ready, and the newest is prepared next. In sync
+    /// mode a policy in hand is replaced only by a task that names a newer one: an actor that
+    /// gets no task of a version never loads it (the learner issues fewer tasks than there are
+    /// actors when a step has few images, and every load costs the host's cores).
     pub(crate) async fn refresh(
         &mut self,
         cfg: &ActorConfig,
@@ -104,8 +106,11 @@ impl SnapshotState {
         let Some(meta) = newest.borrow_and_update().clone() else {
             return;
         };
-        if cfg.sync || self.held.is_none() {
+        if self.held.is_none() {
             self.load(cfg, meta, stats).await;
+            return;
+        }
+        if cfg.sync {
             return;
         }
         if self

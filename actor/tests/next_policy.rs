@@ -6,15 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use caprl_actor::ActorStats;
 use caprl_common::shutdown::ShutdownTrigger;
-use caprl_model::model::{Captioner, Device};
 use caprl_wire::{PolicyVersion, TaskId};
 
 mod support;
 
-use support::{next_rollout, publish, setup, Setup};
+use support::{next_rollout, publish, publish_policy, setup, Setup};
 
 /// The rows of the first two training images.
 fn first_rows(s: &Setup) -> Vec<u32> {
@@ -22,16 +20,6 @@ fn first_rows(s: &Setup) -> Vec<u32> {
         .iter()
         .map(|it| it.row as u32)
         .collect()
-}
-
-/// Publishes policy v1 (other weights than v0's).
-fn publish_v1(s: &Setup) {
-    let v1 = Captioner::new(&s.cfg.model, &Device::Cpu, 2)
-        .unwrap()
-        .to_safetensors()
-        .unwrap();
-    s.rt.block_on(s.bus.put_snapshot(1, Bytes::from(v1)))
-        .unwrap();
 }
 
 #[test]
@@ -50,7 +38,7 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     ));
     // The actor takes the task with v0 in hand; v1 comes out while it holds it.
     std::thread::sleep(Duration::from_secs(1));
-    publish_v1(&s);
+    publish_policy(&s, 1);
 
     let got = next_rollout(&s, Duration::from_secs(30)).expect("the task is decoded");
     stop.trigger();
@@ -88,7 +76,7 @@ fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     assert_eq!(got.policy_version, PolicyVersion(0));
 
     // v1 comes out while tasks that v0 may serve keep coming, then one that needs v1.
-    publish_v1(&s);
+    publish_policy(&s, 1);
     for id in 2..6 {
         let mut t = support::task(id, rows.clone());
         t.policy_version = PolicyVersion(1);

@@ -57,12 +57,15 @@ async fn readers_find_snapshot_files_through_latest_and_deleted_versions_are_mis
     let latest = actor.latest().await.unwrap().expect("latest is set");
     assert_eq!(latest, meta1);
     assert_eq!(actor.get_snapshot(&latest).await.unwrap(), v1);
-    // No temporary file is left beside it.
-    let names: Vec<_> = std::fs::read_dir(path1.parent().unwrap())
+    // No half-written file beside it: only the next version's, allocated ahead and still empty.
+    let mut names: Vec<_> = std::fs::read_dir(path1.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names, vec!["policy-v1.safetensors"]);
+    names.sort();
+    assert_eq!(names, vec![".policy-next.partial", "policy-v1.safetensors"]);
+    let next = path1.with_file_name(".policy-next.partial");
+    assert_eq!(std::fs::metadata(&next).unwrap().len(), 0);
 
     // The bytes never went through NATS: the object store has no v1.
     let in_store = caprl_common::bus::SnapshotMeta {
@@ -75,8 +78,10 @@ async fn readers_find_snapshot_files_through_latest_and_deleted_versions_are_mis
         "{err}"
     );
 
+    // Written into that file (allocated for 300 kB, cut to its 1 kB).
     let v2 = policy(1000, 2);
     let meta2 = learner.put_snapshot(2, v2.clone()).await.unwrap();
+    assert_eq!(std::fs::read(file_of(&meta2)).unwrap(), v2);
     learner.delete_snapshot(1).await.unwrap();
     learner.delete_snapshot(1).await.unwrap();
     assert!(!path1.exists());

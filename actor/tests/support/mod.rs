@@ -94,6 +94,17 @@ pub fn setup(run: &str, sync: bool) -> Setup {
 }
 
 /// Queues task `t`.
+/// Publishes policy `version`, with weights drawn from the version (other than v0's).
+pub fn publish_policy(s: &Setup, version: u64) {
+    let weights = Captioner::new(&s.cfg.model, &Device::Cpu, 1 + version)
+        .unwrap()
+        .to_safetensors()
+        .unwrap();
+    s.rt.block_on(s.bus.put_snapshot(version, Bytes::from(weights)))
+        .unwrap();
+}
+
+/// Publishes task `t` on the task queue.
 pub fn publish(s: &Setup, t: &RolloutTask) {
     let bytes = caprl_wire::encode(t, LIMIT).unwrap();
     s.rt.block_on(s.bus.publish(Queue::Tasks, Bytes::from(bytes)))

@@ -9,6 +9,11 @@
 //! A version is written to a temporary name and renamed into place: a reader sees either no file
 //! or the whole snapshot. Deleting a version unlinks its file; a reader that mapped it keeps its
 //! pages.
+//!
+//! Once a version is in place, the file of the next one is allocated beside it, off the learner's
+//! path ([`allocate_next`]): a new file's pages cost the kernel more to hand out than the copy
+//! into them (a 226 MB policy in shared memory: 0.16 s into a new file, 0.07 s into an allocated
+//! one), and the learner would otherwise pay that at every publish.
 
 use std::fs;
 use std::io::{self, Write};
@@ -38,21 +43,75 @@ pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<Snapshot
     fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
     let dir = fs::canonicalize(dir).map_err(|e| fail(dir, e))?;
     let path = version_path(&dir, version);
-    let partial = dir.join(format!(".policy-v{version}.{}.partial", std::process::id()));
-    let written = fs::File::create(&partial)
-        .and_then(|mut file| file.write_all(data))
-        .and_then(|()| fs::rename(&partial, &path));
+    let partial = next_path(&dir);
+    // The file allocated after the last version, when there is one: written from its start and
+    // cut to this version's length, while another core computes the checksum.
+    let write = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&partial)
+            .or_else(|_| fs::File::create(&partial))
+            .and_then(|mut file| {
+                file.write_all(data)?;
+                file.set_len(data.len() as u64)
+            })
+            .and_then(|()| fs::rename(&partial, &path))
+    };
+    let (written, checksum) = rayon::join(write, || Checksum::xxh3(data));
     if let Err(e) = written {
         // A full disk leaves no half file behind, and the versions already written stay.
         let _ = fs::remove_file(&partial);
         return Err(fail(&path, e));
     }
+    allocate_next(partial, data.len() as u64);
     Ok(SnapshotMeta {
         version,
-        checksum: Checksum::xxh3(data),
+        checksum,
         bytes: data.len() as u64,
         file: Some(path),
     })
+}
+
+/// The file under `dir` the next version is written into before it is renamed into place. One
+/// learner writes a run's snapshots (its run directory's lock says so), so the name needs no
+/// process id, and a restarted learner writes over what a killed one left.
+fn next_path(dir: &Path) -> PathBuf {
+    dir.join(".policy-next.partial")
+}
+
+/// Creates `partial` (the next version's file) and allocates `len` bytes of it on a thread of its
+/// own, beyond its end so that its length stays 0 until [`write`] writes it. The file exists when
+/// this returns (deleting the run's directory removes it); where the allocation fails (a full
+/// disk, a file system without `fallocate`) it stays empty and the next [`write`] allocates as it
+/// writes.
+fn allocate_next(partial: PathBuf, len: u64) {
+    let Ok(file) = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+    else {
+        return;
+    };
+    #[cfg(target_os = "linux")]
+    let allocate = move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fallocate on a file this closure owns, with integer arguments.
+        let failed = unsafe {
+            libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as i64)
+        } != 0;
+        if failed {
+            let e = io::Error::last_os_error();
+            tracing::debug!("cannot allocate {} ahead: {e}", partial.display());
+        }
+    };
+    #[cfg(not(target_os = "linux"))]
+    let allocate = move || drop((file, partial, len));
+    let spawned = std::thread::Builder::new()
+        .name("snapshot-file".into())
+        .spawn(allocate);
+    if let Err(e) = spawned {
+        tracing::debug!("cannot start the thread that allocates the next snapshot file: {e}");
+    }
 }
 
 /// Reads the snapshot `meta` describes from `path` (its `file`) and checks its length and checksum.
