@@ -19,10 +19,7 @@ use support::{next_rollout, publish, setup};
 #[test]
 fn internal_fault_during_a_rollout_loses_no_task() {
     let s = setup("internal-fault", true);
-    let rows: Vec<u32> = s.cfg.data.train.items[..2]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = s.first_rows();
     let t = support::task(5, rows);
     publish(&s, &t);
 

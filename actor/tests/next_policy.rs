@@ -12,20 +12,12 @@ use caprl_wire::{PolicyVersion, TaskId};
 
 mod support;
 
-use support::{next_rollout, publish, publish_policy, setup, Setup};
-
-/// The rows of the first two training images.
-fn first_rows(s: &Setup) -> Vec<u32> {
-    s.cfg.data.train.items[..2]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect()
-}
+use support::{next_rollout, publish, publish_policy, setup};
 
 #[test]
 fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     let s = setup("next-policy", false);
-    let rows = first_rows(&s);
+    let rows = s.first_rows();
     let mut t = support::task(3, rows);
     t.policy_version = PolicyVersion(1);
     t.min_version = PolicyVersion(1);
@@ -62,7 +54,7 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
 #[test]
 fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     let s = setup("prepare-beside", false);
-    let rows = first_rows(&s);
+    let rows = s.first_rows();
     let (stop, shutdown) = ShutdownTrigger::new();
     let actor = s.rt.spawn(caprl_actor::run(
         s.cfg.clone(),

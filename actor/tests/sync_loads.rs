@@ -24,10 +24,7 @@ fn loads() -> u64 {
 #[test]
 fn sync_actor_loads_a_new_policy_only_for_a_task_that_names_it() {
     let s = setup("sync-loads", true);
-    let rows: Vec<u32> = s.cfg.data.train.items[..2]
-        .iter()
-        .map(|it| it.row as u32)
-        .collect();
+    let rows = s.first_rows();
     let (stop, shutdown) = ShutdownTrigger::new();
     let actor = s.rt.spawn(caprl_actor::run(
         s.cfg.clone(),

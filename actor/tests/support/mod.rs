@@ -94,6 +94,16 @@ pub fn setup(run: &str, sync: bool) -> Setup {
 }
 
 /// Queues task `t`.
+impl Setup {
+    /// The rows of the first two training images.
+    pub fn first_rows(&self) -> Vec<u32> {
+        self.cfg.data.train.items[..2]
+            .iter()
+            .map(|it| it.row as u32)
+            .collect()
+    }
+}
+
 /// Publishes policy `version`, with weights drawn from the version (other than v0's).
 pub fn publish_policy(s: &Setup, version: u64) {
     let weights = Captioner::new(&s.cfg.model, &Device::Cpu, 1 + version)
