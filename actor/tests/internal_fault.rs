@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use caprl_actor::ActorStats;
 use caprl_common::bus::Queue;
-use caprl_common::shutdown::ShutdownTrigger;
 use caprl_model::model::ModelError;
 use caprl_wire::TaskId;
 
@@ -25,26 +23,19 @@ fn internal_fault_during_a_rollout_loses_no_task() {
 
     let calls = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&calls);
-    let (stop, shutdown) = ShutdownTrigger::new();
-    let actor = s.rt.spawn(caprl_actor::run_with_rollout(
-        s.cfg.clone(),
-        Arc::clone(&s.bus),
-        shutdown,
-        move |policy, version, data, task, id| {
-            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
-                return Err(ModelError::Internal("a layer went missing".into()));
-            }
-            caprl_actor::rollout(policy, version, data, task, id)
-        },
-    ));
+    let actor = s.start_actor_with(move |policy, version, data, task, id| {
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(ModelError::Internal("a layer went missing".into()));
+        }
+        caprl_actor::rollout(policy, version, data, task, id)
+    });
 
     let got = next_rollout(
         &s,
         caprl_actor::INTERNAL_FAULT_RETRY + Duration::from_secs(20),
     )
     .expect("the task is decoded on its retry");
-    stop.trigger();
-    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let stats = actor.stop(&s);
     assert_eq!(got.task_id, TaskId(5));
     assert_eq!(calls.load(Ordering::SeqCst), 2, "one fault, one retry");
     assert_eq!(stats.internal_faults, 1, "{stats:?}");
@@ -60,18 +51,12 @@ fn task_the_model_cannot_decode_is_termed_not_retried() {
     let s = setup("bad-input", true);
     publish(&s, &support::task(9, vec![u32::MAX]));
 
-    let (stop, shutdown) = ShutdownTrigger::new();
-    let actor = s.rt.spawn(caprl_actor::run(
-        s.cfg.clone(),
-        Arc::clone(&s.bus),
-        shutdown,
-    ));
+    let actor = s.start_actor();
     let got = next_rollout(
         &s,
         caprl_actor::INTERNAL_FAULT_RETRY + Duration::from_secs(1),
     );
-    stop.trigger();
-    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let stats = actor.stop(&s);
     assert!(
         got.is_none(),
         "no rollout for a task naming a row that does not exist"

@@ -3,11 +3,8 @@
 //! it then, instead of handing it back to wait a retry delay. Real actor loop on the
 //! in-process bus.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use caprl_actor::ActorStats;
-use caprl_common::shutdown::ShutdownTrigger;
 use caprl_wire::{PolicyVersion, TaskId};
 
 mod support;
@@ -22,19 +19,13 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     t.policy_version = PolicyVersion(1);
     t.min_version = PolicyVersion(1);
     publish(&s, &t);
-    let (stop, shutdown) = ShutdownTrigger::new();
-    let actor = s.rt.spawn(caprl_actor::run(
-        s.cfg.clone(),
-        Arc::clone(&s.bus),
-        shutdown,
-    ));
+    let actor = s.start_actor();
     // The actor takes the task with v0 in hand; v1 comes out while it holds it.
     std::thread::sleep(Duration::from_secs(1));
     publish_policy(&s, 1);
 
     let got = next_rollout(&s, Duration::from_secs(30)).expect("the task is decoded");
-    stop.trigger();
-    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let stats = actor.stop(&s);
     assert_eq!(got.task_id, TaskId(3));
     assert_eq!(
         got.policy_version,
@@ -55,12 +46,7 @@ fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
 fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     let s = setup("prepare-beside", false);
     let rows = s.first_rows();
-    let (stop, shutdown) = ShutdownTrigger::new();
-    let actor = s.rt.spawn(caprl_actor::run(
-        s.cfg.clone(),
-        Arc::clone(&s.bus),
-        shutdown,
-    ));
+    let actor = s.start_actor();
     let mut first = support::task(1, rows.clone());
     first.min_version = PolicyVersion(0);
     publish(&s, &first);
@@ -86,8 +72,7 @@ fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     let order: Vec<u64> = (2..6).map(|id| versions[&id]).collect();
     assert!(order.windows(2).all(|w| w[0] <= w[1]), "{order:?}");
 
-    stop.trigger();
-    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let stats = actor.stop(&s);
     assert_eq!(stats.rollouts, 5, "{stats:?}");
     assert_eq!(stats.refused_snapshots, 0, "{stats:?}");
 }

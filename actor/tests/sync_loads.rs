@@ -2,11 +2,8 @@
 //! out, so an actor that gets no task of a version never pays for loading it. Real actor loop on
 //! the in-process bus.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use caprl_actor::ActorStats;
-use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::telemetry::stages::StageReport;
 use caprl_wire::{PolicyVersion, TaskId};
 
@@ -25,12 +22,7 @@ fn loads() -> u64 {
 fn sync_actor_loads_a_new_policy_only_for_a_task_that_names_it() {
     let s = setup("sync-loads", true);
     let rows = s.first_rows();
-    let (stop, shutdown) = ShutdownTrigger::new();
-    let actor = s.rt.spawn(caprl_actor::run(
-        s.cfg.clone(),
-        Arc::clone(&s.bus),
-        shutdown,
-    ));
+    let actor = s.start_actor();
     publish(&s, &support::task(1, rows.clone()));
     let got = next_rollout(&s, Duration::from_secs(30)).expect("task 1 is decoded");
     assert_eq!(got.policy_version, PolicyVersion(0));
@@ -55,8 +47,7 @@ fn sync_actor_loads_a_new_policy_only_for_a_task_that_names_it() {
     );
     assert_eq!(loads(), 2, "v2 loaded once, for its task");
 
-    stop.trigger();
-    let stats: ActorStats = s.rt.block_on(actor).unwrap().unwrap();
+    let stats = actor.stop(&s);
     assert_eq!(stats.rollouts, 2, "{stats:?}");
     assert_eq!(stats.redeliveries, 0, "{stats:?}");
 }

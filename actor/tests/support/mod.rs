@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use caprl_actor::ActorConfig;
+use caprl_actor::{ActorConfig, ActorError, ActorStats, RolloutFn};
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
+use caprl_common::shutdown::ShutdownTrigger;
 use caprl_data::{synth_dataset, Dataset, SynthConfig};
 use caprl_model::model::{Captioner, CaptionerConfig, Decoder, Device, ModelKind};
 use caprl_wire::{PolicyVersion, Rollout, RolloutTask, TaskId};
@@ -94,7 +95,38 @@ pub fn setup(run: &str, sync: bool) -> Setup {
 }
 
 /// Queues task `t`.
+/// An actor running [`caprl_actor::run`] on a [`Setup`]'s config and bus until [`RunningActor::stop`].
+pub struct RunningActor {
+    stop: ShutdownTrigger,
+    task: tokio::task::JoinHandle<Result<ActorStats, ActorError>>,
+}
+
+impl RunningActor {
+    /// Stops the actor and returns its stats.
+    pub fn stop(self, s: &Setup) -> ActorStats {
+        self.stop.trigger();
+        s.rt.block_on(self.task).unwrap().unwrap()
+    }
+}
+
 impl Setup {
+    /// Starts the real actor loop on this setup's config and bus.
+    pub fn start_actor(&self) -> RunningActor {
+        self.start_actor_with(caprl_actor::rollout)
+    }
+
+    /// [`Setup::start_actor`], turning tasks into rollouts with `rollout`.
+    pub fn start_actor_with(&self, rollout: impl RolloutFn) -> RunningActor {
+        let (stop, shutdown) = ShutdownTrigger::new();
+        let task = self.rt.spawn(caprl_actor::run_with_rollout(
+            self.cfg.clone(),
+            Arc::clone(&self.bus),
+            shutdown,
+            rollout,
+        ));
+        RunningActor { stop, task }
+    }
+
     /// The rows of the first two training images.
     pub fn first_rows(&self) -> Vec<u32> {
         self.cfg.data.train.items[..2]
