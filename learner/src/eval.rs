@@ -9,6 +9,8 @@
 //!   (`_beam`), averaged over images.
 //! - Retrieval (paper 004), when an evaluation encoder is given ([`add_retrieval`]): R@1/5/10
 //!   text→image and image→text of the main captions among the evaluated images.
+//! - Subsets: CIDEr-D and BLEU-4 on each named subset of the data set (`subsets.json`, e.g.
+//!   the regions task's `seen` and `unseen` colour–category combinations).
 //! - METEOR 1.5 of the main captions when asked for ([`add_meteor`]; the jar pycocoevalcap
 //!   runs, so Java is needed).
 
@@ -246,7 +248,8 @@ pub fn evaluate_with(
     }
 
     let diversity = (opts.samples > 1).then_some([("sample", div_sample), ("beam", div_beam)]);
-    let metrics = corpus_metrics(&refs, &main, diversity);
+    let mut metrics = corpus_metrics(&refs, &main, diversity);
+    add_subset_metrics(&mut metrics, &data.subsets()?, items, &refs, &main);
     let captions = caption_texts(items, &main, &interner);
     Ok(EvalReport {
         metrics,
@@ -283,6 +286,33 @@ fn corpus_metrics(
         metrics.insert(format!("mbleu4_{name}"), v[2] / n);
     }
     metrics
+}
+
+/// CIDEr-D and BLEU-4 of the main captions on each named subset of the data set's images
+/// (`cider_d_NAME`, `bleu4_NAME`, `images_NAME`), each subset scored as a corpus of its own (its
+/// document frequencies from its own references), as an evaluation of those images alone.
+fn add_subset_metrics(
+    metrics: &mut BTreeMap<String, f64>,
+    subsets: &BTreeMap<String, BTreeSet<String>>,
+    items: &[Item],
+    refs: &[Vec<Vec<u32>>],
+    main: &[Vec<u32>],
+) {
+    for (name, ids) in subsets {
+        let picked: Vec<usize> = (0..main.len())
+            .filter(|&i| ids.contains(&items[i].id))
+            .collect();
+        if picked.is_empty() {
+            continue;
+        }
+        let sub_refs: Vec<Vec<Vec<u32>>> = picked.iter().map(|&i| refs[i].clone()).collect();
+        let sub_main: Vec<&[u32]> = picked.iter().map(|&i| main[i].as_slice()).collect();
+        let cider = caprl_score::cider_corpus(&sub_refs, &sub_main).0;
+        metrics.insert(format!("cider_d_{name}"), cider);
+        let bleu4 = caprl_score::bleu_corpus(&sub_refs, &sub_main).0[3];
+        metrics.insert(format!("bleu4_{name}"), bleu4);
+        metrics.insert(format!("images_{name}"), picked.len() as f64);
+    }
 }
 
 /// Each item's id and its main caption as words.

@@ -1,4 +1,4 @@
-//! `caprl data synth --out DIR [--profile scenes|coco] [--seed S] [--train N --val N --test N]` and
+//! `caprl data synth --out DIR [--profile scenes|coco|regions] [--seed S] [--train N --val N --test N]` and
 //! `caprl data stats DIR`; the audio commands are in `audio_data_cmd`.
 
 use std::path::PathBuf;
@@ -50,19 +50,22 @@ pub struct SynthArgs {
     pub out: PathBuf,
     /// `scenes`: coloured objects, 66 words, small features (trains in minutes). `coco`:
     /// COCO's sizes and word statistics (about 10,000 words, 8–15-word captions, 2,048-d fc
-    /// and 36 x 2,048-d regions, about 300 KB of features per image).
+    /// and 36 x 2,048-d regions, about 300 KB of features per image). `regions`: the
+    /// benchmark task (2–6 objects bound only in 36 shuffled regions, relations and counts,
+    /// held-out colour–category pairs in val/test, annotators that differ, near-duplicate
+    /// images; its ceilings in ceilings.json).
     #[arg(long, value_enum, default_value = "scenes")]
     pub profile: ProfileArg,
     /// Random seed; the same seed gives byte-identical files.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Training images [default: 10000 for scenes, 5000 for coco].
+    /// Training images [default: 10000 for scenes, 5000 for coco, 4000 for regions].
     #[arg(long)]
     pub train: Option<usize>,
-    /// Validation images [default: 1000 for scenes, 500 for coco].
+    /// Validation images [default: 1000 for scenes, 500 for coco and regions].
     #[arg(long)]
     pub val: Option<usize>,
-    /// Test images [default: 1000 for scenes, 500 for coco].
+    /// Test images [default: 1000 for scenes and regions, 500 for coco].
     #[arg(long)]
     pub test: Option<usize>,
 }
@@ -71,6 +74,7 @@ pub struct SynthArgs {
 pub enum ProfileArg {
     Scenes,
     Coco,
+    Regions,
 }
 
 impl From<ProfileArg> for SynthProfile {
@@ -78,6 +82,7 @@ impl From<ProfileArg> for SynthProfile {
         match p {
             ProfileArg::Scenes => SynthProfile::Scenes,
             ProfileArg::Coco => SynthProfile::Coco,
+            ProfileArg::Regions => SynthProfile::Regions,
         }
     }
 }
@@ -139,6 +144,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
             print!("{}", caprl_data::stats(&ds));
+            print_ceilings(&a.dir)?;
         }
         Command::Df(a) => {
             let ds = Dataset::open(&a.dir)
@@ -156,6 +162,40 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
                 df.num_images()
             );
         }
+    }
+    Ok(())
+}
+
+/// The ceilings a generated task stores beside its data (`ceilings.json`), as a table.
+fn print_ceilings(dir: &std::path::Path) -> anyhow::Result<()> {
+    let path = dir.join(caprl_data::CEILINGS_JSON);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let c: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows = vec![("all".to_string(), &c["all"])];
+    if let Some(subsets) = c["subsets"].as_object() {
+        rows.extend(subsets.iter().map(|(name, v)| (name.clone(), v)));
+    }
+    println!(
+        "ceilings on the {} split ({})",
+        c["split"].as_str().unwrap_or("test"),
+        c["scoring"].as_str().unwrap_or("")
+    );
+    println!("  images        human CIDEr-D  BLEU-4   oracle CIDEr-D  BLEU-4");
+    for (name, v) in rows {
+        let num = |k: &str, m: &str| v[k][m].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  {name:<7} {:>5}  {:>13.3}  {:>6.3}  {:>14.3}  {:>6.3}",
+            v["images"].as_u64().unwrap_or(0),
+            num("human", "cider_d"),
+            num("human", "bleu4"),
+            num("oracle", "cider_d"),
+            num("oracle", "bleu4")
+        );
     }
     Ok(())
 }

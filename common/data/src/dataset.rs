@@ -9,7 +9,7 @@
 //! - `vocab.json`: built from the training references (min count 1 unless asked otherwise)
 //!   and written atomically the first time the data set is opened.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -26,6 +26,9 @@ pub const FEATURES_SAFETENSORS: &str = "features.safetensors";
 pub const FEATURES_IDS: &str = "features.ids.json";
 pub const FEATURES_DIR: &str = "features";
 pub const VOCAB_JSON: &str = "vocab.json";
+/// Optional named subsets of a data set's images (`{"name": [image id, ...]}`): `caprl eval`
+/// reports CIDEr-D and BLEU-4 on each apart (the regions task's `seen` and `unseen`).
+pub const SUBSETS_JSON: &str = "subsets.json";
 
 /// One of the three splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -314,6 +317,18 @@ impl Dataset {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The named subsets of `subsets.json` beside the captions (none when there is no such
+    /// file), each as its image ids.
+    pub fn subsets(&self) -> Result<BTreeMap<String, BTreeSet<String>>, DataError> {
+        let path = self.dir.join(SUBSETS_JSON);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(DataError::io(&path, e)),
+        };
+        serde_json::from_str(&text).map_err(|e| DataError::json(&path, &e))
     }
 
     /// The detected caption format (`Karpathy` or `Custom`).

@@ -17,12 +17,13 @@ mod vocab;
 pub use caprl_score::tokenize::{tokenize, PUNCTUATION};
 pub use dataset::{
     Dataset, Format, Item, OpenOptions, OverLength, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
-    FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, VOCAB_JSON,
+    FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, SUBSETS_JSON, VOCAB_JSON,
 };
 pub use error::DataError;
 pub use features::{write_safetensors, FULL_SCAN_BYTES};
 pub use stats::{stats, DatasetStats, SplitStats};
 pub use synth::{
-    already_generated, synth, synth_dataset, synth_profile, SynthConfig, SynthProfile, SynthSummary,
+    already_generated, synth, synth_dataset, synth_profile, SynthConfig, SynthProfile,
+    SynthSummary, CEILINGS_JSON,
 };
 pub use vocab::{Vocab, SPECIALS};

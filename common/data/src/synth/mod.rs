@@ -18,7 +18,10 @@
 mod captions;
 mod coco;
 mod features;
+mod regions;
 mod world;
+
+pub use regions::CEILINGS_JSON;
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -54,6 +57,10 @@ pub enum SynthProfile {
     /// COCO's sizes and word statistics: about 10,000 words, 8–15-word captions, 2,048-d fc
     /// and 36 × 2,048-d regions (about 300 KB of features per image).
     Coco,
+    /// The benchmark task ([`regions`]): 2–6 objects whose attributes are bound only in 36
+    /// shuffled regions, relations and counts, held-out colour–category pairs in val/test,
+    /// annotators that differ, near-duplicate images, and the ceilings beside the data.
+    Regions,
 }
 
 impl SynthProfile {
@@ -62,6 +69,7 @@ impl SynthProfile {
         match self {
             SynthProfile::Scenes => (10_000, 1_000, 1_000),
             SynthProfile::Coco => (5_000, 500, 500),
+            SynthProfile::Regions => (4_000, 500, 1_000),
         }
     }
 }
@@ -99,8 +107,11 @@ pub struct SynthSummary {
     pub bytes: u64,
     pub seconds: f64,
     /// Scenes: matched-filter accuracy of colour, shape, size, material of the main object
-    /// from fc, and the same from attention region 0 (`None` for the COCO-shaped profile).
+    /// from fc, and the same from attention region 0 (`None` for the other profiles).
     pub recover: Option<([f64; 4], [f64; 4])>,
+    /// Lines the profile adds to the printed summary (the regions profile: what its features
+    /// let a matched filter read, and its ceilings).
+    pub notes: Vec<String>,
     /// The data set as opened back from disk.
     pub stats: DatasetStats,
 }
@@ -132,6 +143,9 @@ impl fmt::Display for SynthSummary {
                 pct(fc),
                 pct(att)
             )?;
+        }
+        for line in &self.notes {
+            writeln!(f, "{line}")?;
         }
         write!(f, "{}", self.stats)
     }
@@ -170,6 +184,12 @@ impl GeneratorRecord {
         let (name, fc_dim, att_regions, att_dim) = match profile {
             SynthProfile::Scenes => (None, features::FC_DIM, SLOTS, features::ATT_DIM),
             SynthProfile::Coco => (Some("coco"), coco::FC_DIM, coco::REGIONS, coco::ATT_DIM),
+            SynthProfile::Regions => (
+                Some("regions"),
+                regions::FC_DIM,
+                regions::REGIONS,
+                regions::ATT_DIM,
+            ),
         };
         GeneratorRecord {
             generator: "caprl-synth",
@@ -257,12 +277,13 @@ pub fn synth_profile(
         .tempdir_in(&parent)
         .map_err(|e| DataError::io(&parent, e))?;
 
-    let recover = match profile {
-        SynthProfile::Scenes => Some(generate(tmp.path(), config)?),
+    let (recover, notes) = match profile {
+        SynthProfile::Scenes => (Some(generate(tmp.path(), config)?), Vec::new()),
         SynthProfile::Coco => {
             generate_coco(tmp.path(), config)?;
-            None
+            (None, Vec::new())
         }
+        SynthProfile::Regions => (None, regions::generate(tmp.path(), config)?),
     };
     // Open it back: validates everything and writes vocab.json.
     Dataset::open(tmp.path())?;
@@ -293,6 +314,7 @@ pub fn synth_profile(
         bytes,
         seconds: started.elapsed().as_secs_f64(),
         recover,
+        notes,
         stats: stats(&ds),
     })
 }
