@@ -20,6 +20,7 @@ mod learner_cmd;
 pub mod local_cmd;
 mod local_snapshots;
 pub mod logging;
+mod machine_cmd;
 mod ranges;
 mod report_cmd;
 mod reward_worker_cmd;
@@ -129,6 +130,8 @@ pub enum Command {
     /// Compare a device's results with the CPU's on tiny models (log-probs, gradients, AdamW,
     /// greedy tokens, snapshots, repeatability): `selftest --device cuda:0`.
     Selftest(selftest_cmd::Args),
+    /// The machine figures are made on: CPU, cores, SIMD level, CUDA build, date (`--json`).
+    Machine(machine_cmd::Args),
 }
 
 impl Command {
@@ -198,6 +201,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(args) => status_cmd::run(args, global),
         Command::Bench(args) => bench::run(args, global),
         Command::Selftest(args) => selftest_cmd::run(args),
+        Command::Machine(args) => machine_cmd::run(args),
     };
     caprl_common::telemetry::stages::write_report(&process, started);
     result
