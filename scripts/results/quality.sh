@@ -131,11 +131,14 @@ train_and_eval() {
   mv "$result.tmp" "$result"
 }
 
+# The models table over every seed first (what separates architectures), then the objectives.
 for seed in $SEEDS; do
   for model in $MODELS; do
     train_and_eval models "$model" xe "$seed"
     train_and_eval models "$model" scst-mean "$seed"
   done
+done
+for seed in $SEEDS; do
   for objective in $OBJECTIVES; do
     # The XE model the objectives start from is the models table's.
     train_and_eval models "$BEST" xe "$seed"
