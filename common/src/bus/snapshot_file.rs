@@ -96,9 +96,9 @@ fn allocate_next(partial: PathBuf, len: u64) {
     let allocate = move || {
         use std::os::fd::AsRawFd;
         // SAFETY: fallocate on a file this closure owns, with integer arguments.
-        let failed = unsafe {
-            libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as i64)
-        } != 0;
+        let failed =
+            unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, 0, len as i64) }
+                != 0;
         if failed {
             let e = io::Error::last_os_error();
             tracing::debug!("cannot allocate {} ahead: {e}", partial.display());
