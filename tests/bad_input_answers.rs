@@ -347,3 +347,260 @@ fn local_refuses_a_truncated_features_file_or_mismatched_ids_before_any_role_sta
         );
     }
 }
+
+/// Every file under `dir` with its bytes, to show that a refused command changed nothing.
+fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                files.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn config_and_set_are_refused_where_the_command_would_not_read_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let data = tmp.path().join("data");
+    let before = contents(tmp.path());
+    let new_set = tmp.path().join("new-set");
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec![
+                "data".into(),
+                "stats".into(),
+                data.clone().into(),
+                "--set".into(),
+                "bogus.key=1".into(),
+            ],
+            "--set",
+        ),
+        (
+            vec![
+                "data".into(),
+                "synth".into(),
+                "--out".into(),
+                new_set.clone().into(),
+                "--config".into(),
+                "missing.toml".into(),
+            ],
+            "--config",
+        ),
+        (
+            vec![
+                "data".into(),
+                "df".into(),
+                data.clone().into(),
+                "--set".into(),
+                "data.max_len=0".into(),
+            ],
+            "--set",
+        ),
+        (
+            vec![
+                "report".into(),
+                run.clone().into(),
+                "--config".into(),
+                "missing.toml".into(),
+            ],
+            "--config",
+        ),
+    ];
+    for (args, option) in cases {
+        let out = caprl().args(&args).output().unwrap();
+        fails_with(
+            &out,
+            2,
+            &["reads no run config", option, "would change nothing"],
+        );
+    }
+    // eval and caption read the checkpoint's config; only decode keys change there.
+    let out = caprl()
+        .args(["eval", "--config", "decode.toml", "--checkpoint"])
+        .arg(run.join("best-xe"))
+        .output()
+        .unwrap();
+    fails_with(
+        &out,
+        2,
+        &["reads the checkpoint's config", "--set decode.KEY=VALUE"],
+    );
+    assert!(!new_set.exists(), "data synth ran");
+    assert_eq!(
+        contents(tmp.path()),
+        before,
+        "a refused command changed a file"
+    );
+}
+
+#[test]
+fn eval_refuses_beam_groups_that_do_not_divide_the_beam() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let out = caprl()
+        .args(["eval", "--beam", "5", "--beam-groups", "7", "--checkpoint"])
+        .arg(run.join("best-xe"))
+        .output()
+        .unwrap();
+    fails_with(
+        &out,
+        1,
+        &["--beam 5 is not a multiple of the beam groups 7"],
+    );
+}
+
+#[test]
+fn outputs_never_overwrite_or_enter_the_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let data = tmp.path().join("data");
+    let checkpoint = std::fs::read_dir(run.join("best-xe"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let before = contents(tmp.path());
+    let cases: Vec<(Vec<std::ffi::OsString>, PathBuf, &str)> = vec![
+        (
+            vec!["report".into(), run.clone().into()],
+            run.join("run.jsonl"),
+            "run directory",
+        ),
+        (
+            vec!["data".into(), "df".into(), data.clone().into()],
+            data.join("captions.json"),
+            "data set",
+        ),
+        (
+            vec![
+                "eval".into(),
+                "--limit".into(),
+                "2".into(),
+                "--checkpoint".into(),
+                run.join("best-xe").into(),
+            ],
+            checkpoint.join("model.safetensors"),
+            "checkpoint",
+        ),
+    ];
+    for (args, target, what) in cases {
+        let out = caprl()
+            .args(&args)
+            .arg("--out")
+            .arg(&target)
+            .output()
+            .unwrap();
+        fails_with(
+            &out,
+            1,
+            &[&format!("inside the {what}"), "write the output elsewhere"],
+        );
+    }
+    assert_eq!(contents(tmp.path()), before, "an input changed");
+    // The files a command owns beside its input stay allowed.
+    let out = caprl()
+        .args(["data", "df"])
+        .arg(&data)
+        .arg("--out")
+        .arg(data.join("train-df.bin"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn a_closed_stdout_ends_printing_commands_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = train_tiny_xe(&tmp.path().join("t"));
+    for args in [
+        vec!["data".into(), "stats".into(), data.clone().into_os_string()],
+        vec![
+            "report".into(),
+            run.clone().into_os_string(),
+            "--out".into(),
+            tmp.path().join("r.html").into_os_string(),
+        ],
+    ] {
+        let mut child = caprl()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader went away, as `| head -1` does
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {}\n{stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_ack_wait_the_broker_refuses_is_refused_at_load() {
+    let out = caprl()
+        .args(["config", "show", "--set", "runtime.ack_wait_secs=1000000"])
+        .output()
+        .unwrap();
+    fails_with(&out, 2, &["runtime.ack_wait_secs = 1000000", "1..=604800"]);
+}
+
+#[test]
+fn weights_with_nan_are_refused_even_under_a_valid_manifest() {
+    use sha2::Digest;
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let checkpoint = std::fs::read_dir(run.join("best-xe"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let weights = checkpoint.join("model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
+    let name = tensors.keys().min().unwrap().clone();
+    let nan = (tensors[&name].ones_like().unwrap() * f64::NAN).unwrap();
+    tensors.insert(name.clone(), nan);
+    candle_core::safetensors::save(&tensors, &weights).unwrap();
+    // Sign the edited file, as a hand edit that knows the manifest would.
+    let bytes = std::fs::read(&weights).unwrap();
+    let manifest_path = checkpoint.join("MANIFEST.json");
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    for file in manifest["files"].as_array_mut().unwrap() {
+        if file["name"] == "model.safetensors" {
+            file["bytes"] = bytes.len().into();
+            file["sha256"] = hex::encode(sha2::Sha256::digest(&bytes)).into();
+        }
+    }
+    std::fs::write(
+        &manifest_path,
+        serde_json::to_string_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+
+    let out = caprl()
+        .args(["eval", "--limit", "2", "--checkpoint"])
+        .arg(&checkpoint)
+        .output()
+        .unwrap();
+    fails_with(
+        &out,
+        1,
+        &[
+            "model.safetensors",
+            &format!("parameter `{name}`"),
+            "NaN or infinite",
+        ],
+    );
+}

@@ -1,6 +1,7 @@
 //! `caprl data synth-audio --out DIR` and `caprl data audio --clotho DIR --out DIR`:
 //! generated sound scenes, and log-mel features for a Clotho-layout directory.
 
+use super::{out, outln};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -79,19 +80,19 @@ pub fn synth_audio(a: SynthAudioArgs) -> anyhow::Result<()> {
     };
     let summary = audio::synth_audio(&a.out, &config)
         .with_context(|| format!("generating sound scenes in {}", a.out.display()))?;
-    println!("wrote {} (seed {}): {summary}", a.out.display(), a.seed);
+    outln!("wrote {} (seed {}): {summary}", a.out.display(), a.seed)?;
     print_stats(&a.out)
 }
 
 pub fn prepare(a: AudioArgs) -> anyhow::Result<()> {
     let summary = audio::prepare_clotho(&a.clotho, &a.out, &a.front.prepare())
         .with_context(|| format!("preparing audio features from {}", a.clotho.display()))?;
-    println!("wrote {}: {summary}", a.out.display());
+    outln!("wrote {}: {summary}", a.out.display())?;
     print_stats(&a.out)
 }
 
 fn print_stats(dir: &std::path::Path) -> anyhow::Result<()> {
     let ds = Dataset::open(dir).with_context(|| format!("opening data set {}", dir.display()))?;
-    print!("{}", caprl_data::stats(&ds));
+    out!("{}", caprl_data::stats(&ds))?;
     Ok(())
 }

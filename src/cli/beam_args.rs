@@ -29,9 +29,9 @@ pub struct DiverseBeam {
 }
 
 impl DiverseBeamArgs {
-    /// Each flag, or its key in `decode` when not given; 0 groups and a negative or non-finite
-    /// λ are errors.
-    pub fn resolve(&self, decode: &DecodeConfig) -> Result<DiverseBeam> {
+    /// Each flag, or its key in `decode` when not given; 0 groups, groups that do not divide
+    /// a `beam` wider than 1 and a negative or non-finite λ are errors.
+    pub fn resolve(&self, decode: &DecodeConfig, beam: usize) -> Result<DiverseBeam> {
         let out = DiverseBeam {
             groups: self.beam_groups.unwrap_or(decode.beam_groups as usize),
             lambda: self
@@ -41,6 +41,13 @@ impl DiverseBeamArgs {
         };
         if out.groups == 0 {
             bail!("--beam-groups 0: give 1 (plain beam search) or more");
+        }
+        if beam > 1 && !beam.is_multiple_of(out.groups) {
+            bail!(
+                "--beam {beam} is not a multiple of the beam groups {} (--beam-groups, default \
+                 decode.beam_groups): give a --beam-groups that divides --beam, 1 = plain beam search",
+                out.groups
+            );
         }
         if !(out.lambda >= 0.0 && out.lambda.is_finite()) {
             bail!(

@@ -94,15 +94,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         None => None,
     };
     let ids = read_ids(&args.features, n)?;
-    let diverse = args.diverse.resolve(&loaded.cfg.decode)?;
+    let diverse = args.diverse.resolve(&loaded.cfg.decode, args.beam)?;
     let groups = diverse.groups;
-    if args.beam > 1 && !args.beam.is_multiple_of(groups) {
-        bail!(
-            "--beam {} is not a multiple of the beam groups {groups} (--beam-groups, default \
-             decode.beam_groups): give a --beam-groups that divides --beam, 1 = plain beam search",
-            args.beam
-        );
-    }
     let bad_endings = if diverse.remove_bad_endings {
         BadEndings::from_vocab(&loaded.data.vocab)
     } else {

@@ -1,6 +1,8 @@
 //! `caprl data synth --out DIR [--profile scenes|coco|regions] [--seed S] [--train N --val N --test N]` and
 //! `caprl data stats DIR`; the audio commands are in `audio_data_cmd`.
 
+use super::output_paths::{check_output, Input};
+use super::{out, outln};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -33,6 +35,9 @@ pub enum Command {
     /// (what SCST rewards use; `caprl score --df FILE` reads it).
     Df(DfArgs),
 }
+
+/// Where `data df` writes by default, beside the captions.
+const DF_FILE: &str = "train-df.bin";
 
 #[derive(Debug, clap::Args)]
 pub struct DfArgs {
@@ -109,11 +114,11 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
             };
             if caprl_data::already_generated(&a.out, profile, &config) {
                 // Said even under `-q`: nothing was generated, and that is news.
-                println!(
+                outln!(
                     "{} already holds this data set (same generator version, seed and sizes); \
                      left as it is",
                     a.out.display()
-                );
+                )?;
                 return Ok(());
             }
             let summary =
@@ -122,7 +127,7 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
                 })?;
             // `-q`: the data set is the output; its statistics are `caprl data stats DIR`.
             if !quiet {
-                print!("{summary}");
+                out!("{summary}")?;
             }
         }
         Command::SynthAudio(a) => audio_data_cmd::synth_audio(a)?,
@@ -131,36 +136,43 @@ pub fn run(args: Args, global: &Global) -> anyhow::Result<()> {
             let cfg = global.load_config()?;
             let ds = crate::setup::open_data(&cfg, true)?;
             if !quiet {
-                println!(
+                outln!(
                     "{}: {} train, {} val, {} test images; captions, features and vocabulary check",
                     cfg.data.dir,
                     ds.train.len(),
                     ds.val.len(),
                     ds.test.len()
-                );
+                )?;
             }
         }
         Command::Stats(a) => {
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
-            print!("{}", caprl_data::stats(&ds));
+            out!("{}", caprl_data::stats(&ds))?;
             print_ceilings(&a.dir)?;
         }
         Command::Df(a) => {
+            if let Some(out) = &a.out {
+                let data = Input {
+                    what: "data set",
+                    path: &a.dir,
+                };
+                check_output("--out", out, &[data], &[DF_FILE])?;
+            }
             let ds = Dataset::open(&a.dir)
                 .with_context(|| format!("opening data set {}", a.dir.display()))?;
             // Without the `<eos>` marker: `caprl score --df` scores plain captions, and the
             // marked table differs only by the n-grams that end in the marker.
             let df = caprl_reward_worker::Rewarder::training_df(&ds, &ds.train.items, false);
-            let out = a.out.unwrap_or_else(|| a.dir.join("train-df.bin"));
+            let out = a.out.unwrap_or_else(|| a.dir.join(DF_FILE));
             df.save(&out)
                 .with_context(|| format!("writing {}", out.display()))?;
-            println!(
+            outln!(
                 "{}: document frequencies of {} n-grams over {} training images",
                 out.display(),
                 df.len(),
                 df.num_images()
-            );
+            )?;
         }
     }
     Ok(())
@@ -180,22 +192,22 @@ fn print_ceilings(dir: &std::path::Path) -> anyhow::Result<()> {
     if let Some(subsets) = c["subsets"].as_object() {
         rows.extend(subsets.iter().map(|(name, v)| (name.clone(), v)));
     }
-    println!(
+    outln!(
         "ceilings on the {} split ({})",
         c["split"].as_str().unwrap_or("test"),
         c["scoring"].as_str().unwrap_or("")
-    );
-    println!("  images        human CIDEr-D  BLEU-4   oracle CIDEr-D  BLEU-4");
+    )?;
+    outln!("  images        human CIDEr-D  BLEU-4   oracle CIDEr-D  BLEU-4")?;
     for (name, v) in rows {
         let num = |k: &str, m: &str| v[k][m].as_f64().unwrap_or(f64::NAN);
-        println!(
+        outln!(
             "  {name:<7} {:>5}  {:>13.3}  {:>6.3}  {:>14.3}  {:>6.3}",
             v["images"].as_u64().unwrap_or(0),
             num("human", "cider_d"),
             num("human", "bleu4"),
             num("oracle", "cider_d"),
             num("oracle", "bleu4")
-        );
+        )?;
     }
     Ok(())
 }

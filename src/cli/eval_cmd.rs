@@ -12,6 +12,7 @@ use caprl_wire::Sampling;
 
 use super::beam_args::DiverseBeamArgs;
 use super::compute_args::ComputeArgs;
+use super::output_paths::{check_output, Input};
 use super::{write_stdout, Global};
 
 #[derive(Debug, clap::Args)]
@@ -25,7 +26,7 @@ pub struct Args {
     /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
     #[arg(long, value_parser = super::ranges::at_least_one)]
     pub beam: Option<usize>,
-    /// Diverse beam search and bad endings; the beam is rounded up to a multiple of the groups.
+    /// Diverse beam search and bad endings; the beam groups must divide the beam.
     #[command(flatten)]
     pub diverse: DiverseBeamArgs,
     /// Nucleus mass of the samples of the diversity metrics, in (0, 1] (default:
@@ -66,6 +67,19 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let device = args.compute.device_or_cpu()?;
     let mut loaded = load_checkpoint(&args.checkpoint, args.data.as_deref(), &device)?;
     loaded.cfg = with_decode_sets(&loaded.cfg, &global.sets)?;
+    if let Some(out) = &args.out {
+        let inputs = [
+            Input {
+                what: "checkpoint",
+                path: &args.checkpoint,
+            },
+            Input {
+                what: "data set",
+                path: loaded.data.dir(),
+            },
+        ];
+        check_output("--out", out, &inputs, &[])?;
+    }
     if let Some(dtype) = args.compute.compute_dtype() {
         loaded.model.set_compute_dtype(dtype)?;
     }
@@ -74,9 +88,10 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         .parse()
         .map_err(|e| anyhow::anyhow!("--split {}: {e}", args.split))?;
     let items = &loaded.data.split(split).items;
-    let diverse = args.diverse.resolve(&loaded.cfg.decode)?;
+    let beam = args.beam.unwrap_or(loaded.cfg.decode.beam as usize);
+    let diverse = args.diverse.resolve(&loaded.cfg.decode, beam)?;
     let opts = EvalOptions {
-        beam: args.beam.unwrap_or(loaded.cfg.decode.beam as usize),
+        beam,
         length_norm: loaded.cfg.decode.length_norm,
         block_trigrams: loaded.cfg.decode.block_trigrams,
         beam_groups: diverse.groups,

@@ -21,6 +21,7 @@ pub mod local_cmd;
 mod local_snapshots;
 pub mod logging;
 mod machine_cmd;
+mod output_paths;
 mod ranges;
 mod report_cmd;
 mod reward_worker_cmd;
@@ -170,9 +171,90 @@ impl Command {
     }
 }
 
+/// Which of the global `--config` and `--set` a command reads.
+enum ConfigUse {
+    /// The run config: `--config` then `--set`, checked as training checks them.
+    Whole,
+    /// The checkpoint's config, with `--set decode.KEY=VALUE` over it (eval, caption).
+    DecodeSets,
+    /// None: the command takes everything from its own flags and files.
+    Nothing,
+}
+
+impl Command {
+    fn config_use(&self) -> ConfigUse {
+        match self {
+            Command::Eval(_) | Command::Caption(_) => ConfigUse::DecodeSets,
+            Command::Score(_)
+            | Command::Features(_)
+            | Command::Report(_)
+            | Command::Selftest(_)
+            | Command::Machine(_) => ConfigUse::Nothing,
+            Command::Data(a) if !matches!(a.command, data_cmd::Command::Check) => {
+                ConfigUse::Nothing
+            }
+            _ => ConfigUse::Whole,
+        }
+    }
+
+    /// The subcommand's words as a user types them (`data stats`, `eval`).
+    fn words(&self) -> String {
+        match self {
+            Command::Data(a) => format!("data {}", kebab_variant(&a.command)),
+            other => kebab_variant(other),
+        }
+    }
+}
+
+/// The name clap gives an enum variant (`SynthAudio` is `synth-audio`), read from its `Debug`
+/// form, which starts with the variant's name.
+fn kebab_variant(value: &impl std::fmt::Debug) -> String {
+    let debug = format!("{value:?}");
+    let variant = debug.split(['(', ' ', '{']).next().unwrap_or_default();
+    let mut out = String::new();
+    for (i, ch) in variant.chars().enumerate() {
+        if ch.is_uppercase() && i > 0 {
+            out.push('-');
+        }
+        out.push(ch.to_ascii_lowercase());
+    }
+    out
+}
+
+/// Refuses `--config` and `--set` where the command would not read them (a typo or a setting a
+/// user believes in would otherwise pass without a word).
+fn check_config_use(command: &Command, global: &Global) -> Result<(), ConfigError> {
+    let not_read = |reads, option, hint| ConfigError::NotRead {
+        command: command.words(),
+        reads,
+        option,
+        hint,
+    };
+    match command.config_use() {
+        ConfigUse::Whole => Ok(()),
+        ConfigUse::DecodeSets if global.config.is_some() => Err(not_read(
+            "reads the checkpoint's config",
+            "--config",
+            "change decoding with --set decode.KEY=VALUE or the command's flags",
+        )),
+        ConfigUse::DecodeSets => Ok(()),
+        ConfigUse::Nothing if global.config.is_some() || !global.sets.is_empty() => Err(not_read(
+            "reads no run config",
+            if global.config.is_some() {
+                "--config"
+            } else {
+                "--set"
+            },
+            "its own flags are its settings (see --help)",
+        )),
+        ConfigUse::Nothing => Ok(()),
+    }
+}
+
 /// Runs the chosen command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
+    check_config_use(&cli.command, global)?;
     // A misspelt CAPRL_GENERIC_OPS or CAPRL_SIMD stops here instead of being read as off.
     caprl_model::model::generic_ops_from_env()?;
     let level = caprl_model::fastmath::simd_from_env()?;
@@ -239,6 +321,21 @@ fn without_backtrace(msg: &str) -> String {
 }
 
 /// Writes `text` to stdout; a closed pipe (`caprl ... | head`) is not an error.
+/// `print!` through [`write_stdout`]: a closed stdout (`| head -1`) ends the output quietly
+/// instead of panicking. Evaluates to its `Result`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(&format!($($arg)*))
+    };
+}
+/// `println!` through [`write_stdout`], as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+pub(crate) use {out, outln};
+
 pub fn write_stdout(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -1,6 +1,8 @@
 //! `caprl report RUN_DIR [RUN_DIR...]`: draw the curves of one or more runs
 //! into one self-contained HTML page (and optionally PNGs).
 
+use super::outln;
+use super::output_paths::{check_output, Input};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -30,6 +32,15 @@ pub struct ReportArgs {
 
 /// Runs `caprl report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<()> {
+    let runs: Vec<Input> = args
+        .run_dirs
+        .iter()
+        .map(|dir| Input {
+            what: "run directory",
+            path: dir,
+        })
+        .collect();
+    check_output("--out", &args.out, &runs, &["report.html"])?;
     let options = ReportOptions {
         run_dirs: args.run_dirs,
         out: args.out,
@@ -41,13 +52,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
     for note in &outcome.notes {
         eprintln!("note: {note}");
     }
-    println!("wrote {} ({} plots)", outcome.html.display(), outcome.plots);
+    outln!("wrote {} ({} plots)", outcome.html.display(), outcome.plots)?;
     if let Some(dir) = &options.png_dir {
-        println!(
+        outln!(
             "wrote {} PNG files to {}",
             outcome.pngs.len(),
             dir.display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `caprl score`: BLEU-1..4, ROUGE-L and CIDEr-D (and METEOR with `--meteor`) of a caption file.
 
+use super::outln;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -59,22 +60,22 @@ pub fn run(args: ScoreArgs) -> anyhow::Result<()> {
             .context("computing METEOR")?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_table(&report.corpus, report.images.len());
+        print_table(&report.corpus, report.images.len())?;
     }
     Ok(())
 }
 
-fn print_table(s: &Scores, images: usize) {
-    println!("{:<10} {:>8}", "metric", "score");
+fn print_table(s: &Scores, images: usize) -> anyhow::Result<()> {
+    outln!("{:<10} {:>8}", "metric", "score")?;
     for (n, b) in s.bleu.iter().enumerate() {
-        println!("{:<10} {:>8.4}", format!("BLEU-{}", n + 1), b);
+        outln!("{:<10} {:>8.4}", format!("BLEU-{}", n + 1), b)?;
     }
-    println!("{:<10} {:>8.4}", "ROUGE-L", s.rouge_l);
-    println!("{:<10} {:>8.4}", "CIDEr-D", s.cider_d);
+    outln!("{:<10} {:>8.4}", "ROUGE-L", s.rouge_l)?;
+    outln!("{:<10} {:>8.4}", "CIDEr-D", s.cider_d)?;
     if let Some(m) = s.meteor {
-        println!("{:<10} {:>8.4}", "METEOR", m);
+        outln!("{:<10} {:>8.4}", "METEOR", m)?;
     }
-    println!("({images} images)");
+    outln!("({images} images)")
 }

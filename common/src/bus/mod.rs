@@ -56,7 +56,10 @@ pub const LATEST_KEY: &str = "latest";
 /// Longest pull wait or nak delay honoured; longer ones are cut to this.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Upper bound of every `*_secs` option.
-const MAX_SECS: u64 = 7 * 24 * 3600;
+pub const MAX_SECS: u64 = 7 * 24 * 3600;
+/// [`MAX_SECS`] as the config checks print it.
+pub const MAX_SECS_ALLOWED: &str = "1..=604800 (seconds: up to a week)";
+const _: () = assert!(MAX_SECS == 604_800, "MAX_SECS_ALLOWED names 604800");
 
 /// The three work queues of a run, in data-flow order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -56,4 +56,13 @@ pub enum ConfigError {
 
     #[error("reward.spec `{spec}`: {reason}")]
     BadRewardSpec { spec: String, reason: String },
+
+    /// `--config` or `--set` given to a command that would not read them.
+    #[error("caprl {command} {reads}, so {option} would change nothing: {hint}")]
+    NotRead {
+        command: String,
+        reads: &'static str,
+        option: &'static str,
+        hint: &'static str,
+    },
 }

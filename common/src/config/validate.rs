@@ -6,6 +6,7 @@ use super::error::ConfigError;
 use super::schema::{
     KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, Schedule,
 };
+use crate::bus;
 use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
 use caprl_wire::check::{self, fails, first_violation, outside, Check, Violation};
 use caprl_wire::Sampling;
@@ -110,7 +111,7 @@ const CHECKS: &[Check<RunConfig>] = &[
     },
     Check { key: "runtime.tasks_in_flight", allowed: ">= 1", violation: |c| outside(c.runtime.tasks_in_flight, 1..) },
     Check { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
-    Check { key: "runtime.ack_wait_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.runtime.ack_wait_secs, 1..=i64::MAX as u64) },
+    Check { key: "runtime.ack_wait_secs", allowed: bus::MAX_SECS_ALLOWED, violation: |c| outside(c.runtime.ack_wait_secs, 1..=bus::MAX_SECS) },
     Check { key: "nats.url", allowed: "a non-empty server URL, e.g. nats://127.0.0.1:4222", violation: |c| c.nats.url.is_empty().then(|| "\"\"".into()) },
     Check {
         key: "nats.max_message_bytes",

@@ -108,6 +108,7 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;
     let model = Captioner::load(&ck.file(WEIGHTS), &model_cfg, device)?;
+    refuse_non_finite(&model, &ck.file(WEIGHTS))?;
     let value = match ck.file(VALUE_WEIGHTS).exists() {
         true => Some(ValueHead::load(
             &ck.file(VALUE_WEIGHTS),
@@ -126,6 +127,40 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
         model,
         value,
     })
+}
+
+/// Refuses weights with a NaN or an infinity: such a model captions nothing and scores zero,
+/// which would otherwise pass for a result (a checkpoint written by a run that diverged, or a
+/// file edited and re-signed by hand).
+fn refuse_non_finite(model: &Captioner, path: &Path) -> Result<()> {
+    let vars = model
+        .varmap()
+        .data()
+        .lock()
+        .map_err(|_| LearnerError::Corrupt {
+            path: path.to_path_buf(),
+            reason: "its parameters could not be read".into(),
+        })?;
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort();
+    for name in names {
+        let values = vars[name]
+            .as_tensor()
+            .flatten_all()?
+            .to_dtype(candle_core::DType::F32)?;
+        let bad = values
+            .to_vec1::<f32>()?
+            .iter()
+            .filter(|x| !x.is_finite())
+            .count();
+        if bad > 0 {
+            return Err(LearnerError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("parameter `{name}` holds {bad} NaN or infinite values"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The weights of checkpoint `dir` (a `ckpt-*` dir or a dir holding them, e.g. `RUN/best-xe`)
