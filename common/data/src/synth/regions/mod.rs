@@ -9,7 +9,9 @@
 //!   balls") ([`world`], [`annotators`]);
 //! - **a compositional test split**: a fifth of the colour–category pairs of the common
 //!   categories never appear in training; half of the val/test images show one as their main
-//!   object (`subsets.json`: `seen` and `unseen`, which `caprl eval` reports apart);
+//!   object (`subsets.json`: `unseen`; `seen`, the images whose main object is a common
+//!   category in a combination training shows; and `tail`, a long-tail category; `caprl eval`
+//!   reports each apart);
 //! - **annotators that differ** in focus, length, order and synonyms, over a long-tail
 //!   vocabulary (500 object categories with Zipf frequencies, most with made-up names);
 //! - **near-duplicate families**: images that differ in one fact (the main object's colour,
@@ -118,6 +120,9 @@ struct SceneRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     differs: Option<&'static str>,
     unseen_combination: bool,
+    /// Val/test: `seen`, `unseen` or `tail` ([`Scene::subset`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subset: Option<&'static str>,
     place: &'static str,
     objects: Vec<ObjectRecord>,
     /// `[a, relation, b]` for every ordered pair of objects a < b.
@@ -153,6 +158,7 @@ fn record(
         family: d.family,
         differs: d.differs.map(Variation::name),
         unseen_combination: s.has_unseen(held_out),
+        subset: (split != "train").then(|| s.subset(held_out)),
         place: world::PLACES[s.place][0].0,
         objects: s
             .objects
@@ -206,11 +212,7 @@ pub(crate) fn generate(dir: &Path, config: &SynthConfig) -> Result<Vec<String>, 
         );
         main_regions.push(regions[0]);
         if split != "train" {
-            let subset = if d.scene.has_unseen(&held_out) {
-                "unseen"
-            } else {
-                "seen"
-            };
+            let subset = d.scene.subset(&held_out);
             subsets.entry(subset.into()).or_default().push(id.clone());
         }
         if split == "test" {

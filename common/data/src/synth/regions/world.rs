@@ -265,6 +265,20 @@ impl Scene {
     pub(crate) fn has_unseen(&self, held_out: &HeldOut) -> bool {
         self.objects.iter().any(|o| held_out.contains(o))
     }
+
+    /// Which evaluation subset the image belongs to, by its main object: `unseen` (a held-out
+    /// combination), `seen` (a common category in a combination training shows: the matched
+    /// comparison for `unseen`, whose main objects are common categories too) or `tail` (a
+    /// category of the long tail).
+    pub(crate) fn subset(&self, held_out: &HeldOut) -> &'static str {
+        if self.has_unseen(held_out) {
+            "unseen"
+        } else if self.objects[0].category < HEAD_CATEGORIES.len() {
+            "seen"
+        } else {
+            "tail"
+        }
+    }
 }
 
 /// The colour–category combinations that appear only in val/test: a share of the pairs over
