@@ -93,7 +93,7 @@ hardened=(--user 10001:10001 --read-only --read-only-tmpfs=false --cap-drop ALL
 
 echo "e2e: $(stamp) the data set: caprl data synth in a container (the manifests' initContainer)"
 podman run --rm --name "$p-synth" "${hardened[@]}" -v "$p-data:/data:U" "$cpu_image" \
-  data synth --config /etc/caprl/caprl.toml --out /data/synth --seed 42 \
+  data synth --out /data/synth --seed 42 \
   --train 64 --val 16 --test 16 --quiet
 
 echo "e2e: $(stamp) nats-server (k8s/base/nats.conf, uid 1000, read-only root, JetStream on /data)"
