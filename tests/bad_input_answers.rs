@@ -604,3 +604,58 @@ fn weights_with_nan_are_refused_even_under_a_valid_manifest() {
         ],
     );
 }
+
+#[test]
+fn data_format_and_min_count_are_honoured_or_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let dir = format!("data.dir={:?}", data.display().to_string());
+    let check = |keys: &[&str]| {
+        let mut cmd = caprl();
+        cmd.args(["data", "check", "--set", &dir]);
+        for k in keys {
+            cmd.args(["--set", k]);
+        }
+        cmd.output().unwrap()
+    };
+    let vocab = std::fs::read(data.join("vocab.json")).unwrap();
+    let out = check(&["data.format=\"custom\""]);
+    fails_with(
+        &out,
+        1,
+        &[
+            "format is custom but the file is a Karpathy file",
+            "format = \"karpathy\"",
+        ],
+    );
+    let out = check(&["data.min_count=5"]);
+    fails_with(
+        &out,
+        1,
+        &[
+            "built with min_count 1 but 5 was asked for",
+            "delete it to rebuild",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(data.join("vocab.json")).unwrap(),
+        vocab,
+        "vocab.json changed"
+    );
+
+    // With the old vocabulary removed, the min count builds the new one.
+    std::fs::remove_file(data.join("vocab.json")).unwrap();
+    let out = check(&["data.min_count=5"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let words = |bytes: &[u8]| {
+        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        v["words"].as_array().unwrap().len()
+    };
+    let rebuilt = std::fs::read(data.join("vocab.json")).unwrap();
+    assert!(
+        words(&rebuilt) < words(&vocab),
+        "{} words at min count 5, {} at 1",
+        words(&rebuilt),
+        words(&vocab)
+    );
+}

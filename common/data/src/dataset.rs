@@ -412,6 +412,18 @@ fn read_captions(
                         "neither a JSON object with `images` (Karpathy) nor a JSON array of {image_id, split, caption} (custom)",
                     ))
                 }
+                (Format::Custom, Some(b'{')) | (Format::Karpathy, Some(b'[')) => {
+                    let (holds, fits) = match format {
+                        Format::Custom => ("a Karpathy file (a JSON object with `images`)", "karpathy"),
+                        _ => ("a custom list (a JSON array of {image_id, split, caption})", "custom"),
+                    };
+                    return Err(DataError::invalid(
+                        &json,
+                        format!(
+                            "format is {format} but the file is {holds}; use format = \"{fits}\" or \"auto\""
+                        ),
+                    ));
+                }
                 (f, _) => f,
             };
             let images = match detected {

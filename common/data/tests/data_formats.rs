@@ -247,7 +247,13 @@ fn custom_json_array_is_detected_and_loaded() {
             ..OpenOptions::default()
         },
     );
-    assert!(matches!(forced, Err(DataError::Json { .. })), "{forced:?}");
+    // Forcing the other format names what the file is and the setting that fits it.
+    let message = forced.unwrap_err().to_string();
+    assert!(
+        message.contains("format is karpathy but the file is a custom list")
+            && message.contains("format = \"custom\""),
+        "{message}"
+    );
 }
 
 #[test]
