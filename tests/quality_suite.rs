@@ -42,16 +42,19 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
 
     let runs = modified(&out.join("runs"));
     let names: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
+    // SLE runs on whichever model the models table found best.
+    let sle = ["objectives-fc-gru-sle-s1.json", "objectives-transformer-sle-s1.json"];
+    assert_eq!(names.len(), 5, "{names:?}");
     assert_eq!(
-        names,
+        names[..4],
         [
             "models-fc-gru-scst-mean-s1.json",
             "models-fc-gru-xe-s1.json",
             "models-transformer-scst-mean-s1.json",
             "models-transformer-xe-s1.json",
-            "objectives-transformer-sle-s1.json",
         ]
     );
+    assert!(sle.contains(&names[4]), "{names:?}");
     for (name, _) in &runs {
         let run: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(name)).unwrap())

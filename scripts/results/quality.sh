@@ -7,11 +7,12 @@
 #
 #   cargo build --release && bash scripts/results/quality.sh [full|quick|smoke]
 #
-# full:  fc-GRU, att-GRU, Transformer, each XE then SCST (mean baseline); for BEST (default
-#        transformer) the objectives from the same XE model: SCST greedy and mean baselines,
-#        GRPO, PPO-clip, GSPO, SLE, WTF-RL (contrastive reward), SCST async; seeds 1 2 3.
+# full:  fc-GRU, att-GRU, Transformer, each XE then SCST (mean baseline); then, for the best of
+#        them (highest mean test CIDEr-D after SCST; BEST names another), the objectives from the
+#        same XE models: SCST greedy and mean baselines, GRPO, PPO-clip, GSPO, SLE, WTF-RL
+#        (contrastive reward), SCST async; seeds 1 2 3.
 # quick: fc-GRU and Transformer, XE and SCST, seed 1.
-# smoke: the quick grid plus SLE on a tiny set for one step each (what CI runs: it checks that
+# smoke: the quick grid plus SLE on a tiny set for one epoch each (what CI runs: it checks that
 #        the suite runs end to end, not any number).
 #
 # Environment: OUT (default runs/quality-MODE), CAPRL (default target/release/caprl), DATA (default
@@ -34,7 +35,6 @@ esac
 SEEDS="${SEEDS:-$seeds}"
 MODELS="${MODELS:-$models}"
 OBJECTIVES="${OBJECTIVES-$objectives}"
-BEST="${BEST:-transformer}"
 XE_EPOCHS="${XE_EPOCHS:-$xe}"
 RL_EPOCHS="${RL_EPOCHS:-$rl}"
 if [ "$MODE" = smoke ]; then DATA="${DATA:-$OUT/data}"; else DATA="${DATA:-data/regions}"; fi
@@ -138,6 +138,8 @@ for seed in $SEEDS; do
     train_and_eval models "$model" scst-mean "$seed"
   done
 done
+# The objectives run on the model the models table found best (or BEST).
+[ -n "$OBJECTIVES" ] && BEST="${BEST:-$(python3 scripts/results/quality_table.py "$OUT" --best-model)}"
 for seed in $SEEDS; do
   for objective in $OBJECTIVES; do
     # The XE model the objectives start from is the models table's.

@@ -304,12 +304,31 @@ def render_checks(suite, groups):
     return lines + [""]
 
 
+def best_model(groups):
+    """The model of the models table with the highest mean test CIDEr-D after SCST (after XE
+    where no SCST run has finished), or None before any run."""
+    for obj in ("scst-mean", "xe"):
+        scored = [(stats(list(seeds.values()))[0], model)
+                  for (table, model, o), seeds in groups.items() if table == "models" and o == obj]
+        if scored:
+            return max(scored)[1]
+    return None
+
+
 def main():
     """Parse arguments, render, print or write."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--out", type=Path, help="write the Markdown here instead of stdout")
+    ap.add_argument("--best-model", action="store_true",
+                    help="print only the best model of the models table (for the objectives)")
     a = ap.parse_args()
+    if a.best_model:
+        best = best_model(load_runs(a.out_dir))
+        if best is None:
+            sys.exit("quality_table: no finished run of the models table to choose from")
+        print(best)
+        return
     suite, groups = load_suite(a.out_dir), load_runs(a.out_dir)
     lines = header(suite, groups) + render_ceilings(suite)
     lines += render_table("Models (XE, then SCST with the mean baseline)", groups, "models")
