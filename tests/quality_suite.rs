@@ -43,7 +43,10 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
     let runs = modified(&out.join("runs"));
     let names: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
     // SLE runs on whichever model the models table found best.
-    let sle = ["objectives-fc-gru-sle-s1.json", "objectives-transformer-sle-s1.json"];
+    let sle = [
+        "objectives-fc-gru-sle-s1.json",
+        "objectives-transformer-sle-s1.json",
+    ];
     assert_eq!(names.len(), 5, "{names:?}");
     assert_eq!(
         names[..4],

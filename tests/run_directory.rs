@@ -224,5 +224,98 @@ fn three_fresh_runs_in_one_directory_keep_all_three() {
             !checkpoint_dirs(&run.join(dir).join("best-xe")).is_empty(),
             "{dir} keeps its best checkpoint"
         );
+        // Its config went with it: the seed it was trained with.
+        let config = std::fs::read_to_string(run.join(dir).join("config.toml")).unwrap();
+        let seed = if dir == "previous-1" { 1 } else { 2 };
+        assert!(
+            config.contains(&format!("seed = {seed}")),
+            "{dir}: {config}"
+        );
     }
+}
+
+/// `caprl train --objective xe -q` of the tiny run with `extra` keys.
+fn train_xe(data: &Path, run: &Path, extra: &[&str]) -> std::process::Output {
+    caprl()
+        .args(["train", "--objective", "xe", "-q"])
+        .args(sets(data, run, 0, extra))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_checkpoint_dir_that_is_not_the_runs_own_is_refused_before_anything_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
+    for (dir, says) in [
+        (run.clone(), "is the run directory itself"),
+        (data.join("checkpoints"), "lies inside the data set"),
+    ] {
+        let key = format!("checkpoint.dir={:?}", dir.display().to_string());
+        let out = train_xe(&data, &run, &[&key]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(text(&out).contains(says), "{}", text(&out));
+    }
+    assert!(
+        !data.join("checkpoints").exists(),
+        "a checkpoint went into the data set"
+    );
+    assert!(!run.join("previous-1").exists());
+
+    // Run A keeps its checkpoints in a shared directory; run B may not take it over.
+    let shared = tmp.path().join("shared-ckpts");
+    let key = format!("checkpoint.dir={:?}", shared.display().to_string());
+    let out = train_xe(
+        &data,
+        &tmp.path().join("run-a"),
+        &[&key, "checkpoint.every_steps=2"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let before = checkpoint_dirs(&shared);
+    assert!(!before.is_empty());
+    let out = train_xe(&data, &tmp.path().join("run-b"), &[&key]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("holds the checkpoints of the run in"),
+        "{}",
+        text(&out)
+    );
+    assert!(text(&out).contains("run-a"), "{}", text(&out));
+    assert_eq!(
+        checkpoint_dirs(&shared),
+        before,
+        "run A's checkpoints changed"
+    );
+}
+
+#[test]
+fn a_resume_with_other_settings_says_which_and_records_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
+    let out = train_xe(&data, &run, &["checkpoint.every_steps=2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q", "--resume"])
+        .args(sets(
+            &data,
+            &run,
+            0,
+            &["checkpoint.every_steps=2", "seed=7", "optim.lr=0.002"],
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--resume with settings other than the checkpoint's"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("seed 42 -> 7") && stderr.contains("optim.lr"),
+        "{stderr}"
+    );
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(config.contains("seed = 7"), "{config}");
 }

@@ -124,20 +124,81 @@ pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<O
     Ok(Some(log))
 }
 
-/// A new run in a run dir that holds an earlier one moves the earlier run's checkpoints, best
-/// models and run log into `RUN_DIR/previous-N/` (`N` one past the highest there), so its best
-/// checkpoints and log never leak into the new run and no earlier run is ever deleted; it says
-/// so even with `-q`.
+/// `path` absolute, with symbolic links resolved as far as it exists.
+fn resolved(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => resolved(parent).join(name),
+        (_, Some(name)) => std::env::current_dir().unwrap_or_default().join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The run directory that the newest checkpoint in `ck_root` was written for (its config's
+/// `run_dir`), if it holds one that says.
+fn checkpoints_owner(ck_root: &Path) -> Option<PathBuf> {
+    let newest = checkpoint::latest_valid(ck_root).ok().flatten()?;
+    let text = std::fs::read_to_string(newest.file(CONFIG_FILE)).ok()?;
+    let cfg = RunConfig::from_toml_str(&text, CONFIG_FILE).ok()?;
+    Some(resolved(Path::new(&cfg.run_dir)))
+}
+
+/// Refuses a `checkpoint.dir` that is not this run's own: the run directory itself, inside the
+/// data set, or holding another run directory's checkpoints (whose `--resume` would continue the
+/// other run). Checked before anything is written or moved.
+pub(super) fn check_checkpoint_dir(cfg: &RunConfig) -> Result<()> {
+    if cfg.checkpoint.dir.is_empty() {
+        return Ok(());
+    }
+    let (ck_root, run_dir) = (
+        resolved(&cfg.checkpoint_dir()),
+        resolved(Path::new(&cfg.run_dir)),
+    );
+    let data_dir = resolved(Path::new(&cfg.data.dir));
+    let refuse = |why: String| {
+        Err(LearnerError::Misconfigured(format!(
+            "checkpoint.dir = {:?} {why}; give the run a directory of its own (or leave \
+             checkpoint.dir empty for RUN_DIR/checkpoints)",
+            cfg.checkpoint.dir
+        )))
+    };
+    if ck_root == run_dir {
+        return refuse("is the run directory itself".into());
+    }
+    if ck_root.starts_with(&data_dir) {
+        return refuse(format!("lies inside the data set {}", cfg.data.dir));
+    }
+    match checkpoints_owner(&ck_root) {
+        Some(owner) if owner != run_dir => refuse(format!(
+            "holds the checkpoints of the run in {}",
+            owner.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A new run in a run dir that holds an earlier one moves the earlier run's config, checkpoints,
+/// best models and run log into `RUN_DIR/previous-N/` (`N` one past the highest there), so its
+/// best checkpoints and log never leak into the new run and no earlier run is ever deleted; it
+/// says so even with `-q`. A `checkpoint.dir` outside the run directory moves with it only when
+/// its checkpoints are this run directory's ([`check_checkpoint_dir`] refused any other).
 pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
     let run_dir = Path::new(&cfg.run_dir);
     let ck_root = cfg.checkpoint_dir();
-    let entries = [
+    let mut entries = vec![
         run_dir.join(BEST_XE),
         run_dir.join(BEST_RL),
         run_dir.join(caprl_common::telemetry::runlog::RUN_LOG_FILE),
+        run_dir.join(caprl_common::telemetry::runlog::CONFIG_FILE),
         run_dir.join(TB_DIR),
-        ck_root.clone(),
     ];
+    let ours = resolved(&ck_root).starts_with(resolved(run_dir))
+        || checkpoints_owner(&ck_root).is_some_and(|owner| owner == resolved(run_dir));
+    if ours {
+        entries.push(ck_root.clone());
+    }
     if !entries.iter().any(|p| p.exists()) {
         return Ok(());
     }
@@ -155,6 +216,69 @@ pub(super) fn set_aside_previous_run(cfg: &RunConfig) -> Result<()> {
         previous.display()
     ));
     Ok(())
+}
+
+/// On `--resume`: the settings that differ from those of the checkpoint resumed (seed,
+/// objective, learning rates, ...), said even with `-q`; the run goes on with the new ones, and
+/// `RUN_DIR/config.toml` is rewritten to them (the old values stay in the checkpoints).
+pub(super) fn say_changed_settings(cfg: &RunConfig, ck: &checkpoint::Checkpoint) -> Result<()> {
+    let path = ck.file(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).doing(|| format!("reading {}", path.display()))?;
+    let before = RunConfig::from_toml_str(&text, &path.display().to_string())?;
+    let flat = |c: &RunConfig| {
+        let mut out = std::collections::BTreeMap::new();
+        flatten(
+            "",
+            &serde_json::to_value(c.redacted()).unwrap_or_default(),
+            &mut out,
+        );
+        out
+    };
+    let (old, new) = (flat(&before), flat(cfg));
+    let changed: Vec<String> = new
+        .iter()
+        .filter(|(k, v)| old.get(*k) != Some(v))
+        .map(|(k, v)| {
+            format!(
+                "{k} {} -> {v}",
+                old.get(k).map_or("(unset)".into(), |o| o.to_string())
+            )
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(());
+    }
+    caprl_common::progress::notice(&format!(
+        "--resume with settings other than the checkpoint's ({}): {}; continuing with the new ones",
+        ck.dir.display(),
+        changed.join(", ")
+    ));
+    let run_config = Path::new(&cfg.run_dir).join(caprl_common::telemetry::runlog::CONFIG_FILE);
+    std::fs::write(&run_config, cfg.redacted().to_toml_string())
+        .doing(|| format!("writing {}", run_config.display()))
+}
+
+/// `value`'s leaves as `section.key` -> value.
+fn flatten(
+    prefix: &str,
+    value: &serde_json::Value,
+    out: &mut std::collections::BTreeMap<String, serde_json::Value>,
+) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, v, out);
+            }
+        }
+        leaf => {
+            out.insert(prefix.to_string(), leaf.clone());
+        }
+    }
 }
 
 /// One past the highest `N` of the `previous-N` directories in `run_dir` (1 when there are

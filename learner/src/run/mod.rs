@@ -38,8 +38,10 @@ use crate::error::{Doing, LearnerError};
 use crate::objective::{uses_disc, Objective};
 use crate::trainer::{Phase, Trainer, WEIGHTS};
 use disc_setup::online_disc;
+use layout::{
+    check_checkpoint_dir, open_run_log, say_changed_settings, set_aside_previous_run, BEST_XE,
+};
 pub use layout::{lock_run_dir, RunDirLock};
-use layout::{open_run_log, set_aside_previous_run, BEST_XE};
 use load::{resolve_checkpoint, start_model};
 use phase::run_phase;
 
@@ -90,6 +92,7 @@ pub fn train(
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
     let adam = adam_params(cfg);
+    check_checkpoint_dir(cfg)?;
     let ck_root = cfg.checkpoint_dir();
     // `--resume` with nothing to resume starts fresh: a learner pod restarted
     // by Kubernetes always passes it, including on its very first start.
@@ -106,6 +109,7 @@ pub fn train(
     let mut trainer = match previous {
         Some(ck) => {
             tracing::info!("resuming from {}", ck.dir.display());
+            say_changed_settings(cfg, &ck)?;
             Trainer::restore(&ck, &model_cfg, device, adam, cfg.seed)?
         }
         None => {
