@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
-use support::{caprl, sets, synth, text, train_tiny_xe};
+use support::{caprl, checkpoint_dirs, sets, synth, text, train_tiny_xe};
 
 /// A copy of data set `data` at `to` whose `fc` features are `width` wide.
 fn with_fc_width(data: &Path, to: &Path, width: usize) -> PathBuf {
@@ -463,12 +463,7 @@ fn outputs_never_overwrite_or_enter_the_inputs() {
     let tmp = tempfile::tempdir().unwrap();
     let run = train_tiny_xe(tmp.path());
     let data = tmp.path().join("data");
-    let checkpoint = std::fs::read_dir(run.join("best-xe"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let checkpoint = checkpoint_dirs(&run.join("best-xe")).remove(0);
     let before = contents(tmp.path());
     let cases: Vec<(Vec<std::ffi::OsString>, PathBuf, &str)> = vec![
         (
@@ -560,12 +555,7 @@ fn weights_with_nan_are_refused_even_under_a_valid_manifest() {
     use sha2::Digest;
     let tmp = tempfile::tempdir().unwrap();
     let run = train_tiny_xe(tmp.path());
-    let checkpoint = std::fs::read_dir(run.join("best-xe"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let checkpoint = checkpoint_dirs(&run.join("best-xe")).remove(0);
     let weights = checkpoint.join("model.safetensors");
     let mut tensors = candle_core::safetensors::load(&weights, &Device::Cpu).unwrap();
     let name = tensors.keys().min().unwrap().clone();

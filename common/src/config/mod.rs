@@ -142,6 +142,38 @@ pub fn spelled(value: &impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
+/// A config as JSON (a run log's header, or a [`RunConfig`] serialised) flattened to
+/// `section.key` -> the value's text (strings bare, the rest as JSON): what the report's
+/// "keys the runs differ in" table and `--resume`'s "settings that changed" compare.
+pub fn flat_keys(value: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    fn walk(
+        prefix: &str,
+        value: &serde_json::Value,
+        out: &mut std::collections::BTreeMap<String, String>,
+    ) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let key = match prefix.is_empty() {
+                        true => k.clone(),
+                        false => format!("{prefix}.{k}"),
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            serde_json::Value::String(s) => {
+                out.insert(prefix.to_string(), s.clone());
+            }
+            other => {
+                out.insert(prefix.to_string(), other.to_string());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk("", value, &mut out);
+    out
+}
+
 fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
     if !value.is_empty() {
         return Some(value.to_string());

@@ -5,32 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use serde_json::Value;
-
 use super::plot::series_color;
 use super::report::{escape, slug, LoadedRun};
-
-/// `value` flattened to `section.key = value` (arrays and scalars as JSON text).
-fn flatten(prefix: &str, value: &Value, out: &mut BTreeMap<String, String>) {
-    match value {
-        Value::Object(map) => {
-            for (k, v) in map {
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&key, v, out);
-            }
-        }
-        Value::String(s) => {
-            out.insert(prefix.to_string(), s.clone());
-        }
-        other => {
-            out.insert(prefix.to_string(), other.to_string());
-        }
-    }
-}
 
 /// A table of the config keys whose values are not the same in every run
 /// (a key missing from a run's config counts as different, shown as `–`).
@@ -38,11 +14,10 @@ pub(crate) fn config_diff_table(runs: &[LoadedRun]) -> String {
     let configs: Vec<BTreeMap<String, String>> = runs
         .iter()
         .map(|run| {
-            let mut flat = BTreeMap::new();
-            if let Some(config) = run.log.config() {
-                flatten("", config, &mut flat);
-            }
-            flat
+            run.log
+                .config()
+                .map(crate::config::flat_keys)
+                .unwrap_or_default()
         })
         .collect();
     let keys: BTreeSet<&String> = configs.iter().flat_map(|c| c.keys()).collect();

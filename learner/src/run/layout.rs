@@ -226,13 +226,7 @@ pub(super) fn say_changed_settings(cfg: &RunConfig, ck: &checkpoint::Checkpoint)
     let text = std::fs::read_to_string(&path).doing(|| format!("reading {}", path.display()))?;
     let before = RunConfig::from_toml_str(&text, &path.display().to_string())?;
     let flat = |c: &RunConfig| {
-        let mut out = std::collections::BTreeMap::new();
-        flatten(
-            "",
-            &serde_json::to_value(c.redacted()).unwrap_or_default(),
-            &mut out,
-        );
-        out
+        caprl_common::config::flat_keys(&serde_json::to_value(c.redacted()).unwrap_or_default())
     };
     let (old, new) = (flat(&before), flat(cfg));
     let changed: Vec<String> = new
@@ -241,7 +235,7 @@ pub(super) fn say_changed_settings(cfg: &RunConfig, ck: &checkpoint::Checkpoint)
         .map(|(k, v)| {
             format!(
                 "{k} {} -> {v}",
-                old.get(k).map_or("(unset)".into(), |o| o.to_string())
+                old.get(k).map_or("(unset)", String::as_str)
             )
         })
         .collect();
@@ -256,29 +250,6 @@ pub(super) fn say_changed_settings(cfg: &RunConfig, ck: &checkpoint::Checkpoint)
     let run_config = Path::new(&cfg.run_dir).join(caprl_common::telemetry::runlog::CONFIG_FILE);
     std::fs::write(&run_config, cfg.redacted().to_toml_string())
         .doing(|| format!("writing {}", run_config.display()))
-}
-
-/// `value`'s leaves as `section.key` -> value.
-fn flatten(
-    prefix: &str,
-    value: &serde_json::Value,
-    out: &mut std::collections::BTreeMap<String, serde_json::Value>,
-) {
-    match value {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&key, v, out);
-            }
-        }
-        leaf => {
-            out.insert(prefix.to_string(), leaf.clone());
-        }
-    }
 }
 
 /// One past the highest `N` of the `previous-N` directories in `run_dir` (1 when there are

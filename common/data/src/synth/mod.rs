@@ -349,19 +349,7 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
         let scene = world::sample_scene(&mut rng_scene);
         let refs = captions::references(&mut rng_text, &scene, REFS_PER_IMAGE);
         features::render(&mut rng_noise, &emb, &scene, &mut fc, &mut att);
-        images.push(KarpathyImage {
-            imgid: Some(serde_json::Value::from(i as u64)),
-            cocoid: None,
-            filename: format!("synth_{i:06}.png"),
-            split: split.to_string(),
-            sentences: refs
-                .into_iter()
-                .map(|raw| KarpathySentence {
-                    tokens: tokenize(&raw),
-                    raw,
-                })
-                .collect(),
-        });
+        images.push(karpathy_image(i, format!("synth_{i:06}.png"), split, refs));
         descriptions.push(DescriptionRecord {
             id: id.clone(),
             split,
@@ -390,6 +378,24 @@ fn generate(dir: &Path, config: &SynthConfig) -> Result<([f64; 4], [f64; 4]), Da
         &GeneratorRecord::of(SynthProfile::Scenes, config),
     )?;
     Ok(features::recoverability(&emb, &scenes, &fc, &att))
+}
+
+/// Image `i` of a generated set in Karpathy form: its id is `i`, its file `filename`, its
+/// references tokenised as the loader tokenises them.
+fn karpathy_image(i: usize, filename: String, split: &str, refs: Vec<String>) -> KarpathyImage {
+    KarpathyImage {
+        imgid: Some(serde_json::Value::from(i as u64)),
+        cocoid: None,
+        filename,
+        split: split.to_string(),
+        sentences: refs
+            .into_iter()
+            .map(|raw| KarpathySentence {
+                tokens: tokenize(&raw),
+                raw,
+            })
+            .collect(),
+    }
 }
 
 /// Writes `captions.json` and returns the vocabulary of the first `train` images' references
@@ -447,19 +453,9 @@ fn generate_coco(dir: &Path, config: &SynthConfig) -> Result<(), DataError> {
     let images: Vec<KarpathyImage> = drawn
         .iter()
         .enumerate()
-        .map(|(i, img)| KarpathyImage {
-            imgid: Some(serde_json::Value::from(i as u64)),
-            cocoid: None,
-            filename: format!("coco_synth_{i:06}.jpg"),
-            split: split_of(i, config).to_string(),
-            sentences: img
-                .captions
-                .iter()
-                .map(|raw| KarpathySentence {
-                    tokens: tokenize(raw),
-                    raw: raw.clone(),
-                })
-                .collect(),
+        .map(|(i, img)| {
+            let file = format!("coco_synth_{i:06}.jpg");
+            karpathy_image(i, file, split_of(i, config), img.captions.clone())
         })
         .collect();
     let vocab = write_captions(dir, "synth-coco", images, config.train)?;

@@ -30,13 +30,14 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{split_of, stream, write_captions, DescriptionRecord, SynthConfig, REFS_PER_IMAGE};
+use super::{
+    karpathy_image, split_of, stream, write_captions, DescriptionRecord, SynthConfig,
+    REFS_PER_IMAGE,
+};
 use crate::atomic::write_json_atomic;
 use crate::dataset::{SUBSETS_JSON, VOCAB_JSON};
 use crate::error::DataError;
 use crate::features::write_safetensors;
-use crate::karpathy::{KarpathyImage, KarpathySentence};
-use crate::tokenize;
 use ceilings::{ceiling, Ceilings, Scored};
 use world::{
     sample_scene, vary, Combos, HeldOut, Lexicon, Scene, Variation, COLOURS, MATERIALS, SIZES,
@@ -218,19 +219,12 @@ pub(crate) fn generate(dir: &Path, config: &SynthConfig) -> Result<Vec<String>, 
         if split == "test" {
             scored_refs.push((i, refs.clone()));
         }
-        images.push(KarpathyImage {
-            imgid: Some(serde_json::Value::from(i as u64)),
-            cocoid: None,
-            filename: format!("regions_{i:06}.png"),
-            split: split.to_string(),
-            sentences: refs
-                .into_iter()
-                .map(|raw| KarpathySentence {
-                    tokens: tokenize(&raw),
-                    raw,
-                })
-                .collect(),
-        });
+        images.push(karpathy_image(
+            i,
+            format!("regions_{i:06}.png"),
+            split,
+            refs,
+        ));
         descriptions.push(DescriptionRecord {
             id: id.clone(),
             split,
