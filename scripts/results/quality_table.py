@@ -15,7 +15,8 @@ MODEL_ORDER = ["fc-gru", "att-gru", "transformer"]
 OBJ_ORDER = ["xe", "scst-greedy", "scst-mean", "grpo", "ppo", "gspo", "sle", "wtf-rl", "scst-async"]
 METRICS = [  # (key in eval.metrics, column label, decimals)
     ("cider_d", "CIDEr-D all", 3), ("cider_d_seen", "CIDEr-D seen", 3),
-    ("cider_d_unseen", "CIDEr-D unseen", 3), ("bleu4", "BLEU-4", 3), ("meteor", "METEOR", 3),
+    ("cider_d_unseen", "CIDEr-D unseen", 3), ("cider_d_tail", "CIDEr-D tail", 3),
+    ("bleu4", "BLEU-4", 3), ("meteor", "METEOR", 3),
     ("div2_sample", "Div-2 (5 samples)", 3), ("mbleu4_sample", "mBLEU-4 (5 samples)", 3),
     ("r1_t2i", "R@1 t→i (%)", 1), ("mean_len", "mean length", 1)]
 # Student t quantiles t_{0.975, df} (two-sided 95%) for df = 1..30; T975[df - 1].
@@ -185,7 +186,8 @@ def render_ceilings(suite):
         return ["## Ceilings", "", "(none recorded)", ""]
     images = ((suite.get("ceilings") or {}).get("all") or {}).get("images")
     keys = [("cider_d", "CIDEr-D"), ("bleu4", "BLEU-4")]
-    extra = (("cider_d_seen", "CIDEr-D seen"), ("cider_d_unseen", "CIDEr-D unseen"))
+    extra = (("cider_d_seen", "CIDEr-D seen"), ("cider_d_unseen", "CIDEr-D unseen"),
+             ("cider_d_tail", "CIDEr-D tail"))
     keys += [(k, lab) for k, lab in extra if any(k in (c or {}) for c in ceil.values())]
     note = (suite.get("ceilings") or {}).get("scoring")
     lines = ["## Ceilings", ""]
