@@ -649,3 +649,51 @@ fn data_format_and_min_count_are_honoured_or_refused_with_the_fix() {
         words(&vocab)
     );
 }
+
+#[test]
+fn misleading_words_are_replaced_by_the_real_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = train_tiny_xe(tmp.path());
+    let best = run.join("best-xe");
+    // The data set goes with --data, not --set data.dir.
+    let out = caprl()
+        .args(["eval", "--set", "data.dir=\"elsewhere\"", "--checkpoint"])
+        .arg(&best)
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["--data DIR"]);
+    // A data set given with --data is named as that, not as the one trained on.
+    let missing = tmp.path().join("no-such-set");
+    let out = caprl()
+        .args(["eval", "--checkpoint"])
+        .arg(&best)
+        .arg("--data")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["given with --data"]);
+    // --out naming a file.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = caprl()
+        .args(["data", "synth", "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["is a file", "--out names the directory"]);
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+    // A weights file that grew is not called truncated.
+    let checkpoint = checkpoint_dirs(&best).remove(0);
+    let mut weights = std::fs::OpenOptions::new()
+        .append(true)
+        .open(checkpoint.join("model.safetensors"))
+        .unwrap();
+    std::io::Write::write_all(&mut weights, b"extra").unwrap();
+    let out = caprl()
+        .args(["eval", "--checkpoint"])
+        .arg(&checkpoint)
+        .output()
+        .unwrap();
+    fails_with(&out, 1, &["model.safetensors", "it grew"]);
+    assert!(!text(&out).contains("truncated"), "{}", text(&out));
+}

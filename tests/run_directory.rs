@@ -319,3 +319,32 @@ fn a_resume_with_other_settings_says_which_and_records_them() {
     let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
     assert!(config.contains("seed = 7"), "{config}");
 }
+
+#[test]
+fn resume_refuses_when_every_checkpoint_is_damaged_instead_of_starting_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let run = tmp.path().join("run");
+    let out = train_xe(&data, &run, &["checkpoint.every_steps=2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let checkpoints = checkpoint_dirs(&run.join("checkpoints"));
+    assert!(!checkpoints.is_empty());
+    for ck in &checkpoints {
+        let weights = ck.join("model.safetensors");
+        let bytes = std::fs::read(&weights).unwrap();
+        std::fs::write(&weights, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    let out = caprl()
+        .args(["train", "--objective", "xe", "-q", "--resume"])
+        .args(sets(&data, &run, 0, &["checkpoint.every_steps=2"]))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("every checkpoint in"), "{}", text(&out));
+    assert!(text(&out).contains("truncated"), "{}", text(&out));
+    assert!(
+        !run.join("previous-1").exists(),
+        "the damaged run was moved aside"
+    );
+    assert_eq!(checkpoint_dirs(&run.join("checkpoints")), checkpoints);
+}

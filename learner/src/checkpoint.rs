@@ -181,9 +181,13 @@ pub fn open(dir: &Path) -> Result<Checkpoint, LearnerError> {
             return Err(LearnerError::Corrupt {
                 path,
                 reason: format!(
-                    "expected {} bytes, found {} (truncated?)",
+                    "expected {} bytes, found {} ({})",
                     entry.bytes,
-                    bytes.len()
+                    bytes.len(),
+                    match (bytes.len() as u64) < entry.bytes {
+                        true => "truncated",
+                        false => "it grew: written to after it was saved",
+                    }
                 ),
             });
         }

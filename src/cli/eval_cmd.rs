@@ -184,6 +184,9 @@ pub(crate) fn with_decode_sets(
     cfg: &caprl_common::config::RunConfig,
     sets: &[String],
 ) -> Result<caprl_common::config::RunConfig> {
+    if let Some(data) = sets.iter().find(|s| s.trim_start().starts_with("data.dir")) {
+        anyhow::bail!("--set {data}: name the data set to evaluate on with --data DIR instead");
+    }
     if let Some(other) = sets.iter().find(|s| !s.trim_start().starts_with("decode.")) {
         anyhow::bail!(
             "--set {other}: only decode.* keys can change here; the rest of the config is the \

@@ -15,8 +15,9 @@ pub struct ScoreArgs {
     /// Candidates: COCO results JSON or {"<id>": "caption"}.
     #[arg(long)]
     pub cands: PathBuf,
-    /// CIDEr-D document frequency: `corpus` (from REFS) or a df file
-    /// written by `caprl data df`.
+    /// CIDEr-D document frequency: `corpus` (from the references of the scored images only,
+    /// as pycocoevalcap: an n-gram every scored image's references share weighs nothing) or a
+    /// df file written by `caprl data df`.
     #[arg(long, default_value = "corpus")]
     pub df: String,
     /// Print JSON (corpus and per-image scores) instead of a table.

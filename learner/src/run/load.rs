@@ -98,12 +98,16 @@ pub fn load_checkpoint(ck_dir: &Path, data_dir: Option<&Path>, device: &Device) 
     }
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
         .doing(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
-    let data = Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).doing(|| {
-        format!(
-            "opening the data set the checkpoint was trained on ({})",
-            cfg.data.dir
-        )
-    })?;
+    let data =
+        Dataset::open_expecting(Path::new(&cfg.data.dir), hash.trim()).doing(
+            || match data_dir {
+                Some(_) => format!("opening the data set given with --data ({})", cfg.data.dir),
+                None => format!(
+                    "opening the data set the checkpoint was trained on ({}; --data names another)",
+                    cfg.data.dir
+                ),
+            },
+        )?;
     check_inputs(&ck, &data)?;
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;

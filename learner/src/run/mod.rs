@@ -114,6 +114,7 @@ pub fn train(
         }
         None => {
             if resume {
+                refuse_all_damaged(&ck_root)?;
                 caprl_common::progress::notice(&format!(
                     "--resume found no checkpoint in {}: starting a NEW run from scratch",
                     ck_root.display()
@@ -168,6 +169,22 @@ pub fn train(
         )?);
     }
     Ok(outcome)
+}
+
+/// `--resume` where checkpoints exist but none loads: starting over would drop the run (and
+/// move it aside as "an earlier run"), so it stops with what is wrong with each.
+fn refuse_all_damaged(ck_root: &Path) -> Result<()> {
+    let damage = checkpoint::damage(ck_root)?;
+    if damage.is_empty() {
+        return Ok(());
+    }
+    let reasons: Vec<String> = damage.iter().map(ToString::to_string).collect();
+    Err(LearnerError::Misconfigured(format!(
+        "--resume: every checkpoint in {} is damaged ({}); restore one, or move them away to \
+         start a new run",
+        ck_root.display(),
+        reasons.join("; ")
+    )))
 }
 
 /// Warns when training captions are longer than `data.max_len` (they are cut to it).

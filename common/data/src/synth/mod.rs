@@ -251,6 +251,12 @@ pub fn synth_profile(
             ));
         }
     }
+    if out.is_file() {
+        return Err(DataError::invalid(
+            out,
+            "is a file; --out names the directory to write the data set into",
+        ));
+    }
     if out.exists() {
         let empty = out.is_dir()
             && std::fs::read_dir(out)
