@@ -143,7 +143,7 @@ pub(crate) struct Lexicon {
 
 impl Lexicon {
     pub(crate) fn new() -> Lexicon {
-        let mut rng = ChaCha8Rng::seed_from_u64(0x7265_6769_6f6e_73);
+        let mut rng = ChaCha8Rng::seed_from_u64(0x0072_6567_696f_6e73);
         let mut taken: BTreeSet<String> = HEAD_CATEGORIES
             .iter()
             .flat_map(|forms| forms.iter().map(|f| f.0.to_string()))
