@@ -298,8 +298,8 @@ pub struct Started {
 }
 
 /// The one start-up path of `caprl actor`, `caprl reward-worker` and `caprl learner`: the async
-/// runtime, the NATS connection (with the consumers of the queues `role` pulls from; the learner
-/// opens all of them, which creates every stream of the run), the metrics server, and Ctrl-C or
+/// runtime, the metrics server, the NATS connection (with the consumers of the queues `role`
+/// pulls from; the learner opens all of them, which creates every stream of the run), and Ctrl-C or
 /// SIGTERM turned into [`Started::shutdown`]. An actor or reward worker is ready once connected;
 /// the learner once its first snapshot is published (its driver sets that). `None` when a
 /// signal came before the connection was made (a role waiting for the learner's queues).
@@ -315,6 +315,9 @@ pub fn start_role(
         Role::Learner => &Queue::ALL,
     };
     let rt = runtime()?;
+    // The metrics server first: a bad --metrics-addr or a taken port stops the role before it
+    // creates anything on the broker, and /healthz answers while it waits for NATS.
+    let (metrics, readiness) = serve_metrics(args.metrics_addr.as_deref(), role, cfg, id)?;
     let (stop, shutdown) = ShutdownTrigger::new();
     stop_on_signals(&rt, stop);
     let mut stopped = shutdown.clone();
@@ -328,7 +331,6 @@ pub fn start_role(
         tracing::info!("{} {id} stopped before it was connected", role.label());
         return Ok(None);
     };
-    let (metrics, readiness) = serve_metrics(args.metrics_addr.as_deref(), role, cfg, id)?;
     if role != Role::Learner {
         readiness.set_ready(true);
         tracing::info!("{} {id} running (run {})", role.label(), cfg.runtime.run_id);

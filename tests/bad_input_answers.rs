@@ -697,3 +697,55 @@ fn misleading_words_are_replaced_by_the_real_cause() {
     fails_with(&out, 1, &["model.safetensors", "it grew"]);
     assert!(!text(&out).contains("truncated"), "{}", text(&out));
 }
+
+/// Runs `caprl` with `args`; kills it after `secs` (then the output says so).
+fn run_within(args: &[&str], secs: u64) -> (Option<i32>, String) {
+    let mut child = caprl()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let timed_out = child.try_wait().unwrap().is_none();
+    if timed_out {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let code = if timed_out { None } else { out.status.code() };
+    (code, text(&out))
+}
+
+#[test]
+fn a_bad_metrics_address_stops_a_role_before_it_waits_for_nats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = synth(tmp.path());
+    let dir = format!("data.dir={:?}", data.display().to_string());
+    // No server listens on the NATS port: a role that got as far as connecting would wait.
+    let role = |name: &str, addr: &str| {
+        let args = [
+            name,
+            "--set",
+            &dir,
+            "--nats-url",
+            "nats://127.0.0.1:9",
+            "--metrics-addr",
+            addr,
+        ];
+        run_within(&args, 20)
+    };
+    let (code, out) = role("actor", "notanaddress");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("--metrics-addr \"notanaddress\" is not HOST:PORT"),
+        "{out}"
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, out) = role("reward-worker", &addr);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&addr), "{out}");
+}
