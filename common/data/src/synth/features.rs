@@ -40,7 +40,8 @@ fn gaussian_vec(rng: &mut ChaCha8Rng, dim: usize) -> Vec<f32> {
     (0..dim).map(|_| normal(rng) * scale).collect()
 }
 
-fn table(rng: &mut ChaCha8Rng, n: usize, dim: usize) -> Vec<Vec<f32>> {
+/// `n` random embeddings of `dim` values, entries N(0, 1/dim) (so |e| ≈ 1).
+pub(crate) fn table(rng: &mut ChaCha8Rng, n: usize, dim: usize) -> Vec<Vec<f32>> {
     (0..n).map(|_| gaussian_vec(rng, dim)).collect()
 }
 

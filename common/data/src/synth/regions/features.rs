@@ -20,7 +20,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::world::{Object, Scene, CATEGORIES, COLOURS, MATERIALS, PLACES, SIZES};
-use crate::synth::features::normal;
+use crate::synth::features::{normal, table};
 
 pub(crate) const FC_DIM: usize = 128;
 pub(crate) const REGIONS: usize = 36;
@@ -39,13 +39,6 @@ const VISIBLE_OCCLUDED: f32 = 0.5;
 const SIGMA_GEOMETRY: f32 = 0.05;
 const SIGMA_FC: f32 = 0.25;
 const P_FRAGMENT: f64 = 0.25;
-
-fn table(rng: &mut ChaCha8Rng, n: usize, dim: usize) -> Vec<Vec<f32>> {
-    let scale = 1.0 / (dim as f32).sqrt();
-    (0..n)
-        .map(|_| (0..dim).map(|_| normal(rng) * scale).collect())
-        .collect()
-}
 
 /// One table per attribute (category, colour, size, material) and the places.
 pub(crate) struct Space {
