@@ -147,6 +147,7 @@ impl Iteration {
             .map(|(&row, t)| sequence(DecodeKind::Sample, row, t));
         let rollout = Rollout {
             task_id: TaskId(0),
+            data: Default::default(),
             policy_version: PolicyVersion(0),
             actor_id: "bench".into(),
             sequences: greedy.chain(sampled).collect(),

@@ -129,6 +129,9 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
                 config::Distance::Cider => Distance::Cider,
             });
     let mut rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
+    if cfg.reward.df == config::DfSource::Corpus {
+        rewarder = rewarder.with_corpus_df();
+    }
     if uses_clip(cfg) {
         let path = std::path::Path::new(&cfg.clip.reward);
         let encoder = caprl_common::clip::open_encoder(path, &data.vocab).with_context(|| {
@@ -173,6 +176,7 @@ pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
         keep_snapshots: 2,
         snapshot_dtype: cfg.runtime.snapshot_dtype.into(),
         snapshot_every: cfg.runtime.snapshot_every,
+        report_wait_after: Duration::from_secs(cfg.runtime.ack_wait_secs.clamp(5, 300)),
     }
 }
 

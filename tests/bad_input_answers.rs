@@ -550,6 +550,35 @@ fn an_ack_wait_the_broker_refuses_is_refused_at_load() {
     fails_with(&out, 2, &["runtime.ack_wait_secs = 1000000", "1..=604800"]);
 }
 
+/// A message limit a task's results cannot fit: refused before training starts (the actor would
+/// drop each rollout, and the learner wait for them), with the size to raise it to; nothing is
+/// written to the run directory.
+#[test]
+fn a_message_limit_the_rollouts_cannot_fit_is_refused_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let out = caprl()
+        .args(["train", "--objective", "scst", "-q"])
+        .args(sets(&data, &run, 1, &["nats.max_message_bytes=1024"]))
+        .output()
+        .unwrap();
+    fails_with(
+        &out,
+        1,
+        &[
+            "nats.max_message_bytes = 1024",
+            "raise nats.max_message_bytes to at least",
+            "runtime.images_per_task",
+        ],
+    );
+    assert!(
+        !run.join("run.jsonl").exists(),
+        "it trained: {}",
+        text(&out)
+    );
+}
+
 #[test]
 fn weights_with_nan_are_refused_even_under_a_valid_manifest() {
     use sha2::Digest;

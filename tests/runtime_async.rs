@@ -51,6 +51,7 @@ fn rogue_actor(url: &str, n: u64) -> u64 {
                 }
                 let rollout = Rollout {
                     task_id: task.task_id,
+                    data: task.data.clone(),
                     policy_version: PolicyVersion(task.policy_version.0 - 2),
                     actor_id: "rogue".into(),
                     sequences: task

@@ -37,6 +37,8 @@ fn bad_message(i: usize) -> Bytes {
             id: format!("x{i}"),
             policy_version: PolicyVersion(i as u64),
             unix_ms: 0,
+            data: Default::default(),
+            problem: None,
         },
         LIMIT,
     )

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use caprl_common::bus::{Bus, Queue};
 use caprl_wire::{
-    DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence, TaskId,
+    DataFingerprint, DecodeKind, PolicyVersion, RewardVector, Rollout, ScoredRollout, Sequence,
+    TaskId,
 };
 use support::{
     current_thread_runtime, finish, publisher, sets, spawn, start_broker, steps, stop, synth,
@@ -39,11 +40,12 @@ fn status_bytes(pid: u32, field: &str) -> u64 {
     kb * 1024
 }
 
-/// A scored rollout for task `id` (far beyond the run) of about 16 KB.
-fn far_off(id: u64) -> Bytes {
+/// A scored rollout on data set `data` for task `id` (far beyond the run) of about 16 KB.
+fn far_off(data: &DataFingerprint, id: u64) -> Bytes {
     let s = ScoredRollout {
         rollout: Rollout {
             task_id: TaskId(id),
+            data: data.clone(),
             policy_version: PolicyVersion(1),
             actor_id: "flood".into(),
             sequences: vec![Sequence {
@@ -81,10 +83,16 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
     // A publisher only, opened once the learner has created the run's queues (it opens no
     // consumer, so it cannot race the learner creating or changing them).
     let bus = publisher(&rt, &url, 5);
+    // Of the run's data set: the learner keeps them for their rounds (up to its bound).
+    let fingerprint = caprl_data::Dataset::open(&data)
+        .unwrap()
+        .fingerprint()
+        .to_string();
+    let fingerprint = DataFingerprint(fingerprint);
     let before = rss(learner.id());
     rt.block_on(async {
         for i in 0..FLOOD {
-            bus.publish(Queue::Scored, far_off(1_000_000 + i))
+            bus.publish(Queue::Scored, far_off(&fingerprint, 1_000_000 + i))
                 .await
                 .unwrap();
         }
@@ -114,7 +122,7 @@ fn learner_memory_stays_flat_under_a_flood_of_scored_rollouts() {
         learner_out.contains("task ids used 32 (32 distinct)"),
         "{learner_out}"
     );
-    let flood_bytes = FLOOD * far_off(0).len() as u64;
+    let flood_bytes = FLOOD * far_off(&fingerprint, 0).len() as u64;
     let grew = peak.saturating_sub(before);
     eprintln!(
         "learner RSS {} -> {} MB (peak) under a {} MB flood",

@@ -29,7 +29,7 @@ use caprl_model::model::{
     Captioner, CaptionerConfig, DType, Device, Dtype, ModelConfig, ModelKind,
 };
 use caprl_reward_worker::{Rewarder, WorkerConfig, WorkerStats};
-use caprl_wire::{PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
+use caprl_wire::{DataFingerprint, PolicyVersion, Rollout, RolloutTask, ScoredRollout, TaskId};
 use driver_options::plain_driver_options;
 
 const LIMIT: usize = 8 << 20;
@@ -97,10 +97,17 @@ fn actor_cfg(s: &Setup) -> ActorConfig {
     }
 }
 
-fn task(id: u64, version: u64, rows: &[u32]) -> RolloutTask {
+fn task(s: &Setup, id: u64, version: u64, rows: &[u32]) -> RolloutTask {
     RolloutTask {
         greedy: true,
-        ..RolloutTask::samples(TaskId(id), PolicyVersion(version), rows.to_vec(), 2, 7)
+        ..RolloutTask::samples(
+            DataFingerprint(s.data.fingerprint().into()),
+            TaskId(id),
+            PolicyVersion(version),
+            rows.to_vec(),
+            2,
+            7,
+        )
     }
 }
 
@@ -159,6 +166,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
         .collect();
     let rollout = Rollout {
         task_id: TaskId(999),
+        data: Default::default(),
         policy_version: PolicyVersion(0),
         actor_id: "x".into(),
         sequences: Vec::new(),
@@ -171,7 +179,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
     let bad: [(Queue, Bytes); 3] = [
         (
             Queue::Tasks,
-            future_version(caprl_wire::encode(&task(999, 0, &rows[..1]), LIMIT).unwrap()),
+            future_version(caprl_wire::encode(&task(&s, 999, 0, &rows[..1]), LIMIT).unwrap()),
         ),
         (
             Queue::Rollouts,
@@ -237,6 +245,10 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
             ..plain_driver_options()
         },
     );
+    driver.set_data(
+        s.data.vocab.hash(),
+        DataFingerprint(s.data.fingerprint().into()),
+    );
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     driver.publish(&model, 0).unwrap();
     let collected = driver
@@ -275,7 +287,7 @@ fn snapshot_with_a_bad_checksum_is_refused_and_the_previous_one_kept() {
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let rows = two_rows(&s);
-    let rollout_of = |id: u64, version: u64| rollout_of(&s, &task(id, version, &rows));
+    let rollout_of = |id: u64, version: u64| rollout_of(&s, &task(&s, id, version, &rows));
     assert_eq!(rollout_of(1, 0).policy_version, PolicyVersion(0));
 
     // Version 1 in the store is corrupt: its bytes are not what `latest` advertises.
@@ -298,7 +310,7 @@ fn snapshot_with_a_bad_checksum_is_refused_and_the_previous_one_kept() {
             .unwrap();
     });
     // A task of the next step names v1 (a sync actor loads a policy for the task that needs it).
-    publish_task(&s, &task(3, 1, &rows));
+    publish_task(&s, &task(&s, 3, 1, &rows));
     std::thread::sleep(Duration::from_millis(500));
     // The actor still decodes with v0.
     assert_eq!(rollout_of(2, 0).policy_version, PolicyVersion(0));
@@ -322,11 +334,11 @@ fn a_snapshot_of_another_vocabulary_is_refused_and_the_previous_one_kept() {
     let actor =
         s.rt.spawn(caprl_actor::run(actor_cfg(&s), Arc::clone(&s.bus), stop_rx));
     let rows = two_rows(&s);
-    let decode = |id: u64| rollout_of(&s, &task(id, 0, &rows));
+    let decode = |id: u64| rollout_of(&s, &task(&s, id, 0, &rows));
     assert_eq!(decode(1).policy_version, PolicyVersion(0));
     s.rt.block_on(s.bus.put_snapshot(1, stamped("another-vocabulary")))
         .unwrap();
-    publish_task(&s, &task(3, 1, &rows));
+    publish_task(&s, &task(&s, 3, 1, &rows));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(decode(2).policy_version, PolicyVersion(0));
     stop_tx.trigger();
@@ -346,13 +358,13 @@ fn tasks_for_a_policy_not_published_do_not_hold_up_the_current_ones() {
     let rows = two_rows(&s);
     s.rt.block_on(async {
         for id in 100..104 {
-            let later = caprl_wire::encode(&task(id, 5, &rows), LIMIT).unwrap();
+            let later = caprl_wire::encode(&task(&s, id, 5, &rows), LIMIT).unwrap();
             s.bus
                 .publish(Queue::Tasks, Bytes::from(later))
                 .await
                 .unwrap();
         }
-        let now = caprl_wire::encode(&task(1, 0, &rows), LIMIT).unwrap();
+        let now = caprl_wire::encode(&task(&s, 1, 0, &rows), LIMIT).unwrap();
         s.bus.publish(Queue::Tasks, Bytes::from(now)).await.unwrap();
     });
 
@@ -393,7 +405,7 @@ fn a_publish_the_server_refuses_stops_the_actor_with_a_clear_error_and_keeps_the
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
     let snapshot = Bytes::from(model.to_safetensors().unwrap());
     s.rt.block_on(s.bus.put_snapshot(0, snapshot)).unwrap();
-    let bytes = caprl_wire::encode(&task(1, 0, &two_rows(&s)), LIMIT).unwrap();
+    let bytes = caprl_wire::encode(&task(&s, 1, 0, &two_rows(&s)), LIMIT).unwrap();
     s.rt.block_on(async {
         s.bus
             .publish(Queue::Tasks, Bytes::from(bytes))

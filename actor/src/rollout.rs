@@ -95,6 +95,7 @@ pub fn rollout(
     }
     Ok(Rollout {
         task_id: task.task_id,
+        data: task.data.clone(),
         policy_version,
         actor_id: actor_id.to_string(),
         sequences,

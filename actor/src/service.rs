@@ -13,6 +13,10 @@
 //!   [`NEXT_POLICY_WAIT`].
 //! - Undecodable tasks, and tasks the model says can never succeed (bad input),
 //!   are rejected with `term` (never redelivered), logged and counted.
+//! - A task of another data set (its fingerprint is not this actor's) is handed back for an
+//!   actor on the right one, and the actor's heartbeat says why it takes no work, as it does
+//!   when it refuses the learner's snapshot or its rollouts do not fit a message; the learner
+//!   reports that and stops when no actor can take its tasks.
 //! - A decode that fails inside the model (an internal fault) is logged as an
 //!   error and the task handed back with a delay: a bug must not drop work.
 
@@ -21,13 +25,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusError, Delivery, Queue, SnapshotMeta};
-use caprl_common::role::{self, Role, ServeSpec, Work};
+use caprl_common::role::{self, Problem, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_data::Dataset;
 use caprl_model::model::{CaptionerConfig, Decoder, Device, ModelError};
-use caprl_wire::{PolicyVersion, Rollout, RolloutTask, TaskId};
+use caprl_wire::{DataFingerprint, PolicyVersion, Rollout, RolloutTask, TaskId};
 use tokio::sync::watch;
 
 use crate::snapshot::{self, SnapshotState};
@@ -69,6 +73,8 @@ pub struct ActorStats {
     pub redeliveries: u64,
     pub stale_tasks: u64,
     pub refused_snapshots: u64,
+    /// Tasks of another data set, handed back for an actor on the right one.
+    pub other_data_tasks: u64,
     /// Decodes that failed inside the model; their tasks were handed back, not dropped.
     pub internal_faults: u64,
 }
@@ -99,6 +105,10 @@ const NOT_PUBLISHED_RETRY: Duration = Duration::from_secs(1);
 /// back at once, it would wait [`NOT_PUBLISHED_RETRY`] after the snapshot came out.
 const NEXT_POLICY_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a task of another data set waits before it is handed out again (to an actor on
+/// the right data set, or to this one, which refuses it again).
+const OTHER_DATA_RETRY: Duration = Duration::from_secs(5);
+
 /// How long a task whose decode hit an internal fault waits before it is handed out again.
 pub const INTERNAL_FAULT_RETRY: Duration = Duration::from_secs(2);
 
@@ -121,16 +131,20 @@ pub async fn run_with_rollout(
 ) -> Result<ActorStats, ActorError> {
     let (watcher, newest) = snapshot::watch_latest(Arc::clone(&bus), shutdown.clone());
     let (version_tx, version_rx) = watch::channel(0u64);
+    let problem = Problem::default();
     let spec = ServeSpec {
         role: Role::Actor,
         id: cfg.id.clone(),
         queue: Queue::Tasks,
         batch: 1,
         max_message_bytes: cfg.max_message_bytes,
+        data: DataFingerprint(cfg.data.fingerprint().to_string()),
+        problem: problem.clone(),
     };
     let mut work = ActorWork {
         cfg,
-        state: SnapshotState::new(Arc::clone(&bus), version_tx),
+        state: SnapshotState::new(Arc::clone(&bus), version_tx, problem.clone()),
+        problem,
         newest,
         stats: ActorStats::default(),
         rollout: Arc::new(rollout),
@@ -151,6 +165,8 @@ struct ActorWork<R> {
     newest: watch::Receiver<Option<SnapshotMeta>>,
     stats: ActorStats,
     rollout: Arc<R>,
+    /// What keeps this actor from working, for its heartbeat.
+    problem: Problem,
 }
 
 impl<R: RolloutFn> Work for ActorWork<R> {
@@ -202,6 +218,22 @@ async fn handle_task<R: RolloutFn>(
     delivery: Delivery,
     task: RolloutTask,
 ) -> Result<(), ActorError> {
+    let own = work.cfg.data.fingerprint();
+    if task.data.0 != own {
+        work.problem.set(
+            &format!("actor {}", work.cfg.id),
+            format!(
+                "refusing the run's tasks: they are for data set {}, and this actor opened {} \
+                 (fingerprint {own}); start it with the learner's data set",
+                task.data,
+                work.cfg.data.dir().display()
+            ),
+        );
+        telemetry::metrics::count_rejected("other_data_set");
+        work.stats.other_data_tasks += 1;
+        delivery.nak(Some(OTHER_DATA_RETRY)).await?;
+        return Ok(());
+    }
     let Some((policy, version, delivery)) = policy_for(work, bus, delivery, &task).await? else {
         return Ok(());
     };
@@ -209,6 +241,7 @@ async fn handle_task<R: RolloutFn>(
         cfg,
         stats,
         rollout: rollout_fn,
+        problem,
         ..
     } = work;
     let cfg = &*cfg;
@@ -256,7 +289,7 @@ async fn handle_task<R: RolloutFn>(
             return Ok(());
         }
     };
-    publish_rollout(cfg, stats, bus, delivery, &task, rollout).await
+    publish_rollout(cfg, stats, problem, bus, delivery, &task, rollout).await
 }
 
 /// The policy `task` is to be decoded with (fetching `latest` when the held one is too old),
@@ -338,10 +371,11 @@ async fn policy_for<R: RolloutFn>(
 }
 
 /// Publishes `rollout` and acks its task (or terms the task when the rollout cannot fit a
-/// message).
+/// message, which becomes this actor's problem: the learner stops on it).
 async fn publish_rollout(
     cfg: &ActorConfig,
     stats: &mut ActorStats,
+    problem: &Problem,
     bus: &dyn Bus,
     delivery: Delivery,
     task: &RolloutTask,
@@ -352,10 +386,13 @@ async fn publish_rollout(
     let bytes = match caprl_wire::encode(&rollout, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {
-            tracing::warn!(
-                "actor {}: {} does not fit a message: {e}",
-                cfg.id,
-                task.task_id
+            problem.set(
+                &format!("actor {}", cfg.id),
+                format!(
+                    "the rollout of {} does not fit a message ({e}); raise \
+                     nats.max_message_bytes, or lower runtime.images_per_task or data.max_len",
+                    task.task_id
+                ),
             );
             telemetry::metrics::count_rejected("oversize");
             delivery.term().await?;
@@ -364,6 +401,7 @@ async fn publish_rollout(
     };
     bus.publish(Queue::Rollouts, Bytes::from(bytes)).await?;
     delivery.ack().await?;
+    problem.clear();
     telemetry::metrics::count_rollout(tokens as u64);
     stats.rollouts += 1;
     Ok(())

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{Bus, BusError, Checksum, SnapshotMeta};
+use caprl_common::role::Problem;
 use caprl_common::shutdown::Shutdown;
 use caprl_common::snapshot;
 use caprl_common::telemetry;
@@ -40,6 +41,8 @@ pub(crate) struct SnapshotState {
     refused: HashSet<Checksum>,
     version_tx: watch::Sender<u64>,
     bus: Arc<dyn Bus>,
+    /// Set when a snapshot is refused (cleared by the actor's next published rollout).
+    problem: Problem,
 }
 
 /// Follows `latest` until `shutdown`: the receiver holds the newest snapshot announced.
@@ -76,15 +79,20 @@ pub(crate) fn watch_latest(
 }
 
 impl SnapshotState {
-    /// No snapshot yet; snapshots come from `bus`, and `version_tx` is told the version of each
-    /// one taken.
-    pub(crate) fn new(bus: Arc<dyn Bus>, version_tx: watch::Sender<u64>) -> SnapshotState {
+    /// No snapshot yet; snapshots come from `bus`, `version_tx` is told the version of each
+    /// one taken, and `problem` why one was refused.
+    pub(crate) fn new(
+        bus: Arc<dyn Bus>,
+        version_tx: watch::Sender<u64>,
+        problem: Problem,
+    ) -> SnapshotState {
         SnapshotState {
             held: None,
             preparing: None,
             refused: HashSet::new(),
             version_tx,
             bus,
+            problem,
         }
     }
 
@@ -188,12 +196,14 @@ impl SnapshotState {
                 );
             }
             Err(e) => {
-                tracing::warn!(
-                    "actor {}: refusing snapshot v{} ({e}); keeping {}",
-                    cfg.id,
-                    meta.version,
-                    self.version()
-                        .map_or("none".to_string(), |v| format!("v{v}"))
+                self.problem.set(
+                    &format!("actor {}", cfg.id),
+                    format!(
+                        "refusing the learner's policy snapshot v{} ({e}); keeping {}",
+                        meta.version,
+                        self.version()
+                            .map_or("none".to_string(), |v| format!("v{v}"))
+                    ),
                 );
                 telemetry::metrics::count_rejected("snapshot");
                 stats.refused_snapshots += 1;

@@ -18,7 +18,7 @@ use support::{next_rollout, publish, setup};
 fn internal_fault_during_a_rollout_loses_no_task() {
     let s = setup("internal-fault", true);
     let rows = s.first_rows();
-    let t = support::task(5, rows);
+    let t = support::task_on(&s, 5, rows);
     publish(&s, &t);
 
     let calls = Arc::new(AtomicU32::new(0));
@@ -49,7 +49,7 @@ fn internal_fault_during_a_rollout_loses_no_task() {
 #[test]
 fn task_the_model_cannot_decode_is_termed_not_retried() {
     let s = setup("bad-input", true);
-    publish(&s, &support::task(9, vec![u32::MAX]));
+    publish(&s, &support::task_on(&s, 9, vec![u32::MAX]));
 
     let actor = s.start_actor();
     let got = next_rollout(

@@ -15,7 +15,7 @@ use support::{next_rollout, publish, publish_policy, setup};
 fn async_task_for_the_next_snapshot_is_held_until_it_is_published() {
     let s = setup("next-policy", false);
     let rows = s.first_rows();
-    let mut t = support::task(3, rows);
+    let mut t = support::task_on(&s, 3, rows);
     t.policy_version = PolicyVersion(1);
     t.min_version = PolicyVersion(1);
     publish(&s, &t);
@@ -47,7 +47,7 @@ fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     let s = setup("prepare-beside", false);
     let rows = s.first_rows();
     let actor = s.start_actor();
-    let mut first = support::task(1, rows.clone());
+    let mut first = support::task_on(&s, 1, rows.clone());
     first.min_version = PolicyVersion(0);
     publish(&s, &first);
     let got = next_rollout(&s, Duration::from_secs(30)).expect("task 1 is decoded");
@@ -56,7 +56,7 @@ fn async_actor_prepares_the_next_snapshot_beside_the_held_one_and_takes_it() {
     // v1 comes out while tasks that v0 may serve keep coming, then one that needs v1.
     publish_policy(&s, 1);
     for id in 2..6 {
-        let mut t = support::task(id, rows.clone());
+        let mut t = support::task_on(&s, id, rows.clone());
         t.policy_version = PolicyVersion(1);
         t.min_version = PolicyVersion(if id == 5 { 1 } else { 0 });
         publish(&s, &t);

@@ -23,7 +23,7 @@ fn sync_actor_loads_a_new_policy_only_for_a_task_that_names_it() {
     let s = setup("sync-loads", true);
     let rows = s.first_rows();
     let actor = s.start_actor();
-    publish(&s, &support::task(1, rows.clone()));
+    publish(&s, &support::task_on(&s, 1, rows.clone()));
     let got = next_rollout(&s, Duration::from_secs(30)).expect("task 1 is decoded");
     assert_eq!(got.policy_version, PolicyVersion(0));
     assert_eq!(loads(), 1, "v0, the first policy, is loaded at once");
@@ -36,7 +36,7 @@ fn sync_actor_loads_a_new_policy_only_for_a_task_that_names_it() {
     assert_eq!(loads(), 1, "a policy no task named was loaded");
 
     // A task of v2 loads v2 (not v1, which no task names) and is decoded with it.
-    let mut t = support::task(2, rows);
+    let mut t = support::task_on(&s, 2, rows);
     t.policy_version = PolicyVersion(2);
     t.min_version = PolicyVersion(2);
     publish(&s, &t);

@@ -33,13 +33,21 @@ fn task() -> RolloutTask {
         min_version: PolicyVersion(2),
         greedy: true,
         mc_rollouts: 3,
-        ..RolloutTask::samples(TaskId(7), PolicyVersion(3), vec![0, 5, 9], 5, 42)
+        ..RolloutTask::samples(
+            Default::default(),
+            TaskId(7),
+            PolicyVersion(3),
+            vec![0, 5, 9],
+            5,
+            42,
+        )
     }
 }
 
 fn rollout() -> Rollout {
     Rollout {
         task_id: TaskId(7),
+        data: Default::default(),
         policy_version: PolicyVersion(3),
         actor_id: "actor-1".into(),
         sequences: vec![
@@ -85,6 +93,8 @@ fn heartbeat() -> Heartbeat {
         id: "a1".into(),
         policy_version: PolicyVersion(3),
         unix_ms: 1_700_000_000_000,
+        data: caprl_wire::DataFingerprint("0123456789abcdef".into()),
+        problem: Some("a problem".into()),
     }
 }
 

@@ -140,6 +140,7 @@ mod tests {
         ScoredRollout {
             rollout: Rollout {
                 task_id: TaskId(id),
+                data: Default::default(),
                 policy_version: PolicyVersion(1),
                 actor_id: "a".into(),
                 sequences,

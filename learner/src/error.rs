@@ -52,6 +52,9 @@ pub enum LearnerError {
     /// message says what to change.
     #[error("{0}")]
     Misconfigured(String),
+    /// The learner waits for results that no live role can deliver (each says why).
+    #[error("the run cannot go on: {0}")]
+    Stalled(String),
     /// Another learner holds the run directory's lock.
     #[error(
         "another learner is training into {} (it holds {}): stop it first, or give this one \

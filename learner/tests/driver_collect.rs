@@ -40,6 +40,7 @@ fn scored(id: u64, version: u64) -> Bytes {
     let s = ScoredRollout {
         rollout: Rollout {
             task_id: TaskId(id),
+            data: Default::default(),
             policy_version: PolicyVersion(version),
             actor_id: "hand".into(),
             sequences: vec![Sequence {
@@ -551,7 +552,10 @@ fn published_snapshots_are_stamped_with_the_learners_vocabulary() {
     let unstamped = f.driver.publish(&model, 0).unwrap();
     let bytes = f.rt.block_on(f.bus.get_snapshot(&unstamped)).unwrap();
     assert_eq!(caprl_common::snapshot::stamp(&bytes).unwrap(), None);
-    f.driver.set_vocabulary("vocab-of-this-run");
+    f.driver.set_data(
+        "vocab-of-this-run",
+        caprl_wire::DataFingerprint("0123456789abcdef".into()),
+    );
     let meta = f.driver.publish(&model, 1).unwrap();
     let bytes = f.rt.block_on(f.bus.get_snapshot(&meta)).unwrap();
     let stamp = caprl_common::snapshot::stamp(&bytes)

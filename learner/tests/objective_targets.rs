@@ -33,6 +33,7 @@ fn one_image(version: u64, diversity: bool) -> ScoredRollout {
     ScoredRollout {
         rollout: Rollout {
             task_id: TaskId(1),
+            data: Default::default(),
             policy_version: PolicyVersion(version),
             actor_id: "a".into(),
             sequences: vec![

@@ -31,7 +31,12 @@ use crate::embed::EmbedReward;
 /// Scores captions of the images of one split.
 pub struct Rewarder {
     spec: Vec<(RewardName, f32)>,
+    /// CIDEr-D over the training document frequencies (`reward.df = "train"`; also SLE's
+    /// CIDEr distance).
     cider: CiderD,
+    /// `reward.df = "corpus"`: the CIDEr-D reward counts its document frequencies over the
+    /// references of each rollout's images instead ([`Rewarder::with_corpus_df`]).
+    corpus_df: bool,
     /// CIDEr-D sees [`EOS_MARK`] (see the module docs).
     cider_eos: bool,
     /// Indexed by feature row; `None` for rows outside the split.
@@ -41,6 +46,8 @@ pub struct Rewarder {
     clip: Option<ClipReward>,
     /// The data set's vocabulary: a snapshot's discriminator must have been trained on it.
     vocab_hash: String,
+    /// The data set's fingerprint: rollouts of another data set are refused.
+    data: caprl_wire::DataFingerprint,
 }
 
 struct ImageRefs {
@@ -104,13 +111,50 @@ impl Rewarder {
         Ok(Self {
             spec: spec.to_vec(),
             cider,
+            corpus_df: false,
             cider_eos,
             refs,
             exploration,
             embed,
             clip: None,
             vocab_hash: data.vocab.hash().to_string(),
+            data: caprl_wire::DataFingerprint(data.fingerprint().to_string()),
         })
+    }
+
+    /// Counts CIDEr-D's document frequencies over the references of each rollout's images (a
+    /// task's `runtime.images_per_task`), as self-critical.pytorch's `CiderD(df="corpus")`
+    /// counts them over each batch it is given, instead of over the training split
+    /// (`reward.df = "corpus"`).
+    pub fn with_corpus_df(mut self) -> Self {
+        self.corpus_df = true;
+        self
+    }
+
+    /// The CIDEr-D scorer of `rollout`'s reward: the training one, or with `reward.df =
+    /// "corpus"` one over the references of the rollout's images.
+    fn reward_cider(&self, rollout: &Rollout) -> Result<Option<CiderD>, RewardError> {
+        if !self.corpus_df || !self.spec.iter().any(|(n, _)| *n == RewardName::Cider) {
+            return Ok(None);
+        }
+        let rows: std::collections::BTreeSet<u32> =
+            rollout.sequences.iter().map(|s| s.image_row).collect();
+        let mut refs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let img = self.image(row)?;
+            refs.push(
+                img.tokens
+                    .iter()
+                    .map(|r| with_eos(r, self.cider_eos))
+                    .collect(),
+            );
+        }
+        Ok(Some(CiderD::new(DocFreq::from_refs(&refs))))
+    }
+
+    /// The fingerprint of the data set whose references the rewarder scores against.
+    pub fn data(&self) -> &caprl_wire::DataFingerprint {
+        &self.data
     }
 
     /// The hash of the vocabulary the rewarder's data set tokenises with.
@@ -170,15 +214,15 @@ impl Rewarder {
 
     /// The CIDEr-D vectors of `img`'s references (with [`EOS_MARK`] when the rewarder
     /// scores with it).
-    fn prepare(&self, img: &ImageRefs) -> PreparedRefs {
+    fn prepare(&self, cider: &CiderD, img: &ImageRefs) -> PreparedRefs {
         match self.cider_eos {
-            true => self.cider.prepare(
+            true => cider.prepare(
                 &img.tokens
                     .iter()
                     .map(|r| with_eos(r, true))
                     .collect::<Vec<_>>(),
             ),
-            false => self.cider.prepare(&img.tokens),
+            false => cider.prepare(&img.tokens),
         }
     }
 
@@ -206,13 +250,15 @@ impl Rewarder {
         tokens: &[u32],
         clip: Option<&ClipParts>,
     ) -> Result<RewardVector, RewardError> {
-        self.score_against(row, &mut None, tokens, clip)
+        self.score_against(&self.cider, row, &mut None, tokens, clip)
     }
 
-    /// [`Rewarder::score_caption`] with `prepared`, image `row`'s CIDEr-D vectors, made here
-    /// when the spec needs them and `None`, and kept for the image's next caption.
+    /// [`Rewarder::score_caption`] with CIDEr-D scorer `cider` and `prepared`, image `row`'s
+    /// CIDEr-D vectors, made here when the spec needs them and `None`, and kept for the image's
+    /// next caption.
     fn score_against(
         &self,
+        cider: &CiderD,
         row: u32,
         prepared: &mut Option<PreparedRefs>,
         tokens: &[u32],
@@ -226,8 +272,8 @@ impl Rewarder {
         for (name, weight) in &self.spec {
             let value = match name {
                 RewardName::Cider => {
-                    let prepared = prepared.get_or_insert_with(|| self.prepare(img));
-                    self.cider.score(prepared, &self.cider_caption(tokens))
+                    let prepared = prepared.get_or_insert_with(|| self.prepare(cider, img));
+                    cider.score(prepared, &self.cider_caption(tokens))
                 }
                 RewardName::Rouge => caprl_score::rouge_l(&cand, &img.tokens),
                 RewardName::Bleu1 | RewardName::Bleu2 | RewardName::Bleu3 | RewardName::Bleu4 => {
@@ -276,6 +322,8 @@ impl Rewarder {
                 return Err(RewardError::NoEncoder(name.unwrap_or(RewardName::Clip)));
             }
         };
+        let corpus = self.reward_cider(&rollout)?;
+        let cider = corpus.as_ref().unwrap_or(&self.cider);
         // Each image's references prepared once for all of its captions in the rollout.
         let mut prepared: HashMap<u32, Option<PreparedRefs>> = HashMap::new();
         let mut rewards = Vec::with_capacity(rollout.sequences.len());
@@ -284,7 +332,7 @@ impl Rewarder {
                 return Err(RewardError::UnknownRow(s.image_row));
             }
             let p = prepared.entry(s.image_row).or_default();
-            rewards.push(self.score_against(s.image_row, p, &s.tokens, c.as_ref())?);
+            rewards.push(self.score_against(cider, s.image_row, p, &s.tokens, c.as_ref())?);
         }
         if let Some(kind) = self.exploration {
             let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();

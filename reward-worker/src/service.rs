@@ -3,7 +3,10 @@
 //! rollout (at-least-once; the learner de-duplicates by task id).
 //!
 //! Undecodable messages, future schema versions and rollouts naming images
-//! the data set does not have are rejected with `term`, logged and counted. A scoring failure
+//! the data set does not have are rejected with `term`, logged and counted. A rollout of another
+//! data set (its fingerprint is not this worker's) is handed back for a worker on the right one,
+//! and the worker's heartbeat says why it scores nothing; the learner reports that and stops
+//! when no worker can score its rollouts. A scoring failure
 //! that is not the rollout's fault (a missing discriminator or encoder, an error inside the
 //! encoder) is logged as an error and the rollout handed back with a delay, as the actor does
 //! with a decode that fails inside the model: a bug or a misconfigured worker must not drop
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusError, Delivery, Queue};
-use caprl_common::role::{self, Role, ServeSpec, Work};
+use caprl_common::role::{self, Problem, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
 use caprl_common::snapshot::{self, SnapshotError};
 use caprl_common::telemetry;
@@ -50,6 +53,8 @@ pub struct WorkerStats {
     pub redeliveries: u64,
     /// Scorings that failed for a reason not the rollout's; their rollouts were handed back.
     pub internal_faults: u64,
+    /// Rollouts of another data set, handed back for a worker on the right one.
+    pub other_data_rollouts: u64,
 }
 
 /// How one rollout is scored: [`Rewarder::score`], or a stand-in for it (see
@@ -63,6 +68,9 @@ impl<F> ScoreFn for F where
     F: Fn(&Rewarder, Rollout) -> Result<ScoredRollout, RewardError> + Send + Sync + 'static
 {
 }
+
+/// How long a rollout of another data set waits before it is handed out again.
+const OTHER_DATA_RETRY: Duration = Duration::from_secs(5);
 
 /// How long a rollout whose scoring hit an internal fault waits before it is handed out again.
 pub const INTERNAL_FAULT_RETRY: Duration = Duration::from_secs(2);
@@ -90,6 +98,8 @@ pub async fn run_with_scorer(
         queue: Queue::Rollouts,
         batch: 4,
         max_message_bytes: cfg.max_message_bytes,
+        data: cfg.rewarder.data().clone(),
+        problem: Problem::default(),
     };
     // A reward worker holds no policy: its heartbeat says v0.
     let (_version_tx, version_rx) = watch::channel(0u64);
@@ -97,6 +107,7 @@ pub async fn run_with_scorer(
         cfg,
         stats: WorkerStats::default(),
         score: Arc::new(score),
+        problem: spec.problem.clone(),
     };
     let served = role::serve(&spec, &mut work, bus, version_rx, shutdown).await?;
     let mut stats = work.stats;
@@ -110,6 +121,8 @@ struct WorkerWork<S> {
     cfg: WorkerConfig,
     stats: WorkerStats,
     score: Arc<S>,
+    /// What keeps this worker from working, for its heartbeat.
+    problem: Problem,
 }
 
 impl<S: ScoreFn> Work for WorkerWork<S> {
@@ -123,7 +136,32 @@ impl<S: ScoreFn> Work for WorkerWork<S> {
         rollout: Rollout,
     ) -> Result<(), WorkerError> {
         let score = Arc::clone(&self.score);
-        handle(&self.cfg, score, bus, delivery, rollout, &mut self.stats).await
+        let own = self.cfg.rewarder.data();
+        if rollout.data != *own {
+            self.problem.set(
+                &format!("reward worker {}", self.cfg.id),
+                format!(
+                    "refusing the run's rollouts: they are for data set {}, and this worker \
+                     opened another (fingerprint {own}); start it with the learner's data set",
+                    rollout.data
+                ),
+            );
+            telemetry::metrics::count_rejected("other_data_set");
+            self.stats.other_data_rollouts += 1;
+            delivery.nak(Some(OTHER_DATA_RETRY)).await?;
+            return Ok(());
+        }
+        let problem = self.problem.clone();
+        handle(
+            &self.cfg,
+            score,
+            bus,
+            delivery,
+            rollout,
+            &mut self.stats,
+            &problem,
+        )
+        .await
     }
 
     fn bus_error(e: &WorkerError) -> Option<&BusError> {
@@ -146,6 +184,7 @@ async fn handle<S: ScoreFn>(
     delivery: Delivery,
     rollout: Rollout,
     stats: &mut WorkerStats,
+    problem: &Problem,
 ) -> Result<(), WorkerError> {
     let started = Instant::now();
     let task_id = rollout.task_id;
@@ -191,9 +230,12 @@ async fn handle<S: ScoreFn>(
     let bytes = match caprl_wire::encode(&scored, cfg.max_message_bytes) {
         Ok(b) => b,
         Err(e) => {
-            tracing::warn!(
-                "reward worker {}: scored {task_id} does not fit a message: {e}",
-                cfg.id
+            problem.set(
+                &format!("reward worker {}", cfg.id),
+                format!(
+                    "the scored rollout of {task_id} does not fit a message ({e}); raise \
+                     nats.max_message_bytes, or lower runtime.images_per_task"
+                ),
             );
             telemetry::metrics::count_rejected("oversize");
             delivery.term().await?;
@@ -202,6 +244,7 @@ async fn handle<S: ScoreFn>(
     };
     bus.publish(Queue::Scored, Bytes::from(bytes)).await?;
     delivery.ack().await?;
+    problem.clear();
     drop(publish);
     telemetry::metrics::observe_reward_latency(started.elapsed());
     for reward in &scored.rewards {

@@ -96,6 +96,7 @@ fn sle_cider_distance_sees_the_marker_like_the_reward() {
     };
     let rollout = Rollout {
         task_id: TaskId(1),
+        data: Default::default(),
         policy_version: PolicyVersion(0),
         actor_id: "t".into(),
         sequences: vec![seq(finished.clone()), seq(words.clone())],

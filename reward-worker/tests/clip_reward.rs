@@ -88,6 +88,7 @@ fn dummy_data() -> (tempfile::TempDir, Dataset) {
 fn rollout(a: usize, b: usize) -> Rollout {
     Rollout {
         task_id: TaskId(1),
+        data: Default::default(),
         policy_version: PolicyVersion(0),
         actor_id: "t".into(),
         sequences: vec![

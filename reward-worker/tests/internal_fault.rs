@@ -22,6 +22,7 @@ const LIMIT: usize = 8 << 20;
 fn rollout(id: u64, row: u32) -> Rollout {
     Rollout {
         task_id: TaskId(id),
+        data: Default::default(),
         policy_version: PolicyVersion(0),
         actor_id: "a".into(),
         sequences: vec![Sequence {
@@ -69,7 +70,8 @@ fn an_internal_fault_hands_the_rollout_back_and_bad_input_is_termed() {
         score,
     ));
     let good_row = items[0].row as u32;
-    for r in [rollout(1, good_row), rollout(2, 999_999)] {
+    for mut r in [rollout(1, good_row), rollout(2, 999_999)] {
+        r.data = caprl_wire::DataFingerprint(data.fingerprint().into());
         let bytes = caprl_wire::encode(&r, LIMIT).unwrap();
         rt.block_on(bus.publish(Queue::Rollouts, Bytes::from(bytes)))
             .unwrap();

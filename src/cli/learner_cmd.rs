@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
-use caprl_common::role::{self, Role};
+use anyhow::{bail, Result};
+use caprl_common::bus::Bus;
+use caprl_common::role::{self, HeartbeatOf, Problem, Role, Roster, HEARTBEAT_EVERY};
 use caprl_learner::driver::Driver;
 use caprl_learner::run as training;
+use caprl_wire::DataFingerprint;
 use tokio::sync::watch;
 
 use super::compute_args::ComputeArgs;
@@ -38,14 +40,23 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let Some(started) = roles::start_role(&cfg, Role::Learner, "learner", &args.role)? else {
         return Ok(());
     };
+    let me = roles::default_id();
+    let run_id = &cfg.runtime.run_id;
+    started
+        .rt
+        .block_on(refuse_a_live_learner(started.bus.as_ref(), run_id, &me))?;
     let heartbeat = {
         let _guard = started.rt.enter();
         let (_v_tx, v_rx) = watch::channel(0u64);
         role::spawn_heartbeat(
             Arc::clone(&started.bus),
-            Role::Learner,
-            "learner".into(),
-            v_rx,
+            HeartbeatOf {
+                role: Role::Learner,
+                id: me.clone(),
+                data: DataFingerprint(data.fingerprint().to_string()),
+                version: v_rx,
+                problem: Problem::default(),
+            },
             started.shutdown.clone(),
         )
     };
@@ -66,6 +77,11 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         &lock,
     );
     heartbeat.abort();
+    let _ = started.rt.block_on(
+        started
+            .bus
+            .kv_delete(&role::heartbeat_key(Role::Learner, &me)),
+    );
     let outcome = outcome?;
     let t = &driver.totals;
     let distinct: std::collections::BTreeSet<_> = t.used.iter().collect();
@@ -84,4 +100,32 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         out.push_str(&format!("best RL checkpoint: {}\n", p.display()));
     }
     write_stdout(&out)
+}
+
+/// Stops a second learner for a run id whose learner is alive: two would publish over each
+/// other's policy and wait for each other's tasks. A learner heartbeat that is recent but stops
+/// (a learner killed moments ago, now being restarted) is no reason to stop: it is watched for
+/// two heartbeat periods first.
+async fn refuse_a_live_learner(bus: &dyn Bus, run_id: &str, me: &str) -> Result<()> {
+    let seen = Roster::read(bus).await?;
+    if seen.live_learners(me).is_empty() {
+        return Ok(());
+    }
+    tokio::time::sleep(HEARTBEAT_EVERY * 2 + std::time::Duration::from_millis(500)).await;
+    let now = Roster::read(bus).await?;
+    for other in now.live_learners(me) {
+        let beat_again = seen.live_learners(me).iter().any(|before| {
+            before.heartbeat.id == other.heartbeat.id
+                && before.heartbeat.unix_ms < other.heartbeat.unix_ms
+        });
+        if beat_again {
+            bail!(
+                "run {run_id} already has a live learner, {} (its last heartbeat {:.1} s ago): \
+                 stop it first, or give this learner another runtime.run_id",
+                other.heartbeat.id,
+                other.age.as_secs_f64()
+            );
+        }
+    }
+    Ok(())
 }

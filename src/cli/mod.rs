@@ -290,7 +290,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 /// Prints `error: ...` with the cause chain; exit code 2 for config errors
-/// (like clap's usage errors), 1 for everything else.
+/// (like clap's usage errors), [`crate::supervise::EXIT_CANNOT_GO_ON`] for a run that cannot go
+/// on (no role can do its work), 1 for everything else.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
     eprintln!("error: {}", without_backtrace(&err.to_string()));
     for cause in err.chain().skip(1) {
@@ -301,8 +302,13 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
             || cause.is::<caprl_model::fastmath::SimdError>()
             || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
     };
+    let stalled = |cause: &(dyn std::error::Error + 'static)| {
+        matches!(cause.downcast_ref(), Some(LearnerError::Stalled(_)))
+    };
     if err.chain().any(is_config) {
         ExitCode::from(2)
+    } else if err.chain().any(stalled) {
+        ExitCode::from(crate::supervise::EXIT_CANNOT_GO_ON)
     } else {
         ExitCode::FAILURE
     }

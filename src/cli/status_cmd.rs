@@ -2,18 +2,12 @@
 //! depths, live actors / reward workers / learner (heartbeats in KV) and
 //! each actor's policy lag.
 
-use std::time::{Duration, SystemTime};
-
-use anyhow::Result;
-use caprl_common::bus::Queue;
-use caprl_common::role::{self, Role};
-use caprl_wire::Heartbeat;
+use anyhow::{Context, Result};
+use caprl_common::bus::{Bus, NatsBus, Queue};
+use caprl_common::role::{Role, Roster, LIVE_WITHIN};
 
 use super::{write_stdout, Global};
 use crate::roles;
-
-/// A heartbeat older than this marks its process as gone.
-const LIVE_WITHIN: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,6 +19,7 @@ pub struct Args {
     pub run: Option<String>,
 }
 
+/// Prints the run's state; creates nothing on the broker (an unknown run is an error).
 pub fn run(args: Args, global: &Global) -> Result<()> {
     let mut cfg = global.load_config()?;
     if let Some(r) = args.run {
@@ -32,59 +27,70 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let rt = roles::runtime()?;
     let text = rt.block_on(async {
-        let bus = roles::connect(&cfg, args.nats_url.as_deref(), &[]).await?;
-        let latest = bus.latest().await?;
-        let mut out = format!("run {}\n", cfg.runtime.run_id);
-        let version = latest.as_ref().map(|m| m.version);
-        match &latest {
-            Some(m) => out.push_str(&format!(
-                "policy version {} (snapshot {} bytes, {})\n",
-                m.version, m.bytes, m.checksum
-            )),
-            None => out.push_str("policy version: none published yet\n"),
-        }
-        out.push_str("queues (waiting + in flight):\n");
-        for q in Queue::ALL {
-            out.push_str(&format!("  {:<9} {}\n", q.name(), bus.depth(q).await?));
-        }
-        let now = SystemTime::now();
-        let mut live: Vec<(Heartbeat, Duration)> = Vec::new();
-        let mut gone = 0usize;
-        for e in bus.kv_entries(role::HEARTBEAT_PREFIX).await? {
-            let age = now.duration_since(e.updated).unwrap_or_default();
-            match caprl_wire::decode::<Heartbeat>(&e.value, caprl_wire::DEFAULT_MAX_MESSAGE_BYTES) {
-                Ok(hb) if age <= LIVE_WITHIN => live.push((hb, age)),
-                Ok(_) => gone += 1,
-                Err(err) => tracing::warn!("heartbeat {} unreadable: {err}", e.key),
-            }
-        }
-        for role in Role::ALL.map(Role::name) {
-            let of_role: Vec<&(Heartbeat, Duration)> =
-                live.iter().filter(|(h, _)| h.role == role).collect();
-            out.push_str(&format!("live {role}s: {}\n", of_role.len()));
-            for (hb, age) in of_role {
-                let lag = match (role, version) {
-                    ("actor", Some(v)) => format!(
-                        ", policy v{} (lag {})",
-                        hb.policy_version.0,
-                        v.saturating_sub(hb.policy_version.0)
-                    ),
-                    _ => String::new(),
-                };
-                out.push_str(&format!(
-                    "  {} (seen {:.1} s ago{lag})\n",
-                    hb.id,
-                    age.as_secs_f64()
-                ));
-            }
-        }
-        if gone > 0 {
-            out.push_str(&format!(
-                "stale heartbeats (no sign for > {} s): {gone}\n",
-                LIVE_WITHIN.as_secs()
-            ));
-        }
-        Ok::<_, anyhow::Error>(out)
+        let nc = roles::nats_connect(&cfg, args.nats_url.as_deref());
+        let bus = NatsBus::open_existing(&nc, &roles::bus_options(&cfg))
+            .await
+            .with_context(|| format!("asking NATS at {} about the run", nc.url))?;
+        describe(&bus, &cfg.runtime.run_id).await
     })?;
     write_stdout(&text)
+}
+
+/// The run's policy version, queue depths and live processes (with their problems).
+async fn describe(bus: &dyn Bus, run_id: &str) -> Result<String> {
+    let latest = bus.latest().await?;
+    let mut out = format!("run {run_id}\n");
+    let version = latest.as_ref().map(|m| m.version);
+    match &latest {
+        Some(m) => out.push_str(&format!(
+            "policy version {} (snapshot {} bytes, {})\n",
+            m.version, m.bytes, m.checksum
+        )),
+        None => out.push_str("policy version: none published yet\n"),
+    }
+    out.push_str("queues (waiting + in flight):\n");
+    for q in Queue::ALL {
+        out.push_str(&format!("  {:<9} {}\n", q.name(), bus.depth(q).await?));
+    }
+    let roster = Roster::read(bus).await?;
+    let run_data = roster
+        .of(Role::Learner)
+        .next()
+        .map(|m| m.heartbeat.data.clone());
+    for role in Role::ALL {
+        let members: Vec<_> = roster.of(role).collect();
+        out.push_str(&format!("live {}s: {}\n", role.name(), members.len()));
+        for m in members {
+            let hb = &m.heartbeat;
+            let lag = match (role, version) {
+                (Role::Actor, Some(v)) => format!(
+                    ", policy v{} (lag {})",
+                    hb.policy_version.0,
+                    v.saturating_sub(hb.policy_version.0)
+                ),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "  {} (seen {:.1} s ago{lag}, data set {})\n",
+                hb.id,
+                m.age.as_secs_f64(),
+                hb.data
+            ));
+            let unable = match &run_data {
+                Some(data) if role != Role::Learner => m.unable(data),
+                _ => hb.problem.clone(),
+            };
+            if let Some(why) = unable {
+                out.push_str(&format!("    cannot work: {why}\n"));
+            }
+        }
+    }
+    if roster.gone > 0 {
+        out.push_str(&format!(
+            "stale heartbeats (no sign for > {} s): {}\n",
+            LIVE_WITHIN.as_secs(),
+            roster.gone
+        ));
+    }
+    Ok(out)
 }

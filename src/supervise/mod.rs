@@ -18,6 +18,11 @@ mod output;
 pub use output::Output;
 use output::{lock, open_log, pump, Sink};
 
+/// The exit code of a role that stopped because the run cannot go on (the learner waited for
+/// results no live role can deliver): restarting it would only wait again, so the supervisor
+/// gives the run up at once, with the role's last lines.
+pub const EXIT_CANNOT_GO_ON: u8 = 3;
+
 /// One role process: how to start it.
 #[derive(Debug, Clone)]
 pub struct RoleSpec {
@@ -273,7 +278,9 @@ impl Supervisor {
         {
             role.recent_deaths.pop_front();
         }
-        let why = if role.quick_deaths >= self.policy.give_up_after {
+        let why = if status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
+            Some("it stopped because the run cannot go on".to_string())
+        } else if role.quick_deaths >= self.policy.give_up_after {
             Some(format!(
                 "it exited with {status} {} times in a row, each within {:?} of its start",
                 role.quick_deaths, self.policy.quick

@@ -37,5 +37,6 @@ pub fn plain_driver_options() -> DriverOptions {
         keep_snapshots: 2,
         snapshot_dtype: DType::F32,
         snapshot_every: 1,
+        report_wait_after: std::time::Duration::from_secs(30),
     }
 }

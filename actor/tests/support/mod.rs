@@ -45,9 +45,25 @@ pub fn tiny_policy(dir: &Path, seed: u64) -> (Dataset, Decoder, Vec<u32>) {
     (data, policy.decoder().unwrap(), rows)
 }
 
-/// Task `id` for policy v0: two samples of each of `rows`, nothing else.
+/// Task `id` for policy v0: two samples of each of `rows`, nothing else; for a direct call of
+/// `rollout` (it carries no data set: an actor would refuse it).
 pub fn task(id: u64, rows: Vec<u32>) -> RolloutTask {
-    RolloutTask::samples(TaskId(id), PolicyVersion(0), rows, 2, 99)
+    RolloutTask::samples(
+        Default::default(),
+        TaskId(id),
+        PolicyVersion(0),
+        rows,
+        2,
+        99,
+    )
+}
+
+/// [`task`] for the actor of `s`: on its data set.
+pub fn task_on(s: &Setup, id: u64, rows: Vec<u32>) -> RolloutTask {
+    RolloutTask {
+        data: caprl_wire::DataFingerprint(s.cfg.data.fingerprint().to_string()),
+        ..task(id, rows)
+    }
 }
 
 pub const LIMIT: usize = 8 << 20;

@@ -211,6 +211,8 @@ pub struct Dataset {
     features: FeatureStore,
     dir: PathBuf,
     format: Format,
+    /// [`Dataset::fingerprint`], computed on first use.
+    fingerprint: std::sync::OnceLock<String>,
 }
 
 impl Dataset {
@@ -307,6 +309,7 @@ impl Dataset {
             features,
             dir: dir.to_path_buf(),
             format,
+            fingerprint: std::sync::OnceLock::new(),
         })
     }
 
@@ -317,6 +320,27 @@ impl Dataset {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// What the roles of a run must agree on, as the first 16 hex digits of a SHA-256: the
+    /// vocabulary hash and every training image's id, feature row and references, in order.
+    /// Two data sets with the same fingerprint give the same tasks, decodes and rewards.
+    pub fn fingerprint(&self) -> &str {
+        self.fingerprint.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            let mut h = Sha256::new();
+            h.update(self.vocab.hash().as_bytes());
+            for item in &self.train.items {
+                h.update(b"\x1e");
+                h.update(item.id.as_bytes());
+                h.update((item.row as u64).to_le_bytes());
+                for r in &item.refs {
+                    h.update(b"\x1f");
+                    h.update(r.join(" ").as_bytes());
+                }
+            }
+            hex::encode(&h.finalize()[..8])
+        })
     }
 
     /// The named subsets of `subsets.json` beside the captions (none when there is no such

@@ -43,6 +43,13 @@ pub enum BusError {
         source: std::io::Error,
     },
 
+    /// A read-only query for a run that nobody has created on this server.
+    #[error(
+        "no run `{run_id}` on NATS server {url}: no learner has created its streams (check \
+         --run / runtime.run_id and --nats-url; roles waiting for a learner create nothing)"
+    )]
+    NoSuchRun { run_id: String, url: String },
+
     /// An operation did not finish in time (broker down or overloaded).
     #[error("bus operation `{op}` did not finish within {after:?}: is the NATS server up?")]
     Timeout { op: &'static str, after: Duration },

@@ -68,6 +68,38 @@ impl NatsBus {
         NatsBus::with_client_pulling(client, opts, pulls).await
     }
 
+    /// Opens the run `opts.run_id` for a read-only query (`caprl status`): creates nothing, and
+    /// answers [`BusError::NoSuchRun`] when no learner has created the run's control bucket.
+    pub async fn open_existing(nats: &NatsConfig, opts: &BusOptions) -> BusResult<NatsBus> {
+        use async_nats::jetstream::context::GetStreamErrorKind;
+        use async_nats::jetstream::ErrorCode;
+        opts.validate()?;
+        let client = connect(nats).await?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(opts.request_timeout())
+            .build(client.clone());
+        let control = format!("KV_{}", opts.control_bucket());
+        let found = deadline(
+            "look up the run",
+            opts.request_timeout(),
+            js.get_stream(control),
+        );
+        match found.await? {
+            Ok(_) => NatsBus::with_client_pulling(client, opts, &[]).await,
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Err(BusError::NoSuchRun {
+                        run_id: opts.run_id.clone(),
+                        url: nats.url.clone(),
+                    })
+                }
+                _ => Err(BusError::js("look up the run", e)),
+            },
+        }
+    }
+
     async fn with_client_pulling(
         client: async_nats::Client,
         opts: &BusOptions,

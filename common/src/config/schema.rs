@@ -327,7 +327,7 @@ pub enum KlIn {
 pub struct RewardConfig {
     /// Weighted sum of named rewards, e.g. `cider=1,bleu4=0.5`.
     pub spec: RewardSpec,
-    /// Where CIDEr document frequencies come from.
+    /// Where the CIDEr-D reward's document frequencies come from.
     pub df: DfSource,
     /// SLE pairwise distance.
     pub distance: Distance,
@@ -349,8 +349,9 @@ impl Default for RewardConfig {
     }
 }
 
-/// CIDEr document frequencies: precomputed from the training references, or
-/// from the references of the scored corpus.
+/// The CIDEr-D reward's document frequencies: precomputed from the training references, or
+/// counted over the references of each scored rollout's images (a task's images, as
+/// self-critical.pytorch's `CiderD(df="corpus")` counts over each batch it scores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DfSource {

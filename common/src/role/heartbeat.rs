@@ -7,11 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::Problem;
 use super::Role;
 use crate::bus::Bus;
 use crate::shutdown::Shutdown;
 use crate::telemetry;
-use caprl_wire::{Heartbeat, PolicyVersion};
+use caprl_wire::{DataFingerprint, Heartbeat, PolicyVersion};
 
 /// Prefix of every heartbeat key.
 pub const HEARTBEAT_PREFIX: &str = "hb.";
@@ -34,16 +35,33 @@ pub fn heartbeat_key(role: Role, id: &str) -> String {
     format!("{HEARTBEAT_PREFIX}{role}.{id}")
 }
 
-/// Writes a heartbeat for `role`/`id` with the policy version `version` holds every
-/// [`HEARTBEAT_EVERY`] until `shutdown`, then deletes it.
+/// Whose heartbeat it is and what it says besides the time.
+#[derive(Debug, Clone)]
+pub struct HeartbeatOf {
+    pub role: Role,
+    pub id: String,
+    /// The data set the process opened.
+    pub data: DataFingerprint,
+    /// The policy version the process holds.
+    pub version: watch::Receiver<u64>,
+    /// What keeps it from working, if anything.
+    pub problem: Problem,
+}
+
+/// Writes the heartbeat of `of` every [`HEARTBEAT_EVERY`] until `shutdown`, then deletes it.
 pub fn spawn_heartbeat(
     bus: Arc<dyn Bus>,
-    role: Role,
-    id: String,
-    version: watch::Receiver<u64>,
+    of: HeartbeatOf,
     mut shutdown: Shutdown,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let HeartbeatOf {
+            role,
+            id,
+            data,
+            version,
+            problem,
+        } = of;
         let key = heartbeat_key(role, &id);
         loop {
             let hb = Heartbeat {
@@ -51,6 +69,8 @@ pub fn spawn_heartbeat(
                 id: id.clone(),
                 policy_version: PolicyVersion(*version.borrow()),
                 unix_ms: telemetry::runlog::unix_ms_now(),
+                data: data.clone(),
+                problem: problem.get(),
             };
             if let Ok(bytes) = caprl_wire::encode(&hb, caprl_wire::DEFAULT_MAX_MESSAGE_BYTES) {
                 if let Err(e) = bus.kv_put(&key, Bytes::from(bytes)).await {

@@ -2,14 +2,22 @@
 //! the two that pull work (actor and reward worker).
 //!
 //! - [`Role`]: a role's name in heartbeats, metrics and logs.
-//! - [`spawn_heartbeat`]: the one writer of `hb.<role>.<id>` in the control bucket.
+//! - [`spawn_heartbeat`]: the one writer of `hb.<role>.<id>` in the control bucket, carrying
+//!   the role's data set and its [`Problem`], if any.
+//! - [`Roster`]: the heartbeats read back, for `caprl status` and the learner.
 //! - [`serve`]: pull, decode or term, count redeliveries, ride out broker outages, stop on
 //!   [`crate::shutdown::Shutdown`]; a role plugs in its per-message [`Work`].
 
 mod heartbeat;
+mod problem;
+mod roster;
 mod serve;
 
-pub use heartbeat::{heartbeat_key, spawn_heartbeat, HEARTBEAT_EVERY, HEARTBEAT_PREFIX};
+pub use heartbeat::{
+    heartbeat_key, spawn_heartbeat, HeartbeatOf, HEARTBEAT_EVERY, HEARTBEAT_PREFIX,
+};
+pub use problem::Problem;
+pub use roster::{Member, Roster, LIVE_WITHIN};
 pub use serve::{reject_reason, serve, ServeSpec, Served, Work};
 
 use std::fmt;

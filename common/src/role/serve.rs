@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{heartbeat_key, spawn_heartbeat, Role};
+use super::{heartbeat_key, spawn_heartbeat, HeartbeatOf, Problem, Role};
 use crate::bus::{Backoff, Bus, BusError, Delivery, Queue};
 use crate::shutdown::Shutdown;
 use crate::telemetry;
 use crate::telemetry::stages::{self, Stage};
-use caprl_wire::{TaskId, WireError};
+use caprl_wire::{DataFingerprint, TaskId, WireError};
 
 /// How long one pull waits for messages before the loop looks at its state again.
 const PULL_WAIT: Duration = Duration::from_millis(300);
@@ -61,6 +61,10 @@ pub struct ServeSpec {
     pub batch: usize,
     /// `nats.max_message_bytes`.
     pub max_message_bytes: usize,
+    /// The data set the role opened, for its heartbeat.
+    pub data: DataFingerprint,
+    /// What keeps the role from working, for its heartbeat; its work sets and clears it.
+    pub problem: Problem,
 }
 
 /// What the loop itself counted; the work counts the rest.
@@ -83,9 +87,13 @@ pub async fn serve<W: Work>(
 ) -> Result<Served, W::Error> {
     let heartbeat = spawn_heartbeat(
         Arc::clone(&bus),
-        spec.role,
-        spec.id.clone(),
-        version,
+        HeartbeatOf {
+            role: spec.role,
+            id: spec.id.clone(),
+            data: spec.data.clone(),
+            version,
+            problem: spec.problem.clone(),
+        },
         shutdown.clone(),
     );
     let who = format!("{} {}", spec.role.label(), spec.id);

@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //! 0       4     magic "CPRL"
-//! 4       2     schema version, big-endian (currently 2)
+//! 4       2     schema version, big-endian (currently 3)
 //! 6       1     message kind (see MessageKind)
 //! 7       4     payload length in bytes, big-endian
 //! 11      n     payload: bincode 2 (serde, standard config)
@@ -25,7 +25,7 @@ use super::messages::{Heartbeat, Rollout, RolloutTask, ScoredRollout};
 /// The four bytes every caprl message starts with.
 pub const MAGIC: [u8; 4] = *b"CPRL";
 /// The schema version this build writes and reads.
-pub const SCHEMA_VERSION: u16 = 2;
+pub const SCHEMA_VERSION: u16 = 3;
 /// Bytes before the payload: magic, version, kind, length.
 pub const HEADER_LEN: usize = 11;
 /// Default per-message limit, the default of `nats.max_message_bytes` (8 MiB).

@@ -30,6 +30,23 @@ impl PolicyVersion {
     }
 }
 
+/// Which data set a message was made for: the first 16 hex digits of a hash over the
+/// vocabulary and the training split's image ids, feature rows and references
+/// (`Dataset::fingerprint`). Tasks, rollouts, scored rollouts and heartbeats carry it, so a role
+/// started on another data set refuses the work instead of scoring it wrongly.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DataFingerprint(pub String);
+
+impl fmt::Display for DataFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.is_empty() {
+            true => f.write_str("(none)"),
+            false => f.write_str(&self.0),
+        }
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "task-{}", self.0)

@@ -1,7 +1,7 @@
 //! caprl-wire: the message types every role exchanges and the one versioned codec, plus
 //! [`check`], the rules a config section's owner writes once.
 //!
-//! - `ids`: `TaskId`, `PolicyVersion`.
+//! - `ids`: `TaskId`, `PolicyVersion`, `DataFingerprint`.
 //! - `messages`: what actors, reward workers and the learner send, and the [`Sampling`]
 //!   parameters a task carries.
 //! - `envelope`: `encode` / `decode` / `peek_kind` with magic, schema
@@ -21,7 +21,7 @@ pub use envelope::{
     HARD_MAX_MESSAGE_BYTES, HEADER_LEN, MAGIC, SCHEMA_VERSION,
 };
 pub use error::WireError;
-pub use ids::{PolicyVersion, TaskId};
+pub use ids::{DataFingerprint, PolicyVersion, TaskId};
 pub use messages::{
     DecodeKind, Heartbeat, RewardVector, Rollout, RolloutTask, Sampling, ScoredRollout, Sequence,
 };

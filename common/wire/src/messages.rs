@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ids::{PolicyVersion, TaskId};
+use super::ids::{DataFingerprint, PolicyVersion, TaskId};
 use crate::check::{fails, Check};
 
 /// The distribution a sample is drawn from: `softmax(logit / temperature)` over the `top_k`
@@ -43,6 +43,8 @@ impl Sampling {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RolloutTask {
     pub task_id: TaskId,
+    /// The learner's data set: an actor on another one refuses the task.
+    pub data: DataFingerprint,
     /// The policy the learner wants used.
     pub policy_version: PolicyVersion,
     /// Actors holding an older policy must refresh before running the task.
@@ -73,9 +75,10 @@ pub struct RolloutTask {
 }
 
 impl RolloutTask {
-    /// Task `task_id` for policy `version` (no older one accepted): `samples` samples of each
+    /// Task `task_id` on data set `data` for policy `version` (no older one accepted): `samples` samples of each
     /// of `image_rows` with the default sampling, from the stream `seed`, and nothing else.
     pub fn samples(
+        data: DataFingerprint,
         task_id: TaskId,
         version: PolicyVersion,
         image_rows: Vec<u32>,
@@ -84,6 +87,7 @@ impl RolloutTask {
     ) -> Self {
         Self {
             task_id,
+            data,
             policy_version: version,
             min_version: version,
             image_rows,
@@ -131,6 +135,9 @@ pub struct Sequence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rollout {
     pub task_id: TaskId,
+    /// The task's data set, which the actor checked against its own: a reward worker on
+    /// another one refuses the rollout.
+    pub data: DataFingerprint,
     /// The policy that produced the sequences.
     pub policy_version: PolicyVersion,
     pub actor_id: String,
@@ -161,4 +168,10 @@ pub struct Heartbeat {
     pub id: String,
     pub policy_version: PolicyVersion,
     pub unix_ms: u64,
+    /// The data set the process opened.
+    pub data: DataFingerprint,
+    /// Why the process cannot do its work right now, in words for the operator (another data
+    /// set than the run's, a rollout too large for a message, ...); `None` while it can. The
+    /// learner reports it while it waits, and `caprl status` shows it.
+    pub problem: Option<String>,
 }

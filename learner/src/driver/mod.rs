@@ -41,10 +41,19 @@
 //! rollouts with the predecessor's offset. The trainer's versions stay a pure function of its
 //! steps, so a resumed run repeats the undisturbed one.
 //!
+//! Tasks carry the data set's fingerprint ([`Driver::set_data`]); a scored rollout of another
+//! data set is refused. When no result comes for `report_wait_after`, the learner reads the
+//! run's heartbeats and says what it waits for (live actors and reward workers, and what keeps
+//! any of them from working), again at that interval; when some role kind has live processes
+//! and none of them can work (another data set, a refused snapshot, rollouts too large for a
+//! message), it stops with [`LearnerError::Stalled`] naming each one's reason ([`waiting`]).
+//!
 //! [`publish`] holds the snapshots and the versions; [`tasks`] the tasks a round issues.
 
+mod fits;
 mod publish;
 mod tasks;
+mod waiting;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
@@ -60,7 +69,7 @@ use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::Readiness;
 use caprl_model::model::DType;
-use caprl_wire::{PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
+use caprl_wire::{DataFingerprint, PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 
 use crate::error::Doing;
@@ -102,6 +111,9 @@ pub struct DriverOptions {
     /// Async: a snapshot is published every this many versions (`runtime.snapshot_every`;
     /// 1 = every version, the only value sync mode takes).
     pub snapshot_every: u64,
+    /// How long the learner waits for a result before it says what it is waiting for, and
+    /// checks that some role can do the work (`runtime.ack_wait_secs`, held to 5 s – 5 min).
+    pub report_wait_after: Duration,
 }
 
 /// What one step's collection saw.
@@ -197,8 +209,11 @@ pub struct Driver {
     took_waiting: bool,
     pub totals: DriverTotals,
     readiness: Option<Readiness>,
-    /// The vocabulary stamped on each snapshot ([`Driver::set_vocabulary`]).
+    /// The vocabulary stamped on each snapshot ([`Driver::set_data`]).
     vocab_hash: Option<String>,
+    /// The data set stamped on each task and required of each result ([`Driver::set_data`]);
+    /// unset, results are not checked.
+    data: Option<DataFingerprint>,
     versions: Versions,
 }
 
@@ -227,6 +242,7 @@ impl Driver {
             totals: DriverTotals::default(),
             readiness: None,
             vocab_hash: None,
+            data: None,
             versions: Versions::default(),
         }
     }
@@ -313,7 +329,11 @@ impl Driver {
             }
         }
         let mut issued = BTreeSet::new();
+        let mut wait = waiting::Wait::new(self.opts.report_wait_after);
         while got.len() < wanted.len() {
+            if wait.due() {
+                self.say_what_it_waits_for(&mut wait, round, wanted.len() - got.len())?;
+            }
             while self.outstanding.len() < self.opts.tasks_in_flight.max(1) {
                 let Some(t) = self.queued.pop_front() else {
                     break;
@@ -322,6 +342,7 @@ impl Driver {
                 issued.insert(t.task_id);
             }
             for s in self.pull(&mut out)? {
+                wait.progress();
                 let id = s.rollout.task_id;
                 self.outstanding.remove(&id);
                 if wanted.contains(&id) && !got.contains_key(&id) {
@@ -446,6 +467,7 @@ impl Driver {
         }
         let bus = Arc::clone(&self.bus);
         let limit = self.opts.max_message_bytes;
+        let data = self.data.clone();
         let stop = self.shutdown.clone();
         let deliveries = self.retry("pulling scored rollouts", || {
             let (bus, mut stop) = (Arc::clone(&bus), stop.clone());
@@ -465,6 +487,17 @@ impl Driver {
                     tm::count_redelivery("scored");
                 }
                 match caprl_wire::decode::<ScoredRollout>(d.payload(), limit) {
+                    Ok(s) if data.as_ref().is_some_and(|data| s.rollout.data != *data) => {
+                        tracing::warn!(
+                            "learner: rejecting scored {}: it is for data set {}, not the run's \
+                             ({})",
+                            s.rollout.task_id,
+                            s.rollout.data,
+                            data.as_ref().map_or_else(String::new, ToString::to_string)
+                        );
+                        rejected.push("other_data_set");
+                        term(d).await;
+                    }
                     Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
                         // Kept even if the ack is lost: the redelivery is a counted duplicate.
                         if let Err(e) = d.ack().await {

@@ -11,7 +11,7 @@ use caprl_common::snapshot;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_model::model::Captioner;
-use caprl_wire::TaskId;
+use caprl_wire::{DataFingerprint, TaskId};
 
 use super::Driver;
 use crate::error::Doing;
@@ -88,10 +88,13 @@ impl Driver {
         self.publish_with(model, None, version)
     }
 
-    /// Stamps every snapshot from now on with vocabulary `hash`: actors and reward workers of
-    /// another data set refuse them instead of decoding with ids that mean other words.
-    pub fn set_vocabulary(&mut self, hash: &str) {
-        self.vocab_hash = Some(hash.to_string());
+    /// The run's data set: every snapshot from now on is stamped with its vocabulary hash
+    /// `vocab_hash` (actors of another vocabulary refuse it instead of decoding with ids that
+    /// mean other words), every task with its fingerprint `data` (an actor or reward worker of
+    /// another data set refuses the work), and a scored rollout of another data set is refused.
+    pub fn set_data(&mut self, vocab_hash: &str, data: DataFingerprint) {
+        self.vocab_hash = Some(vocab_hash.to_string());
+        self.data = Some(data);
     }
 
     /// [`Driver::publish`] with the discriminator's weights riding along (paper 004: reward

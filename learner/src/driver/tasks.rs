@@ -41,6 +41,7 @@ impl Driver {
         };
         RolloutTask {
             task_id: id,
+            data: self.data.clone().unwrap_or_default(),
             policy_version: PolicyVersion(self.versions.published(version)),
             min_version: PolicyVersion(self.versions.published(oldest)),
             image_rows: rows.to_vec(),

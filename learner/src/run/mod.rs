@@ -82,8 +82,18 @@ pub fn train(
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
     objective.check(cfg)?;
-    driver.set_vocabulary(data.vocab.hash());
+    driver.set_data(
+        data.vocab.hash(),
+        caprl_wire::DataFingerprint(data.fingerprint().to_string()),
+    );
     warn_over_length(cfg, data);
+    if objective.has_rl_phase() && cfg.train.rl_epochs > 0 {
+        driver.check_messages_fit(
+            cfg.data.max_len as usize,
+            data.vocab.len(),
+            &reward_components(cfg),
+        )?;
+    }
     let run = Run {
         cfg,
         data,
@@ -185,6 +195,20 @@ fn refuse_all_damaged(ck_root: &Path) -> Result<()> {
         ck_root.display(),
         reasons.join("; ")
     )))
+}
+
+/// The names of the reward components each sequence's reward carries: the spec's terms, and
+/// the diversity term of the objectives that explore.
+fn reward_components(cfg: &RunConfig) -> Vec<String> {
+    let mut names: Vec<String> = cfg
+        .reward
+        .spec
+        .terms()
+        .iter()
+        .map(|(name, _)| name.as_str().to_string())
+        .collect();
+    names.push(caprl_common::config::DIVERSITY.to_string());
+    names
 }
 
 /// Warns when training captions are longer than `data.max_len` (they are cut to it).

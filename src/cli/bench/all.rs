@@ -222,7 +222,14 @@ fn decoding(sets: &[String]) -> Result<Row> {
     let rows: Vec<u32> = data.train.iter().take(32).map(|i| i.row as u32).collect();
     let task = RolloutTask {
         greedy: true,
-        ..RolloutTask::samples(TaskId(0), PolicyVersion(0), rows.clone(), 5, 1)
+        ..RolloutTask::samples(
+            Default::default(),
+            TaskId(0),
+            PolicyVersion(0),
+            rows.clone(),
+            5,
+            1,
+        )
     };
     let t = best_of_3(|| {
         caprl_actor::rollout(&policy, PolicyVersion(0), &data, &task, "bench")?;

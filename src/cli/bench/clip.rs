@@ -262,6 +262,7 @@ fn rollout(data: &Dataset, chunk: &[caprl_data::Item], id: u64) -> Rollout {
     }
     Rollout {
         task_id: TaskId(id),
+        data: Default::default(),
         policy_version: PolicyVersion(0),
         actor_id: "bench".into(),
         sequences,

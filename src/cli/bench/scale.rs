@@ -255,6 +255,10 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
         shutdown,
         roles::driver_options(cfg),
     );
+    driver.set_data(
+        data.vocab.hash(),
+        caprl_wire::DataFingerprint(data.fingerprint().to_string()),
+    );
     driver.purge()?;
     driver.continue_versions(0, 0)?;
     let model = Captioner::new(&model_cfg, &device, cfg.seed)?;
@@ -345,6 +349,7 @@ fn simulated_rollout(
     std::thread::sleep(Duration::from_secs_f64(generated as f64 * token_ms / 1e3));
     Ok(Rollout {
         task_id: task.task_id,
+        data: task.data.clone(),
         policy_version: version,
         actor_id: actor_id.to_string(),
         sequences,

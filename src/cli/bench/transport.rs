@@ -262,6 +262,7 @@ async fn rollout_throughput(url: &str, n: usize) -> Result<(f64, f64, usize)> {
         .collect();
     let rollout = Rollout {
         task_id: TaskId(0),
+        data: Default::default(),
         policy_version: PolicyVersion(1),
         actor_id: "bench".into(),
         sequences,
