@@ -9,12 +9,13 @@ use caprl_model::model::{inputs_for_rows, BeamOptions, Captioner, EOS};
 
 use crate::error::LearnerError;
 
-/// Greedy and top-beam captions (beam width `beam`) of `items`, with their references.
+/// Greedy and top-beam captions of `items` (the beam search `beam` describes, whose bad endings
+/// the greedy caption avoids too), with their references.
 pub fn sample_captions(
     model: &Captioner,
     data: &Dataset,
     items: &[Item],
-    beam: usize,
+    beam: &BeamOptions,
 ) -> Result<Vec<SampleCaption>, LearnerError> {
     if items.is_empty() {
         return Ok(Vec::new());
@@ -23,8 +24,8 @@ pub fn sample_captions(
     let rows: Vec<usize> = items.iter().map(|it| it.row).collect();
     let x = inputs_for_rows(data, &rows, &cfg, model.device())?;
     let decoder = model.decoder()?;
-    let greedy = decoder.greedy(&x, cfg.max_len)?;
-    let beams = decoder.beam(&x, &BeamOptions::plain(beam.max(1), cfg.max_len))?;
+    let greedy = decoder.greedy_avoiding(&x, beam.max_len, &beam.bad_endings)?;
+    let beams = decoder.beam(&x, beam)?;
     let text = |tokens: &[u32]| -> String {
         let ids: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
         data.vocab.decode(&ids).join(" ")

@@ -536,6 +536,39 @@ mod tests {
         assert_eq!(log.matches("no-such-flag").count(), 3, "{log}");
     }
 
+    /// The role of the next test: with `CAPRL_TEST_CANNOT_GO_ON` set, exits as a learner that
+    /// found the run cannot go on; otherwise passes.
+    #[test]
+    fn role_that_says_the_run_cannot_go_on() {
+        if std::env::var_os("CAPRL_TEST_CANNOT_GO_ON").is_some() {
+            std::process::exit(i32::from(EXIT_CANNOT_GO_ON));
+        }
+    }
+
+    #[test]
+    fn a_role_that_says_the_run_cannot_go_on_ends_it_at_once() {
+        let (_dir, out) = logs();
+        std::env::set_var("CAPRL_TEST_CANNOT_GO_ON", "1");
+        let policy = fast(Duration::from_secs(10), 3, 10);
+        let role = spec(
+            &[
+                "supervise::tests::role_that_says_the_run_cannot_go_on",
+                "--exact",
+            ],
+            false,
+        );
+        let mut sup = Supervisor::start(vec![role], vec![], out, policy, None).unwrap();
+        let Progress::GaveUp(why) = until_settled(&mut sup) else {
+            panic!("not given up");
+        };
+        assert!(
+            why.contains("it stopped because the run cannot go on"),
+            "{why}"
+        );
+        assert_eq!(sup.deaths().len(), 1, "restarted: {:?}", sup.deaths());
+        sup.stop_all(Duration::from_secs(1));
+    }
+
     #[test]
     fn deaths_that_are_not_quick_are_given_up_after_enough_of_them_in_the_window() {
         let (_dir, out) = logs();

@@ -11,6 +11,7 @@ use caprl_common::progress::Progress;
 use caprl_common::telemetry::stages;
 use caprl_common::telemetry::{metrics as tm, EvalRecord, RunLog, SamplesRecord, StepRecord};
 use caprl_data::{Dataset, Item};
+use caprl_model::model::{BadEndings, BeamOptions};
 
 use super::layout::{best_cider, latest_in, save_best, save_checkpoint, BEST_RL, BEST_XE};
 use super::rl_step::{ahead_rows, rl_step};
@@ -287,12 +288,22 @@ fn log_samples(
     if n == 0 {
         return Ok(());
     }
-    let images = crate::samples::sample_captions(
-        &trainer.model,
-        data,
-        &data.val.items[..n],
-        cfg.decode.beam as usize,
-    )?;
+    // The beam search `caprl eval` runs with this config.
+    let d = &cfg.decode;
+    let beam = BeamOptions {
+        width: d.beam.max(1) as usize,
+        max_len: trainer.model.config().max_len,
+        length_norm: d.length_norm,
+        block_trigrams: d.block_trigrams,
+        groups: d.beam_groups.max(1) as usize,
+        diversity_lambda: d.diversity_lambda as f32,
+        bad_endings: match d.remove_bad_endings {
+            true => BadEndings::from_vocab(&data.vocab),
+            false => BadEndings::none(),
+        },
+    };
+    let images =
+        crate::samples::sample_captions(&trainer.model, data, &data.val.items[..n], &beam)?;
     let phase = match trainer.state.phase {
         Phase::Xe => "xe".to_string(),
         Phase::Rl => objective.name().to_string(),
