@@ -1,0 +1,171 @@
+//! The shell commands of the README and the docs (every line of their `sh` blocks) are ones
+//! this build accepts: each `caprl ...` (or `cargo run --release -- ...`) command line parses
+//! with this build's CLI, the config files and `--set` keys it names resolve to a valid config
+//! (`caprl config show`), the files it names in the repository exist, and every other command
+//! is one of the tools the docs say to install. What a command then does over minutes (a whole
+//! run, a cluster) is the business of the tests of that command.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use support::caprl;
+
+/// The pages whose commands are checked.
+fn pages(root: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![root.join("README.md"), root.join("k8s/README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// The command lines of `text`'s `sh`/`bash` blocks, continuation lines joined.
+fn command_lines(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut in_block = false;
+    let mut pending = String::new();
+    for line in text.lines() {
+        if let Some(lang) = line.strip_prefix("```") {
+            in_block = !in_block && matches!(lang.trim(), "sh" | "bash" | "shell");
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        match line.trim_end().strip_suffix('\\') {
+            Some(part) => pending.push_str(part),
+            None => {
+                pending.push_str(line);
+                if !pending.trim().is_empty() && !pending.trim_start().starts_with('#') {
+                    lines.push(std::mem::take(&mut pending));
+                }
+                pending.clear();
+            }
+        }
+    }
+    lines
+}
+
+/// The simple commands of a command line: its words up to a comment, split at `&&`, `||`,
+/// `|` and `;`.
+fn simple_commands(line: &str) -> Vec<Vec<String>> {
+    let words = shlex::split(line).unwrap_or_else(|| panic!("unbalanced quotes: {line}"));
+    let mut commands = vec![Vec::new()];
+    for w in words {
+        if w.starts_with('#') {
+            break;
+        }
+        if ["&&", "||", "|", ";"].contains(&w.as_str()) {
+            commands.push(Vec::new());
+        } else {
+            commands.last_mut().unwrap().push(w);
+        }
+    }
+    commands.retain(|c| !c.is_empty());
+    commands
+}
+
+/// The tools the docs say to install, besides caprl itself.
+const TOOLS: &[&str] = &[
+    "cargo", "bash", "python3", "pip", "docker", "kind", "kubectl", "tensorboard", "apt-get",
+    "mkdir", "cp", "head", "curl", "openssl", "rustup",
+];
+
+/// Why the caprl command `args` (after the binary) is wrong, if it is.
+fn check_caprl(root: &Path, args: &[String]) -> Option<String> {
+    // A word the shell expands (`$(...)`, `$VAR`) or a placeholder (`DIR`, `...`) is not checked
+    // literally: the parse with --help still is.
+    let out = caprl()
+        .current_dir(root)
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Some(format!(
+            "does not parse: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut show = caprl();
+    show.current_dir(root).args(["config", "show"]);
+    let mut reads_config = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--set" => {
+                let kv = it.next()?;
+                show.args(["--set", kv]);
+                reads_config = true;
+            }
+            "--config" => {
+                let file = it.next()?;
+                if !root.join(file).is_file() {
+                    return Some(format!("--config {file}: no such file in the repository"));
+                }
+                show.args(["--config", file]);
+                reads_config = true;
+            }
+            _ => {}
+        }
+    }
+    if reads_config {
+        let out = show.output().unwrap();
+        if !out.status.success() {
+            return Some(format!(
+                "its config does not resolve: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn every_documented_command_is_accepted_by_this_build() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for page in pages(root) {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        for line in command_lines(&text) {
+            for command in simple_commands(&line) {
+                let first = command[0].as_str();
+                let caprl_args = match first {
+                    "caprl" => Some(&command[1..]),
+                    "cargo" if command.get(1..4) == Some(&["run".into(), "--release".into(), "--".into()][..]) => {
+                        Some(&command[4..])
+                    }
+                    _ => None,
+                };
+                let problem = match caprl_args {
+                    Some(args) => check_caprl(root, args),
+                    None if first.starts_with("scripts/") || first.ends_with(".sh") => {
+                        (!root.join(first).is_file()).then(|| "no such script".to_string())
+                    }
+                    None if first == "bash" || first == "python3" => command
+                        .get(1)
+                        .filter(|s| s.starts_with("scripts/") || s.starts_with(".ci/"))
+                        .filter(|s| !root.join(s).is_file())
+                        .map(|s| format!("{s}: no such script")),
+                    None if first.contains('=') => None,
+                    None => (!TOOLS.contains(&first) && first != ".")
+                        .then(|| format!("`{first}` is not a tool the docs say to install")),
+                };
+                checked += 1;
+                if let Some(p) = problem {
+                    failures.push(format!("{name}: `{}`: {p}", command.join(" ")));
+                }
+            }
+        }
+    }
+    assert!(checked > 40, "only {checked} commands found");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
