@@ -73,8 +73,21 @@ fn simple_commands(line: &str) -> Vec<Vec<String>> {
 
 /// The tools the docs say to install, besides caprl itself.
 const TOOLS: &[&str] = &[
-    "cargo", "bash", "python3", "pip", "docker", "kind", "kubectl", "tensorboard", "apt-get",
-    "mkdir", "cp", "head", "curl", "openssl", "rustup",
+    "cargo",
+    "bash",
+    "python3",
+    "pip",
+    "docker",
+    "kind",
+    "kubectl",
+    "tensorboard",
+    "apt-get",
+    "mkdir",
+    "cp",
+    "head",
+    "curl",
+    "openssl",
+    "rustup",
 ];
 
 /// Why the caprl command `args` (after the binary) is wrong, if it is.
@@ -140,7 +153,10 @@ fn every_documented_command_is_accepted_by_this_build() {
                 let first = command[0].as_str();
                 let caprl_args = match first {
                     "caprl" => Some(&command[1..]),
-                    "cargo" if command.get(1..4) == Some(&["run".into(), "--release".into(), "--".into()][..]) => {
+                    "cargo"
+                        if command.get(1..4)
+                            == Some(&["run".into(), "--release".into(), "--".into()][..]) =>
+                    {
                         Some(&command[4..])
                     }
                     _ => None,
