@@ -2,8 +2,10 @@
 //! this build accepts: each `caprl ...` (or `cargo run --release -- ...`) command line parses
 //! with this build's CLI, the config files and `--set` keys it names resolve to a valid config
 //! (`caprl config show`), the files it names in the repository exist, and every other command
-//! is one of the tools the docs say to install. What a command then does over minutes (a whole
-//! run, a cluster) is the business of the tests of that command.
+//! is one of the tools the docs say to install. And docs/getting-started.md, followed in order
+//! in a fresh directory on the tiny generated data set, runs: every block exits 0. What the
+//! other pages' commands do over minutes (a whole benchmark, a cluster) is the business of the
+//! tests of those commands.
 
 mod support;
 
@@ -184,4 +186,78 @@ fn every_documented_command_is_accepted_by_this_build() {
     }
     assert!(checked > 40, "only {checked} commands found");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The `sh` blocks of `page`, each as one script.
+fn blocks(page: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in page.lines() {
+        if let Some(lang) = line.strip_prefix("```") {
+            current = match current.take() {
+                Some(block) => {
+                    out.push(block);
+                    None
+                }
+                None if matches!(lang.trim(), "sh" | "bash") => Some(String::new()),
+                None => {
+                    // Another language's block: skip to its end.
+                    Some(String::from("#skip"))
+                }
+            };
+            continue;
+        }
+        if let Some(block) = current.as_mut() {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    out.retain(|b| !b.starts_with("#skip"));
+    out
+}
+
+/// docs/getting-started.md followed in order, as a newcomer would, in a fresh directory whose
+/// `data/synth` is the tiny generated set (so that `caprl run` with its defaults takes seconds):
+/// every block runs and exits 0, `caprl` being this build.
+#[test]
+fn the_getting_started_page_runs_in_order() {
+    let _reaper = support::Reaper;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/getting-started.md")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = support::synth(tmp.path());
+    let dir = tmp.path().join("newcomer");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::rename(&data, dir.join("data/synth")).unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_caprl"), bin.join("caprl")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let scripts = blocks(&page);
+    assert!(scripts.len() >= 4, "{scripts:?}");
+    for script in scripts {
+        let out = std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this block of docs/getting-started.md fails:\n{script}\n{}",
+            support::text(&out)
+        );
+    }
+    for made in [
+        "runs/latest/best-rl",
+        "results.json",
+        "runs/xe/best-xe",
+        "runs/sle/best-rl",
+    ] {
+        assert!(dir.join(made).exists(), "{made} is missing");
+    }
 }
