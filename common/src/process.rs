@@ -4,7 +4,7 @@
 
 /// Applies every setting: element-wise ops on one thread
 /// ([`caprl_model::model::keep_elementwise_ops_on_one_thread`]) and freed pages kept
-/// ([`keep_freed_pages`]).
+/// (`keep_freed_pages`).
 pub fn set_up() {
     caprl_model::model::keep_elementwise_ops_on_one_thread();
     keep_freed_pages();
@@ -45,7 +45,7 @@ fn keep_freed_pages() {
 
 /// Runs `f`, a set-up whose memory is mostly freed by the time it returns (a data-set check,
 /// reference tables built from every caption), handing the pages freed meanwhile back to the
-/// OS; pages freed afterwards are kept again ([`keep_freed_pages`]). At COCO's Karpathy size
+/// OS; pages freed afterwards are kept again (`keep_freed_pages`). At COCO's Karpathy size
 /// opening the data set alone peaks at 640 MB, which a supervisor or a reward worker would
 /// otherwise hold for the whole run.
 pub fn handing_back_freed_pages<R>(f: impl FnOnce() -> R) -> R {

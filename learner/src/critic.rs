@@ -34,7 +34,7 @@ impl Critic {
         Ok(Self { head, opt })
     }
 
-    /// A head and optimizer state saved by [`Critic::save_files`].
+    /// A head and optimizer state saved by `Critic::save_files`.
     pub fn load(
         weights: &Path,
         optim: &Path,

@@ -51,8 +51,8 @@ pub struct Args {
     #[arg(long, value_name = "LAMBDA", value_parser = super::ranges::weight)]
     pub lookahead: Option<f32>,
     /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (paper 004): a file from
-    /// `caprl clip train` or a Hugging Face CLIP directory. Default: [clip] eval, else
-    /// [clip] reward of the checkpoint's config; none = no retrieval metrics.
+    /// `caprl clip train` or a Hugging Face CLIP directory. Default: `[clip] eval`, else
+    /// `[clip] reward` of the checkpoint's config; none = no retrieval metrics.
     #[arg(long, value_name = "PATH")]
     pub clip: Option<PathBuf>,
     /// Also METEOR 1.5, with the jar pycocoevalcap ships (needs Java and `pip install

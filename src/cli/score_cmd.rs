@@ -9,10 +9,10 @@ use caprl_score::{load_cands, load_refs, locate_jar, score_captions, DocFreq, Me
 /// Score candidate captions against references (pycocoevalcap numbers).
 #[derive(Debug, clap::Args)]
 pub struct ScoreArgs {
-    /// References: COCO annotations JSON or {"<id>": ["ref", ...]}.
+    /// References: COCO annotations JSON or `{"<id>": ["ref", ...]}`.
     #[arg(long)]
     pub refs: PathBuf,
-    /// Candidates: COCO results JSON or {"<id>": "caption"}.
+    /// Candidates: COCO results JSON or `{"<id>": "caption"}`.
     #[arg(long)]
     pub cands: PathBuf,
     /// CIDEr-D document frequency: `corpus` (from the references of the scored images only,

@@ -81,7 +81,7 @@ pub enum Progress {
 pub struct Death {
     pub role: String,
     pub status: String,
-    /// Whether the death was asked for ([`Supervisor::kill`], [`Supervisor::expect_exit`]).
+    /// Whether the death was asked for (`Supervisor::kill`, [`Supervisor::expect_exit`]).
     pub planned: bool,
 }
 

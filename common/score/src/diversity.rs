@@ -1,7 +1,7 @@
 //! Set-level diversity of the captions generated for one input, and the
 //! pairwise distance of sequence-level exploration (paper 002, SLE).
 //!
-//! - **Div-n** (paper 002, after Shetty et al. [26]): distinct n-grams in the
+//! - **Div-n** (paper 002, after Shetty et al., ref. 26): distinct n-grams in the
 //!   set divided by the total number of words in the set. Higher is more
 //!   diverse.
 //! - **mBLEU-4** (paper 002): BLEU-4 of each caption against all the others

@@ -46,9 +46,9 @@
 //! run's heartbeats and says what it waits for (live actors and reward workers, and what keeps
 //! any of them from working), again at that interval; when some role kind has live processes
 //! and none of them can work (another data set, a refused snapshot, rollouts too large for a
-//! message), it stops with [`LearnerError::Stalled`] naming each one's reason ([`waiting`]).
+//! message), it stops with [`LearnerError::Stalled`] naming each one's reason (`waiting`).
 //!
-//! [`publish`] holds the snapshots and the versions; [`tasks`] the tasks a round issues.
+//! `publish` holds the snapshots and the versions; `tasks` the tasks a round issues.
 
 mod fits;
 mod publish;

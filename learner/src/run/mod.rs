@@ -7,13 +7,13 @@
 //! (NATS). The objective ([`crate::objective`]) sees only the scored batch, never how it
 //! arrived. Every step goes to `RUN_DIR/run.jsonl` and the Prometheus metrics.
 //!
-//! - [`phase`]: the epochs and steps of one phase, validation, best checkpoints;
-//! - [`rl_step`]: one RL iteration over the bus: the collection (with dynamic sampling's
+//! - `phase`: the epochs and steps of one phase, validation, best checkpoints;
+//! - `rl_step`: one RL iteration over the bus: the collection (with dynamic sampling's
 //!   refills), the targets and the update;
-//! - [`disc_setup`]: the online discriminator at the start of RL;
+//! - `disc_setup`: the online discriminator at the start of RL;
 //! - [`layout`]: the run directory and the files every checkpoint carries;
-//! - [`load`]: opening a checkpoint to evaluate, caption or start RL from;
-//! - [`setup`]: model shape, schedule and optimizer settings from the config.
+//! - `load`: opening a checkpoint to evaluate, caption or start RL from;
+//! - `setup`: model shape, schedule and optimizer settings from the config.
 
 mod disc_setup;
 pub mod layout;

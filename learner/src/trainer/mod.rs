@@ -4,8 +4,8 @@
 //!
 //! - this file: the state, the data order, the XE step and the optimizer update every step
 //!   ends in;
-//! - [`policy_gradient`]: the policy-gradient and PPO steps and their losses;
-//! - [`persist`]: checkpoints written and restored.
+//! - `policy_gradient`: the policy-gradient and PPO steps and their losses;
+//! - `persist`: checkpoints written and restored.
 
 mod persist;
 mod policy_gradient;

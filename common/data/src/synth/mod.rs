@@ -57,7 +57,7 @@ pub enum SynthProfile {
     /// COCO's sizes and word statistics: about 10,000 words, 8–15-word captions, 2,048-d fc
     /// and 36 × 2,048-d regions (about 300 KB of features per image).
     Coco,
-    /// The benchmark task ([`regions`]): 2–6 objects whose attributes are bound only in 36
+    /// The benchmark task (`synth::regions`): 2–6 objects whose attributes are bound only in 36
     /// shuffled regions, relations and counts, held-out colour–category pairs in val/test,
     /// annotators that differ, near-duplicate images, and the ceilings beside the data.
     Regions,

@@ -1,8 +1,8 @@
 //! Captioning models in Candle and their decoders.
 //!
 //! - [`Captioner`]: the one model type callers hold. It wraps one architecture behind the
-//!   seam in `seam` ([`CaptionModel`](seam::CaptionModel) and its prepared
-//!   [`StepDecoder`](seam::StepDecoder)): the recurrent captioner of `rnn/` — `fc` (global
+//!   seam in `seam` (`CaptionModel` and its prepared
+//!   `StepDecoder`): the recurrent captioner of `rnn/` — `fc` (global
 //!   feature) or `att` (additive attention over regions) with a hand-written GRU/LSTM decoder of
 //!   one or two layers, or `crnn` (the audio encoder of paper 000) — and the Transformer of
 //!   `transformer/` (self-critical.pytorch's, with key/value-cached decoding); weights live in
@@ -24,11 +24,11 @@
 //! # Adding an architecture
 //!
 //! A new model kind lives in its own folder next to `rnn/` and `transformer/`: a type that holds
-//! a [`ModelBase`](seam::ModelBase) (configuration, device, weights) and implements
-//! [`CaptionModel`](seam::CaptionModel) (the taken tokens' log-probs on the fused path, full
+//! a `ModelBase` (configuration, device, weights) and implements
+//! `CaptionModel` (the taken tokens' log-probs on the fused path, full
 //! teacher forcing, a step decoder for a snapshot, share; the accessors, the compute dtype and
 //! the rule for when the fused path applies are the seam's defaults), and a
-//! [`StepDecoder`](seam::StepDecoder) whose [`DecodeState`](seam::DecodeState) selects rows,
+//! `StepDecoder` whose `DecodeState` selects rows,
 //! advances one token, returns the logits and the state a value head reads. Its config keys are
 //! fields of [`ModelConfig`], the `[model]` section, each with its rule in
 //! [`ModelConfig::CHECKS`] and its default in `ModelConfig::default` (`config/default.toml`
