@@ -322,3 +322,22 @@ fn the_model_and_sampling_keys_are_refused_by_their_owners_rules() {
         .to_string();
     assert!(err.contains("try 126 or 129"), "{err}");
 }
+
+/// The config's `device` key and the model crate's device parser have one grammar: no sign, no
+/// blank index.
+#[test]
+fn device_key_and_device_parser_refuse_the_same_strings() {
+    for bad in ["cuda:+1", "cuda:", "cuda:-1", "gpu"] {
+        assert!(caprl_model::model::parse_device(bad).is_err(), "{bad}");
+        assert!(
+            bad.parse::<caprl_common::config::DeviceSpec>().is_err(),
+            "{bad}"
+        );
+    }
+    for good in ["cpu", "cuda:0", "cuda:3"] {
+        assert!(
+            good.parse::<caprl_common::config::DeviceSpec>().is_ok(),
+            "{good}"
+        );
+    }
+}

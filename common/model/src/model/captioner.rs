@@ -90,13 +90,6 @@ impl Captioner {
         self.model.audio_encoding(mel)
     }
 
-    /// Another handle on the same weights (their storage is shared).
-    pub(crate) fn share(&self) -> Result<Self> {
-        Ok(Self {
-            model: self.model.share()?,
-        })
-    }
-
     /// The model's configuration.
     pub fn config(&self) -> &CaptionerConfig {
         self.model.config()
@@ -115,13 +108,6 @@ impl Captioner {
     /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
     pub fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
         self.model.set_compute_dtype(dtype)
-    }
-
-    /// Another handle on the same weights whose forward passes compute in `dtype`.
-    pub fn with_compute_dtype(&self, dtype: DType) -> Result<Self> {
-        let mut view = self.share()?;
-        view.set_compute_dtype(dtype)?;
-        Ok(view)
     }
 
     /// `log p(w_t | w_<t, I)` of the given tokens `[B, T]` and the mask `[B, T]` (1 up to and

@@ -106,9 +106,6 @@ pub(crate) trait CaptionModel: TeacherForcing + Send + Sync {
         &self.base().varmap
     }
 
-    /// Another handle on the same weights (their storage is shared).
-    fn share(&self) -> Result<Box<dyn CaptionModel>>;
-
     /// Sets the dtype of the forward passes (`f32`, `bf16`, `f16`); the parameters keep theirs.
     fn set_compute_dtype(&mut self, dtype: DType) -> Result<()> {
         let mut cfg = self.config().clone();

@@ -224,10 +224,6 @@ impl CaptionModel for RnnCaptioner {
         &mut self.base
     }
 
-    fn share(&self) -> Result<Box<dyn CaptionModel>> {
-        Ok(Box::new(RnnCaptioner::share(self)?))
-    }
-
     fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {
         Ok(Box::new(decode::RnnSteps::new(self)?))
     }

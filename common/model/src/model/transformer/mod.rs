@@ -315,10 +315,6 @@ impl CaptionModel for TransformerCaptioner {
         &mut self.base
     }
 
-    fn share(&self) -> Result<Box<dyn CaptionModel>> {
-        Ok(Box::new(TransformerCaptioner::share(self)?))
-    }
-
     fn step_decoder(&self) -> Result<Box<dyn StepDecoder>> {
         Ok(Box::new(decode::TransformerSteps::new(self)?))
     }
