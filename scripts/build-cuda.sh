@@ -6,7 +6,7 @@
 #
 # The build machine needs no GPU. With no system CUDA toolkit (no `nvcc` on PATH and no
 # CUDA_HOME), it installs CUDA 13.0's compiler, headers and libraries from PyPI wheels with
-# ../shared/cuda/toolkit.sh (or $CAPRL_CUDA_TOOLKIT_SH). The build goes to its own target dir
+# scripts/cuda-toolkit.sh (or $CAPRL_CUDA_TOOLKIT_SH). The build goes to its own target dir
 # (CUDA_TARGET_DIR, default target-cuda/) so the CPU build is not invalidated. A clean build
 # compiles Candle's kernels with nvcc: 15+ minutes on 2 cores.
 #
@@ -27,10 +27,9 @@ elif [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
   export PATH=$CUDA_HOME/bin:$PATH
   echo "build-cuda: using the toolkit in CUDA_HOME=$CUDA_HOME" >&2
 else
-  toolkit=${CAPRL_CUDA_TOOLKIT_SH:-$repo/../shared/cuda/toolkit.sh}
-  [ -f "$toolkit" ] || toolkit=/work/shared/cuda/toolkit.sh
+  toolkit=${CAPRL_CUDA_TOOLKIT_SH:-$repo/scripts/cuda-toolkit.sh}
   if [ ! -f "$toolkit" ]; then
-    echo "build-cuda: no nvcc on PATH, no CUDA_HOME and no toolkit.sh (set CAPRL_CUDA_TOOLKIT_SH);" >&2
+    echo "build-cuda: no nvcc on PATH, no CUDA_HOME and no $toolkit (set CAPRL_CUDA_TOOLKIT_SH);" >&2
     echo "            install the CUDA toolkit (12.x or 13.x) or point CUDA_HOME at one" >&2
     exit 1
   fi

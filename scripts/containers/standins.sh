@@ -19,7 +19,7 @@
 #   ubuntu:24.04             debootstrap --variant=minbase noble from archive.ubuntu.com.
 #   nvidia/cuda:13.0.2-devel-ubuntu24.04
 #                            ubuntu:24.04 + CUDA 13.0.2's nvcc, headers and libraries from PyPI
-#                            wheels (../shared/cuda/toolkit.sh) at /usr/local/cuda, with the libcuda
+#                            wheels (scripts/cuda-toolkit.sh) at /usr/local/cuda, with the libcuda
 #                            stub in lib64/stubs and the image's ENV as NVIDIA sets it; plus this
 #                            machine's Rust toolchain in /usr/local/cargo/bin (no rustup server is
 #                            reachable here; Dockerfile.cuda skips rustup when cargo is new enough).
@@ -140,8 +140,7 @@ nats() {
 
 cuda_devel() {
   need "$cuda_devel_image" || return 0
-  local toolkit=${CAPRL_CUDA_TOOLKIT_SH:-$repo/../shared/cuda/toolkit.sh}
-  [ -f "$toolkit" ] || toolkit=/work/shared/cuda/toolkit.sh
+  local toolkit=${CAPRL_CUDA_TOOLKIT_SH:-$repo/scripts/cuda-toolkit.sh}
   [ -f "$toolkit" ] || { echo "standins: no toolkit.sh (set CAPRL_CUDA_TOOLKIT_SH)" >&2; exit 1; }
   # toolkit.sh makes the libcuda stub from cudarc's symbol list: give it the locked cudarc's source.
   (cd "$repo" && cargo fetch --locked >/dev/null)
