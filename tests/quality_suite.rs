@@ -76,6 +76,10 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
             assert!(metrics[key].is_number(), "{name}: no {key} in {metrics}");
         }
         assert!(run["params"].as_u64().unwrap() > 1000, "{name}: {run}");
+        assert!(
+            run["machine"]["cpu"].is_string() && run["machine"]["simd"].is_string(),
+            "{name} names no machine: {run}"
+        );
     }
     let suite_json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("suite.json")).unwrap()).unwrap();

@@ -17,7 +17,9 @@
 #
 # Environment: OUT (default runs/quality-MODE), CAPRL (default target/release/caprl), DATA (default
 # data/regions; smoke: OUT/data), SEEDS, MODELS, OBJECTIVES, BEST, XE_EPOCHS, RL_EPOCHS override
-# the mode's. Arguments are extra `--set KEY=VALUE` for every training run.
+# the mode's. Arguments are extra `--set KEY=VALUE` for every training run. Each run's file names
+# the machine it ran on (`caprl machine --json`), so a grid finished over sittings on several
+# machines says which ran where.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -126,8 +128,8 @@ train_and_eval() {
   local eval; eval=$("$CAPRL" eval -q --checkpoint "$best" "${EVAL[@]}")
   local params; params=$(python3 scripts/results/params.py "$best")
   local lr; lr=$(model_sets "$model" | sed 's/.*optim.lr=\([^ ]*\).*/\1/')
-  printf '{"table": "%s", "model": "%s", "objective": "%s", "seed": %s, "params": %s, "xe_lr": %s, "train_seconds": %s, "command": "caprl train %s", "eval": %s}\n' \
-    "$table" "$model" "$objective" "$seed" "$params" "$lr" "$seconds" "${args[*]//\"/\\\"}" "$eval" > "$result.tmp"
+  printf '{"table": "%s", "model": "%s", "objective": "%s", "seed": %s, "params": %s, "xe_lr": %s, "train_seconds": %s, "machine": %s, "command": "caprl train %s", "eval": %s}\n' \
+    "$table" "$model" "$objective" "$seed" "$params" "$lr" "$seconds" "$("$CAPRL" machine --json)" "${args[*]//\"/\\\"}" "$eval" > "$result.tmp"
   mv "$result.tmp" "$result"
 }
 

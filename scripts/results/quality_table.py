@@ -155,6 +155,7 @@ def header(suite, groups):
              f"Machine: {mc['cpu']}, {mc.get('cores', '?')} cores, SIMD {mc.get('simd', '?')}, "
              f"{mc.get('gpu') or 'no GPU'} · date {g('date', '?')} · commit {g('commit', '?')} · mode "
              f"{g('mode', '?')} · command `{g('command', '?')}` · data {g('data', '?')}", ""]
+    lines += machines_line(groups)
     sig = ", ".join(f"{k}={v}" for k, v in (suite.get("signature") or {}).items())
     lines += [f"Scoring signature: {sig or '(none recorded)'}", ""]
     evs = [r["eval"] for seeds in groups.values() for r in seeds.values()]
@@ -162,6 +163,23 @@ def header(suite, groups):
     lines += [f"Eval split: {split}; beam: {beam}. Cells: mean ± sample sd over seeds (n−1); "
               "Δ: mean of paired per-seed differences [95% Student t CI].", ""]
     return lines
+
+
+def machines_line(groups):
+    """Where the runs ran, when a grid was finished over sittings on more than one machine (each
+    run's file names its own); none when every run names the suite's machine or none."""
+    seen = {}
+    for seeds in groups.values():
+        for run in seeds.values():
+            mc = run.get("machine")
+            if isinstance(mc, dict) and mc.get("cpu"):
+                name = f"{mc['cpu']}, {mc.get('cores', '?')} cores, SIMD {mc.get('simd', '?')}"
+                seen[name] = seen.get(name, 0) + 1
+    if len(seen) < 2:
+        return []
+    parts = "; ".join(f"{name}: {k} runs" for name, k in sorted(seen.items()))
+    return [f"Runs made on more than one machine ({parts}); each run's training minutes are its "
+            "own machine's.", ""]
 
 
 def ceiling_rows(suite):
