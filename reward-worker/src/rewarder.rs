@@ -57,7 +57,7 @@ struct ImageRefs {
 /// Errors the reward worker reports instead of scoring.
 #[derive(Debug, thiserror::Error)]
 pub enum RewardError {
-    #[error("reward `{}` is not computed by this reward worker; use cider, bleu1..bleu4, rouge, embed, clip, clip-i2t, clip-s or disc", .0.as_str())]
+    #[error("reward `{}` was not prepared by this reward worker (the reward spec it started with did not name it): restart it with the learner's reward.spec", .0.as_str())]
     Unsupported(RewardName),
     #[error("reward `{}` needs a text–image encoder: set [clip] reward to a file from `caprl clip train` (or a Hugging Face CLIP directory)", .0.as_str())]
     NoEncoder(RewardName),
