@@ -203,9 +203,12 @@ fn ciderd(
         None => {
             let mut words = Interner::new();
             let (set_ids, cand_ids) = intern_texts(&sets, &cands, |w| words.intern(w));
-            let per_candidate: Vec<Vec<Vec<u32>>> =
-                which.iter().map(|&s| set_ids[s].clone()).collect();
-            let scorer = CiderD::new(DocFreq::from_refs(&per_candidate));
+            // ruotianluo's corpus df counts a reference set once per candidate that uses it.
+            let mut uses = vec![0u32; set_ids.len()];
+            for &s in &which {
+                uses[s] += 1;
+            }
+            let scorer = CiderD::new(DocFreq::from_repeated_refs(&set_ids, |s| uses[s]));
             score_prepared(&scorer, &set_ids, &which, &cand_ids, parallel)
         }
     }))
@@ -238,6 +241,11 @@ fn intern_texts(
     (set_ids, cand_ids)
 }
 
+/// Fewer captions than this are scored on the calling thread even with `parallel`: at an SCST
+/// batch (60–300 captions) handing the work to threads cost more than it saved (300 captions,
+/// corpus df: 2.29 ms with threads, 2.18 ms without, on a 2-core AMD EPYC).
+const PARALLEL_FROM: usize = 1024;
+
 fn score_prepared(
     scorer: &CiderD,
     set_ids: &[Vec<Vec<u32>>],
@@ -245,6 +253,7 @@ fn score_prepared(
     cand_ids: &[Vec<u32>],
     parallel: bool,
 ) -> Vec<f64> {
+    let parallel = parallel && cand_ids.len() >= PARALLEL_FROM;
     let prepared: Vec<PreparedRefs> = if parallel {
         set_ids.par_iter().map(|s| scorer.prepare(s)).collect()
     } else {

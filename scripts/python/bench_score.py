@@ -3,7 +3,8 @@
 
 1. Evaluation: 5,000 images x 5 references (the set scripts/score/bench.py scores):
    pycocoevalcap's Cider, Bleu(4) and Rouge vs caprl.score's, all cores and one thread.
-2. The SCST reward: self-critical.pytorch's CiderD (ruotianluo/cider) with a training
+2. The SCST reward: self-critical.pytorch's CiderD (ruotianluo/cider) with the corpus df at
+   12 and 60 images x 5 samples, then with a training
    document-frequency pickle over --train-images images x 5 references, on batches of
    10 and 50 images x 5 samples shaped as get_self_critical_reward builds them, vs
    caprl.score.CiderD on the same pickle.
@@ -62,10 +63,40 @@ def evaluation(images, reps):
         row(name, t_ref, t_ours, t_one)
 
 
-def scst(ciderd_path, train_images, reps, work):
+def ref_ciderd(ciderd_path):
+    """ruotianluo/cider's CiderD class, from its ciderD_scorer.py path."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(ciderd_path))))
     sys.path.insert(0, root)
     from pyciderevalcap.ciderD.ciderD import CiderD as RefCiderD
+    return RefCiderD
+
+
+def scst_corpus(ciderd_path, reps):
+    """CiderD(df="corpus") at the shape get_self_critical_reward calls it: one gts entry per
+    caption (the image's 5 references), random 5-12-word captions over 300 words."""
+    RefCiderD = ref_ciderd(ciderd_path)
+    ref = RefCiderD(df="corpus")
+    # ruotianluo's copy_empty reads these, which its corpus mode never sets.
+    ref.cider_scorer.document_frequency, ref.cider_scorer.ref_len = None, None
+    ours, ours_1 = cs.CiderD(df="corpus"), cs.CiderD(df="corpus", parallel=False)
+    print("\n### SCST reward: CIDEr-D with the corpus df (5 samples per image)\n")
+    header("ruotianluo")
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(300)]
+    sent = lambda: " ".join(rng.choice(vocab) for _ in range(rng.randint(5, 12)))  # noqa: E731
+    for images in (12, 60):
+        refs = [[sent() for _ in range(5)] for _ in range(images)]
+        n = images * 5
+        gts = {i: refs[i // 5] for i in range(n)}
+        res = [{"image_id": i, "caption": [sent()]} for i in range(n)]
+        t_ref = timed(lambda: ref.compute_score(gts, res), reps)
+        t_ours = timed(lambda: ours.compute_score(gts, res), reps * 10)
+        t_one = timed(lambda: ours_1.compute_score(gts, res), reps * 10)
+        row(f"CiderD corpus df, {n} captions", t_ref, t_ours, t_one)
+
+
+def scst(ciderd_path, train_images, reps, work):
+    RefCiderD = ref_ciderd(ciderd_path)
 
     # The table is a pure function of --train-images: kept under --work for the next run.
     name = f"bench-train-{train_images}"
@@ -119,6 +150,8 @@ def main():
                     help="images behind the SCST df table (Karpathy's COCO train split: 113287)")
     ap.add_argument("--ciderd", help="ruotianluo/cider's ciderD_scorer.py (skip the SCST part without it)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-train-df", action="store_true",
+                    help="skip the training-df SCST table (building its pickle takes minutes)")
     ap.add_argument("--work", default="target/python-bench",
                     help="where the training df pickle is kept between runs")
     args = ap.parse_args()
@@ -126,7 +159,9 @@ def main():
           f"load average {os.getloadavg()[0]:.2f}")
     evaluation(args.images, args.reps)
     if args.ciderd:
-        scst(args.ciderd, args.train_images, args.reps, os.path.abspath(args.work))
+        scst_corpus(args.ciderd, args.reps)
+        if not args.no_train_df:
+            scst(args.ciderd, args.train_images, args.reps, os.path.abspath(args.work))
 
 
 if __name__ == "__main__":

@@ -102,11 +102,24 @@ impl DocFreq {
     /// `refs`, each the interned reference sentences of one image) whose
     /// references contain it.
     pub fn from_refs(refs: &[Vec<Vec<u32>>]) -> Self {
+        Self::from_repeated_refs(refs, |_| 1)
+    }
+
+    /// [`DocFreq::from_refs`] where entry `i` of `refs` stands for `times(i)` images with the
+    /// same references: self-critical.pytorch's corpus df, which counts an image's references
+    /// once per sampled caption, without copying them per caption.
+    pub fn from_repeated_refs(refs: &[Vec<Vec<u32>>], times: impl Fn(usize) -> u32) -> Self {
         let total: usize = refs.iter().flatten().map(|s| 4 * s.len()).sum();
         let mut df: KeyMap<u32> = KeyMap::default();
         df.reserve(total / 2);
         let mut keys = Vec::new();
-        for image in refs {
+        let mut num_images = 0usize;
+        for (i, image) in refs.iter().enumerate() {
+            let times = times(i);
+            if times == 0 {
+                continue;
+            }
+            num_images += times as usize;
             keys.clear();
             for sentence in image {
                 for n in 1..=MAX_ORDER {
@@ -116,12 +129,12 @@ impl DocFreq {
             keys.sort_unstable();
             keys.dedup();
             for &k in &keys {
-                *df.entry(k).or_insert(0) += 1;
+                *df.entry(k).or_insert(0) += times;
             }
         }
         Self {
             df,
-            num_images: refs.len(),
+            num_images,
             words: Vec::new(),
         }
     }
