@@ -35,3 +35,31 @@ fn the_benchmark_results_page_is_the_rendering_of_its_files() {
          docs/results/benchmark --out docs/results/benchmark.md"
     );
 }
+
+/// The README's first table is the one `scripts/results/first_run.sh` wrote, and the README names
+/// the machine that printed it.
+#[test]
+fn the_readme_shows_the_first_run_table_its_results_file_holds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("docs/results/first-run");
+    let table = std::fs::read_to_string(dir.join("table.txt")).unwrap();
+    let machine: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("machine.json")).unwrap()).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("```\n{}```", table)),
+        "README.md does not show docs/results/first-run/table.txt as it is"
+    );
+    let cpu = machine["cpu"].as_str().unwrap();
+    let simd = machine["simd"]
+        .as_str()
+        .unwrap()
+        .replace("avx512", "AVX-512")
+        .replace("avx2", "AVX2");
+    let section = &readme[readme.find("## What `caprl run` prints").unwrap()..];
+    let words = &section[..section.find("```").unwrap()];
+    assert!(
+        words.contains(cpu) && words.contains(&simd),
+        "the README does not name the machine of the first-run table ({cpu}, {simd}): {words}"
+    );
+}
