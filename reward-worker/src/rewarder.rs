@@ -123,9 +123,9 @@ impl Rewarder {
     }
 
     /// Counts CIDEr-D's document frequencies over the references of each rollout's images (a
-    /// task's `runtime.images_per_task`), as self-critical.pytorch's `CiderD(df="corpus")`
-    /// counts them over each batch it is given, instead of over the training split
-    /// (`reward.df = "corpus"`).
+    /// task's `runtime.images_per_task`), each image once per caption of it, as
+    /// self-critical.pytorch's `CiderD(df="corpus")` counts them over each batch it is given,
+    /// instead of over the training split (`reward.df = "corpus"`).
     pub fn with_corpus_df(mut self) -> Self {
         self.corpus_df = true;
         self
@@ -137,10 +137,14 @@ impl Rewarder {
         if !self.corpus_df || !self.spec.iter().any(|(n, _)| *n == RewardName::Cider) {
             return Ok(None);
         }
-        let rows: std::collections::BTreeSet<u32> =
-            rollout.sequences.iter().map(|s| s.image_row).collect();
-        let mut refs = Vec::with_capacity(rows.len());
-        for row in rows {
+        // self-critical.pytorch gives its scorer one reference set per caption: an image counts
+        // once for each of its captions in the rollout.
+        let mut captions: std::collections::BTreeMap<u32, u32> = Default::default();
+        for s in &rollout.sequences {
+            *captions.entry(s.image_row).or_default() += 1;
+        }
+        let mut refs = Vec::with_capacity(captions.len());
+        for &row in captions.keys() {
             let img = self.image(row)?;
             refs.push(
                 img.tokens
@@ -149,7 +153,9 @@ impl Rewarder {
                     .collect(),
             );
         }
-        Ok(Some(CiderD::new(DocFreq::from_refs(&refs))))
+        let times: Vec<u32> = captions.into_values().collect();
+        let df = DocFreq::from_repeated_refs(&refs, |i| times[i]);
+        Ok(Some(CiderD::new(df)))
     }
 
     /// The fingerprint of the data set whose references the rewarder scores against.
