@@ -11,8 +11,8 @@ use support::{caprl, text};
 
 const PAGE: &str = "docs/configuration.md";
 
-/// The Markdown page of the commented default config `toml`.
-fn render(toml: &str) -> String {
+/// The Markdown page of the commented default config (`config::default_keys`).
+fn render() -> String {
     let mut out = String::from(
         "# Configuration reference\n\n\
          Every key of a caprl run config, with its default and what it does. A key left out of a \
@@ -23,43 +23,22 @@ fn render(toml: &str) -> String {
          by `tests/docs_config_reference.rs`, which fails when it is stale; \
          `CAPRL_BLESS=1 cargo nextest run -E 'binary(docs_config_reference)'` writes it anew.\n",
     );
-    let mut in_table = false;
-    let mut started = false;
-    for line in toml.lines() {
-        let line = line.trim_end();
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            out.push_str(&format!("\n## `[{name}]`\n\n"));
-            in_table = false;
-            continue;
-        }
-        if let Some(comment) = line.trim_start().strip_prefix('#') {
-            // The file's opening comment is said above; a comment inside a section goes on.
-            if started && !comment.trim().is_empty() {
-                out.push_str(&format!("{}\n", comment.trim()));
+    let mut section = None;
+    for k in caprl_common::config::default_keys() {
+        if section != Some(k.section) {
+            section = Some(k.section);
+            match k.section {
+                "" => out.push_str("\n## Top-level keys\n\n"),
+                name => out.push_str(&format!("\n## `[{name}]`\n\n")),
             }
-            continue;
-        }
-        let Some((key, rest)) = line.split_once('=') else {
-            continue;
-        };
-        if !started {
-            out.push_str("\n## Top-level keys\n\n");
-            started = true;
-        }
-        if !in_table {
             out.push_str("| key | default | meaning |\n|---|---|---|\n");
-            in_table = true;
         }
-        let (value, comment) = match rest.split_once(" #") {
-            Some((v, c)) => (v.trim(), c.trim()),
-            None => (rest.trim(), ""),
-        };
         let cell = |s: &str| s.replace('|', "\\|");
         out.push_str(&format!(
             "| `{}` | `{}` | {} |\n",
-            key.trim(),
-            cell(value),
-            cell(comment)
+            k.key,
+            cell(k.value),
+            cell(k.comment)
         ));
     }
     out
@@ -67,9 +46,14 @@ fn render(toml: &str) -> String {
 
 #[test]
 fn the_configuration_page_is_the_rendering_of_the_default_config() {
+    // What `caprl config default` prints is this file.
     let out = caprl().args(["config", "default"]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let page = render(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        caprl_common::config::DEFAULT_TOML
+    );
+    let page = render();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PAGE);
     if std::env::var_os("CAPRL_BLESS").is_some() {
         std::fs::write(&path, &page).unwrap();

@@ -251,27 +251,17 @@ fn stated_ranges(comment: &str) -> Vec<String> {
 
 #[test]
 fn every_range_the_default_file_states_is_its_keys_rule() {
-    let mut section = String::new();
     let mut checked = 0;
     let mut drifted: Vec<String> = Vec::new();
-    for line in DEFAULT_TOML.lines() {
-        let line = line.trim();
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = format!("{name}.");
-            continue;
-        }
-        let (Some((key, _)), Some((_, comment))) = (line.split_once(" = "), line.split_once('#'))
-        else {
-            continue;
-        };
-        if key.starts_with('#') {
-            continue;
-        }
-        let ranges = stated_ranges(comment);
+    for line in caprl_common::config::default_keys() {
+        let ranges = stated_ranges(line.comment);
         if ranges.is_empty() {
             continue;
         }
-        let key = format!("{section}{}", key.trim());
+        let key = match line.section {
+            "" => line.key.to_string(),
+            section => format!("{section}.{}", line.key),
+        };
         let Some(allowed) = caprl_common::config::allowed_for(&key) else {
             drifted.push(format!(
                 "`{key}`'s comment states {ranges:?}, but no rule checks it"
@@ -345,10 +335,11 @@ fn device_key_and_device_parser_refuse_the_same_strings() {
 /// `default.toml` lists the rewards a spec may name, and the list is the parser's own.
 #[test]
 fn the_default_files_reward_list_is_the_parsers() {
-    let line = caprl_common::config::DEFAULT_TOML
-        .lines()
-        .find(|l| l.starts_with("spec = "))
-        .expect("the reward spec line");
+    let line = caprl_common::config::default_keys()
+        .into_iter()
+        .find(|k| k.section == "reward" && k.key == "spec")
+        .expect("the reward spec line")
+        .comment;
     let listed = line
         .split_once("rewards: ")
         .expect("a list after `rewards: `")

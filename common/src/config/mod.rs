@@ -36,6 +36,46 @@ pub use validate::allowed_for;
 /// The commented default config file; parses to exactly `RunConfig::default()`.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
 
+/// One key of [`DEFAULT_TOML`] as the file writes it: the reference page of the docs and the
+/// tests that hold the comments to the rules read the file through [`default_keys`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultKey {
+    /// The section (`""` for the top-level keys).
+    pub section: &'static str,
+    pub key: &'static str,
+    /// The default, as written (strings quoted).
+    pub value: &'static str,
+    /// The comment after the value (`""` when there is none).
+    pub comment: &'static str,
+}
+
+/// Every key of [`DEFAULT_TOML`], in the file's order.
+pub fn default_keys() -> Vec<DefaultKey> {
+    let mut section = "";
+    let mut keys = Vec::new();
+    for line in DEFAULT_TOML.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((key, rest)) = line.split_once(" = ") else {
+            continue;
+        };
+        let (value, comment) = rest.split_once(" #").unwrap_or((rest, ""));
+        keys.push(DefaultKey {
+            section,
+            key: key.trim(),
+            value: value.trim(),
+            comment: comment.trim(),
+        });
+    }
+    keys
+}
+
 const REDACTED: &str = "<redacted>";
 
 impl RunConfig {
