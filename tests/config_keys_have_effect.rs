@@ -310,12 +310,7 @@ fn every_documented_key_has_a_proof_of_its_effect() {
 fn outcome(dir: &Path, data: &Path, run: &Path, with: &[String]) -> String {
     let out = caprl()
         .args(["train", "-q"])
-        .args(sets(
-            data,
-            run,
-            1,
-            &["train.eval_images=8", "checkpoint.every_steps=1000"],
-        ))
+        .args(sets(data, run, 1, &[]))
         .args(with.iter().flat_map(|k| {
             [
                 "--set".to_string(),
@@ -390,16 +385,7 @@ fn flipping_each_key_changes_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let data = support::synth(dir);
-    let other = dir.join("other-data");
-    let out = caprl()
-        .args([
-            "data", "synth", "--train", "64", "--val", "16", "--test", "16", "-q",
-        ])
-        .args(["--seed", "2", "--out"])
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let other = support::synth_seeded(dir, "other-data", 2);
     // Opened once before the runs, which then find the vocabulary beside it (the run that flips
     // data.min_count must not be the one that writes it).
     for d in [&data, &other] {

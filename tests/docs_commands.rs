@@ -27,27 +27,21 @@ fn pages(root: &Path) -> Vec<PathBuf> {
     pages
 }
 
-/// The command lines of `text`'s `sh`/`bash` blocks, continuation lines joined.
+/// The command lines of `text`'s `sh`/`bash` blocks ([`blocks`]), continuation lines joined.
 fn command_lines(text: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut in_block = false;
-    let mut pending = String::new();
-    for line in text.lines() {
-        if let Some(lang) = line.strip_prefix("```") {
-            in_block = !in_block && matches!(lang.trim(), "sh" | "bash" | "shell");
-            continue;
-        }
-        if !in_block {
-            continue;
-        }
-        match line.trim_end().strip_suffix('\\') {
-            Some(part) => pending.push_str(part),
-            None => {
-                pending.push_str(line);
-                if !pending.trim().is_empty() && !pending.trim_start().starts_with('#') {
-                    lines.push(std::mem::take(&mut pending));
+    for block in blocks(text) {
+        let mut pending = String::new();
+        for line in block.lines() {
+            match line.trim_end().strip_suffix('\\') {
+                Some(part) => pending.push_str(part),
+                None => {
+                    pending.push_str(line);
+                    if !pending.trim().is_empty() && !pending.trim_start().starts_with('#') {
+                        lines.push(std::mem::take(&mut pending));
+                    }
+                    pending.clear();
                 }
-                pending.clear();
             }
         }
     }
@@ -188,31 +182,25 @@ fn every_documented_command_is_accepted_by_this_build() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The `sh` blocks of `page`, each as one script.
+/// The `sh`/`bash` blocks of `page`, each as one script.
 fn blocks(page: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut current: Option<String> = None;
+    // Inside a fenced block: its text, when it is a shell block.
+    let mut open: Option<Option<String>> = None;
     for line in page.lines() {
         if let Some(lang) = line.strip_prefix("```") {
-            current = match current.take() {
+            open = match open.take() {
                 Some(block) => {
-                    out.push(block);
+                    out.extend(block);
                     None
                 }
-                None if matches!(lang.trim(), "sh" | "bash") => Some(String::new()),
-                None => {
-                    // Another language's block: skip to its end.
-                    Some(String::from("#skip"))
-                }
+                None => Some(matches!(lang.trim(), "sh" | "bash" | "shell").then(String::new)),
             };
-            continue;
-        }
-        if let Some(block) = current.as_mut() {
+        } else if let Some(Some(block)) = open.as_mut() {
             block.push_str(line);
             block.push('\n');
         }
     }
-    out.retain(|b| !b.starts_with("#skip"));
     out
 }
 

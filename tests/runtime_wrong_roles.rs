@@ -9,22 +9,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use caprl_common::bus::{BusError, BusOptions, NatsBus, NatsConfig};
-use support::{caprl, finish_within, output_of, sets, spawn, start_broker, stop, text, Reaper};
-
-/// The tiny data set of `support::synth` from generator seed `seed`, in `dir/name`.
-fn synth_seeded(dir: &std::path::Path, name: &str, seed: u64) -> std::path::PathBuf {
-    let data = dir.join(name);
-    let out = caprl()
-        .args([
-            "data", "synth", "--train", "64", "--val", "16", "--test", "16", "-q",
-        ])
-        .args(["--seed", &seed.to_string(), "--out"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    data
-}
+use support::{
+    caprl, finish_within, output_of, sets, spawn, start_broker, stop, synth_seeded, text, Reaper,
+};
 
 /// Runs a learner and an actor on data set A and a reward worker on B (`wrong_worker`), or the
 /// other way round; returns the learner's exit code and output, and the wrong role's output.

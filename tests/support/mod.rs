@@ -13,16 +13,26 @@ pub fn caprl() -> Command {
 
 /// Generates the tiny synthetic data set (64/16/16 images) in `dir/data`.
 pub fn synth(dir: &Path) -> PathBuf {
-    let data = dir.join("data");
-    let out = caprl()
-        .args([
-            "data", "synth", "--train", "64", "--val", "16", "--test", "16", "-q", "--out",
-        ])
-        .arg(&data)
-        .output()
-        .expect("caprl runs");
+    synth_into(&dir.join("data"), None)
+}
+
+/// The same tiny set from generator seed `seed`, in `dir/name`: another data set of the same
+/// shape.
+pub fn synth_seeded(dir: &Path, name: &str, seed: u64) -> PathBuf {
+    synth_into(&dir.join(name), Some(seed))
+}
+
+fn synth_into(data: &Path, seed: Option<u64>) -> PathBuf {
+    let mut cmd = caprl();
+    cmd.args([
+        "data", "synth", "--train", "64", "--val", "16", "--test", "16", "-q",
+    ]);
+    if let Some(seed) = seed {
+        cmd.args(["--seed", &seed.to_string()]);
+    }
+    let out = cmd.arg("--out").arg(data).output().expect("caprl runs");
     assert!(out.status.success(), "synth failed: {}", text(&out));
-    data
+    data.to_path_buf()
 }
 
 /// Trains the tiny XE run of [`sets`] (no RL) on the synthetic data in `dir/data` into
