@@ -16,7 +16,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use caprl_common::config::{KlEstimator, RewardName};
+use caprl_common::config::{KlEstimator, RewardSpec};
 use caprl_data::{synth_profile, Dataset, SynthConfig, SynthProfile};
 use caprl_learner::{PgTargets, StepOptions, Trainer};
 use caprl_model::model::{
@@ -83,7 +83,7 @@ impl Iteration {
         let items = &data.train.items;
         let df = Rewarder::training_df(&data, items, false);
         let rewarder =
-            Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df, None).expect("rewarder");
+            Rewarder::new(&data, items, &RewardSpec::default(), df, None).expect("rewarder");
         let rows: Vec<usize> = items[..IMAGES].iter().map(|it| it.row).collect();
         let sample_rows = rows
             .iter()

@@ -128,7 +128,14 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
                 config::Distance::Bleu => Distance::Bleu,
                 config::Distance::Cider => Distance::Cider,
             });
-    let mut rewarder = Rewarder::new(data, items, cfg.reward.spec.terms(), df, exploration)?;
+    let mut rewarder = Rewarder::serving(
+        data,
+        items,
+        &cfg.reward.spec,
+        df,
+        exploration,
+        &cfg.reward.python,
+    )?;
     if cfg.reward.df == config::DfSource::Corpus {
         rewarder = rewarder.with_corpus_df();
     }

@@ -145,6 +145,10 @@ fn proofs() -> Vec<(&'static str, Proof)> {
         ("reward.df", flip("\"corpus\"", NONE)),
         ("reward.distance", flip("\"cider\"", SLE)),
         ("reward.cider_eos", flip("false", NONE)),
+        (
+            "reward.python",
+            elsewhere("tests/python_reward.rs", "reward.python"),
+        ),
         ("optim.lr", flip("1e-3", NONE)),
         ("optim.rl_lr", flip("1e-3", NONE)),
         (

@@ -18,7 +18,7 @@ use caprl_common::bus::{
     sha256_hex, Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig,
     Queue,
 };
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_common::role::{heartbeat_key, Role};
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_common::snapshot;
@@ -209,7 +209,7 @@ fn garbage_and_future_schema_versions_are_termed_and_counted_on_every_subject() 
     let rewarder = Rewarder::new(
         &s.data,
         &s.data.train.items,
-        &[(RewardName::Cider, 1.0)],
+        &RewardSpec::default(),
         Rewarder::training_df(&s.data, &s.data.train.items, true),
         None,
     )

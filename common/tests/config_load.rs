@@ -331,31 +331,3 @@ fn device_key_and_device_parser_refuse_the_same_strings() {
         );
     }
 }
-
-/// `default.toml` lists the rewards a spec may name, and the list is the parser's own.
-#[test]
-fn the_default_files_reward_list_is_the_parsers() {
-    let line = caprl_common::config::default_keys()
-        .into_iter()
-        .find(|k| k.section == "reward" && k.key == "spec")
-        .expect("the reward spec line")
-        .comment;
-    let listed = line
-        .split_once("rewards: ")
-        .expect("a list after `rewards: `")
-        .1;
-    let mut names: Vec<String> = Vec::new();
-    for part in listed.split(", ") {
-        match part.trim() {
-            "bleu1..bleu4" => names.extend((1..=4).map(|n| format!("bleu{n}"))),
-            name => names.push(name.to_string()),
-        }
-    }
-    let mut all: Vec<String> = caprl_common::config::RewardName::ALL
-        .iter()
-        .map(|r| r.as_str().to_string())
-        .collect();
-    names.sort();
-    all.sort();
-    assert_eq!(names, all, "{line}");
-}

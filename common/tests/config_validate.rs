@@ -1,7 +1,7 @@
 //! Validation: each out-of-range value is refused with its key, its value and
 //! what is allowed; reward specs parse or say why not.
 
-use caprl_common::config::{ConfigError, RewardName, RewardSpec, RunConfig};
+use caprl_common::config::{ConfigError, RewardSpec, RunConfig};
 
 fn refused(set: &str) -> String {
     match RunConfig::load(None, &[set.to_string()]) {
@@ -124,44 +124,37 @@ fn tls_cert_without_key_is_refused() {
 fn reward_spec_parses_names_and_weights_in_order() {
     let spec =
         RewardSpec::parse("cider=1, bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2").expect("parses");
+    let terms: Vec<(&str, f32)> = spec.terms().iter().map(|(n, w)| (n.as_str(), *w)).collect();
     assert_eq!(
-        spec.terms(),
-        &[
-            (RewardName::Cider, 1.0),
-            (RewardName::Bleu4, 0.5),
-            (RewardName::ClipI2t, 0.25),
-            (RewardName::ClipS, 0.0),
-            (RewardName::Disc, 2.0),
+        terms,
+        [
+            ("cider", 1.0),
+            ("bleu4", 0.5),
+            ("clip-i2t", 0.25),
+            ("clip-s", 0.0),
+            ("disc", 2.0),
         ]
     );
-    assert!(spec.contains(RewardName::Disc));
-    assert!(!spec.contains(RewardName::Rouge));
+    assert!(spec.contains("disc"));
+    assert!(!spec.contains("rouge"));
     assert_eq!(
         spec.to_string(),
         "cider=1,bleu4=0.5,clip-i2t=0.25,clip-s=0,disc=2"
     );
 }
 
+/// The spelling of a name is the config's to check; whether the reward exists is the reward
+/// workers' table's (`caprl_reward_worker::rewards`, tested there).
 #[test]
-fn every_reward_name_round_trips() {
-    for name in RewardName::ALL {
-        assert_eq!(name.as_str().parse::<RewardName>().ok(), Some(name));
-        let spec = RewardSpec::parse(&format!("{name}=1")).expect("parses");
-        assert_eq!(spec.terms(), &[(name, 1.0)]);
+fn a_misspelt_reward_name_says_how_names_are_written() {
+    for spec in ["Cider=1", "cider=1,bleu_4=1", "=1"] {
+        let msg = RewardSpec::parse(spec).expect_err(spec).to_string();
+        assert!(
+            msg.contains("lower-case letters, digits and `-`"),
+            "{spec}: {msg}"
+        );
     }
-}
-
-#[test]
-fn unknown_reward_lists_the_allowed_names() {
-    let err = RewardSpec::parse("cider=1,meteor=1").expect_err("unknown");
-    assert!(matches!(err, ConfigError::UnknownReward { .. }));
-    let msg = err.to_string();
-    assert!(msg.contains("`meteor`"), "{msg}");
-    for name in [
-        "cider", "bleu1", "bleu4", "rouge", "clip", "clip-i2t", "clip-s", "disc", "embed",
-    ] {
-        assert!(msg.contains(name), "{msg} lacks {name}");
-    }
+    assert!(RewardSpec::parse("cider=1,my-reward2=0.5").is_ok());
 }
 
 #[test]
@@ -196,15 +189,6 @@ fn malformed_reward_specs_say_why() {
         let msg = RewardSpec::parse(spec).expect_err(spec).to_string();
         assert!(msg.contains(why), "{spec:?}: {msg}");
     }
-}
-
-#[test]
-fn bad_reward_spec_in_override_names_the_reward() {
-    let msg = refused("reward.spec=cider=1,ciderd=1");
-    assert!(
-        msg.contains("reward.spec") && msg.contains("ciderd"),
-        "{msg}"
-    );
 }
 
 /// The Noam schedule peaks at the end of its warmup: a warmup of 0 is refused when it is chosen.

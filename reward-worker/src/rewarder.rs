@@ -1,5 +1,5 @@
-//! Reward computation: a weighted sum of named rewards per caption, through
-//! the scoring engine, plus SLE's exploration term.
+//! Reward computation: a weighted sum of the spec's rewards (each from the table in
+//! [`crate::rewards`]) per caption, plus SLE's exploration term.
 //!
 //! References of every training image are interned once; an image's CIDEr-D tf-idf vectors
 //! and norms are prepared when a rollout names it, once for all of the rollout's captions of
@@ -12,37 +12,34 @@
 //! finished (see `caprl_score::eos`). When the document frequencies were counted
 //! that way ([`Rewarder::training_df`] with `eos`), the rewarder scores the same way: the
 //! prepared references end with [`EOS_MARK`], and a caption gets it iff its tokens contain
-//! [`EOS`] (a caption cut at `max_len` does not). BLEU and ROUGE-L rewards stay plain. SLE's
+//! [`EOS`](caprl_model::model::EOS) (a caption cut at `max_len` does not;
+//! [`CiderSettings::sentence`]). BLEU and ROUGE-L rewards stay plain. SLE's
 //! CIDEr distance follows the CIDEr reward, as self-critical.pytorch's self-CIDEr does
 //! (its `get_self_cider_scores` uses the same `array_to_str`): both samples carry the marker
 //! iff they finished.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
-use caprl_common::config::{self, RewardName};
+use caprl_common::config::{self, RewardSpec};
 use caprl_data::{Dataset, Item};
-use caprl_model::model::EOS;
-use caprl_score::{with_eos, CiderD, Distance, DocFreq, Interner, PreparedRefs, EOS_MARK};
+use caprl_score::{with_eos, CiderD, Distance, DocFreq, Interner, EOS_MARK};
 use caprl_wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
 use crate::clip_reward::{ClipParts, ClipReward};
-use crate::embed::EmbedReward;
+use crate::rewards::python::{PythonReward, PythonServer, PREFIX};
+use crate::rewards::{self, Batch, Caption, CiderSettings, Named, Needs, Reward, Setup};
 
 /// Scores captions of the images of one split.
 pub struct Rewarder {
-    spec: Vec<(RewardName, f32)>,
-    /// CIDEr-D over the training document frequencies (`reward.df = "train"`; also SLE's
-    /// CIDEr distance).
-    cider: CiderD,
-    /// `reward.df = "corpus"`: the CIDEr-D reward counts its document frequencies over the
-    /// references of each rollout's images instead ([`Rewarder::with_corpus_df`]).
-    corpus_df: bool,
-    /// CIDEr-D sees [`EOS_MARK`] (see the module docs).
-    cider_eos: bool,
+    /// The spec's rewards with their weights, in its order.
+    terms: Vec<Term>,
+    /// What the terms read besides the captions, together.
+    needs: Needs,
+    /// How CIDEr-D is scored (the `cider` reward and SLE's CIDEr distance).
+    cider: CiderSettings,
     /// Indexed by feature row; `None` for rows outside the split.
-    refs: Vec<Option<ImageRefs>>,
+    refs: Vec<Option<Vec<Vec<u32>>>>,
     exploration: Option<Distance>,
-    embed: Option<EmbedReward>,
     clip: Option<ClipReward>,
     /// The data set's vocabulary: a snapshot's discriminator must have been trained on it.
     vocab_hash: String,
@@ -50,17 +47,20 @@ pub struct Rewarder {
     data: caprl_wire::DataFingerprint,
 }
 
-struct ImageRefs {
-    tokens: Vec<Vec<u32>>,
+struct Term {
+    /// The name in the spec (and in the run log).
+    name: String,
+    weight: f32,
+    reward: Box<dyn Reward>,
 }
 
 /// Errors the reward worker reports instead of scoring.
 #[derive(Debug, thiserror::Error)]
 pub enum RewardError {
-    #[error("reward `{}` was not prepared by this reward worker (the reward spec it started with did not name it): restart it with the learner's reward.spec", .0.as_str())]
-    Unsupported(RewardName),
-    #[error("reward `{}` needs a text–image encoder: set [clip] reward to a file from `caprl clip train` (or a Hugging Face CLIP directory)", .0.as_str())]
-    NoEncoder(RewardName),
+    #[error(transparent)]
+    Spec(#[from] config::ConfigError),
+    #[error("reward `{0}` needs a text–image encoder: set [clip] reward to a file from `caprl clip train` (or a Hugging Face CLIP directory)")]
+    NoEncoder(&'static str),
     #[error("reward `disc` needs the discriminator, which rides in the learner's policy snapshot; none is held yet (is the learner configured with the same rewards?)")]
     NoDiscriminator,
     #[error("clip reward: {0}")]
@@ -69,6 +69,17 @@ pub enum RewardError {
     Embed(#[from] caprl_data::DataError),
     #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]
     UnknownRow(u32),
+    #[error("the Python rewards of reward.python = {module:?} cannot be served: {message}")]
+    PythonStart { module: String, message: String },
+    #[error("reward `{function}` of {module} failed on the rollout of {task}: {message}\nthe reward worker stops: fix the function and start the run again (nothing is lost: the rollout stays queued)")]
+    Python {
+        function: String,
+        module: String,
+        task: String,
+        message: String,
+    },
+    #[error("reward `{function}`: {message}; the rollout is handed back and a new Python process serves the next one")]
+    PythonGone { function: String, message: String },
 }
 
 impl RewardError {
@@ -78,11 +89,21 @@ impl RewardError {
     pub fn is_bad_input(&self) -> bool {
         matches!(self, RewardError::UnknownRow(_))
     }
+
+    /// Whether the reward itself is broken, alike for every rollout (a Python module that does
+    /// not load, a function that raises or returns what is not one finite number per caption):
+    /// the worker stops with it rather than hand the rollout back forever, and no restart helps.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            RewardError::Python { .. } | RewardError::PythonStart { .. }
+        )
+    }
 }
 
 impl Rewarder {
-    /// A rewarder for `items` with document frequencies `df` (the precomputed
-    /// training table for SCST, as self-critical.pytorch does).
+    /// A rewarder for `items` scoring `spec`'s rewards, with document frequencies `df` (the
+    /// precomputed training table for SCST, as self-critical.pytorch does).
     /// `exploration` adds SLE's `diversity` component to sampled captions.
     ///
     /// CIDEr-D is scored with the `<eos>` marker exactly when `df` was counted with it
@@ -91,31 +112,78 @@ impl Rewarder {
     pub fn new(
         data: &Dataset,
         items: &[Item],
-        spec: &[(RewardName, f32)],
+        spec: &RewardSpec,
         df: DocFreq,
         exploration: Option<Distance>,
     ) -> Result<Self, RewardError> {
+        Rewarder::serving(data, items, spec, df, exploration, "")
+    }
+
+    /// [`Rewarder::new`], with the `py:<function>` terms of `spec` served from `python` (the
+    /// module of `reward.python`) by a child process started here.
+    pub fn serving(
+        data: &Dataset,
+        items: &[Item],
+        spec: &RewardSpec,
+        df: DocFreq,
+        exploration: Option<Distance>,
+        python: &str,
+    ) -> Result<Self, RewardError> {
         let mut interner = Interner::with_words(data.vocab.words());
-        let cider_eos = df.get(&[EOS_MARK]) > 0;
-        let cider = CiderD::new(df);
+        let eos = df.get(&[EOS_MARK]) > 0;
         let max_row = items.iter().map(|it| it.row).max().unwrap_or(0);
-        let mut refs: Vec<Option<ImageRefs>> = (0..=max_row).map(|_| None).collect();
+        let mut refs: Vec<Option<Vec<Vec<u32>>>> = vec![None; max_row + 1];
         for it in items {
-            let tokens = interner.intern_refs(&it.refs);
-            refs[it.row] = Some(ImageRefs { tokens });
+            refs[it.row] = Some(interner.intern_refs(&it.refs));
         }
-        let embed = match spec.iter().any(|(n, _)| *n == RewardName::Embed) {
-            true => Some(EmbedReward::fit(data, items)?),
-            false => None,
+        let setup = Setup { data, items };
+        let named = rewards::resolve(spec)?;
+        let functions: Vec<String> = named
+            .iter()
+            .filter_map(|n| match n {
+                Named::Python(f) => Some(f.to_string()),
+                Named::Builtin(_) => None,
+            })
+            .collect();
+        let server = match (functions.is_empty(), python.is_empty()) {
+            (true, _) => None,
+            (false, true) => {
+                return Err(RewardError::PythonStart {
+                    module: String::new(),
+                    message: format!(
+                        "reward.spec names {PREFIX}{} and reward.python names no module",
+                        functions.join(", py:")
+                    ),
+                })
+            }
+            (false, false) => Some(PythonServer::start(python, functions, data, items)?),
         };
+        let mut terms = Vec::with_capacity(named.len());
+        for (named, (name, weight)) in named.iter().zip(spec.terms()) {
+            let reward: Box<dyn Reward> = match (named, &server) {
+                (Named::Builtin(def), _) => (def.build)(&setup)?,
+                (Named::Python(function), Some(server)) => Box::new(PythonReward {
+                    server: std::sync::Arc::clone(server),
+                    function: function.to_string(),
+                }),
+                (Named::Python(_), None) => unreachable!("a Python term starts the server"),
+            };
+            terms.push(Term {
+                name: name.to_string(),
+                weight: *weight,
+                reward,
+            });
+        }
         Ok(Self {
-            spec: spec.to_vec(),
-            cider,
-            corpus_df: false,
-            cider_eos,
+            terms,
+            needs: rewards::needs(spec),
+            cider: CiderSettings {
+                training: CiderD::new(df),
+                eos,
+                corpus_df: false,
+            },
             refs,
             exploration,
-            embed,
             clip: None,
             vocab_hash: data.vocab.hash().to_string(),
             data: caprl_wire::DataFingerprint(data.fingerprint().to_string()),
@@ -127,35 +195,8 @@ impl Rewarder {
     /// self-critical.pytorch's `CiderD(df="corpus")` counts them over each batch it is given,
     /// instead of over the training split (`reward.df = "corpus"`).
     pub fn with_corpus_df(mut self) -> Self {
-        self.corpus_df = true;
+        self.cider.corpus_df = true;
         self
-    }
-
-    /// The CIDEr-D scorer of `rollout`'s reward: the training one, or with `reward.df =
-    /// "corpus"` one over the references of the rollout's images.
-    fn reward_cider(&self, rollout: &Rollout) -> Result<Option<CiderD>, RewardError> {
-        if !self.corpus_df || !self.spec.iter().any(|(n, _)| *n == RewardName::Cider) {
-            return Ok(None);
-        }
-        // self-critical.pytorch gives its scorer one reference set per caption: an image counts
-        // once for each of its captions in the rollout.
-        let mut captions: std::collections::BTreeMap<u32, u32> = Default::default();
-        for s in &rollout.sequences {
-            *captions.entry(s.image_row).or_default() += 1;
-        }
-        let mut refs = Vec::with_capacity(captions.len());
-        for &row in captions.keys() {
-            let img = self.image(row)?;
-            refs.push(
-                img.tokens
-                    .iter()
-                    .map(|r| with_eos(r, self.cider_eos))
-                    .collect(),
-            );
-        }
-        let times: Vec<u32> = captions.into_values().collect();
-        let df = DocFreq::from_repeated_refs(&refs, |i| times[i]);
-        Ok(Some(CiderD::new(df)))
     }
 
     /// The fingerprint of the data set whose references the rewarder scores against.
@@ -174,14 +215,9 @@ impl Rewarder {
         self
     }
 
-    /// True when the spec needs a text–image encoder.
-    pub fn needs_encoder(&self) -> bool {
-        self.spec.iter().any(|(n, _)| n.needs_encoder())
-    }
-
     /// True when the spec has `disc`, which needs the learner's discriminator.
     pub fn needs_discriminator(&self) -> bool {
-        self.spec.iter().any(|(n, _)| *n == RewardName::Disc)
+        self.needs.discriminator
     }
 
     /// The clip rewards' encoder and caches, when configured.
@@ -211,166 +247,133 @@ impl Rewarder {
         DocFreq::from_refs(&refs).with_words(words)
     }
 
-    fn image(&self, row: u32) -> Result<&ImageRefs, RewardError> {
+    fn image(&self, row: u32) -> Result<&[Vec<u32>], RewardError> {
         self.refs
             .get(row as usize)
-            .and_then(Option::as_ref)
+            .and_then(Option::as_deref)
             .ok_or(RewardError::UnknownRow(row))
-    }
-
-    /// The CIDEr-D vectors of `img`'s references (with [`EOS_MARK`] when the rewarder
-    /// scores with it).
-    fn prepare(&self, cider: &CiderD, img: &ImageRefs) -> PreparedRefs {
-        match self.cider_eos {
-            true => cider.prepare(
-                &img.tokens
-                    .iter()
-                    .map(|r| with_eos(r, true))
-                    .collect::<Vec<_>>(),
-            ),
-            false => cider.prepare(&img.tokens),
-        }
     }
 
     /// True when CIDEr-D is scored with the `<eos>` marker (see the module docs).
     pub fn cider_eos(&self) -> bool {
-        self.cider_eos
+        self.cider.eos
     }
 
-    /// The caption CIDEr-D scores: `tokens` up to the first [`EOS`], followed by
-    /// [`EOS_MARK`] when the caption finished and the rewarder scores with `<eos>`.
-    fn cider_caption(&self, tokens: &[u32]) -> Vec<u32> {
-        let mut words = Vec::with_capacity(tokens.len() + 1);
-        words.extend(tokens.iter().copied().take_while(|&t| t != EOS));
-        if self.cider_eos && words.len() < tokens.len() {
-            words.push(EOS_MARK);
-        }
-        words
-    }
-
-    /// The reward vector of one caption (tokens may end with EOS; one cut at `max_len` has
-    /// none); `clip` holds its clip-family values when the spec needs them.
+    /// The reward vector of one caption of image `row` (tokens may end with EOS; one cut at
+    /// `max_len` has none); `clip` holds its clip-family values when the spec needs them.
     pub fn score_caption(
         &self,
         row: u32,
         tokens: &[u32],
         clip: Option<&ClipParts>,
     ) -> Result<RewardVector, RewardError> {
-        self.score_against(&self.cider, row, &mut None, tokens, clip)
+        let caption = Caption {
+            row,
+            tokens,
+            refs: self.image(row)?,
+            clip,
+        };
+        let mut rewards = self.score_batch(&Batch {
+            task: "-".to_string(),
+            captions: vec![caption],
+            cider: &self.cider,
+        })?;
+        Ok(rewards.remove(0))
     }
 
-    /// [`Rewarder::score_caption`] with CIDEr-D scorer `cider` and `prepared`, image `row`'s
-    /// CIDEr-D vectors, made here when the spec needs them and `None`, and kept for the image's
-    /// next caption.
-    fn score_against(
-        &self,
-        cider: &CiderD,
-        row: u32,
-        prepared: &mut Option<PreparedRefs>,
-        tokens: &[u32],
-        clip: Option<&ClipParts>,
-    ) -> Result<RewardVector, RewardError> {
-        let img = self.image(row)?;
-        let cand: Vec<u32> = tokens.iter().copied().take_while(|&t| t != EOS).collect();
-        let mut bleu: Option<[f64; 4]> = None;
-        let mut total = 0.0f32;
-        let mut components = Vec::with_capacity(self.spec.len());
-        for (name, weight) in &self.spec {
-            let value = match name {
-                RewardName::Cider => {
-                    let prepared = prepared.get_or_insert_with(|| self.prepare(cider, img));
-                    cider.score(prepared, &self.cider_caption(tokens))
-                }
-                RewardName::Rouge => caprl_score::rouge_l(&cand, &img.tokens),
-                RewardName::Bleu1 | RewardName::Bleu2 | RewardName::Bleu3 | RewardName::Bleu4 => {
-                    let b =
-                        *bleu.get_or_insert_with(|| caprl_score::bleu_sentence(&cand, &img.tokens));
-                    let k = match name {
-                        RewardName::Bleu1 => 0,
-                        RewardName::Bleu2 => 1,
-                        RewardName::Bleu3 => 2,
-                        _ => 3,
-                    };
-                    b[k]
-                }
-                RewardName::Embed => match &self.embed {
-                    Some(e) => e.score(row, tokens).ok_or(RewardError::UnknownRow(row))? as f64,
-                    None => return Err(RewardError::Unsupported(*name)),
-                },
-                RewardName::Clip | RewardName::ClipI2t | RewardName::ClipS | RewardName::Disc => {
-                    let c = clip.ok_or(RewardError::NoEncoder(*name))?;
-                    (match name {
-                        RewardName::Clip => c.bicont,
-                        RewardName::ClipI2t => c.i2t,
-                        RewardName::ClipS => c.clip_s,
-                        _ => c.disc.ok_or(RewardError::NoDiscriminator)?,
-                    }) as f64
-                }
-            } as f32;
-            total += weight * value;
-            components.push((name.as_str().to_string(), value));
+    /// The reward vector of every caption of `batch`: each term scores the whole batch once.
+    fn score_batch(&self, batch: &Batch<'_>) -> Result<Vec<RewardVector>, RewardError> {
+        let mut rewards: Vec<RewardVector> = (0..batch.captions.len())
+            .map(|_| RewardVector {
+                total: 0.0,
+                components: Vec::with_capacity(self.terms.len()),
+            })
+            .collect();
+        for term in &self.terms {
+            let values = term.reward.score(batch)?;
+            assert_eq!(values.len(), rewards.len(), "reward `{}`", term.name);
+            for (reward, value) in rewards.iter_mut().zip(values) {
+                let value = value as f32;
+                reward.total += term.weight * value;
+                reward.components.push((term.name.clone(), value));
+            }
         }
-        Ok(RewardVector { total, components })
+        Ok(rewards)
     }
 
     /// Scores every sequence of a rollout; sampled captions of one image also get
     /// SLE's exploration term when enabled.
     pub fn score(&self, rollout: Rollout) -> Result<ScoredRollout, RewardError> {
-        let clip = match (self.needs_encoder(), &self.clip) {
+        let clip = match (self.needs.encoder, &self.clip) {
             (false, _) => vec![None; rollout.sequences.len()],
             (true, Some(c)) => c.score(&rollout)?,
             (true, None) => {
                 let name = self
-                    .spec
+                    .terms
                     .iter()
-                    .map(|(n, _)| *n)
-                    .find(|n| n.needs_encoder());
-                return Err(RewardError::NoEncoder(name.unwrap_or(RewardName::Clip)));
+                    .find_map(|t| rewards::find(&t.name).filter(|d| d.needs.encoder))
+                    .map_or("clip", |d| d.name);
+                return Err(RewardError::NoEncoder(name));
             }
         };
-        let corpus = self.reward_cider(&rollout)?;
-        let cider = corpus.as_ref().unwrap_or(&self.cider);
-        // Each image's references prepared once for all of its captions in the rollout.
-        let mut prepared: HashMap<u32, Option<PreparedRefs>> = HashMap::new();
-        let mut rewards = Vec::with_capacity(rollout.sequences.len());
+        let mut captions = Vec::with_capacity(rollout.sequences.len());
         for (s, c) in rollout.sequences.iter().zip(&clip) {
-            if self.needs_encoder() && c.is_none() {
+            if self.needs.encoder && c.is_none() {
                 return Err(RewardError::UnknownRow(s.image_row));
             }
-            let p = prepared.entry(s.image_row).or_default();
-            rewards.push(self.score_against(cider, s.image_row, p, &s.tokens, c.as_ref())?);
+            captions.push(Caption {
+                row: s.image_row,
+                tokens: &s.tokens,
+                refs: self.image(s.image_row)?,
+                clip: c.as_ref(),
+            });
         }
+        let batch = Batch {
+            task: rollout.task_id.to_string(),
+            captions,
+            cider: &self.cider,
+        };
+        let mut rewards = self.score_batch(&batch)?;
         if let Some(kind) = self.exploration {
-            let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-            for (i, s) in rollout.sequences.iter().enumerate() {
-                if s.kind == DecodeKind::Sample {
-                    groups.entry(s.image_row).or_default().push(i);
-                }
-            }
-            for idx in groups.values() {
-                let caps: Vec<Vec<u32>> = idx
-                    .iter()
-                    .map(|&i| {
-                        let tokens = &rollout.sequences[i].tokens;
-                        match kind {
-                            Distance::Cider => self.cider_caption(tokens),
-                            Distance::Bleu => {
-                                tokens.iter().copied().take_while(|&t| t != EOS).collect()
-                            }
-                        }
-                    })
-                    .collect();
-                let e = exploration_terms(&caprl_score::pairwise_distances(
-                    &caps,
-                    kind,
-                    Some(&self.cider),
-                ));
-                for (&i, e) in idx.iter().zip(e) {
-                    rewards[i].components.push((config::DIVERSITY.into(), e));
-                }
-            }
+            self.add_exploration(kind, &rollout, &batch, &mut rewards);
         }
         Ok(ScoredRollout { rollout, rewards })
+    }
+
+    /// SLE's `diversity` component of each sampled caption, over the samples of its image.
+    fn add_exploration(
+        &self,
+        kind: Distance,
+        rollout: &Rollout,
+        batch: &Batch<'_>,
+        rewards: &mut [RewardVector],
+    ) {
+        let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, s) in rollout.sequences.iter().enumerate() {
+            if s.kind == DecodeKind::Sample {
+                groups.entry(s.image_row).or_default().push(i);
+            }
+        }
+        for idx in groups.values() {
+            let caps: Vec<Vec<u32>> = idx
+                .iter()
+                .map(|&i| {
+                    let caption = &batch.captions[i];
+                    match kind {
+                        Distance::Cider => self.cider.sentence(caption),
+                        Distance::Bleu => caption.words().to_vec(),
+                    }
+                })
+                .collect();
+            let e = exploration_terms(&caprl_score::pairwise_distances(
+                &caps,
+                kind,
+                Some(&self.cider.training),
+            ));
+            for (&i, e) in idx.iter().zip(e) {
+                rewards[i].components.push((config::DIVERSITY.into(), e));
+            }
+        }
     }
 }
 

@@ -10,7 +10,9 @@
 //! that is not the rollout's fault (a missing discriminator or encoder, an error inside the
 //! encoder) is logged as an error and the rollout handed back with a delay, as the actor does
 //! with a decode that fails inside the model: a bug or a misconfigured worker must not drop
-//! work.
+//! work. A reward that is wrong for every rollout alike (a Python reward that raises, see
+//! [`crate::rewards::python`]) stops the worker with its message, the rollout handed back
+//! unscored.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +45,16 @@ pub enum WorkerError {
     Bus(#[from] BusError),
     #[error("reward worker thread failed: {0}")]
     Join(String),
+    /// A reward that is broken for every rollout ([`RewardError::is_fatal`]).
+    #[error(transparent)]
+    Reward(RewardError),
+}
+
+impl WorkerError {
+    /// Whether no restart of the worker can help (the run cannot go on).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, WorkerError::Reward(e) if e.is_fatal())
+    }
 }
 
 /// What a reward worker did, returned when it stops.
@@ -167,7 +179,7 @@ impl<S: ScoreFn> Work for WorkerWork<S> {
     fn bus_error(e: &WorkerError) -> Option<&BusError> {
         match e {
             WorkerError::Bus(e) => Some(e),
-            WorkerError::Join(_) => None,
+            WorkerError::Join(_) | WorkerError::Reward(_) => None,
         }
     }
 
@@ -213,6 +225,11 @@ async fn handle<S: ScoreFn>(
             stats.rejected += 1;
             delivery.term().await?;
             return Ok(());
+        }
+        Err(e) if e.is_fatal() => {
+            // Handed back at once: the rollout stays queued for the run started again.
+            delivery.nak(None).await?;
+            return Err(WorkerError::Reward(e));
         }
         Err(e) => {
             tracing::error!(

@@ -5,7 +5,7 @@
 
 mod support;
 
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_data::Dataset;
 use caprl_model::model::EOS;
 use caprl_reward_worker::{exploration_terms, Rewarder};
@@ -28,7 +28,7 @@ fn training_refs(data: &Dataset) -> Vec<Vec<Vec<u32>>> {
 fn cider_only(data: &Dataset, eos: bool) -> Rewarder {
     let items = &data.train.items;
     let df = Rewarder::training_df(data, items, eos);
-    Rewarder::new(data, items, &[(RewardName::Cider, 1.0)], df, None).unwrap()
+    Rewarder::new(data, items, &RewardSpec::default(), df, None).unwrap()
 }
 
 fn cider(r: &Rewarder, row: usize, tokens: &[u32]) -> f64 {
@@ -103,7 +103,7 @@ fn sle_cider_distance_sees_the_marker_like_the_reward() {
         decode_seconds: 0.0,
     };
     let items = &data.train.items;
-    let spec = [(RewardName::Cider, 1.0)];
+    let spec = RewardSpec::default();
     for eos in [true, false] {
         let df = Rewarder::training_df(&data, items, eos);
         let rewarder = Rewarder::new(&data, items, &spec, df, Some(Distance::Cider)).unwrap();

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use caprl_common::clip::{self, Discriminator, Embeddings, Encoder};
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_data::{synth, Dataset, Item, SynthConfig};
 use caprl_model::model::EOS;
 use caprl_reward_worker::{contrast, ClipReward, RewardError, Rewarder, CLIP_S_WEIGHT};
@@ -176,7 +176,7 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
     let (_tmp, data) = dummy_data();
     let (reward, a, b) = setup(&data, 0.5);
     let df = DocFreq::from_refs(&[]);
-    let spec = [(RewardName::Clip, 0.94), (RewardName::Disc, 0.06)];
+    let spec: RewardSpec = "clip=0.94,disc=0.06".parse().expect("spec");
     let rewarder = Rewarder::new(&data, &data.train.items, &spec, df, None)
         .unwrap()
         .with_clip(reward);
@@ -213,7 +213,7 @@ fn clip_rewards_without_an_encoder_are_refused_clearly() {
     let rewarder = Rewarder::new(
         &data,
         &data.train.items,
-        &[(RewardName::ClipS, 1.0)],
+        &"clip-s=1".parse().expect("spec"),
         df,
         None,
     )

@@ -5,7 +5,7 @@
 
 mod support;
 
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_model::model::EOS;
 use caprl_reward_worker::Rewarder;
 use caprl_score::{with_eos, CiderD, DocFreq, Interner};
@@ -43,7 +43,7 @@ fn corpus_df_counts_over_the_rollouts_images_and_changes_the_reward() {
         sequences,
         decode_seconds: 0.0,
     };
-    let spec = [(RewardName::Cider, 1.0)];
+    let spec = RewardSpec::default();
     let df = || Rewarder::training_df(&data, items, true);
     let train = Rewarder::new(&data, items, &spec, df(), None).unwrap();
     let corpus = Rewarder::new(&data, items, &spec, df(), None)

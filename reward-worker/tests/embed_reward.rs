@@ -1,7 +1,6 @@
 //! The embedding reward (paper 001): an image's own references score higher than another
 //! image's, and the reward is a cosine.
 
-use caprl_common::config::RewardName;
 use caprl_data::{synth, Dataset, SynthConfig};
 use caprl_reward_worker::{EmbedReward, Rewarder};
 
@@ -29,9 +28,9 @@ fn an_images_own_references_score_higher_than_other_images() {
     for i in 0..n {
         let it = &items[i];
         let other_item = &items[(i + n / 2) % items.len()];
-        let a = embed.score(it.row as u32, &ids(&it.refs[0])).unwrap();
+        let a = embed.cosine(it.row as u32, &ids(&it.refs[0])).unwrap();
         let b = embed
-            .score(it.row as u32, &ids(&other_item.refs[0]))
+            .cosine(it.row as u32, &ids(&other_item.refs[0]))
             .unwrap();
         assert!((-1.0..=1.0 + 1e-6).contains(&a) && (-1.0..=1.0 + 1e-6).contains(&b));
         own += a as f64;
@@ -45,15 +44,15 @@ fn an_images_own_references_score_higher_than_other_images() {
         other / n as f64
     );
     assert!(wins * 10 >= n * 6, "own reference wins {wins}/{n}");
-    assert_eq!(embed.score(u32::MAX, &[4, 5]), None);
-    assert_eq!(embed.score(items[0].row as u32, &[]), Some(0.0));
+    assert_eq!(embed.cosine(u32::MAX, &[4, 5]), None);
+    assert_eq!(embed.cosine(items[0].row as u32, &[]), Some(0.0));
 
     // Through the rewarder, as a named component of the weighted sum.
     let df = Rewarder::training_df(&data, items, true);
     let r = Rewarder::new(
         &data,
         items,
-        &[(RewardName::Cider, 1.0), (RewardName::Embed, 0.5)],
+        &"cider=1,embed=0.5".parse().expect("spec"),
         df,
         None,
     )

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, Queue};
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_common::shutdown::ShutdownTrigger;
 use caprl_reward_worker::{RewardError, Rewarder, WorkerConfig, INTERNAL_FAULT_RETRY};
 use caprl_wire::{DecodeKind, PolicyVersion, Rollout, ScoredRollout, Sequence, TaskId};
@@ -41,7 +41,7 @@ fn an_internal_fault_hands_the_rollout_back_and_bad_input_is_termed() {
     let data = dataset(&tmp.path().join("synth"), 3, 16);
     let items = &data.train.items;
     let df = Rewarder::training_df(&data, items, true);
-    let rewarder = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df, None).unwrap();
+    let rewarder = Rewarder::new(&data, items, &RewardSpec::default(), df, None).unwrap();
     let cfg = WorkerConfig {
         id: "worker-test".into(),
         rewarder: Arc::new(rewarder),

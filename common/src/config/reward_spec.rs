@@ -11,72 +11,17 @@ use super::error::ConfigError;
 /// add it for objective `sle`, the learner reads it back.
 pub const DIVERSITY: &str = "diversity";
 
-/// A reward the reward workers know how to compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RewardName {
-    /// CIDEr-D against the image's references.
-    Cider,
-    Bleu1,
-    Bleu2,
-    Bleu3,
-    Bleu4,
-    /// ROUGE-L.
-    Rouge,
-    /// Bidirectional decoupled contrastive reward `r_bicont` (paper 004, eq. 2).
-    Clip,
-    /// Image-to-text half of the contrastive reward.
-    ClipI2t,
-    /// CLIP-S: scaled cosine of caption and image embeddings.
-    ClipS,
-    /// Discriminator probability `p_D` (paper 004).
-    Disc,
-    /// Joint-embedding cosine reward (paper 001).
-    Embed,
-}
+/// The name of one reward in a spec: lower-case letters, digits and `-` (a reward of the reward
+/// workers' table, `caprl_reward_worker::rewards`, which checks a spec before a run starts), or
+/// `py:` and a Python function name (a function of `reward.python`). This type only holds the
+/// spelling.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RewardName(String);
 
 impl RewardName {
-    /// `clip`, `clip-i2t`, `clip-s` and `disc` read a text–image encoder (`[clip] reward`).
-    pub fn needs_encoder(self) -> bool {
-        matches!(
-            self,
-            RewardName::Clip | RewardName::ClipI2t | RewardName::ClipS | RewardName::Disc
-        )
-    }
-
-    /// Every reward, in the order the help text lists them.
-    pub const ALL: [RewardName; 11] = [
-        RewardName::Cider,
-        RewardName::Bleu1,
-        RewardName::Bleu2,
-        RewardName::Bleu3,
-        RewardName::Bleu4,
-        RewardName::Rouge,
-        RewardName::Clip,
-        RewardName::ClipI2t,
-        RewardName::ClipS,
-        RewardName::Disc,
-        RewardName::Embed,
-    ];
-
     /// The name as written in a spec.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RewardName::Cider => "cider",
-            RewardName::Bleu1 => "bleu1",
-            RewardName::Bleu2 => "bleu2",
-            RewardName::Bleu3 => "bleu3",
-            RewardName::Bleu4 => "bleu4",
-            RewardName::Rouge => "rouge",
-            RewardName::Clip => "clip",
-            RewardName::ClipI2t => "clip-i2t",
-            RewardName::ClipS => "clip-s",
-            RewardName::Disc => "disc",
-            RewardName::Embed => "embed",
-        }
-    }
-
-    fn allowed_list() -> String {
-        RewardName::ALL.map(RewardName::as_str).join(", ")
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
@@ -84,26 +29,48 @@ impl FromStr for RewardName {
     type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RewardName::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| ConfigError::UnknownReward {
-                name: s.to_string(),
-                allowed: RewardName::allowed_list(),
-            })
+        let builtin = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        };
+        let python = |f: &str| {
+            f.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && f.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let spelt = match s.strip_prefix("py:") {
+            Some(function) => python(function),
+            None => builtin(s),
+        };
+        match spelt {
+            true => Ok(RewardName(s.to_string())),
+            false => Err(ConfigError::BadRewardSpec {
+                spec: s.to_string(),
+                reason: "a reward name is lower-case letters, digits and `-` (see `caprl config \
+                         default` for the rewards there are), or `py:` and a Python function name"
+                    .to_string(),
+            }),
+        }
+    }
+}
+
+impl PartialEq<&str> for RewardName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
     }
 }
 
 impl fmt::Display for RewardName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(&self.0)
     }
 }
 
 /// A parsed reward spec: `total = Σ weight_i · reward_i`.
 ///
 /// Invariants (checked by [`RewardSpec::parse`]): at least one term, no name
-/// twice, every weight finite and >= 0, not all weights zero.
+/// twice, every weight finite and >= 0, not all weights zero. Whether each name is a reward the
+/// workers have is checked against their table, not here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct RewardSpec {
@@ -139,7 +106,7 @@ impl RewardSpec {
                     weight: weight_text.to_string(),
                 });
             }
-            if terms.iter().any(|(n, _)| *n == name) {
+            if terms.iter().any(|(n, _)| n == &name) {
                 return Err(bad(format!("{name} appears twice")));
             }
             terms.push((name, weight));
@@ -155,14 +122,9 @@ impl RewardSpec {
         &self.terms
     }
 
-    /// Whether any term reads the text–image encoder (`clip`, `clip-i2t`, `clip-s`, `disc`).
-    pub fn needs_encoder(&self) -> bool {
-        self.terms.iter().any(|(n, _)| n.needs_encoder())
-    }
-
     /// Whether the spec contains `name` with any weight.
-    pub fn contains(&self, name: RewardName) -> bool {
-        self.terms.iter().any(|(n, _)| *n == name)
+    pub fn contains(&self, name: &str) -> bool {
+        self.terms.iter().any(|(n, _)| n.as_str() == name)
     }
 }
 
@@ -170,7 +132,7 @@ impl Default for RewardSpec {
     /// `cider=1`.
     fn default() -> Self {
         RewardSpec {
-            terms: vec![(RewardName::Cider, 1.0)],
+            terms: vec![(RewardName("cider".to_string()), 1.0)],
         }
     }
 }

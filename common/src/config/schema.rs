@@ -336,6 +336,9 @@ pub struct RewardConfig {
     /// to one cut at `max_len` (`score::eos`). Off: pycocoevalcap's plain CIDEr-D. `eval`
     /// scores are the plain ones either way.
     pub cider_eos: bool,
+    /// The Python module (a name on `PYTHONPATH` or a `.py` file) whose functions the spec's
+    /// `py:<function>` terms name; reward workers serve them through a Python child process.
+    pub python: String,
 }
 
 impl Default for RewardConfig {
@@ -345,6 +348,7 @@ impl Default for RewardConfig {
             df: DfSource::Train,
             distance: Distance::Bleu,
             cider_eos: true,
+            python: String::new(),
         }
     }
 }

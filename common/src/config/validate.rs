@@ -127,13 +127,6 @@ const CHECKS: &[Check<RunConfig>] = &[
     },
     Check { key: "clip.tau", allowed: "a finite number > 0", violation: |c| fails(c.clip.tau, |x| x > 0.0 && x.is_finite()) },
     Check { key: "clip.disc_lr", allowed: "a finite number > 0", violation: |c| fails(c.clip.disc_lr, |x| x > 0.0 && x.is_finite()) },
-    Check {
-        key: "clip.reward",
-        allowed: "an encoder path when the reward spec has clip, clip-i2t, clip-s or disc (train one with `caprl clip train`)",
-        violation: |c| {
-            (c.reward.spec.needs_encoder() && c.clip.reward.is_empty()).then(|| "\"\"".into())
-        },
-    },
     Check { key: "checkpoint.keep", allowed: ">= 1", violation: |c| outside(c.checkpoint.keep, 1..) },
     Check { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
 ];

@@ -37,7 +37,8 @@
 
 use std::path::Path;
 
-use caprl_common::config::{self, spelled, ConfigError, Mode, RewardName, RunConfig};
+use caprl_common::config::{self, spelled, ConfigError, Mode, RunConfig};
+use caprl_reward_worker::rewards;
 use caprl_wire::ScoredRollout;
 
 use crate::targets::PgBatch;
@@ -254,7 +255,7 @@ impl Objective {
                  targets are on-policy returns)",
             )?;
         }
-        if self.rule.needs_encoder_reward() && !cfg.reward.spec.needs_encoder() {
+        if self.rule.needs_encoder_reward() && !uses_clip(cfg) {
             refuse(
                 "reward.spec",
                 cfg.reward.spec.to_string(),
@@ -287,10 +288,12 @@ impl Objective {
     }
 }
 
-/// The run config of `file` (or the defaults) with `sets` applied, validated, and checked by
-/// its objective ([`Objective::check`]): the config every command of the CLI runs with.
+/// The run config of `file` (or the defaults) with `sets` applied, validated, its rewards
+/// checked against the reward workers' table ([`rewards::check`]) and checked by its objective
+/// ([`Objective::check`]): the config every command of the CLI runs with.
 pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
     let cfg = RunConfig::load(file, sets)?;
+    rewards::check(&cfg)?;
     Objective::from_config(&cfg).check(&cfg)?;
     Ok(cfg)
 }
@@ -298,12 +301,12 @@ pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, C
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
 /// every rollout: the contrastive text pool and the discriminator's real examples).
 pub fn uses_clip(cfg: &RunConfig) -> bool {
-    cfg.reward.spec.needs_encoder()
+    rewards::needs(&cfg.reward.spec).encoder
 }
 
 /// Whether the reward spec has `disc`: the learner trains the discriminator (paper 004).
 pub fn uses_disc(cfg: &RunConfig) -> bool {
-    cfg.reward.spec.contains(RewardName::Disc)
+    rewards::needs(&cfg.reward.spec).discriminator
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use caprl_common::clip::train::{self, Pairs, TrainOptions};
 use caprl_common::clip::Discriminator;
-use caprl_common::config::RewardName;
+use caprl_common::config::RewardSpec;
 use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_model::model::Device;
 use caprl_reward_worker::{ClipReward, Rewarder};
@@ -92,11 +92,11 @@ fn setup(args: &ClipBenchArgs, dir: &std::path::Path) -> Result<Setup> {
         .collect();
     // Plain CIDEr-D (no `<eos>` marker), so the bare scorer scores the same sentences.
     let df = Rewarder::training_df(&data, items, false);
-    let cider = Rewarder::new(&data, items, &[(RewardName::Cider, 1.0)], df.clone(), None)?;
+    let cider = Rewarder::new(&data, items, &RewardSpec::default(), df.clone(), None)?;
     let clip = ClipReward::new(Box::new(encoder), &data, items, 0.05, 8)?;
     let disc = Discriminator::new(128, &Device::Cpu, 1)?;
     clip.set_discriminator(0, disc.scorer()?);
-    let spec = [(RewardName::Clip, 0.94), (RewardName::Disc, 0.06)];
+    let spec: RewardSpec = "clip=0.94,disc=0.06".parse()?;
     let clip_rewarder = Rewarder::new(&data, items, &spec, df.clone(), None)?.with_clip(clip);
     Ok(Setup {
         data,

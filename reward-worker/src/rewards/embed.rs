@@ -11,6 +11,36 @@
 use caprl_data::{DataError, Dataset, Item};
 use caprl_model::model::EOS;
 
+use super::{Batch, Needs, Reward, RewardDef, Setup};
+use crate::RewardError;
+
+pub const DEF: RewardDef = RewardDef {
+    name: "embed",
+    about: "cosine of caption and image in a joint embedding (paper 001)",
+    needs: Needs {
+        encoder: false,
+        discriminator: false,
+    },
+    build,
+};
+
+fn build(setup: &Setup<'_>) -> Result<Box<dyn Reward>, RewardError> {
+    Ok(Box::new(EmbedReward::fit(setup.data, setup.items)?))
+}
+
+impl Reward for EmbedReward {
+    fn score(&self, batch: &Batch<'_>) -> Result<Vec<f64>, RewardError> {
+        batch
+            .captions
+            .iter()
+            .map(|c| {
+                let value = self.cosine(c.row, c.tokens);
+                value.map(f64::from).ok_or(RewardError::UnknownRow(c.row))
+            })
+            .collect()
+    }
+}
+
 /// Ridge penalty relative to the mean diagonal of `XᵀX`.
 const RIDGE: f64 = 1e-2;
 
@@ -102,7 +132,7 @@ impl EmbedReward {
 
     /// `cos(f_I(row), f_T(tokens))` in [-1, 1]; 0 for an empty caption. Tokens are vocabulary
     /// ids (EOS ends the caption). `None` when `row` is not a training image.
-    pub fn score(&self, row: u32, tokens: &[u32]) -> Option<f32> {
+    pub fn cosine(&self, row: u32, tokens: &[u32]) -> Option<f32> {
         let img = self.images.get(row as usize)?.as_ref()?;
         let mut t = vec![0f64; self.idf.len()];
         for &w in tokens.iter().take_while(|&&w| w != EOS) {

@@ -1,0 +1,294 @@
+//! Rewards written in Python (`reward.spec = "cider=1,py:<function>=w"`, `reward.python` the
+//! module): served by a Python child of each reward worker, mixed with the built-in rewards,
+//! logged like them; the child killed with -9 mid-run costs nothing; a function that raises, or
+//! returns a wrong count, NaN or a string, or a module or function that is not there, stops the
+//! run with a message naming the reward (and, once scoring, the rollout).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::{caprl, finish_within, output_of, sets, spawn_group, steps, synth, Reaper};
+
+/// A module whose `length` reward is a caption's word count over 10, and which records every
+/// call (the captions, tokens, references and values) in `calls.jsonl` beside it.
+const MODULE: &str = r#"
+import json, os
+
+CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calls.jsonl")
+
+def length(batch):
+    values = [len(c.split()) / 10 for c in batch.captions]
+    with open(CALLS, "a") as f:
+        f.write(json.dumps({"task": batch.task, "captions": batch.captions,
+                            "tokens": batch.tokens, "finished": batch.finished,
+                            "references": batch.references, "image_ids": batch.image_ids,
+                            "rows": batch.rows, "values": values}) + "\n")
+    return values
+
+def raises(batch):
+    return {}["no such key"]
+
+def too_few(batch):
+    return [0.5] * (len(batch) - 1)
+
+def nan(batch):
+    return [float("nan")] * len(batch)
+
+def text(batch):
+    return ["high"] * len(batch)
+"#;
+
+fn module(dir: &Path) -> PathBuf {
+    let path = dir.join("my_rewards.py");
+    std::fs::write(&path, MODULE).unwrap();
+    path
+}
+
+fn python_sets(data: &Path, run: &Path, module: &Path, spec: &str) -> Vec<String> {
+    let spec = format!("reward.spec=\"{spec}\"");
+    let python = format!("reward.python={:?}", module.display().to_string());
+    sets(data, run, 1, &[&spec, &python])
+}
+
+fn calls(module: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(module.with_file_name("calls.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a call record"))
+        .collect()
+}
+
+#[test]
+fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let module = module(dir.path());
+    let run = dir.path().join("run");
+    let out = caprl()
+        .arg("train")
+        .args(python_sets(&data, &run, &module, "cider=1,py:length=0.5"))
+        .arg("-q")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+
+    // Every call got what the batch promises, and its values are the function's.
+    let calls = calls(&module);
+    assert!(!calls.is_empty(), "the Python reward was never called");
+    for call in &calls {
+        let captions = call["captions"].as_array().unwrap();
+        let values = call["values"].as_array().unwrap();
+        assert_eq!(captions.len(), values.len());
+        for (i, (caption, value)) in captions.iter().zip(values).enumerate() {
+            let words = caption.as_str().unwrap().split_whitespace().count();
+            assert_eq!(value.as_f64().unwrap(), words as f64 / 10.0);
+            assert_eq!(call["tokens"][i].as_array().unwrap().len(), words);
+            assert!(!call["references"][i].as_array().unwrap().is_empty());
+            assert!(call["image_ids"][i].is_string() && call["rows"][i].is_u64());
+        }
+        assert!(call["task"].as_str().unwrap().starts_with("task-"));
+    }
+    // Its component is in every RL step's record beside cider's, inside the values it returned.
+    let all: Vec<f64> = calls
+        .iter()
+        .flat_map(|c| c["values"].as_array().unwrap().clone())
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let (lo, hi) = all
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+    let rl = steps(&run, "rl");
+    assert!(!rl.is_empty());
+    for step in &rl {
+        let length = step["rewards"]["py:length"]
+            .as_f64()
+            .expect("py:length logged");
+        assert!(step["rewards"]["cider"].is_number(), "{step}");
+        assert!(
+            (lo - 1e-6..=hi + 1e-6).contains(&length),
+            "{length} outside [{lo}, {hi}]"
+        );
+    }
+}
+
+/// The `python3` children of this test's run: their command line names `module`.
+fn python_children(module: &Path) -> Vec<u32> {
+    let needle = module.display().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if cmdline.contains("reward_server") && cmdline.ends_with(&format!("{needle}\0")) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let module = module(dir.path());
+    let run = dir.path().join("run");
+    let mut args = vec!["local".to_string()];
+    args.extend(python_sets(&data, &run, &module, "cider=1,py:length=0.5"));
+    args.extend(["--set".into(), "train.rl_epochs=3".into()]);
+    let local = spawn_group(&args);
+    let started = Instant::now();
+    while steps(&run, "rl").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no RL step:\n{}",
+            output_of(&local)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let children = python_children(&module);
+    assert!(!children.is_empty(), "no Python reward process found");
+    for pid in &children {
+        // SAFETY: kill(2) on a Python child of the run this test started.
+        unsafe {
+            libc::kill(*pid as i32, libc::SIGKILL);
+        }
+    }
+    let (ok, out) = finish_within(local, Duration::from_secs(300));
+    assert!(
+        ok,
+        "caprl local failed after the Python process was killed:\n{out}"
+    );
+    assert!(
+        out.contains("a new Python process serves the next one"),
+        "the worker did not say it handed the rollout back:\n{out}"
+    );
+    // Every RL step of the run was logged once, in order.
+    let rl: Vec<u64> = steps(&run, "rl")
+        .iter()
+        .map(|s| s["step"].as_u64().unwrap())
+        .collect();
+    let mut sorted = rl.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(rl, sorted, "steps repeated or out of order");
+}
+
+/// `caprl train` with `spec` fails, exits 3 (no restart helps), and says `what`.
+fn refused(spec: &str, module: Option<&str>, what: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let path = match module {
+        Some(m) => PathBuf::from(m),
+        None => self::module(dir.path()),
+    };
+    let out = caprl()
+        .arg("train")
+        .args(python_sets(&data, &dir.path().join("run"), &path, spec))
+        .arg("-q")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{spec}: {err}");
+    for w in what {
+        assert!(err.contains(w), "{spec}: the message lacks {w:?}:\n{err}");
+    }
+}
+
+#[test]
+fn a_broken_python_reward_stops_the_run_and_names_the_reward_and_the_rollout() {
+    let rollout = "failed on the rollout of task-";
+    refused(
+        "cider=1,py:raises=1",
+        None,
+        &[
+            "py:raises",
+            "my_rewards.py",
+            rollout,
+            "KeyError",
+            "no such key",
+        ],
+    );
+    refused(
+        "py:too_few=1",
+        None,
+        &["py:too_few", rollout, "values for", "captions"],
+    );
+    refused("py:nan=1", None, &["py:nan", rollout, "nan", "finite"]);
+    refused(
+        "py:text=1",
+        None,
+        &["py:text", rollout, "str 'high'", "not a number"],
+    );
+}
+
+#[test]
+fn a_missing_module_or_function_stops_the_worker_before_it_takes_work() {
+    refused(
+        "cider=1,py:nowhere=1",
+        None,
+        &["reward.python", "my_rewards.py has no function nowhere"],
+    );
+    refused(
+        "cider=1,py:length=1",
+        Some("/nonexistent/rewards.py"),
+        &["reward.python", "/nonexistent/rewards.py"],
+    );
+}
+
+#[test]
+fn a_python_term_without_a_module_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let out = caprl()
+        .arg("train")
+        .args(sets(
+            &data,
+            &dir.path().join("run"),
+            1,
+            &["reward.spec=\"cider=1,py:length=1\""],
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("reward.python") && err.contains("py:<function>"),
+        "{err}"
+    );
+}
+
+/// The example the docs point at trains as they say, both of its rewards beside CIDEr-D.
+#[test]
+fn the_documented_example_rewards_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let run = dir.path().join("run");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/rewards/simple.py");
+    let out = caprl()
+        .arg("train")
+        .args(python_sets(
+            &data,
+            &run,
+            &example,
+            "cider=1,py:length_bonus=0.2,py:mentions=0.2",
+        ))
+        .arg("-q")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in steps(&run, "rl") {
+        for name in ["py:length_bonus", "py:mentions"] {
+            let v = step["rewards"][name].as_f64().expect(name);
+            assert!((0.0..=1.0).contains(&v), "{name} = {v}");
+        }
+    }
+}
