@@ -167,15 +167,22 @@ fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
         out.contains("a new Python process serves the next one"),
         "the worker did not say it handed the rollout back:\n{out}"
     );
-    // Every RL step of the run was logged once, in order.
-    let rl: Vec<u64> = steps(&run, "rl")
-        .iter()
-        .map(|s| s["step"].as_u64().unwrap())
-        .collect();
-    let mut sorted = rl.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    assert_eq!(rl, sorted, "steps repeated or out of order");
+    // The task-id ledger: each RL step used its round's tasks (a batch of 16 images in tasks of
+    // 4), and no task twice.
+    let mut seen = std::collections::BTreeSet::new();
+    for step in steps(&run, "rl") {
+        let n = step["step"].as_u64().unwrap();
+        let ids: Vec<u64> = step["task_ids"]
+            .as_array()
+            .expect("task ids in the step record")
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        let first = (n - 1) * 4;
+        assert_eq!(ids, (first..first + 4).collect::<Vec<_>>(), "step {n}");
+        assert!(ids.iter().all(|id| seen.insert(*id)), "a task used twice");
+    }
+    assert!(seen.len() >= 12, "three epochs of RL steps: {seen:?}");
 }
 
 /// `caprl train` with `spec` fails, exits 3 (no restart helps), and says `what`.
@@ -290,5 +297,22 @@ fn the_documented_example_rewards_train() {
             let v = step["rewards"][name].as_f64().expect(name);
             assert!((0.0..=1.0).contains(&v), "{name} = {v}");
         }
+    }
+}
+
+/// `caprl bench reward` times a Python reward beside a built-in one, row by row.
+#[test]
+fn bench_reward_prints_a_row_per_reward() {
+    let out = caprl()
+        .args(["bench", "reward", "--rollouts", "2", "--images", "2", "--samples", "2"])
+        .args(["--rewards", "bleu4,py:zero"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("= 6 captions"), "{text}");
+    for row in ["| bleu4 | ", "| py:zero | "] {
+        assert!(text.contains(row), "no row {row:?}:\n{text}");
     }
 }

@@ -10,6 +10,7 @@ mod audio;
 mod clip;
 mod model;
 mod pipeline;
+mod reward;
 mod scale;
 mod transformer;
 mod transport;
@@ -34,6 +35,9 @@ pub enum What {
     Audio(audio::AudioBenchArgs),
     /// Paper 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
     Clip(clip::ClipBenchArgs),
+    /// A reward written in Python against built-in ones, per rollout as a reward worker scores
+    /// it (`--python` module, `--rewards` names).
+    Reward(reward::RewardBenchArgs),
     /// Async throughput against the number of actors over a real nats-server, with the decode
     /// and the update simulated (stated costs): where the learner or NATS becomes the limit.
     Scale(scale::ScaleArgs),
@@ -50,6 +54,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Transformer(a) => transformer::run(a),
         What::Audio(a) => audio::run(a),
         What::Clip(a) => clip::run(a),
+        What::Reward(a) => reward::run(a),
         What::Scale(a) => scale::run(a, global),
         What::Pipeline(a) => pipeline::run(a, global),
     }
