@@ -304,13 +304,26 @@ fn the_documented_example_rewards_train() {
 #[test]
 fn bench_reward_prints_a_row_per_reward() {
     let out = caprl()
-        .args(["bench", "reward", "--rollouts", "2", "--images", "2", "--samples", "2"])
+        .args([
+            "bench",
+            "reward",
+            "--rollouts",
+            "2",
+            "--images",
+            "2",
+            "--samples",
+            "2",
+        ])
         .args(["--rewards", "bleu4,py:zero"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("= 6 captions"), "{text}");
     for row in ["| bleu4 | ", "| py:zero | "] {
         assert!(text.contains(row), "no row {row:?}:\n{text}");

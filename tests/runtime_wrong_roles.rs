@@ -1,6 +1,7 @@
 //! A run whose roles cannot work together stops and says why instead of waiting forever: a
 //! reward worker or an actor started on another data set is named by the learner, which stops
-//! with exit code 3 (the code `caprl local` gives a run up on); a second learner for a run id
+//! with exit code 3 (the code `caprl local` gives a run up on), as it does on rollouts a reward
+//! worker scored with another reward spec (one without the run's `py:` reward, say); a second learner for a run id
 //! whose learner is alive is refused at start; `caprl status` of a run nobody created says so
 //! and creates nothing.
 
@@ -171,5 +172,35 @@ fn status_of_a_run_nobody_created_says_so_and_creates_nothing() {
         matches!(opened, Err(BusError::NoSuchRun { .. })),
         "status created the run: {:?}",
         opened.err()
+    );
+}
+
+#[test]
+fn rollouts_scored_with_another_reward_spec_stop_the_run_naming_both() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = support::synth(dir.path());
+    let run = dir.path().join("run");
+    let (_server, url) = start_broker();
+    let base = ["runtime.ack_wait_secs=5", "runtime.run_id=\"otherspec\""];
+    let with = |spec: &str| {
+        let mut extra = base.to_vec();
+        extra.push(spec);
+        sets(&data, &run, 1, &extra)
+    };
+    let learner_args = with("reward.spec=\"cider=1,bleu4=0.5\"");
+    let worker_args = with("reward.spec=\"cider=1\"");
+    let actor = spawn(&learner_args, &["actor", "--id", "a1"], &url);
+    let worker = spawn(&worker_args, &["reward-worker", "--id", "w1"], &url);
+    let learner = spawn(&learner_args, &["learner"], &url);
+    let (ok, out) = finish_within(learner, Duration::from_secs(150));
+    let (_, _) = stop(actor);
+    let (_, _) = stop(worker);
+    assert!(!ok, "the learner trained on another spec's rewards:\n{out}");
+    assert!(
+        out.contains("the run cannot go on")
+            && out.contains("was scored with the rewards [cider]")
+            && out.contains("this run's reward.spec has [bleu4, cider]"),
+        "{out}"
     );
 }

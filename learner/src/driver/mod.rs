@@ -42,7 +42,8 @@
 //! steps, so a resumed run repeats the undisturbed one.
 //!
 //! Tasks carry the data set's fingerprint ([`Driver::set_data`]); a scored rollout of another
-//! data set is refused. When no result comes for `report_wait_after`, the learner reads the
+//! data set is refused, and one scored with other rewards than the run's spec
+//! ([`Driver::set_rewards`]) stops the run with [`LearnerError::Stalled`]. When no result comes for `report_wait_after`, the learner reads the
 //! run's heartbeats and says what it waits for (live actors and reward workers, and what keeps
 //! any of them from working), again at that interval; when some role kind has live processes
 //! and none of them can work (another data set, a refused snapshot, rollouts too large for a
@@ -214,6 +215,9 @@ pub struct Driver {
     /// The data set stamped on each task and required of each result ([`Driver::set_data`]);
     /// unset, results are not checked.
     data: Option<DataFingerprint>,
+    /// The reward components every scored rollout carries: the spec's terms
+    /// ([`Driver::set_rewards`]).
+    rewards: Option<BTreeSet<String>>,
     versions: Versions,
 }
 
@@ -243,6 +247,7 @@ impl Driver {
             readiness: None,
             vocab_hash: None,
             data: None,
+            rewards: None,
             versions: Versions::default(),
         }
     }
@@ -478,9 +483,11 @@ impl Driver {
                 }
             }
         })?;
+        let rewards = self.rewards.clone();
         let result = self.rt.block_on(async move {
             let mut good = Vec::new();
             let (mut rejected, mut redelivered) = (Vec::new(), 0u64);
+            let mut other_rewards = None;
             for d in deliveries {
                 if d.is_redelivery() {
                     redelivered += 1;
@@ -497,6 +504,13 @@ impl Driver {
                         );
                         rejected.push("other_data_set");
                         term(d).await;
+                    }
+                    Ok(s) if scored_otherwise(&s, &rewards).is_some() => {
+                        let why = scored_otherwise(&s, &rewards).unwrap_or_default();
+                        tracing::error!("learner: rejecting scored {}: {why}", s.rollout.task_id);
+                        rejected.push("other_reward_spec");
+                        term(d).await;
+                        other_rewards.get_or_insert(why);
                     }
                     Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
                         // Kept even if the ack is lost: the redelivery is a counted duplicate.
@@ -522,11 +536,14 @@ impl Driver {
                     }
                 }
             }
-            (good, rejected, redelivered)
+            (good, rejected, redelivered, other_rewards)
         });
-        let (mut good, rejected, redelivered) = result;
+        let (mut good, rejected, redelivered, other_rewards) = result;
         for reason in rejected {
             out.reject(reason);
+        }
+        if let Some(why) = other_rewards {
+            return Err(LearnerError::Stalled(why));
         }
         out.redeliveries += redelivered;
         // From here on a rollout's version is the trainer's.
@@ -580,4 +597,28 @@ async fn term(d: caprl_common::bus::Delivery) {
     if let Err(e) = d.term().await {
         tracing::warn!("learner: term of a bad message failed ({e})");
     }
+}
+
+/// Why `scored` was not scored with the run's rewards `want` (its components, `diversity` aside,
+/// are not the spec's terms): a reward worker started with another `reward.spec`.
+fn scored_otherwise(scored: &ScoredRollout, want: &Option<BTreeSet<String>>) -> Option<String> {
+    let want = want.as_ref()?;
+    let got: BTreeSet<String> = scored
+        .rewards
+        .first()?
+        .components
+        .iter()
+        .map(|(name, _)| name.clone())
+        .filter(|name| name != caprl_common::config::DIVERSITY)
+        .collect();
+    let list = |names: &BTreeSet<String>| names.iter().cloned().collect::<Vec<_>>().join(", ");
+    (got != *want).then(|| {
+        format!(
+            "{} was scored with the rewards [{}], and this run's reward.spec has [{}]: start \
+             every reward worker with the learner's reward.spec (and reward.python)",
+            scored.rollout.task_id,
+            list(&got),
+            list(want)
+        )
+    })
 }

@@ -97,6 +97,13 @@ impl Driver {
         self.data = Some(data);
     }
 
+    /// The run's rewards, the terms of its `reward.spec`: a scored rollout that carries other
+    /// reward components (a reward worker started with another spec) stops the run with
+    /// [`LearnerError::Stalled`] naming both.
+    pub fn set_rewards(&mut self, names: impl IntoIterator<Item = String>) {
+        self.rewards = Some(names.into_iter().collect());
+    }
+
     /// [`Driver::publish`] with the discriminator's weights riding along (paper 004: reward
     /// workers score `disc` with the learner's current `D`).
     pub fn publish_with(

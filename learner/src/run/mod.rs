@@ -86,6 +86,7 @@ pub fn train(
         data.vocab.hash(),
         caprl_wire::DataFingerprint(data.fingerprint().to_string()),
     );
+    driver.set_rewards(cfg.reward.spec.terms().iter().map(|(n, _)| n.to_string()));
     warn_over_length(cfg, data);
     if objective.has_rl_phase() && cfg.train.rl_epochs > 0 {
         driver.check_messages_fit(

@@ -19,7 +19,11 @@ pub struct RewardBenchArgs {
     #[arg(long, default_value = "scripts/python/bench_rewards.py")]
     pub python: String,
     /// Rewards to time, each a spec name: built-in ones and `py:<function>` of `--python`.
-    #[arg(long, value_delimiter = ',', default_value = "bleu4,py:zero,py:bleu4,cider")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bleu4,py:zero,py:bleu4,cider"
+    )]
     pub rewards: Vec<String>,
     /// Images per rollout (self-critical.pytorch's batch: 10).
     #[arg(long, default_value_t = 10)]
