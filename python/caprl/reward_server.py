@@ -25,8 +25,39 @@ import json
 import math
 import numbers
 import os
+import struct
 import sys
 import traceback
+
+
+class _Features:
+    """The data set's ``fc`` rows, read from its directory as caprl reads them (docs/data.md):
+    ``features.safetensors`` (row ``i`` is entry ``i`` of ``features.ids.json``, memory-mapped)
+    or ``features/fc/<id>.npy``."""
+
+    def __init__(self, data_dir):
+        self.dir = data_dir
+        self._fc = None
+
+    def rows(self, rows, image_ids):
+        import numpy as np
+
+        packed = os.path.join(self.dir, "features.safetensors")
+        if os.path.isfile(packed):
+            if self._fc is None:
+                with open(packed, "rb") as f:
+                    n = struct.unpack("<Q", f.read(8))[0]
+                    fc = json.loads(f.read(n))["fc"]
+                if fc["dtype"] != "F32":
+                    raise ValueError(f"{packed}: fc is {fc['dtype']}, caprl writes F32")
+                start = 8 + n + fc["data_offsets"][0]
+                self._fc = np.memmap(packed, "<f4", "r", start, tuple(fc["shape"]))
+            return np.asarray(self._fc[list(rows)])
+        files = [os.path.join(self.dir, "features", "fc", f"{i}.npy") for i in image_ids]
+        return np.stack([np.load(p).astype(np.float32).reshape(-1) for p in files])
+
+
+_FEATURES = None
 
 
 class Batch:
@@ -41,6 +72,8 @@ class Batch:
     - ``tokens``: the caption's word ids in the run's vocabulary (no ``<eos>``).
     - ``finished``: whether the caption ended with ``<eos>`` (one cut at ``data.max_len`` did not).
     - ``references``: the image's reference captions, as in the data set.
+
+    ``features()`` returns the images' ``fc`` feature rows, one per caption (NumPy, float32).
     """
 
     __slots__ = ("task", "image_ids", "rows", "captions", "tokens", "finished", "references")
@@ -51,6 +84,10 @@ class Batch:
 
     def __len__(self):
         return len(self.captions)
+
+    def features(self):
+        """The ``fc`` feature row of each caption's image, ``[len(batch), D]`` float32."""
+        return _FEATURES.rows(self.rows, self.image_ids)
 
 
 def _load(module):
@@ -85,10 +122,12 @@ def _values(function, returned, n):
 
 
 def serve(module, inp, out):
+    global _FEATURES
     functions = {}
     for line in inp:
         request = json.loads(line)
         if "functions" in request:
+            _FEATURES = _Features(request.get("data", ""))
             try:
                 mod = _load(module)
                 missing = [f for f in request["functions"] if not callable(getattr(mod, f, None))]

@@ -34,6 +34,8 @@ const SERVER: &str = include_str!("../../../python/caprl/reward_server.py");
 pub struct PythonServer {
     /// `reward.python`: a module name or a `.py` file.
     module: String,
+    /// The data set's directory (`Batch.features()` reads the `fc` rows there).
+    data_dir: String,
     functions: Vec<String>,
     /// The vocabulary's words, by id (captions are sent as words).
     words: Vec<String>,
@@ -74,6 +76,7 @@ impl PythonServer {
         }
         let server = PythonServer {
             module: module.to_string(),
+            data_dir: data.dir().display().to_string(),
             functions,
             words: data.vocab.words().to_vec(),
             images,
@@ -103,7 +106,7 @@ impl PythonServer {
             stdin,
             stdout,
         };
-        let hello = json!({ "functions": self.functions });
+        let hello = json!({ "functions": self.functions, "data": self.data_dir });
         match exchange(&mut process, &hello) {
             Ok(Reply { error: None, .. }) => Ok(process),
             Ok(Reply {
