@@ -38,6 +38,16 @@ def nan(batch):
 
 def text(batch):
     return ["high"] * len(batch)
+
+def slow(batch):
+    # The first two calls outlast runtime.ack_wait_secs = 2.
+    import time
+    marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow-calls")
+    with open(marks, "a") as f:
+        f.write("x")
+    if os.path.getsize(marks) <= 2:
+        time.sleep(3.5)
+    return [0.25] * len(batch)
 "#;
 
 fn module(dir: &Path) -> PathBuf {
@@ -327,5 +337,36 @@ fn bench_reward_prints_a_row_per_reward() {
     assert!(text.contains("= 6 captions"), "{text}");
     for row in ["| bleu4 | ", "| py:zero | "] {
         assert!(text.contains(row), "no row {row:?}:\n{text}");
+    }
+}
+
+/// A Python reward slower than `ack_wait` keeps its rollout: the worker extends the delivery
+/// while the function runs, so nothing is scored twice and every task is used once.
+#[test]
+fn a_python_reward_slower_than_ack_wait_is_not_scored_twice() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(dir.path());
+    let module = module(dir.path());
+    let run = dir.path().join("run");
+    let mut args = vec!["local".to_string()];
+    args.extend(python_sets(&data, &run, &module, "cider=1,py:slow=1"));
+    args.extend(["--set".into(), "runtime.ack_wait_secs=2".into()]);
+    let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(300));
+    assert!(ok, "{out}");
+    let slow_calls = std::fs::read(module.with_file_name("slow-calls")).unwrap();
+    assert!(slow_calls.len() >= 2, "the slow calls did not happen");
+    let rl = steps(&run, "rl");
+    assert!(!rl.is_empty());
+    let mut seen = std::collections::BTreeSet::new();
+    for step in &rl {
+        assert_eq!(step["duplicates"].as_u64(), Some(0), "{step}");
+        for id in step["task_ids"].as_array().unwrap() {
+            assert!(
+                seen.insert(id.as_u64().unwrap()),
+                "a task used twice: {step}"
+            );
+        }
+        assert_eq!(step["rewards"]["py:slow"].as_f64(), Some(0.25), "{step}");
     }
 }

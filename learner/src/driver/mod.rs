@@ -324,7 +324,7 @@ impl Driver {
         for &id in &wanted {
             if let Some(s) = self.buffer.remove(&id) {
                 self.queued.retain(|t| t.task_id != id);
-                self.accept(s, version, &mut got, &mut out);
+                self.accept(s, version, &mut got, &mut out)?;
             } else if !self.outstanding.contains(&id)
                 && !self.queued.iter().any(|t| t.task_id == id)
             {
@@ -351,7 +351,7 @@ impl Driver {
                 let id = s.rollout.task_id;
                 self.outstanding.remove(&id);
                 if wanted.contains(&id) && !got.contains_key(&id) {
-                    self.accept(s, version, &mut got, &mut out);
+                    self.accept(s, version, &mut got, &mut out)?;
                 } else if id.0 >= round * k + k && !self.buffer.contains_key(&id) {
                     self.keep_for_later(id, s, &mut out);
                 } else {
@@ -393,13 +393,20 @@ impl Driver {
     /// sync mode, at most `max_policy_lag` older in async mode (or older still, reweighted).
     /// Otherwise (also a policy newer than `version`: a predecessor's that went further than
     /// its checkpoint) drops it and queues its task again, first, for the current policy.
+    /// A result scored with other rewards than the run's stops the run
+    /// ([`Driver::set_rewards`]).
     fn accept(
         &mut self,
         s: ScoredRollout,
         version: u64,
         got: &mut BTreeMap<TaskId, ScoredRollout>,
         out: &mut Collected,
-    ) {
+    ) -> Result<(), LearnerError> {
+        if let Some(why) = scored_otherwise(&s, &self.rewards) {
+            tracing::error!("learner: refusing scored {}: {why}", s.rollout.task_id);
+            out.reject("other_reward_spec");
+            return Err(LearnerError::Stalled(why));
+        }
         let made_by = s.rollout.policy_version.0;
         let lag = version.saturating_sub(made_by);
         let bound = match self.opts.sync {
@@ -421,6 +428,7 @@ impl Driver {
             tm::count_dropped_stale(1);
             self.requeue(id, version);
         }
+        Ok(())
     }
 
     /// First round of this learner: takes the scored results already in JetStream (those of a
@@ -483,11 +491,9 @@ impl Driver {
                 }
             }
         })?;
-        let rewards = self.rewards.clone();
         let result = self.rt.block_on(async move {
             let mut good = Vec::new();
             let (mut rejected, mut redelivered) = (Vec::new(), 0u64);
-            let mut other_rewards = None;
             for d in deliveries {
                 if d.is_redelivery() {
                     redelivered += 1;
@@ -504,13 +510,6 @@ impl Driver {
                         );
                         rejected.push("other_data_set");
                         term(d).await;
-                    }
-                    Ok(s) if scored_otherwise(&s, &rewards).is_some() => {
-                        let why = scored_otherwise(&s, &rewards).unwrap_or_default();
-                        tracing::error!("learner: rejecting scored {}: {why}", s.rollout.task_id);
-                        rejected.push("other_reward_spec");
-                        term(d).await;
-                        other_rewards.get_or_insert(why);
                     }
                     Ok(s) if s.rewards.len() == s.rollout.sequences.len() => {
                         // Kept even if the ack is lost: the redelivery is a counted duplicate.
@@ -536,14 +535,11 @@ impl Driver {
                     }
                 }
             }
-            (good, rejected, redelivered, other_rewards)
+            (good, rejected, redelivered)
         });
-        let (mut good, rejected, redelivered, other_rewards) = result;
+        let (mut good, rejected, redelivered) = result;
         for reason in rejected {
             out.reject(reason);
-        }
-        if let Some(why) = other_rewards {
-            return Err(LearnerError::Stalled(why));
         }
         out.redeliveries += redelivered;
         // From here on a rollout's version is the trainer's.
