@@ -19,7 +19,6 @@ use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::objective::{uses_clip, Objective};
 use caprl_model::model::{CaptionerConfig, DType, Device};
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
-use caprl_score::Distance;
 
 /// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
 pub fn bus_options(cfg: &RunConfig) -> BusOptions {
@@ -121,13 +120,9 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
         df.len(),
         started.elapsed().as_secs_f64()
     );
-    let exploration =
-        Objective::from_config(cfg)
-            .wants_exploration()
-            .then_some(match cfg.reward.distance {
-                config::Distance::Bleu => Distance::Bleu,
-                config::Distance::Cider => Distance::Cider,
-            });
+    let exploration = Objective::from_config(cfg)
+        .wants_exploration()
+        .then_some(cfg.reward.distance);
     let mut rewarder = Rewarder::serving(
         data,
         items,

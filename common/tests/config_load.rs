@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use caprl_common::config::{ConfigError, DeviceSpec, Dtype, Objective, RunConfig, DEFAULT_TOML};
+use caprl_common::config::{
+    ConfigError, DeviceSpec, Dtype, ObjectiveName, RunConfig, DEFAULT_TOML,
+};
 
 fn write_config(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::Builder::new()
@@ -48,7 +50,7 @@ fn canonical_toml_round_trips_to_an_equal_config() {
         dtype: Dtype::Bf16,
         ..RunConfig::default()
     };
-    config.train.objective = Objective::WtfRl;
+    config.train.objective = ObjectiveName::WtfRl;
     config.model.dropout = 0.35;
     config.optim.lr = 3e-4;
     config.reward.spec = "clip=0.94,disc=0.06".parse().expect("spec");

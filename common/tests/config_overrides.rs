@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use caprl_common::config::{ConfigError, DeviceSpec, ModelKind, Objective, RunConfig};
+use caprl_common::config::{ConfigError, DeviceSpec, ModelKind, ObjectiveName, RunConfig};
 
 fn sets(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
@@ -78,7 +78,7 @@ fn section_keys_of_each_type_are_overridden() {
     assert_eq!(config.model.kind, ModelKind::Att);
     assert_eq!(config.model.dropout, 0.5);
     assert!(config.decode.length_norm);
-    assert_eq!(config.train.objective, Objective::McPg);
+    assert_eq!(config.train.objective, ObjectiveName::McPg);
     assert_eq!(config.optim.lr, 1e-3);
     assert_eq!(config.optim.grad_clip, 0.0);
     assert_eq!(config.nats.url, "nats://10.0.0.1:4222");

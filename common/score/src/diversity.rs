@@ -97,8 +97,9 @@ pub fn self_bleu<C: AsRef<[u32]>>(captions: &[C]) -> f64 {
     mean(&scores)
 }
 
-/// Which `d(y, y')` SLE uses (see module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which `d(y, y')` SLE uses (see module docs); `reward.distance` in the run config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Distance {
     /// `1 − (BLEU-3 + BLEU-4)/2` of `y` against `y'` (the paper's choice).
     #[default]

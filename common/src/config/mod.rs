@@ -26,10 +26,10 @@ pub use caprl_model::model::DeviceSpec;
 pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{
-    Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource,
-    Distance, Dtype, IsLevel, KlEstimator, KlIn, Mode, ModelConfig, ModelKind, NatsConfig,
-    Objective, OffPolicyCorrection, OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind,
-    RunConfig, RuntimeConfig, Schedule, StaleRollouts, TrainConfig, WtfBaseline,
+    Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource, Dtype,
+    IsLevel, KlEstimator, KlIn, Mode, ModelConfig, ModelKind, NatsConfig, ObjectiveName,
+    OffPolicyCorrection, OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind, RunConfig,
+    RuntimeConfig, ScheduleKind, StaleRollouts, TrainConfig, WtfBaseline,
 };
 pub use validate::allowed_for;
 

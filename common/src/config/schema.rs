@@ -6,6 +6,7 @@
 //! Floats are `f64` so that a value written back to TOML reads exactly as the
 //! user wrote it (`0.2`, not `0.20000000298023224`).
 
+use caprl_score::Distance;
 use serde::{Deserialize, Serialize};
 
 use super::reward_spec::RewardSpec;
@@ -156,7 +157,7 @@ impl Default for DecodeConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
-    pub objective: Objective,
+    pub objective: ObjectiveName,
     /// XE warm-start epochs; 0 = start RL at once.
     pub xe_epochs: u32,
     /// RL epochs after XE.
@@ -214,7 +215,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            objective: Objective::Scst,
+            objective: ObjectiveName::Scst,
             xe_epochs: 2,
             rl_epochs: 1,
             batch_size: 32,
@@ -244,10 +245,11 @@ impl Default for TrainConfig {
     }
 }
 
-/// Training objective; see the architecture notes for each gradient.
+/// The training objective `train.objective` names; what each one does is
+/// `caprl_learner::objective::Objective`'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Objective {
+pub enum ObjectiveName {
     Xe,
     Scst,
     Sle,
@@ -363,14 +365,6 @@ pub enum DfSource {
     Corpus,
 }
 
-/// SLE pairwise distance between samples of one image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Distance {
-    Bleu,
-    Cider,
-}
-
 /// `[optim]`: AdamW and the learning-rate schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -391,7 +385,7 @@ pub struct OptimConfig {
     pub eps: f64,
     /// Global-norm clip; 0 = off.
     pub grad_clip: f64,
-    pub schedule: Schedule,
+    pub schedule: ScheduleKind,
     /// Step schedule: epochs between decays; >= 1.
     pub decay_every: u32,
     /// Step schedule factor; (0, 1].
@@ -413,7 +407,7 @@ impl Default for OptimConfig {
             beta2: 0.999,
             eps: 1e-8,
             grad_clip: 2.0,
-            schedule: Schedule::Step,
+            schedule: ScheduleKind::Step,
             decay_every: 3,
             decay_rate: 0.8,
             warmup_steps: 0,
@@ -422,10 +416,11 @@ impl Default for OptimConfig {
     }
 }
 
-/// Learning-rate schedule.
+/// Which learning-rate schedule `[optim]` names (`caprl_model::optim::Schedule` is the schedule
+/// with its numbers, made from this and the other `[optim]` keys by the learner).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Schedule {
+pub enum ScheduleKind {
     Constant,
     Step,
     Cosine,

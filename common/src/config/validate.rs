@@ -4,7 +4,7 @@
 
 use super::error::ConfigError;
 use super::schema::{
-    KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, Schedule,
+    KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, ScheduleKind,
 };
 use crate::bus;
 use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
@@ -77,7 +77,7 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check {
         key: "optim.warmup_steps",
         allowed: ">= 1 when schedule = \"noam\" (its peak is at the end of the warmup)",
-        violation: |c| (c.optim.schedule == Schedule::Noam).then(|| outside(c.optim.warmup_steps, 1..)).flatten(),
+        violation: |c| (c.optim.schedule == ScheduleKind::Noam).then(|| outside(c.optim.warmup_steps, 1..)).flatten(),
     },
     Check { key: "optim.noam_factor", allowed: "a finite number > 0", violation: |c| fails(c.optim.noam_factor, |x| x > 0.0 && x.is_finite()) },
     Check {

@@ -28,7 +28,7 @@
 //!     }
 //! }
 //!
-//! // In `Objective::from_config`: `config::Objective::Reinforce => Box::new(Reinforce),`
+//! // In `Objective::from_config`: `config::ObjectiveName::Reinforce => Box::new(Reinforce),`
 //! let objective = Objective::new(Box::new(Reinforce));
 //! let decodes = objective.decodes(&RunConfig::default());
 //! assert_eq!((decodes.samples, decodes.greedy, decodes.beam), (5, false, 0));
@@ -151,27 +151,27 @@ impl Objective {
         let t = &cfg.train;
         let max_tokens = cfg.data.max_len as usize + 1;
         let rule: Box<dyn Rule> = match t.objective {
-            config::Objective::Xe => Box::new(xe::Xe),
-            config::Objective::Scst => Box::new(scst::Scst {
+            config::ObjectiveName::Xe => Box::new(xe::Xe),
+            config::ObjectiveName::Scst => Box::new(scst::Scst {
                 baseline: t.baseline,
                 max_tokens,
             }),
-            config::Objective::Sle => Box::new(sle::Sle {
+            config::ObjectiveName::Sle => Box::new(sle::Sle {
                 alpha: t.sle_alpha as f32,
                 baseline: t.baseline,
                 max_tokens,
             }),
-            config::Objective::McPg => Box::new(mc_pg::McPg {
+            config::ObjectiveName::McPg => Box::new(mc_pg::McPg {
                 baseline: t.baseline,
             }),
-            config::Objective::ActorCritic => Box::new(actor_critic::ActorCritic {
+            config::ObjectiveName::ActorCritic => Box::new(actor_critic::ActorCritic {
                 baseline: t.baseline,
             }),
-            config::Objective::Wtf => Box::new(wtf::Wtf {
+            config::ObjectiveName::Wtf => Box::new(wtf::Wtf {
                 rl: false,
                 baseline: t.wtf_baseline,
             }),
-            config::Objective::WtfRl => Box::new(wtf::Wtf {
+            config::ObjectiveName::WtfRl => Box::new(wtf::Wtf {
                 rl: true,
                 baseline: t.wtf_baseline,
             }),

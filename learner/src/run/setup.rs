@@ -12,24 +12,24 @@ pub fn schedule(cfg: &RunConfig, phase: Phase, epochs: u64, n_items: usize) -> S
         Phase::Rl => cfg.optim.rl_lr,
     };
     match cfg.optim.schedule {
-        config::Schedule::Constant => Schedule::Constant { lr },
-        config::Schedule::Step => Schedule::Step {
+        config::ScheduleKind::Constant => Schedule::Constant { lr },
+        config::ScheduleKind::Step => Schedule::Step {
             lr,
             every: cfg.optim.decay_every as u64,
             rate: cfg.optim.decay_rate,
         },
-        config::Schedule::Cosine => Schedule::Cosine {
+        config::ScheduleKind::Cosine => Schedule::Cosine {
             lr,
             warmup: cfg.optim.warmup_steps,
             total: epochs * n_items.div_ceil(cfg.train.batch_size.max(1) as usize) as u64,
         },
         // The width it scales by is the Transformer's; a recurrent model's is its hidden size.
-        config::Schedule::Noam if phase == Phase::Xe => Schedule::Noam {
+        config::ScheduleKind::Noam if phase == Phase::Xe => Schedule::Noam {
             factor: cfg.optim.noam_factor,
             d_model: cfg.model.state_dim() as u64,
             warmup: cfg.optim.warmup_steps,
         },
-        config::Schedule::Noam => Schedule::Constant { lr },
+        config::ScheduleKind::Noam => Schedule::Constant { lr },
     }
 }
 

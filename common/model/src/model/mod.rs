@@ -81,9 +81,10 @@ pub use rows::inputs_for_rows;
 pub use seam::TeacherForced;
 pub use value_head::{ValueHead, VALUE_WIDTH};
 
-/// Vocabulary ids the decoder relies on (see `data::Vocab`).
-pub const PAD: u32 = 0;
+/// Vocabulary ids the decoder relies on: the vocabulary's own ([`caprl_data::Vocab`] defines
+/// them), named here for the model code.
+pub const PAD: u32 = caprl_data::Vocab::PAD;
 /// Beginning of sentence, the decoder's first input.
-pub const BOS: u32 = 1;
+pub const BOS: u32 = caprl_data::Vocab::BOS;
 /// End of sentence; decoding stops after it.
-pub const EOS: u32 = 2;
+pub const EOS: u32 = caprl_data::Vocab::EOS;

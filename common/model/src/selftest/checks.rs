@@ -3,7 +3,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 
-use super::{Check, Result, SelftestOptions};
+use super::{Comparison, Result, SelftestOptions};
 use crate::fastmath::{set_simd, Simd};
 use crate::model::{
     batch_tokens, set_generic_ops, CaprlRng, Captioner, CaptionerConfig, Inputs, ModelError,
@@ -110,9 +110,9 @@ fn largest_diff(got: &[f64], want: &[f64]) -> (f64, usize, f64) {
 }
 
 /// A tolerance check of `got` against `want`.
-fn close(name: String, got: &[f64], want: &[f64], tol: f64, detail: String) -> Check {
+fn close(name: String, got: &[f64], want: &[f64], tol: f64, detail: String) -> Comparison {
     let (largest, at, scale) = largest_diff(got, want);
-    Check {
+    Comparison {
         name,
         largest,
         allowed: tol * scale.max(1.0),
@@ -188,7 +188,7 @@ pub(crate) fn compare_model(
     device: &Device,
     sides: Sides,
     opts: &SelftestOptions,
-) -> Result<Vec<Check>> {
+) -> Result<Vec<Comparison>> {
     let tol = opts.tolerance;
     let name = |what: &str| format!("{} {what}", m.name);
     let reference = mode(sides.reference, || Side::new(m, &Device::Cpu, opts.seed))?;
@@ -224,7 +224,7 @@ pub(crate) fn compare_model(
         ));
     }
     let n_params = per_param.len();
-    let ratio = |c: &Check| c.largest / c.allowed.max(f64::MIN_POSITIVE);
+    let ratio = |c: &Comparison| c.largest / c.allowed.max(f64::MIN_POSITIVE);
     let mut worst = per_param
         .into_iter()
         .max_by(|a, b| ratio(a).total_cmp(&ratio(b)))
@@ -267,7 +267,7 @@ fn adamw_step(
     mut sub_grads: GradStore,
     sides: Sides,
     tol: f64,
-) -> Result<Check> {
+) -> Result<Comparison> {
     let p = AdamWParams {
         weight_decay: 0.01,
         ..AdamWParams::default()
@@ -300,7 +300,7 @@ fn adamw_step(
 }
 
 /// Greedy captions must be the same tokens; their log-probs close.
-fn greedy(m: &TinyModel, reference: &Side, subject: &Side, sides: Sides) -> Result<Check> {
+fn greedy(m: &TinyModel, reference: &Side, subject: &Side, sides: Sides) -> Result<Comparison> {
     let max_len = m.cfg.max_len;
     let r = mode(sides.reference, || {
         Ok(reference.model.greedy(&reference.x, max_len)?)
@@ -311,7 +311,7 @@ fn greedy(m: &TinyModel, reference: &Side, subject: &Side, sides: Sides) -> Resu
     let differing: Vec<usize> = (0..r.tokens.len())
         .filter(|&i| r.tokens.get(i) != s.tokens.get(i))
         .collect();
-    Ok(Check {
+    Ok(Comparison {
         name: format!("{} greedy tokens", m.name),
         largest: differing.len() as f64,
         allowed: 0.0,
@@ -327,7 +327,7 @@ fn greedy(m: &TinyModel, reference: &Side, subject: &Side, sides: Sides) -> Resu
 }
 
 /// The subject's snapshot, loaded on the CPU, holds exactly the subject's weights.
-fn snapshot(m: &TinyModel, subject: &Side, sides: Sides) -> Result<Check> {
+fn snapshot(m: &TinyModel, subject: &Side, sides: Sides) -> Result<Comparison> {
     let bytes = subject.model.to_safetensors()?;
     let loaded = mode(sides.reference, || {
         Ok(Captioner::from_safetensors(&bytes, &m.cfg, &Device::Cpu)?)
@@ -346,7 +346,7 @@ fn snapshot(m: &TinyModel, subject: &Side, sides: Sides) -> Result<Check> {
             differing.push(name);
         }
     }
-    Ok(Check {
+    Ok(Comparison {
         name: format!("{} snapshot device -> cpu", m.name),
         largest: differing.len() as f64,
         allowed: 0.0,
@@ -365,7 +365,7 @@ fn repeat_training(
     device: &Device,
     sides: Sides,
     opts: &SelftestOptions,
-) -> Result<Check> {
+) -> Result<Comparison> {
     let train = || -> Result<Vec<u8>> {
         let side = Side::new(m, device, opts.seed)?;
         let mut opt = AdamW::new(side.model.varmap(), AdamWParams::default())?;
@@ -395,7 +395,7 @@ fn repeat_training(
     };
     let (a, b) = mode(sides.subject, || Ok((train()?, train()?)))?;
     let differing = a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
-    Ok(Check {
+    Ok(Comparison {
         name: format!("{} repeated training", m.name),
         largest: differing as f64,
         allowed: 0.0,

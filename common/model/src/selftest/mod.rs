@@ -44,7 +44,7 @@ impl Default for SelftestOptions {
 
 /// One comparison's outcome.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub struct Comparison {
     /// Model and quantity, e.g. `fc-gru token log-probs`.
     pub name: String,
     /// The largest difference seen (absolute; 0 for exact checks that passed).
@@ -55,7 +55,7 @@ pub struct Check {
     pub detail: String,
 }
 
-impl Check {
+impl Comparison {
     /// Whether the difference is within what is allowed.
     pub fn passed(&self) -> bool {
         self.largest <= self.allowed
@@ -67,13 +67,13 @@ impl Check {
 pub struct Report {
     /// The device under test, e.g. `cuda:0` or `cpu (generic ops)`.
     pub subject: String,
-    pub checks: Vec<Check>,
+    pub checks: Vec<Comparison>,
 }
 
 impl Report {
     /// Whether every check passed.
     pub fn passed(&self) -> bool {
-        self.checks.iter().all(Check::passed)
+        self.checks.iter().all(Comparison::passed)
     }
 }
 
