@@ -16,7 +16,8 @@ mod service;
 
 pub use clip_reward::{contrast, ClipParts, ClipReward, CLIP_S_WEIGHT};
 pub use df_cache::{cache_path, cached_training_df};
-pub use rewarder::{exploration_terms, RewardError, Rewarder};
+pub use rewarder::{RewardError, Rewarder};
+pub use rewards::exploration_terms;
 pub use rewards::EmbedReward;
 pub use service::{
     run, run_with_scorer, ScoreFn, WorkerConfig, WorkerError, WorkerStats, INTERNAL_FAULT_RETRY,

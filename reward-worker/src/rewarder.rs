@@ -18,8 +18,6 @@
 //! (its `get_self_cider_scores` uses the same `array_to_str`): both samples carry the marker
 //! iff they finished.
 
-use std::collections::BTreeMap;
-
 use caprl_common::config::{self, RewardSpec};
 use caprl_data::{Dataset, Item};
 use caprl_score::{with_eos, CiderD, Distance, DocFreq, Interner, EOS_MARK};
@@ -27,7 +25,7 @@ use caprl_wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
 
 use crate::clip_reward::{ClipParts, ClipReward};
 use crate::rewards::python::{PythonReward, PythonServer, PREFIX};
-use crate::rewards::{self, Batch, Caption, CiderSettings, Named, Needs, Reward, Setup};
+use crate::rewards::{self, Batch, Caption, CiderSettings, Diversity, Named, Needs, Reward, Setup};
 
 /// Scores captions of the images of one split.
 pub struct Rewarder {
@@ -269,6 +267,7 @@ impl Rewarder {
     ) -> Result<RewardVector, RewardError> {
         let caption = Caption {
             row,
+            kind: DecodeKind::Greedy,
             tokens,
             refs: self.image(row)?,
             clip,
@@ -323,6 +322,7 @@ impl Rewarder {
             }
             captions.push(Caption {
                 row: s.image_row,
+                kind: s.kind,
                 tokens: &s.tokens,
                 refs: self.image(s.image_row)?,
                 clip: c.as_ref(),
@@ -334,77 +334,14 @@ impl Rewarder {
             cider: &self.cider,
         };
         let mut rewards = self.score_batch(&batch)?;
-        if let Some(kind) = self.exploration {
-            self.add_exploration(kind, &rollout, &batch, &mut rewards);
+        if let Some(distance) = self.exploration {
+            let terms = Diversity(distance).terms(&batch);
+            for (reward, term) in rewards.iter_mut().zip(terms) {
+                if let Some(e) = term {
+                    reward.components.push((config::DIVERSITY.into(), e));
+                }
+            }
         }
         Ok(ScoredRollout { rollout, rewards })
-    }
-
-    /// SLE's `diversity` component of each sampled caption, over the samples of its image.
-    fn add_exploration(
-        &self,
-        kind: Distance,
-        rollout: &Rollout,
-        batch: &Batch<'_>,
-        rewards: &mut [RewardVector],
-    ) {
-        let mut groups: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        for (i, s) in rollout.sequences.iter().enumerate() {
-            if s.kind == DecodeKind::Sample {
-                groups.entry(s.image_row).or_default().push(i);
-            }
-        }
-        for idx in groups.values() {
-            let caps: Vec<Vec<u32>> = idx
-                .iter()
-                .map(|&i| {
-                    let caption = &batch.captions[i];
-                    match kind {
-                        Distance::Cider => self.cider.sentence(caption),
-                        Distance::Bleu => caption.words().to_vec(),
-                    }
-                })
-                .collect();
-            let e = exploration_terms(&caprl_score::pairwise_distances(
-                &caps,
-                kind,
-                Some(&self.cider.training),
-            ));
-            for (&i, e) in idx.iter().zip(e) {
-                rewards[i].components.push((config::DIVERSITY.into(), e));
-            }
-        }
-    }
-}
-
-/// SLE's exploration term of each sample (paper 002, eq. 15 and §4):
-/// `eⱼ = (2/s)Σₖ(d(ỹⱼ,ỹₖ) − d̄)` with `d̄ = (1/s²)ΣⱼΣₖ d(ỹⱼ,ỹₖ)` over all `s²` pairs.
-pub fn exploration_terms(d: &[Vec<f64>]) -> Vec<f32> {
-    let s = d.len();
-    if s == 0 {
-        return Vec::new();
-    }
-    let d_bar = d.iter().flatten().sum::<f64>() / (s * s) as f64;
-    d.iter()
-        .map(|row| ((2.0 / s as f64) * row.iter().map(|x| x - d_bar).sum::<f64>()) as f32)
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exploration_terms_match_a_hand_example() {
-        let d = vec![
-            vec![0.0, 0.1, 0.9],
-            vec![0.1, 0.0, 0.9],
-            vec![0.9, 0.9, 0.0],
-        ];
-        let e = exploration_terms(&d);
-        let d_bar = 3.8 / 9.0;
-        assert!((e[0] as f64 - (2.0 / 3.0) * (1.0 - 3.0 * d_bar)).abs() < 1e-6);
-        assert!((e[2] as f64 - (2.0 / 3.0) * (1.8 - 3.0 * d_bar)).abs() < 1e-6);
-        assert!(e[2] > 0.0 && e[0] < 0.0);
     }
 }

@@ -9,11 +9,14 @@
 //! Adding a reward: a file here with a `pub const DEF: RewardDef` and a [`Reward`] impl, and one
 //! line in [`BUILTIN`]. The default config's comment on `reward.spec` lists the table (a test
 //! holds it to it). A reward written in Python needs no Rust at all: `py:<function>` names a
-//! function of the module `reward.python` ([`python`]).
+//! function of the module `reward.python` ([`python`]). SLE's exploration term ([`Diversity`])
+//! is not in the table: `reward.spec` does not name it; objective `sle` adds it to sampled
+//! captions, compared within each image's samples.
 
 mod bleu;
 mod cider;
 mod clip;
+mod diversity;
 mod embed;
 pub mod python;
 mod rouge;
@@ -26,6 +29,7 @@ use caprl_score::{CiderD, EOS_MARK};
 use crate::clip_reward::ClipParts;
 use crate::RewardError;
 
+pub use diversity::{exploration_terms, Diversity};
 pub use embed::EmbedReward;
 
 /// Every reward a spec can name, in the order the help text lists them.
@@ -99,6 +103,8 @@ pub struct Batch<'a> {
 pub struct Caption<'a> {
     /// The feature row of its image.
     pub row: u32,
+    /// How it was decoded (sampled, greedy, beam, a ground-truth caption).
+    pub kind: caprl_wire::DecodeKind,
     /// The tokens as decoded: they end with [`EOS`] when the caption finished, and without it
     /// when it was cut at `data.max_len`.
     pub tokens: &'a [u32],
