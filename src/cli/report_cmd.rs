@@ -6,7 +6,7 @@ use super::output_paths::{check_output, Input};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use caprl_common::telemetry::{write_report, PngFont, ReportOptions};
+use caprl_report::{write_report, PngFont, ReportOptions};
 
 /// Arguments of `caprl report`.
 #[derive(Debug, Clone, clap::Args)]

@@ -79,11 +79,8 @@ pub enum TelemetryError {
 }
 
 impl TelemetryError {
-    pub(crate) fn io(
-        action: &'static str,
-        path: impl Into<PathBuf>,
-        source: std::io::Error,
-    ) -> Self {
+    /// An I/O failure doing `action` on `path`.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             action,
             path: path.into(),

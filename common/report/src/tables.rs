@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use super::plot::series_color;
-use super::report::{escape, slug, LoadedRun};
+use crate::plot::series_color;
+use crate::report::{escape, slug, LoadedRun};
 
 /// A table of the config keys whose values are not the same in every run
 /// (a key missing from a run's config counts as different, shown as `–`).
@@ -16,7 +16,7 @@ pub(crate) fn config_diff_table(runs: &[LoadedRun]) -> String {
         .map(|run| {
             run.log
                 .config()
-                .map(crate::config::flat_keys)
+                .map(caprl_common::config::flat_keys)
                 .unwrap_or_default()
         })
         .collect();

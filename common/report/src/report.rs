@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::error::{Result, TelemetryError};
-use super::plot::{render_png, render_svg, series_color, PlotSpec, Series};
-use super::png_text::{load_font, PngFont};
-use super::report_tables::{config_diff_table, samples_section};
-use super::runlog::{read_run_log, RunLogContents, StepRecord, RUN_LOG_FILE};
+use crate::plot::{render_png, render_svg, series_color, PlotSpec, Series};
+use crate::png_text::{load_font, PngFont};
+use crate::tables::{config_diff_table, samples_section};
+use caprl_common::telemetry::runlog::{read_run_log, RunLogContents, StepRecord, RUN_LOG_FILE};
+use caprl_common::telemetry::{Result, TelemetryError};
 
 /// What `caprl report` was asked for.
 #[derive(Debug, Clone, Default)]

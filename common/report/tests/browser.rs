@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use caprl_common::telemetry::{write_report, ReportOptions};
+use caprl_report::{write_report, ReportOptions};
 
-#[path = "support/ci.rs"]
+#[path = "../../tests/support/ci.rs"]
 mod ci;
-#[path = "support/xe_rl_run.rs"]
+#[path = "../../tests/support/xe_rl_run.rs"]
 mod xe_rl_run;
 use xe_rl_run::xe_then_rl_run;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/telemetry")
+        .join("../tests/fixtures/telemetry")
         .join(name)
 }
 

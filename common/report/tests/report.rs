@@ -4,16 +4,17 @@
 
 use std::path::{Path, PathBuf};
 
-use caprl_common::telemetry::plot::ema;
-use caprl_common::telemetry::{write_report, PngFont, ReportOptions, TelemetryError};
+use caprl_common::telemetry::TelemetryError;
+use caprl_report::plot::ema;
+use caprl_report::{write_report, PngFont, ReportOptions};
 
-#[path = "support/xe_rl_run.rs"]
+#[path = "../../tests/support/xe_rl_run.rs"]
 mod xe_rl_run;
 use xe_rl_run::{xe_then_rl_run, RL_CAPTION, XE_CAPTION};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/telemetry")
+        .join("../tests/fixtures/telemetry")
         .join(name)
 }
 

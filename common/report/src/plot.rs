@@ -12,8 +12,8 @@ use ab_glyph::FontArc;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::error::{Result, TelemetryError};
-use super::png_text::TextBitmap;
+use crate::png_text::TextBitmap;
+use caprl_common::telemetry::{Result, TelemetryError};
 
 /// Pixel size of every plot.
 pub const PLOT_SIZE: (u32, u32) = (720, 360);
