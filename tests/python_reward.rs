@@ -62,6 +62,18 @@ fn python_sets(data: &Path, run: &Path, module: &Path, spec: &str) -> Vec<String
     sets(data, run, 1, &[&spec, &python])
 }
 
+/// `caprl local` over the tiny data set in `dir` with reward `spec` served from the test module,
+/// and one more key `extra`: the module's path, the run directory and the arguments.
+fn local_args(dir: &Path, spec: &str, extra: &str) -> (PathBuf, PathBuf, Vec<String>) {
+    let data = synth(dir);
+    let module = module(dir);
+    let run = dir.join("run");
+    let mut args = vec!["local".to_string()];
+    args.extend(python_sets(&data, &run, &module, spec));
+    args.extend(["--set".to_string(), extra.to_string()]);
+    (module, run, args)
+}
+
 fn calls(module: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(module.with_file_name("calls.jsonl")).unwrap_or_default();
     text.lines()
@@ -144,12 +156,7 @@ fn python_children(module: &Path) -> Vec<u32> {
 fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
-    let data = synth(dir.path());
-    let module = module(dir.path());
-    let run = dir.path().join("run");
-    let mut args = vec!["local".to_string()];
-    args.extend(python_sets(&data, &run, &module, "cider=1,py:length=0.5"));
-    args.extend(["--set".into(), "train.rl_epochs=3".into()]);
+    let (module, run, args) = local_args(dir.path(), "cider=1,py:length=0.5", "train.rl_epochs=3");
     let local = spawn_group(&args);
     let started = Instant::now();
     while steps(&run, "rl").is_empty() {
@@ -346,12 +353,8 @@ fn bench_reward_prints_a_row_per_reward() {
 fn a_python_reward_slower_than_ack_wait_is_not_scored_twice() {
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
-    let data = synth(dir.path());
-    let module = module(dir.path());
-    let run = dir.path().join("run");
-    let mut args = vec!["local".to_string()];
-    args.extend(python_sets(&data, &run, &module, "cider=1,py:slow=1"));
-    args.extend(["--set".into(), "runtime.ack_wait_secs=2".into()]);
+    let (module, run, args) =
+        local_args(dir.path(), "cider=1,py:slow=1", "runtime.ack_wait_secs=2");
     let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(300));
     assert!(ok, "{out}");
     let slow_calls = std::fs::read(module.with_file_name("slow-calls")).unwrap();

@@ -149,8 +149,12 @@ impl Rewarder {
                 return Err(RewardError::PythonStart {
                     module: String::new(),
                     message: format!(
-                        "reward.spec names {PREFIX}{} and reward.python names no module",
-                        functions.join(", py:")
+                        "reward.spec names {} and reward.python names no module",
+                        functions
+                            .iter()
+                            .map(|f| format!("{PREFIX}{f}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 })
             }

@@ -8,10 +8,7 @@ const fn def(name: &'static str, about: &'static str, build: Build) -> RewardDef
     RewardDef {
         name,
         about,
-        needs: Needs {
-            encoder: false,
-            discriminator: false,
-        },
+        needs: Needs::NOTHING,
         build,
     }
 }

@@ -12,10 +12,7 @@ use crate::RewardError;
 pub const DEF: RewardDef = RewardDef {
     name: "cider",
     about: "CIDEr-D against the image's references",
-    needs: Needs {
-        encoder: false,
-        discriminator: false,
-    },
+    needs: Needs::NOTHING,
     build,
 };
 
@@ -36,10 +33,11 @@ impl Reward for Cider {
             .captions
             .iter()
             .map(|c| {
-                let refs = prepared.entry(c.row).or_insert_with(|| {
-                    let refs: Vec<Vec<u32>> =
-                        c.refs.iter().map(|r| with_eos(r, settings.eos)).collect();
-                    cider.prepare(&refs)
+                let refs = prepared.entry(c.row).or_insert_with(|| match settings.eos {
+                    true => {
+                        cider.prepare(&c.refs.iter().map(|r| with_eos(r, true)).collect::<Vec<_>>())
+                    }
+                    false => cider.prepare(c.refs),
                 });
                 cider.score(refs, &settings.sentence(c))
             })

@@ -10,7 +10,7 @@ use crate::RewardError;
 
 const ENCODER: Needs = Needs {
     encoder: true,
-    discriminator: false,
+    ..Needs::NOTHING
 };
 
 pub const BICONT: RewardDef = RewardDef {

@@ -17,10 +17,7 @@ use crate::RewardError;
 pub const DEF: RewardDef = RewardDef {
     name: "embed",
     about: "cosine of caption and image in a joint embedding (paper 001)",
-    needs: Needs {
-        encoder: false,
-        discriminator: false,
-    },
+    needs: Needs::NOTHING,
     build,
 };
 

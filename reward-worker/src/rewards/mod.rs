@@ -57,6 +57,12 @@ pub struct Needs {
 }
 
 impl Needs {
+    /// Nothing besides the captions and their references.
+    pub const NOTHING: Needs = Needs {
+        encoder: false,
+        discriminator: false,
+    };
+
     fn or(self, other: Needs) -> Needs {
         Needs {
             encoder: self.encoder || other.encoder,
@@ -174,7 +180,7 @@ impl Named<'_> {
     pub fn needs(&self) -> Needs {
         match self {
             Named::Builtin(def) => def.needs,
-            Named::Python(_) => Needs::default(),
+            Named::Python(_) => Needs::NOTHING,
         }
     }
 }

@@ -6,10 +6,7 @@ use crate::RewardError;
 pub const DEF: RewardDef = RewardDef {
     name: "rouge",
     about: "ROUGE-L against the image's references",
-    needs: Needs {
-        encoder: false,
-        discriminator: false,
-    },
+    needs: Needs::NOTHING,
     build,
 };
 

@@ -14,8 +14,9 @@ use caprl_model::model::Device;
 use caprl_reward_worker::{ClipReward, Rewarder};
 use caprl_score::intern::Interner;
 use caprl_score::{CiderD, PreparedRefs};
-use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_wire::{DecodeKind, Rollout};
 
+use super::rollouts;
 use crate::cli::write_stdout;
 
 #[derive(Debug, clap::Args)]
@@ -34,6 +35,13 @@ pub struct ClipBenchArgs {
 
 /// A row of the table: its name and the work it times.
 type Row<'a> = (&'static str, Box<dyn FnMut() -> Result<()> + 'a>);
+
+/// The captions of each image in a rollout, as WTF-RL sends them.
+const KINDS: [DecodeKind; 3] = [
+    DecodeKind::Beam,
+    DecodeKind::Greedy,
+    DecodeKind::GroundTruth,
+];
 
 /// Interleaved timing rounds per row.
 const ROUNDS: usize = 5;
@@ -88,7 +96,7 @@ fn setup(args: &ClipBenchArgs, dir: &std::path::Path) -> Result<Setup> {
         .cycle()
         .take(args.rollouts)
         .enumerate()
-        .map(|(i, chunk)| rollout(&data, chunk, i as u64))
+        .map(|(i, chunk)| rollouts::of_references(&data, chunk, &KINDS, i as u64))
         .collect();
     // Plain CIDEr-D (no `<eos>` marker), so the bare scorer scores the same sentences.
     let df = Rewarder::training_df(&data, items, false);
@@ -236,36 +244,4 @@ fn interleaved_best(rows: &mut [Row<'_>], captions: usize) -> Result<Vec<f64>> {
         }
     }
     Ok(best)
-}
-
-fn rollout(data: &Dataset, chunk: &[caprl_data::Item], id: u64) -> Rollout {
-    let max_len = 16;
-    let mut sequences = Vec::new();
-    for it in chunk {
-        let refs = it.targets(&data.vocab, max_len);
-        for (k, kind) in [
-            DecodeKind::Beam,
-            DecodeKind::Greedy,
-            DecodeKind::GroundTruth,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let tokens = refs[k % refs.len()].clone();
-            sequences.push(Sequence {
-                image_row: it.row as u32,
-                kind,
-                logprobs: vec![-1.0; tokens.len()],
-                tokens,
-            });
-        }
-    }
-    Rollout {
-        task_id: TaskId(id),
-        data: Default::default(),
-        policy_version: PolicyVersion(0),
-        actor_id: "bench".into(),
-        sequences,
-        decode_seconds: 0.0,
-    }
 }

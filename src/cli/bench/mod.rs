@@ -11,6 +11,7 @@ mod clip;
 mod model;
 mod pipeline;
 mod reward;
+mod rollouts;
 mod scale;
 mod transformer;
 mod transport;

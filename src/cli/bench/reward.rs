@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use caprl_common::config::RewardSpec;
 use caprl_data::{synth, Dataset, SynthConfig};
 use caprl_reward_worker::Rewarder;
-use caprl_wire::{DecodeKind, PolicyVersion, Rollout, Sequence, TaskId};
+use caprl_wire::{DecodeKind, Rollout};
 
+use super::rollouts;
 use crate::cli::write_stdout;
 
 #[derive(Debug, clap::Args)]
@@ -53,11 +54,14 @@ pub fn run(args: RewardBenchArgs) -> Result<()> {
     synth(&data_dir, &config)?;
     let data = Dataset::open(&data_dir)?;
     let items = &data.train.items;
+    // Per image `--samples` sampled captions and the greedy one.
+    let mut kinds = vec![DecodeKind::Sample; args.samples];
+    kinds.push(DecodeKind::Greedy);
     let rollouts: Vec<Rollout> = items
         .chunks(args.images.max(1))
         .take(args.rollouts)
         .enumerate()
-        .map(|(i, chunk)| rollout(&data, chunk, args.samples, i as u64))
+        .map(|(i, chunk)| rollouts::of_references(&data, chunk, &kinds, i as u64))
         .collect();
     let df = Rewarder::training_df(&data, items, true);
     let mut rewarders = Vec::with_capacity(args.rewards.len());
@@ -96,34 +100,4 @@ pub fn run(args: RewardBenchArgs) -> Result<()> {
         ));
     }
     write_stdout(&out)
-}
-
-/// One rollout: per image of `chunk`, `samples` captions and a greedy one, each a reference of
-/// the image (a caption as long and as worded as a trained model's).
-fn rollout(data: &Dataset, chunk: &[caprl_data::Item], samples: usize, id: u64) -> Rollout {
-    let mut sequences = Vec::new();
-    for it in chunk {
-        let refs = it.targets(&data.vocab, 16);
-        for k in 0..=samples {
-            let kind = match k < samples {
-                true => DecodeKind::Sample,
-                false => DecodeKind::Greedy,
-            };
-            let tokens = refs[k % refs.len()].clone();
-            sequences.push(Sequence {
-                image_row: it.row as u32,
-                kind,
-                logprobs: vec![-1.0; tokens.len()],
-                tokens,
-            });
-        }
-    }
-    Rollout {
-        task_id: TaskId(id),
-        data: Default::default(),
-        policy_version: PolicyVersion(0),
-        actor_id: "bench".into(),
-        sequences,
-        decode_seconds: 0.0,
-    }
 }
