@@ -136,7 +136,7 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
     }
     if uses_clip(cfg) {
         let path = std::path::Path::new(&cfg.clip.reward);
-        let encoder = caprl_common::clip::open_encoder(path, &data.vocab).with_context(|| {
+        let encoder = caprl_clip::open_encoder(path, &data.vocab).with_context(|| {
             format!(
                 "opening the reward encoder [clip] reward = {}",
                 path.display()

@@ -4,7 +4,7 @@
 
 mod support;
 
-#[path = "../common/tests/support/tiny_clip.rs"]
+#[path = "../common/clip/tests/support/tiny_clip.rs"]
 mod tiny_clip;
 
 use std::path::Path;

@@ -326,8 +326,9 @@ fn a_snapshot_of_another_vocabulary_is_refused_and_the_previous_one_kept() {
     // mean other words here, so the actor refuses the snapshot and decodes with the one it has.
     let s = setup("othervocab");
     let model = Captioner::new(&s.model_cfg, &Device::Cpu, 1).unwrap();
-    let stamped =
-        |vocab: &str| Bytes::from(snapshot::encode(&model, None, DType::F32, Some(vocab)).unwrap());
+    let stamped = |vocab: &str| {
+        Bytes::from(snapshot::encode(&model, Vec::new(), DType::F32, Some(vocab)).unwrap())
+    };
     s.rt.block_on(s.bus.put_snapshot(0, stamped(s.data.vocab.hash())))
         .unwrap();
     let (stop_tx, stop_rx) = ShutdownTrigger::new();

@@ -1,10 +1,9 @@
 //! caprl-common: what joins caprl's layers into a run. The layers below are crates of their
 //! own, which the roles name directly: `caprl-wire` (messages, codec, the config rule type),
 //! `caprl-data` (data sets), `caprl-model` (models, kernels, decoding, AdamW) and `caprl-score`
-//! (CIDEr-D and the other metrics).
+//! (CIDEr-D and the other metrics); `caprl-clip`, the joint text–image embeddings, sits above
+//! it.
 //!
-//! - [`clip`]: joint text–image embeddings (own dual encoder, Hugging Face CLIP loader), the
-//!   discriminator and retrieval metrics of paper 004.
 //! - [`config`]: the one typed, validated run configuration.
 //! - [`bus`]: the message bus (NATS JetStream and in-process).
 //! - [`role`]: what the roles share: heartbeats and the serve loop of actor and reward worker.
@@ -16,7 +15,6 @@
 //! - [`process`]: the process-wide settings the binary and benchmarks start with.
 
 pub mod bus;
-pub mod clip;
 pub mod config;
 pub mod process;
 pub mod progress;

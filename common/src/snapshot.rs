@@ -1,21 +1,20 @@
 //! The policy snapshot the learner broadcasts, written and read only here: the captioner's
-//! tensors (in the snapshot dtype) and, with a `disc` reward, the discriminator's (`disc.*`),
-//! sorted by name, and one metadata entry, the [`Stamp`], naming the vocabulary they were
-//! trained on. Actors read the policy, reward workers the discriminator; a snapshot of another
-//! vocabulary is refused with both hashes named (its ids would mean other words), and every
-//! tensor is checked by name and shape against the reader's `[model]` config on load.
+//! tensors (in the snapshot dtype) and any tensors that ride along (with a `disc` reward, the
+//! discriminator's `disc.*`, read by reward workers through `caprl-clip`), sorted by name, and
+//! one metadata entry, the [`Stamp`], naming the vocabulary they were trained on. A snapshot of
+//! another vocabulary is refused with both hashes named (its ids would mean other words)
+//! ([`check_stamp`]), and every tensor is checked by name and shape against the reader's
+//! `[model]` config on load.
 //!
 //! One metadata key, so the same weights always give the same bytes. A snapshot without a
 //! stamp (written by hand, or by a learner from before stamps) is read unchecked.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::clip::{ClipError, Discriminator};
 use caprl_model::model::params::{self, Poisoned};
-use caprl_model::model::{Captioner, CaptionerConfig, DType, Device, ModelError};
+use caprl_model::model::{Captioner, CaptionerConfig, DType, Device, ModelError, Tensor};
 
 /// The metadata key of the [`Stamp`].
 const STAMP_KEY: &str = "caprl.snapshot";
@@ -39,8 +38,6 @@ pub enum SnapshotError {
     BadStamp(String),
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error(transparent)]
-    Clip(#[from] ClipError),
     #[error("tensor error: {0}")]
     Candle(#[from] candle_core::Error),
     #[error(transparent)]
@@ -49,11 +46,11 @@ pub enum SnapshotError {
     Serialise(#[from] safetensors::SafeTensorError),
 }
 
-/// The snapshot of `model` (its tensors in `dtype`) and `disc`, stamped with `vocab_hash` when
-/// given.
+/// The snapshot of `model` (its tensors in `dtype`) and the named tensors `riders` (kept in
+/// their own dtype), stamped with `vocab_hash` when given.
 pub fn encode(
     model: &Captioner,
-    disc: Option<&Discriminator>,
+    riders: Vec<(String, Tensor)>,
     dtype: DType,
     vocab_hash: Option<&str>,
 ) -> Result<Vec<u8>, SnapshotError> {
@@ -63,9 +60,7 @@ pub fn encode(
         .into_iter()
         .map(|(k, t)| Ok((k, t.to_dtype(dtype)?)))
         .collect::<Result<Vec<_>, candle_core::Error>>()?;
-    if let Some(disc) = disc {
-        named.extend(disc.tensors()?);
-    }
+    named.extend(riders);
     let metadata = match vocab_hash {
         Some(hash) => {
             let stamp = Stamp {
@@ -92,17 +87,6 @@ pub fn load_policy(
     Ok(Captioner::from_safetensors(bytes, cfg, device)?)
 }
 
-/// The discriminator riding in snapshot `bytes` (`None` when it carries none), after checking
-/// that it was trained on vocabulary `vocab_hash`; `name` names the snapshot in errors.
-pub fn load_discriminator(
-    bytes: &[u8],
-    name: &str,
-    vocab_hash: &str,
-) -> Result<Option<Discriminator>, SnapshotError> {
-    check_stamp(bytes, vocab_hash)?;
-    Ok(Discriminator::from_safetensors(bytes, Path::new(name))?)
-}
-
 /// The stamp of snapshot `bytes`, if it has one.
 pub fn stamp(bytes: &[u8]) -> Result<Option<Stamp>, SnapshotError> {
     let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)?;
@@ -114,7 +98,9 @@ pub fn stamp(bytes: &[u8]) -> Result<Option<Stamp>, SnapshotError> {
     }
 }
 
-fn check_stamp(bytes: &[u8], vocab_hash: &str) -> Result<(), SnapshotError> {
+/// Refuses snapshot `bytes` when its stamp names another vocabulary than `vocab_hash` (an
+/// unstamped snapshot passes); every reader of a snapshot calls this first.
+pub fn check_stamp(bytes: &[u8], vocab_hash: &str) -> Result<(), SnapshotError> {
     match stamp(bytes)? {
         Some(s) if s.vocab_hash != vocab_hash => Err(SnapshotError::OtherVocabulary {
             found: s.vocab_hash,
@@ -139,16 +125,16 @@ mod tests {
     #[test]
     fn a_snapshot_loads_for_its_vocabulary_only_and_the_same_weights_give_the_same_bytes() {
         let (m, cfg) = model();
-        let disc = Discriminator::new(8, &Device::Cpu, 2).unwrap();
-        let bytes = encode(&m, Some(&disc), DType::F32, Some("v1")).unwrap();
-        assert_eq!(
-            bytes,
-            encode(&m, Some(&disc), DType::F32, Some("v1")).unwrap()
-        );
+        let rider = || {
+            let t = Tensor::arange(0f32, 6., &Device::Cpu).unwrap();
+            vec![("disc.w".to_string(), t)]
+        };
+        let bytes = encode(&m, rider(), DType::F32, Some("v1")).unwrap();
+        assert_eq!(bytes, encode(&m, rider(), DType::F32, Some("v1")).unwrap());
         assert_eq!(stamp(&bytes).unwrap().unwrap().vocab_hash, "v1");
         let back = load_policy(&bytes, &cfg, &Device::Cpu, "v1").unwrap();
         assert_eq!(back.to_safetensors().unwrap(), m.to_safetensors().unwrap());
-        assert!(load_discriminator(&bytes, "snap", "v1").unwrap().is_some());
+        assert!(check_stamp(&bytes, "v1").is_ok());
         let err = match load_policy(&bytes, &cfg, &Device::Cpu, "v2") {
             Ok(_) => panic!("a snapshot of vocabulary v1 loaded for v2"),
             Err(e) => e.to_string(),
@@ -157,7 +143,7 @@ mod tests {
             err.contains("v1") && err.contains("v2") && err.contains("data.dir"),
             "{err}"
         );
-        assert!(load_discriminator(&bytes, "snap", "v2").is_err());
+        assert!(check_stamp(&bytes, "v2").is_err());
         // Unstamped bytes (a model's own safetensors) are read unchecked.
         let plain = m.to_safetensors().unwrap();
         assert_eq!(stamp(&plain).unwrap(), None);

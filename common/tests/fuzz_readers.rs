@@ -1,8 +1,8 @@
 //! Bad input for the readers `fuzz_inputs.rs` does not reach, as property tests: NumPy
 //! features (`features/fc/<id>.npy`, `features/att/<id>.npz` or `.npy`), CIDEr-D
-//! document-frequency tables (`train-df.bin`), and a Hugging Face CLIP checkpoint's
-//! `config.json` and `tokenizer.json`. Mutated or random bytes give a value or an error that
-//! names the file, never a panic or a runaway allocation.
+//! document-frequency tables (`train-df.bin`); the Hugging Face CLIP checkpoint's readers are
+//! fuzzed in `common/clip/tests/fuzz_hf.rs`. Mutated or random bytes give a value or an error
+//! that names the file, never a panic or a runaway allocation.
 //!
 //! Cases, seed and saved failures: `support/fuzz.rs` (`CAPRL_FUZZ_CASES`, `CAPRL_FUZZ_SEED`,
 //! `fuzz_readers.proptest-regressions`).
@@ -11,17 +11,11 @@
 mod ci;
 #[path = "support/fuzz.rs"]
 mod fuzz;
-#[path = "support/tiny_clip.rs"]
-mod tiny_clip;
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::OnceLock;
 
-use caprl_common::clip::hf::HfClip;
-use caprl_common::clip::Encoder;
-use caprl_data::{npy, Dataset, Vocab};
-use caprl_model::model::EOS;
+use caprl_data::{npy, Dataset};
 use caprl_score::DocFreq;
 use fuzz::{mutate, mutations};
 use proptest::prelude::*;
@@ -107,59 +101,6 @@ fn df_bytes(dir: &Path) -> Vec<u8> {
     std::fs::read(&path).unwrap()
 }
 
-/// The three files of a tiny CLIP checkpoint and the caption vocabulary it was made for,
-/// written once per test binary.
-struct Clip {
-    vocab: Vocab,
-    config: Vec<u8>,
-    tokenizer: Vec<u8>,
-    weights: Vec<u8>,
-}
-
-fn clip() -> &'static Clip {
-    static CLIP: OnceLock<Clip> = OnceLock::new();
-    CLIP.get_or_init(|| {
-        let caps: Vec<Vec<String>> = ["a red cube on a table", "two blue balls near a cone"]
-            .iter()
-            .map(|c| c.split(' ').map(String::from).collect())
-            .collect();
-        let vocab = Vocab::build(caps.iter().map(Vec::as_slice), 1);
-        let words = tiny_clip::plain_words(&vocab);
-        let dir = tempfile::tempdir().unwrap();
-        tiny_clip::write(dir.path(), &words);
-        let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
-        Clip {
-            config: read("config.json"),
-            tokenizer: read("tokenizer.json"),
-            weights: read("model.safetensors"),
-            vocab,
-        }
-    })
-}
-
-/// Writes the tiny checkpoint with `config` and `tokenizer` in place of its own files into
-/// `dir`, opens it and, when it opens, embeds two captions. Returns the error text, if any.
-fn open_clip(dir: &Path, config: &[u8], tokenizer: &[u8]) -> Option<String> {
-    let c = clip();
-    std::fs::write(dir.join("config.json"), config).unwrap();
-    std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
-    std::fs::write(dir.join("model.safetensors"), &c.weights).unwrap();
-    let model = match HfClip::open(dir, &c.vocab) {
-        Ok(m) => m,
-        Err(e) => return Some(e.to_string()),
-    };
-    let caption = |text: &str| {
-        let mut ids: Vec<u32> = text.split(' ').map(|w| c.vocab.id(w)).collect();
-        ids.push(EOS);
-        ids
-    };
-    let captions = [
-        caption("a red cube"),
-        caption("two blue balls near a table"),
-    ];
-    model.embed_captions(&captions).err().map(|e| e.to_string())
-}
-
 #[test]
 fn valid_samples_open() {
     // The files the properties mutate are themselves valid.
@@ -177,10 +118,6 @@ fn valid_samples_open() {
         (df.num_images(), df.get(&[4]), df.words().len()),
         (5, 5, 12)
     );
-
-    let c = clip();
-    let clip_dir = tempfile::tempdir().unwrap();
-    assert_eq!(open_clip(clip_dir.path(), &c.config, &c.tokenizer), None);
 }
 
 /// A mutated copy of `valid` with its SHA-256 trailer recomputed, so the damage reaches the
@@ -191,18 +128,6 @@ fn resealed(valid: &[u8], muts: &[fuzz::Mutation]) -> Vec<u8> {
     let digest = Sha256::digest(&bytes);
     bytes.extend_from_slice(&digest);
     bytes
-}
-
-/// A JSON value to put in place of one number of `config.json`.
-fn config_value() -> impl Strategy<Value = serde_json::Value> {
-    prop_oneof![
-        (0u64..70).prop_map(serde_json::Value::from),
-        any::<u64>().prop_map(serde_json::Value::from),
-        any::<i64>().prop_map(serde_json::Value::from),
-        any::<f64>().prop_map(|f| serde_json::json!(f)),
-        Just(serde_json::Value::Null),
-        ".{0,8}".prop_map(serde_json::Value::from),
-    ]
 }
 
 proptest! {
@@ -243,44 +168,6 @@ proptest! {
                 let _ = (df.get(&[4, 6]), df.len(), df.words().len());
             }
             Err(e) => prop_assert!(e.to_string().contains("train-df.bin"), "{}", e),
-        }
-    }
-
-    #[test]
-    fn clip_checkpoint_reader_never_panics_on_mutated_config_or_tokenizer(
-        in_tokenizer in any::<bool>(),
-        muts in mutations(),
-    ) {
-        let c = clip();
-        let dir = tempfile::tempdir().unwrap();
-        let (config, tokenizer) = if in_tokenizer {
-            (c.config.clone(), mutate(&c.tokenizer, &muts))
-        } else {
-            (mutate(&c.config, &muts), c.tokenizer.clone())
-        };
-        if let Some(e) = open_clip(dir.path(), &config, &tokenizer) {
-            prop_assert!(!e.is_empty());
-        }
-    }
-
-    #[test]
-    fn clip_config_reader_refuses_bad_values_without_panicking(
-        section in prop::sample::select(vec!["", "text_config", "vision_config"]),
-        key in prop::sample::select(vec![
-            "projection_dim", "logit_scale_init_value", "vocab_size", "hidden_size",
-            "intermediate_size", "max_position_embeddings", "num_hidden_layers",
-            "num_attention_heads", "num_channels", "image_size", "patch_size", "hidden_act",
-        ]),
-        value in config_value(),
-    ) {
-        let c = clip();
-        let mut config: serde_json::Value = serde_json::from_slice(&c.config).unwrap();
-        let target = if section.is_empty() { &mut config } else { &mut config[section] };
-        target[key] = value;
-        let dir = tempfile::tempdir().unwrap();
-        let text = serde_json::to_vec(&config).unwrap();
-        if let Some(e) = open_clip(dir.path(), &text, &c.tokenizer) {
-            prop_assert!(!e.is_empty());
         }
     }
 }

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use caprl_common::clip::disc::{DiscStats, Pairs};
-use caprl_common::clip::{Discriminator, Encoder};
+use caprl_clip::disc::{DiscStats, Pairs};
+use caprl_clip::{Discriminator, Encoder};
 use caprl_data::Dataset;
 use caprl_model::optim::{AdamW, AdamWParams};
 
@@ -37,7 +37,7 @@ pub struct OnlineDisc {
 }
 
 /// A discriminator failure, kept as a [`LearnerError::Clip`] under what was being done.
-fn clip_err(e: caprl_common::clip::ClipError) -> LearnerError {
+fn clip_err(e: caprl_clip::ClipError) -> LearnerError {
     LearnerError::While {
         doing: "the discriminator".into(),
         source: Box::new(e.into()),
@@ -133,13 +133,7 @@ impl OnlineDisc {
         &self,
         data: &Dataset,
         caps: &Captions,
-    ) -> Result<
-        (
-            caprl_common::clip::Embeddings,
-            caprl_common::clip::Embeddings,
-        ),
-        LearnerError,
-    > {
+    ) -> Result<(caprl_clip::Embeddings, caprl_clip::Embeddings), LearnerError> {
         let rows: Vec<usize> = caps.iter().map(|(r, _)| *r).collect();
         let toks: Vec<Vec<u32>> = caps.iter().map(|(_, t)| t.clone()).collect();
         Ok((

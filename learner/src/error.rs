@@ -25,7 +25,7 @@ pub enum LearnerError {
     Config(#[from] caprl_common::config::ConfigError),
     /// The text–image encoder of the CLIP rewards.
     #[error(transparent)]
-    Clip(#[from] caprl_common::clip::ClipError),
+    Clip(#[from] caprl_clip::ClipError),
     /// METEOR's jar (`caprl eval --meteor`).
     #[error(transparent)]
     Meteor(#[from] caprl_score::MeteorError),

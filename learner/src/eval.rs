@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use caprl_wire::Sampling;
 
-use caprl_common::clip::retrieval::{recall, RECALL_KS};
-use caprl_common::clip::Encoder;
+use caprl_clip::retrieval::{recall, RECALL_KS};
+use caprl_clip::Encoder;
 use caprl_common::progress::Progress;
 use caprl_data::{Dataset, Item};
 use caprl_model::model::{

@@ -16,7 +16,7 @@
 
 use std::sync::RwLock;
 
-use caprl_common::clip::{matmul, retrieval, transpose, DiscScorer, Embeddings, Encoder};
+use caprl_clip::{matmul, retrieval, transpose, DiscScorer, Embeddings, Encoder};
 use caprl_data::{Dataset, Item};
 use caprl_wire::{DecodeKind, Rollout};
 
@@ -66,7 +66,7 @@ impl ClipReward {
         items: &[Item],
         tau: f32,
         k: usize,
-    ) -> caprl_common::clip::Result<Self> {
+    ) -> caprl_clip::Result<Self> {
         let rows: Vec<usize> = items.iter().map(|it| it.row).collect();
         let images = encoder.embed_images(data, &rows)?;
         let neighbours = retrieval::nearest(&images, k)?;
@@ -90,7 +90,7 @@ impl ClipReward {
     }
 
     /// Scores with `disc` (the discriminator of policy snapshot `version`, see
-    /// [`caprl_common::clip::Discriminator::scorer`]) from now on.
+    /// [`caprl_clip::Discriminator::scorer`]) from now on.
     pub fn set_discriminator(&self, version: u64, disc: DiscScorer) {
         if let Ok(mut d) = self.disc.write() {
             *d = Some((version, disc));
@@ -103,13 +103,13 @@ impl ClipReward {
 
     /// The clip-family values of every sequence of `rollout` (`None` for a row outside the
     /// split), with `disc` filled when a discriminator is held.
-    pub fn score(&self, rollout: &Rollout) -> caprl_common::clip::Result<Vec<Option<ClipParts>>> {
+    pub fn score(&self, rollout: &Rollout) -> caprl_clip::Result<Vec<Option<ClipParts>>> {
         let texts = self.embed(rollout)?;
         self.score_embedded(rollout, &texts)
     }
 
     /// The text embeddings of every sequence of `rollout`.
-    pub fn embed(&self, rollout: &Rollout) -> caprl_common::clip::Result<Embeddings> {
+    pub fn embed(&self, rollout: &Rollout) -> caprl_clip::Result<Embeddings> {
         let seqs = &rollout.sequences;
         self.encoder
             .embed_captions(&seqs.iter().map(|s| s.tokens.clone()).collect::<Vec<_>>())
@@ -122,7 +122,7 @@ impl ClipReward {
         &self,
         rollout: &Rollout,
         texts: &Embeddings,
-    ) -> caprl_common::clip::Result<Vec<Option<ClipParts>>> {
+    ) -> caprl_clip::Result<Vec<Option<ClipParts>>> {
         let seqs = &rollout.sequences;
         let pool: Vec<usize> = (0..seqs.len())
             .filter(|&i| {

@@ -62,7 +62,7 @@ pub enum RewardError {
     #[error("reward `disc` needs the discriminator, which rides in the learner's policy snapshot; none is held yet (is the learner configured with the same rewards?)")]
     NoDiscriminator,
     #[error("clip reward: {0}")]
-    Clip(#[from] caprl_common::clip::ClipError),
+    Clip(#[from] caprl_clip::ClipError),
     #[error("fitting the embedding reward: {0}")]
     Embed(#[from] caprl_data::DataError),
     #[error("image row {0} has no references in the training split (task and data set disagree: is every role using the same data set?)")]

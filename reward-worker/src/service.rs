@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use caprl_clip::Discriminator;
 use caprl_common::bus::{Bus, BusError, Delivery, Queue};
 use caprl_common::role::{self, Problem, Role, ServeSpec, Work};
 use caprl_common::shutdown::Shutdown;
-use caprl_common::snapshot::{self, SnapshotError};
 use caprl_common::telemetry;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_wire::{Rollout, ScoredRollout, TaskId};
@@ -292,9 +292,8 @@ async fn refresh_discriminator(
     let name = format!("<policy snapshot v{}>", meta.version);
     let vocab = cfg.rewarder.vocab_hash().to_string();
     let disc = tokio::task::spawn_blocking(move || {
-        let disc = snapshot::load_discriminator(&bytes, &name, &vocab)?;
-        disc.map(|d| d.scorer().map_err(SnapshotError::from))
-            .transpose()
+        let disc = Discriminator::from_snapshot(&bytes, &name, &vocab)?;
+        disc.map(|d| d.scorer()).transpose()
     })
     .await
     .map_err(|e| WorkerError::Join(e.to_string()))?;

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use caprl_common::clip::{self, Discriminator, Embeddings, Encoder};
+use caprl_clip::{Discriminator, Embeddings, Encoder};
 use caprl_common::config::RewardSpec;
 use caprl_data::{synth, Dataset, Item, SynthConfig};
 use caprl_model::model::EOS;
@@ -22,7 +22,7 @@ impl Encoder for Toy {
     fn dim(&self) -> usize {
         2
     }
-    fn embed_captions(&self, captions: &[Vec<u32>]) -> clip::Result<Embeddings> {
+    fn embed_captions(&self, captions: &[Vec<u32>]) -> caprl_clip::Result<Embeddings> {
         let mut data = Vec::new();
         for c in captions {
             let key: Vec<u32> = c.iter().copied().take_while(|&t| t != EOS).collect();
@@ -30,7 +30,7 @@ impl Encoder for Toy {
         }
         Ok(Embeddings::normalised(2, data))
     }
-    fn embed_images(&self, _data: &Dataset, rows: &[usize]) -> clip::Result<Embeddings> {
+    fn embed_images(&self, _data: &Dataset, rows: &[usize]) -> caprl_clip::Result<Embeddings> {
         let data = rows.iter().flat_map(|r| self.images[r].clone()).collect();
         Ok(Embeddings::normalised(2, data))
     }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use caprl_common::clip::train::{self, Pairs, TrainOptions};
+use caprl_clip::train::{self, Pairs, TrainOptions};
 use caprl_data::{Dataset, Item};
 
 use super::{write_stdout, Global};

@@ -122,7 +122,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let encoder = match eval_encoder_path(args.clip.as_deref(), &loaded.cfg) {
         Some(path) => Some(
-            caprl_common::clip::open_encoder(&path, &loaded.data.vocab)
+            caprl_clip::open_encoder(&path, &loaded.data.vocab)
                 .with_context(|| format!("opening the evaluation encoder {}", path.display()))?,
         ),
         None => None,

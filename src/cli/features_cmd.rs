@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use caprl_common::clip::hf::HfClip;
+use caprl_clip::hf::HfClip;
 use caprl_common::progress::Progress;
 use caprl_data::{write_safetensors, Vocab};
 
@@ -32,7 +32,7 @@ pub fn run(args: Args) -> Result<()> {
     let vocab = Vocab::build(std::iter::empty::<&[String]>(), 1);
     let clip = HfClip::open(&args.clip, &vocab)
         .with_context(|| format!("opening the CLIP checkpoint {}", args.clip.display()))?;
-    let dim = caprl_common::clip::Encoder::dim(&clip);
+    let dim = caprl_clip::Encoder::dim(&clip);
 
     let progress = Progress::new(paths.len() as u64, "features");
     let mut fc = Vec::with_capacity(paths.len() * dim);

@@ -93,7 +93,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let encoder = match super::eval_cmd::eval_encoder_path(None, &cfg) {
         Some(p) => Some(
-            caprl_common::clip::open_encoder(&p, &data.vocab)
+            caprl_clip::open_encoder(&p, &data.vocab)
                 .with_context(|| format!("opening the evaluation encoder {}", p.display()))?,
         ),
         None => None,
@@ -172,8 +172,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
 
 /// Trains a dual encoder into `path` unless one for this data set's vocabulary is there.
 fn ensure_encoder(path: &Path, data: &caprl_data::Dataset, seed: u64) -> Result<()> {
-    use caprl_common::clip::train::{self as clip_train, TrainOptions};
-    if caprl_common::clip::DualEncoder::load(path, &data.vocab).is_ok() {
+    use caprl_clip::train::{self as clip_train, TrainOptions};
+    if caprl_clip::DualEncoder::load(path, &data.vocab).is_ok() {
         return Ok(());
     }
     tracing::info!("training the dual encoder {} (seed {seed})", path.display());

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use caprl_clip::Discriminator;
 use caprl_common::bus::SnapshotMeta;
-use caprl_common::clip::Discriminator;
 use caprl_common::snapshot;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
@@ -123,7 +123,16 @@ impl Driver {
         let started = Instant::now();
         let bytes = stages::time(Stage::SnapshotSerialise, || {
             let vocab = self.vocab_hash.as_deref();
-            snapshot::encode(model, disc, self.opts.snapshot_dtype, vocab)
+            let riders = match disc {
+                Some(disc) => disc.tensors()?,
+                None => Vec::new(),
+            };
+            Ok::<_, LearnerError>(snapshot::encode(
+                model,
+                riders,
+                self.opts.snapshot_dtype,
+                vocab,
+            )?)
         })
         .doing(|| "serialising the policy snapshot".into())?;
         let bytes = Bytes::from(bytes);

@@ -22,7 +22,7 @@ pub(super) fn online_disc(
     resumed_from: Option<&Path>,
 ) -> Result<OnlineDisc> {
     let open = || {
-        caprl_common::clip::open_encoder(Path::new(&cfg.clip.reward), &data.vocab).doing(|| {
+        caprl_clip::open_encoder(Path::new(&cfg.clip.reward), &data.vocab).doing(|| {
             format!(
                 "opening the reward encoder [clip] reward = {}",
                 cfg.clip.reward

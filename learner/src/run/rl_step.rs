@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::Result;
-use caprl_common::clip::Discriminator;
+use caprl_clip::Discriminator;
 use caprl_common::config::{KlIn, Mode, PpoProximal, RunConfig};
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::StepRecord;

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use caprl_common::clip::train::{self, Pairs, TrainOptions};
-use caprl_common::clip::Discriminator;
+use caprl_clip::train::{self, Pairs, TrainOptions};
+use caprl_clip::Discriminator;
 use caprl_common::config::RewardSpec;
 use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_model::model::Device;
@@ -85,7 +85,7 @@ fn setup(args: &ClipBenchArgs, dir: &std::path::Path) -> Result<Setup> {
     let encoder_path = dir.join("enc.safetensors");
     encoder.save(&encoder_path)?;
     let clip_only = ClipReward::new(
-        caprl_common::clip::open_encoder(&encoder_path, &data.vocab)?,
+        caprl_clip::open_encoder(&encoder_path, &data.vocab)?,
         &data,
         items,
         0.05,

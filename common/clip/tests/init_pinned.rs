@@ -3,8 +3,8 @@
 //! pinned here. The draws are scalar f64 arithmetic on the seeded RNG, so no CPU level changes
 //! them; a change of any hash means runs with the same seed no longer start where they did.
 
+use caprl_clip::{Discriminator, DualConfig, DualEncoder};
 use caprl_common::bus::sha256_hex;
-use caprl_common::clip::{Discriminator, DualConfig, DualEncoder};
 use caprl_model::model::{params, Captioner, CaptionerConfig, Device, ModelKind, ValueHead};
 
 fn small(kind: ModelKind, att: Option<(usize, usize)>) -> CaptionerConfig {

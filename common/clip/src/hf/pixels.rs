@@ -7,7 +7,7 @@ use std::path::Path;
 use image::imageops::{self, FilterType};
 use image::RgbImage;
 
-use crate::clip::{ClipError, Result};
+use crate::{ClipError, Result};
 
 // The values as OpenAI and transformers publish them, digit for digit, so they can be checked.
 /// Per-channel (RGB) mean of the CLIP training images.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
 use candle_transformers::models::clip::ClipModel;
-use caprl_common::clip::hf::HfClip;
-use caprl_common::clip::{ClipError, Embeddings, Encoder};
+use caprl_clip::hf::HfClip;
+use caprl_clip::{ClipError, Embeddings, Encoder};
 use caprl_data::{synth, write_safetensors, Dataset, SynthConfig, Vocab, SPECIALS};
 use caprl_model::model::EOS;
 use image::{Rgb, RgbImage};

@@ -11,7 +11,7 @@ use candle_transformers::models::clip::vision_model::ClipVisionConfig;
 use candle_transformers::models::clip::ClipConfig;
 use serde_json::{Map, Value};
 
-use crate::clip::{ClipError, Result};
+use crate::{ClipError, Result};
 
 /// The parsed and checked `config.json`.
 pub(crate) fn read(path: &Path) -> Result<ClipConfig> {

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use super::dual::{batch_captions, DualConfig, DualEncoder};
 use super::retrieval::{recall, Recall};
 use super::{Encoder, Result};
-use crate::progress::Progress;
+use caprl_common::progress::Progress;
 use caprl_data::{Dataset, Item};
 use caprl_model::optim::{AdamW, AdamWParams};
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 use tokenizers::{PostProcessor, Tokenizer, TruncationParams};
 
-use crate::clip::{ClipError, Result};
+use crate::{ClipError, Result};
 
 /// A batch of token sequences, right-padded to the longest.
 pub(crate) struct Batch {

@@ -1,4 +1,4 @@
-//! Joint text–image embeddings (paper 004): the dual encoder behind the `clip`, `clip-i2t`,
+//! caprl-clip: joint text–image embeddings (paper 004): the dual encoder behind the `clip`, `clip-i2t`,
 //! `clip-s` and `disc` rewards and the retrieval metrics of `caprl eval`.
 //!
 //! - [`dual`]: a small CLIP-style dual encoder of our own (image tower over the data set's
@@ -42,6 +42,8 @@ pub enum ClipError {
     Input(String),
     #[error(transparent)]
     Data(#[from] caprl_data::DataError),
+    #[error(transparent)]
+    Snapshot(#[from] caprl_common::snapshot::SnapshotError),
 }
 
 pub type Result<T> = std::result::Result<T, ClipError>;

@@ -1,9 +1,9 @@
 //! The dual encoder, nearest-image mining and the discriminator of paper 004.
 
-use caprl_common::clip::disc::Pairs;
-use caprl_common::clip::retrieval::{nearest, recall};
-use caprl_common::clip::train::{self, Pairs as TrainPairs, TrainOptions};
-use caprl_common::clip::{open_encoder, Discriminator, DualEncoder, Embeddings, Encoder};
+use caprl_clip::disc::Pairs;
+use caprl_clip::retrieval::{nearest, recall};
+use caprl_clip::train::{self, Pairs as TrainPairs, TrainOptions};
+use caprl_clip::{open_encoder, Discriminator, DualEncoder, Embeddings, Encoder};
 use caprl_data::{synth, Dataset, SynthConfig};
 use caprl_model::model::CaprlRng;
 use caprl_model::optim::{AdamW, AdamWParams};
@@ -93,7 +93,7 @@ fn an_encoder_refuses_another_vocabulary_and_files_that_are_not_encoders() {
     let tmp = tempfile::tempdir().unwrap();
     let data = dataset(&tmp.path().join("a"), 60);
     let enc = DualEncoder::new(
-        caprl_common::clip::DualConfig::for_data(&data),
+        caprl_clip::DualConfig::for_data(&data),
         "not-this-vocabulary",
         &candle_core::Device::Cpu,
         1,
@@ -230,7 +230,7 @@ fn host_scorer_matches_the_tensor_forward_with_shared_images() {
         })
         .unwrap();
     let scorer = d.scorer().unwrap();
-    let texts_t = caprl_common::clip::transpose(&texts.data, dim);
+    let texts_t = caprl_clip::transpose(&texts.data, dim);
     let got = scorer.probabilities(&texts_t, &images, &image_of).unwrap();
     assert_eq!(got.len(), 10);
     for (g, w) in got.iter().zip(&want) {

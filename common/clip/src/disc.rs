@@ -187,6 +187,14 @@ impl Discriminator {
         params::to_bytes(&self.varmap, HashMap::new())
     }
 
+    /// The discriminator riding in policy snapshot `bytes` (`None` when it carries none), after
+    /// checking that it was trained on vocabulary `vocab_hash`; `name` names the snapshot in
+    /// errors.
+    pub fn from_snapshot(bytes: &[u8], name: &str, vocab_hash: &str) -> Result<Option<Self>> {
+        caprl_common::snapshot::check_stamp(bytes, vocab_hash)?;
+        Self::from_safetensors(bytes, Path::new(name))
+    }
+
     /// A discriminator from the `disc.*` tensors of safetensors `bytes` (a checkpoint file or
     /// a policy snapshot, where the captioner's tensors are ignored); `None` when there are none.
     pub fn from_safetensors(bytes: &[u8], path: &Path) -> Result<Option<Self>> {
