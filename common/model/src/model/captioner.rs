@@ -10,7 +10,7 @@ use candle_nn::VarMap;
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::Result;
 use super::inputs::{token_mask, Inputs};
-use super::io::LoadedTensors;
+use super::origin::{LoadedTensors, ParamOrigin};
 use super::rng::CaprlRng;
 use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};
@@ -29,15 +29,6 @@ fn architecture(
         }
         ModelKind::Transformer => Ok(Box::new(TransformerCaptioner::new(cfg, device, origin)?)),
     }
-}
-
-/// Where a new model's parameters come from.
-pub(crate) enum ParamOrigin<'a> {
-    /// Drawn from this seed (each architecture's initialisation).
-    Seed(u64),
-    /// Taken from loaded tensors (a snapshot or a checkpoint), each checked against the config
-    /// by [`super::io::loaded_param`]: nothing is drawn.
-    Loaded(&'a LoadedTensors<'a>),
 }
 
 /// The captioning policy. Owns its weights in a candle `VarMap` under stable names.

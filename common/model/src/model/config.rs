@@ -79,6 +79,16 @@ impl RnnKind {
     }
 }
 
+/// Mel bands per GRU input group of the `crnn` encoder: its three pools divide frequency by
+/// 4·4·4.
+pub const FREQ_DIVISOR: usize = 64;
+
+/// Whether log-mel input of `frames × mels` fits the `crnn` encoder: at least 4 frames (its time
+/// pools divide by 4) and a positive multiple of [`FREQ_DIVISOR`] mel bands.
+pub(crate) fn crnn_takes(frames: usize, mels: usize) -> bool {
+    frames >= 4 && mels > 0 && mels.is_multiple_of(FREQ_DIVISOR)
+}
+
 /// What a `crnn` model reads and how to make it, for messages.
 const CRNN_INPUT: &str =
     "log-mel frames; prepare audio with `caprl data audio` or `caprl data synth-audio`";
@@ -346,8 +356,7 @@ impl CaptionerConfig {
                 }
             },
             ModelKind::Crnn => match self.att {
-                Some((frames, mels))
-                    if frames >= 4 && mels > 0 && mels % super::rnn::crnn::FREQ_DIVISOR == 0 => {}
+                Some((frames, mels)) if crnn_takes(frames, mels) => {}
                 _ => {
                     return bad(
                         "model.kind",

@@ -49,6 +49,7 @@ mod io;
 mod kernels;
 #[cfg(test)]
 mod op_check;
+mod origin;
 pub mod params;
 mod rng;
 mod rnn;
@@ -60,15 +61,15 @@ mod value_head;
 pub use candle_core::{DType, Device, Tensor};
 pub use captioner::Captioner;
 pub use config::{
-    CaptionerConfig, Dtype, ModelConfig, ModelKind, RnnKind, MAX_CAPTION_WORDS,
+    CaptionerConfig, Dtype, ModelConfig, ModelKind, RnnKind, FREQ_DIVISOR, MAX_CAPTION_WORDS,
     MAX_CAPTION_WORDS_ALLOWED,
 };
 pub use decoding::{
-    on_rayon, BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
+    BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
 };
 pub use device::keep_elementwise_ops_on_one_thread;
-pub use device::{open_device, parse_device};
+pub use device::{on_rayon, open_device, parse_device};
 pub use device_spec::{BadDevice, DeviceSpec};
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};
@@ -76,7 +77,7 @@ pub use kernels::{
     generic_ops, generic_ops_from_env, kernels_enabled, set_generic_ops, GENERIC_OPS_ENV,
 };
 pub use rng::{CaprlRng, RngState};
-pub use rnn::crnn::{conv_channels, crnn_param_count, FREQ_DIVISOR};
+pub use rnn::crnn::{conv_channels, crnn_param_count};
 pub use rows::inputs_for_rows;
 pub use seam::TeacherForced;
 pub use value_head::{ValueHead, VALUE_WIDTH};

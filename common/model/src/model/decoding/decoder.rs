@@ -1,5 +1,6 @@
-//! [`Decoder`]: a captioner's weights prepared once for decoding; the decoders of
-//! [`Captioner`] prepare them anew at every call.
+//! [`Decoder`]: a captioner's weights prepared once for decoding; the shortcuts on
+//! [`Captioner`] (`greedy`, `sample`, `beam`, beside each strategy) prepare them anew at every
+//! call.
 //!
 //! Preparing is the architecture's (its [`StepDecoder`]); for the recurrent captioner it
 //! detaches the weights, copies the transposed ones the steps read, computes the word table
@@ -8,14 +9,10 @@
 //! (an actor's policy snapshot, a model under evaluation) prepares them once and decodes every
 //! batch with the same [`Decoder`].
 
-use super::beam::{BeamOptions, Hypothesis};
-use super::rollout::{on_rayon, Decoded};
-use super::sample::SampleOptions;
 use crate::model::captioner::Captioner;
 use crate::model::config::CaptionerConfig;
+use crate::model::device::on_rayon;
 use crate::model::error::Result;
-use crate::model::inputs::Inputs;
-use crate::model::rng::CaprlRng;
 use crate::model::seam::StepDecoder;
 
 /// Decoders over a snapshot of a captioner's weights: [`Decoder::greedy`], [`Decoder::sample`],
@@ -55,20 +52,5 @@ impl Captioner {
                 steps: self.model.step_decoder()?,
             })
         })
-    }
-
-    /// [`Decoder::greedy`] on weights prepared for this call.
-    pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {
-        self.decoder()?.greedy(x, max_len)
-    }
-
-    /// [`Decoder::sample`] on weights prepared for this call.
-    pub fn sample(&self, x: &Inputs, opts: &SampleOptions, rng: &mut CaprlRng) -> Result<Decoded> {
-        self.decoder()?.sample(x, opts, rng)
-    }
-
-    /// [`Decoder::beam`] on weights prepared for this call.
-    pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
-        self.decoder()?.beam(x, opts)
     }
 }

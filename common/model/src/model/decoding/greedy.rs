@@ -4,6 +4,7 @@ use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::log_softmax::host_logprob;
 use super::rollout::{Decoded, Policy};
+use crate::model::captioner::Captioner;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
 
@@ -85,6 +86,13 @@ impl Decoder {
         bad_endings: &BadEndings,
     ) -> Result<Decoded> {
         self.rollout(x, None, max_len, bad_endings, &mut Greedy)
+    }
+}
+
+impl Captioner {
+    /// [`Decoder::greedy`] on weights prepared for this call.
+    pub fn greedy(&self, x: &Inputs, max_len: usize) -> Result<Decoded> {
+        self.decoder()?.greedy(x, max_len)
     }
 }
 

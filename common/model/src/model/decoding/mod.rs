@@ -23,5 +23,5 @@ mod sample;
 pub use bad_endings::{BadEndings, BAD_ENDING_WORDS};
 pub use beam::{BeamOptions, Hypothesis, Lookahead};
 pub use decoder::Decoder;
-pub use rollout::{on_rayon, Decoded};
+pub use rollout::Decoded;
 pub use sample::SampleOptions;

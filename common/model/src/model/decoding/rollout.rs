@@ -6,10 +6,11 @@
 //! its EOS logit is −∞ before the policy sees the row, so every policy chooses from (and scores
 //! under) the distribution without it.
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
+use crate::model::device::on_rayon;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
@@ -28,30 +29,6 @@ impl Decoded {
     /// Number of tokens of each row (EOS included).
     pub fn lengths(&self) -> Vec<usize> {
         self.tokens.iter().map(Vec::len).collect()
-    }
-}
-
-/// Below this many logits in a step, the per-row work on them (drawing tokens, beam
-/// log-softmaxes) stays on the calling thread: handing it to rayon costs more than it saves.
-pub(crate) const PARALLEL_MIN_LOGITS: usize = 16 * 1024;
-
-/// Runs `f` (a whole decode, a whole training step) on one of rayon's threads, unless it
-/// already is on one or rayon has a single thread. Its parallel parts (matmuls, gate rows,
-/// per-row token choices, optimizer chunks) then start from a worker that takes its own share,
-/// instead of waking every worker from a thread that sleeps meanwhile: on 2 cores that made
-/// beam search about a third faster and an XE step about a tenth.
-///
-/// Work on any other device than the CPU stays on the calling thread: the hop buys nothing
-/// there, and keeping a GPU model's work on the thread that owns it keeps the order of its
-/// kernel launches plain to read (the device has one stream, see [`crate::model::parse_device`]).
-pub fn on_rayon<R: Send>(device: &Device, f: impl FnOnce() -> R + Send) -> R {
-    if !device.is_cpu()
-        || rayon::current_thread_index().is_some()
-        || rayon::current_num_threads() <= 1
-    {
-        f()
-    } else {
-        rayon::scope(|_| f())
     }
 }
 

@@ -19,8 +19,10 @@ use super::decoder::Decoder;
 use super::greedy::argmax;
 use super::log_softmax::{host_log_softmax, host_logprob};
 use super::nucleus::nucleus;
-use super::rollout::{Decoded, Policy, PARALLEL_MIN_LOGITS};
+use super::rollout::{Decoded, Policy};
 use crate::fastmath::exp_f32;
+use crate::model::captioner::Captioner;
+use crate::model::device::PARALLEL_MIN_LOGITS;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
@@ -276,6 +278,13 @@ impl Decoder {
             .collect();
         let mut s = Sampler::new(opts, xs.batch_size()?, rng)?;
         self.rollout(&xs, Some(&pre), opts.max_len, &opts.bad_endings, &mut s)
+    }
+}
+
+impl Captioner {
+    /// [`Decoder::sample`] on weights prepared for this call.
+    pub fn sample(&self, x: &Inputs, opts: &SampleOptions, rng: &mut CaprlRng) -> Result<Decoded> {
+        self.decoder()?.sample(x, opts, rng)
     }
 }
 

@@ -29,7 +29,7 @@
 use candle_core::{Tensor, Var, D};
 
 use super::cell::{cell_step, run_sequence, CellWeights, LayerState};
-use crate::model::config::RnnKind;
+use crate::model::config::{crnn_takes, RnnKind, FREQ_DIVISOR};
 use crate::model::error::{ModelError, Result};
 use crate::model::params::Init;
 
@@ -38,8 +38,6 @@ const LEAKY: f64 = 0.1;
 /// Batch-norm epsilon and running-statistics momentum (PyTorch defaults).
 const BN_EPS: f64 = 1e-5;
 const BN_MOMENTUM: f64 = 0.1;
-/// Mel bands per GRU input group: the three pools divide frequency by 4·4·4.
-pub const FREQ_DIVISOR: usize = 64;
 
 /// Output channels of the five convolutions for width `w`.
 pub fn conv_channels(w: usize) -> [usize; 5] {
@@ -175,7 +173,7 @@ impl Crnn {
     /// `x` `[B, T, n_mels]`.
     pub(crate) fn conv_stack(&self, x: &Tensor, train: bool, batch_stats: bool) -> Result<Tensor> {
         let (_, t, n_mels) = x.dims3()?;
-        if t < 4 || n_mels % FREQ_DIVISOR != 0 {
+        if !crnn_takes(t, n_mels) {
             return Err(ModelError::Input(format!(
                 "the crnn encoder needs at least 4 frames and a multiple of {FREQ_DIVISOR} mel bands; got {t} frames x {n_mels} bands"
             )));

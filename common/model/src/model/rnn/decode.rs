@@ -15,6 +15,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::cell::LayerState;
 use super::host_decode::{HostLive, HostWeights};
+use super::word_table::word_rows;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
@@ -67,26 +68,6 @@ fn on_host_f32(t: &Tensor) -> bool {
 
 /// Vocabularies up to this size get a word table (see the module docs).
 pub(crate) const WORD_TABLE_MAX_VOCAB: usize = 2048;
-
-/// Rows `ids` of the word table `W_ih E + b_ih`, with the table's bits: the product runs on at
-/// least [`WORD_ROWS_MIN`] rows (repeating the first), because gemm takes another summation
-/// order for a single row.
-pub(super) fn word_rows(
-    embed: &Tensor,
-    w_ih: &Tensor,
-    b_ih: &Tensor,
-    ids: &[u32],
-) -> Result<Tensor> {
-    let mut padded = ids.to_vec();
-    while padded.len() < WORD_ROWS_MIN {
-        padded.push(ids[0]);
-    }
-    let idx = Tensor::from_slice(&padded, padded.len(), embed.device())?;
-    Ok(linear(&embed.index_select(&idx, 0)?, w_ih, b_ih)?.narrow(0, 0, ids.len())?)
-}
-
-/// See [`word_rows`].
-const WORD_ROWS_MIN: usize = 8;
 
 /// Detached weights, the fused word table (small vocabularies) and (CPU f32, no attention)
 /// their host layout, built once per snapshot.
@@ -261,7 +242,7 @@ mod tests {
         let m = RnnCaptioner::new(
             &cfg,
             &Device::Cpu,
-            &crate::model::captioner::ParamOrigin::Seed(3),
+            &crate::model::origin::ParamOrigin::Seed(3),
         )
         .unwrap();
         let wave = |n: usize, k: usize| -> Vec<f32> {

@@ -24,6 +24,7 @@ mod fused_att;
 mod gates;
 mod host_decode;
 mod teacher;
+mod word_table;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -33,12 +34,10 @@ use candle_nn::VarMap;
 use self::attention::{AttKeys, AttWeights};
 use self::cell::CellWeights;
 use self::crnn::Crnn;
-use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
-use crate::model::io::loaded_param;
+use crate::model::origin::{ParamOrigin, ParamSource};
 use crate::model::params::{self, Init};
-use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
@@ -138,10 +137,6 @@ impl RnnCaptioner {
     ) -> Result<Self> {
         cfg.validate()?;
         let varmap = VarMap::new();
-        let mut rng = CaprlRng::new(match origin {
-            ParamOrigin::Seed(seed) => *seed,
-            ParamOrigin::Loaded(_) => 0,
-        });
         let (v, e, h) = (cfg.vocab_size, cfg.model.embed, cfg.model.hidden);
         let g = cfg.model.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, Init)> = vec![
@@ -179,17 +174,10 @@ impl RnnCaptioner {
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         {
+            let mut source = ParamSource::new(origin, device, cfg.dtype);
             let mut data = params::locked(&varmap)?;
             for (name, shape, init) in shapes {
-                let var = match origin {
-                    ParamOrigin::Loaded(loaded) => loaded_param(loaded, &name, &shape, cfg.dtype)?,
-                    ParamOrigin::Seed(_) => {
-                        // Constants draw nothing, so the draws follow the sorted names alone.
-                        let vals = params::draw(init, shape.iter().product(), &mut rng);
-                        let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
-                        Var::from_tensor(&t)?
-                    }
-                };
+                let var = source.param(&name, &shape, init)?;
                 data.insert(name, var);
             }
         }

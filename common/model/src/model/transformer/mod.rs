@@ -26,16 +26,14 @@ mod teacher;
 
 use std::collections::HashMap;
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 
 use self::layers::{Linear, Norm};
-use crate::model::captioner::ParamOrigin;
 use crate::model::config::{CaptionerConfig, ModelConfig};
 use crate::model::error::{ModelError, Result};
-use crate::model::io::loaded_param;
+use crate::model::origin::{ParamOrigin, ParamSource};
 use crate::model::params::{self, Init};
-use crate::model::rng::CaprlRng;
 use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The Transformer captioner. Owns its weights in a [`VarMap`] under the names that
@@ -49,7 +47,7 @@ pub(crate) struct TransformerCaptioner {
 
 /// What [`Weights::visit`] asks for each parameter: its name, shape and initialisation in, the
 /// tensor out.
-type ParamSource<'a> = dyn FnMut(&str, &[usize], Init) -> Result<Tensor> + 'a;
+type ParamFn<'a> = dyn FnMut(&str, &[usize], Init) -> Result<Tensor> + 'a;
 
 /// Self-attention of one layer: `q, k, v` as one `[3d, d]` projection, and the output.
 pub(crate) struct SelfAttention {
@@ -106,7 +104,7 @@ impl Weights {
     /// Lists every parameter once — name, shape, initialisation — and builds the weights from
     /// what `param` returns for each: a fresh draw (initialisation) or the stored tensor (a
     /// handle on the `VarMap`, or a prepared copy).
-    fn visit(cfg: &CaptionerConfig, param: &mut ParamSource) -> Result<Self> {
+    fn visit(cfg: &CaptionerConfig, param: &mut ParamFn) -> Result<Self> {
         let s = &cfg.model;
         let d = s.d_model;
         let mut linear = |name: &str, out: usize, inp: usize, blocks: usize| -> Result<Linear> {
@@ -228,23 +226,11 @@ impl TransformerCaptioner {
     ) -> Result<Self> {
         cfg.validate()?;
         let varmap = VarMap::new();
-        let mut rng = CaprlRng::new(match origin {
-            ParamOrigin::Seed(seed) => *seed,
-            ParamOrigin::Loaded(_) => 0,
-        });
         {
+            let mut source = ParamSource::new(origin, device, cfg.dtype);
             let mut data = params::locked(&varmap)?;
             Weights::visit(cfg, &mut |name, shape, init| {
-                if let ParamOrigin::Loaded(loaded) = origin {
-                    let var = loaded_param(loaded, name, shape, cfg.dtype)?;
-                    let handle = var.as_tensor().clone();
-                    data.insert(name.to_string(), var);
-                    return Ok(handle);
-                }
-                let n: usize = shape.iter().product();
-                let vals = params::draw(init, n, &mut rng);
-                let t = Tensor::from_vec(vals, shape, device)?.to_dtype(cfg.dtype)?;
-                let var = Var::from_tensor(&t)?;
+                let var = source.param(name, shape, init)?;
                 let handle = var.as_tensor().clone();
                 data.insert(name.to_string(), var);
                 Ok(handle)

@@ -23,7 +23,8 @@ use super::bad_endings::BadEndings;
 use super::decoder::Decoder;
 use super::diversity::hamming_penalty;
 use super::greedy::argmax;
-use super::rollout::on_rayon;
+use crate::model::captioner::Captioner;
+use crate::model::device::on_rayon;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
@@ -504,4 +505,11 @@ fn check_options(opts: &BeamOptions) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+impl Captioner {
+    /// [`Decoder::beam`] on weights prepared for this call.
+    pub fn beam(&self, x: &Inputs, opts: &BeamOptions) -> Result<Vec<Vec<Hypothesis>>> {
+        self.decoder()?.beam(x, opts)
+    }
 }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 
 use super::Proposals;
 use crate::model::decoding::log_softmax::host_log_sum_exp;
-use crate::model::decoding::rollout::PARALLEL_MIN_LOGITS;
+use crate::model::device::PARALLEL_MIN_LOGITS;
 use crate::model::EOS;
 
 /// One step's log-probabilities `log π(w | y)` of every live beam, read from its logits

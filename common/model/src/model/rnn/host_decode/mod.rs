@@ -23,8 +23,8 @@ use std::sync::RwLock;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 
 use super::cell::{CellWeights, LayerState};
-use super::decode::word_rows;
 use super::gates;
+use super::word_table::word_rows;
 use super::{Encoded, Prepared};
 use crate::model::config::{ModelKind, RnnKind};
 use crate::model::error::{ModelError, Result};
