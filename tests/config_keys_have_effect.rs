@@ -271,7 +271,7 @@ fn proofs() -> Vec<(&'static str, Proof)> {
         ),
         (
             "clip.neighbours",
-            elsewhere("common/tests/clip_dual.rs", "neighbours"),
+            elsewhere("common/clip/tests/dual.rs", "neighbours"),
         ),
         ("clip.disc_lr", elsewhere("tests/clip_cli.rs", "disc")),
         (

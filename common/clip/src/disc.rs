@@ -198,40 +198,20 @@ impl Discriminator {
     /// A discriminator from the `disc.*` tensors of safetensors `bytes` (a checkpoint file or
     /// a policy snapshot, where the captioner's tensors are ignored); `None` when there are none.
     pub fn from_safetensors(bytes: &[u8], path: &Path) -> Result<Option<Self>> {
-        let device = Device::Cpu;
-        let (all, _) = params::from_bytes(bytes, path, &device)?;
-        let varmap = VarMap::new();
-        {
-            let src = caprl_model::model::params::locked(&all)?;
-            if !src.contains_key(NAMES[0]) {
-                return Ok(None);
-            }
-            let mut dst = caprl_model::model::params::locked(&varmap)?;
-            for n in NAMES {
-                if let Some(v) = src.get(n) {
-                    dst.insert(n.to_string(), v.clone());
-                }
-            }
-        }
-        let (hidden, dim) = {
-            let data = caprl_model::model::params::locked(&varmap)?;
-            match data.get(NAMES[0]).map(|v| v.as_tensor().dims().to_vec()) {
-                Some(d) if d.len() == 2 => (d[0], d[1] / 2),
-                _ => (0, 0),
-            }
+        let loaded = params::parse(bytes, path)?;
+        let Some(first) = loaded.shape(NAMES[0]) else {
+            return Ok(None);
+        };
+        let (hidden, dim) = match first[..] {
+            [h, d2] => (h, d2 / 2),
+            _ => (0, 0),
         };
         let d = Self {
             dim,
             hidden,
-            varmap,
-            device,
+            varmap: params::load(&specs(dim, hidden), &loaded, path)?,
+            device: Device::Cpu,
         };
-        for i in 0..NAMES.len() {
-            d.t(i).map_err(|e| ClipError::File {
-                path: path.to_path_buf(),
-                reason: e.to_string(),
-            })?;
-        }
         Ok(Some(d))
     }
 }

@@ -70,14 +70,12 @@ impl DualEncoder {
                 v.set(&Tensor::new(&[LOGIT_SCALE_INIT], device)?)?;
             }
         }
-        let enc = Self {
+        Ok(Self {
             cfg,
             vocab_hash: vocab_hash.to_string(),
             varmap,
             device: device.clone(),
-        };
-        enc.check()?;
-        Ok(enc)
+        })
     }
 
     pub fn config(&self) -> DualConfig {
@@ -100,13 +98,6 @@ impl DualEncoder {
             .map(|s| s.shape)
             .unwrap_or_default();
         params::get(&self.varmap, name, &shape, "dual encoder")
-    }
-
-    fn check(&self) -> Result<()> {
-        for s in specs(&self.cfg) {
-            params::get(&self.varmap, s.name, &s.shape, "dual encoder")?;
-        }
-        Ok(())
     }
 
     /// `exp(logit_scale)`, capped at 100, as a scalar tensor (with gradient).
@@ -181,8 +172,8 @@ impl DualEncoder {
 
     /// An encoder saved by [`DualEncoder::save`], checked against `vocab`.
     pub fn load(path: &Path, vocab: &Vocab) -> Result<Self> {
-        let device = Device::Cpu;
-        let (varmap, meta) = params::from_bytes(&params::read(path)?, path, &device)?;
+        let bytes = params::read(path)?;
+        let meta = params::metadata(&bytes, path)?;
         let bad = |reason: String| ClipError::File {
             path: path.to_path_buf(),
             reason,
@@ -209,20 +200,20 @@ impl DualEncoder {
         let [vocab_n, fc_dim, embed, hidden, dim] = sizes[..] else {
             return Err(bad("metadata `sizes` is missing or malformed".into()));
         };
-        let enc = Self {
-            cfg: DualConfig {
-                vocab: vocab_n,
-                fc_dim,
-                embed,
-                hidden,
-                dim,
-            },
-            vocab_hash: hash,
-            varmap,
-            device,
+        let cfg = DualConfig {
+            vocab: vocab_n,
+            fc_dim,
+            embed,
+            hidden,
+            dim,
         };
-        enc.check().map_err(|e| bad(e.to_string()))?;
-        Ok(enc)
+        let loaded = params::parse(&bytes, path)?;
+        Ok(Self {
+            cfg,
+            vocab_hash: hash,
+            varmap: params::load(&specs(&cfg), &loaded, path)?,
+            device: Device::Cpu,
+        })
     }
 }
 

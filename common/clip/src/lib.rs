@@ -44,6 +44,8 @@ pub enum ClipError {
     Data(#[from] caprl_data::DataError),
     #[error(transparent)]
     Snapshot(#[from] caprl_common::snapshot::SnapshotError),
+    #[error(transparent)]
+    Model(#[from] caprl_model::model::ModelError),
 }
 
 pub type Result<T> = std::result::Result<T, ClipError>;

@@ -1,16 +1,17 @@
-//! Named parameter tables shared by the dual encoder and the discriminator: uniform
-//! `±1/√fan_in` initialisation from a seed, shape-checked lookup, safetensors round trip with
-//! a metadata map (the vocabulary hash, the architecture).
+//! The dual encoder's and the discriminator's parameter tables, built by caprl-model's one
+//! table builder (`ParamSource`): uniform `±1/√fan_in` initialisation from a seed or checked
+//! loading, shape-checked lookup, safetensors round trip with a metadata map (the vocabulary
+//! hash, the architecture).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
 use super::{ClipError, Result};
-use caprl_model::model::params::{self, Init};
-use caprl_model::model::CaprlRng;
+use caprl_model::model::params::{self, Init, LoadedTensors, ParamOrigin, ParamSource};
+use caprl_model::model::ModelError;
 
 /// One parameter: name, shape, fan-in of its initialisation (0 = start at zero).
 pub(crate) struct Spec<'a> {
@@ -19,26 +20,60 @@ pub(crate) struct Spec<'a> {
     pub fan_in: usize,
 }
 
+impl Spec<'_> {
+    /// The entry of a parameter table: a zero fan-in starts at zero, drawing as many values as
+    /// a uniform start would.
+    fn entry(&self) -> (String, Vec<usize>, Init) {
+        let init = match self.fan_in {
+            0 => Init::Uniform(0.0),
+            f => Init::fan_in(f),
+        };
+        (self.name.to_string(), self.shape.clone(), init)
+    }
+}
+
 /// A fresh `VarMap` holding `specs`, drawn from `(seed, stream)`.
 pub(crate) fn init(specs: &[Spec], device: &Device, seed: u64, stream: u64) -> Result<VarMap> {
-    let varmap = VarMap::new();
-    let mut rng = CaprlRng::with_stream(seed, stream);
-    {
-        let mut data = params::locked(&varmap)?;
-        for s in specs {
-            let n: usize = s.shape.iter().product();
-            // A zero fan-in starts at zero, drawing as many values as a uniform start would.
-            let bound = match s.fan_in {
-                0 => Init::Uniform(0.0),
-                f => Init::fan_in(f),
-            };
-            let vals = params::draw(bound, n, &mut rng);
-            let vals: Vec<f32> = vals.into_iter().map(|x| x as f32).collect();
-            let t = Tensor::from_vec(vals, s.shape.clone(), device)?;
-            data.insert(s.name.to_string(), Var::from_tensor(&t)?);
-        }
+    let origin = ParamOrigin::Seed(seed);
+    let mut source = ParamSource::new(&origin, device, DType::F32).on_stream(stream);
+    Ok(source.table(specs.iter().map(Spec::entry))?)
+}
+
+/// The tensors of safetensors `bytes`, read only when a table asks for them; `path` names them
+/// in errors.
+pub(crate) fn parse<'a>(bytes: &'a [u8], path: &Path) -> Result<LoadedTensors<'a>> {
+    LoadedTensors::parse(bytes, &Device::Cpu).map_err(|e| in_file(e, path))
+}
+
+/// The table of `specs` taken from `loaded` (the tensors of file `path`), each checked by
+/// name, dtype and shape.
+pub(crate) fn load(specs: &[Spec], loaded: &LoadedTensors, path: &Path) -> Result<VarMap> {
+    let origin = ParamOrigin::Loaded(loaded);
+    let mut source = ParamSource::new(&origin, &Device::Cpu, DType::F32);
+    source
+        .table(specs.iter().map(Spec::entry))
+        .map_err(|e| in_file(e, path))
+}
+
+/// A model error about weights, told of file `path`.
+fn in_file(e: ModelError, path: &Path) -> ClipError {
+    match e {
+        ModelError::Weights { reason, .. } => ClipError::File {
+            path: path.to_path_buf(),
+            reason,
+        },
+        other => other.into(),
     }
-    Ok(varmap)
+}
+
+/// The metadata of safetensors `bytes`; `path` names them in errors.
+pub(crate) fn metadata(bytes: &[u8], path: &Path) -> Result<HashMap<String, String>> {
+    let (_, meta) =
+        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| ClipError::File {
+            path: path.to_path_buf(),
+            reason: format!("not a safetensors file: {e}"),
+        })?;
+    Ok(meta.metadata().clone().unwrap_or_default())
 }
 
 /// The tensor `name` of `varmap`, checked to have `shape`.
@@ -50,31 +85,6 @@ pub(crate) fn get(varmap: &VarMap, name: &str, shape: &[usize], what: &str) -> R
 pub(crate) fn to_bytes(varmap: &VarMap, metadata: HashMap<String, String>) -> Result<Vec<u8>> {
     params::to_sorted_safetensors(params::named_tensors(varmap)?, Some(metadata))
         .map_err(|e| ClipError::Input(format!("cannot serialise weights: {e}")))
-}
-
-/// Tensors (as f32 `Var`s) and metadata of safetensors `bytes`; `path` names them in errors.
-pub(crate) fn from_bytes(
-    bytes: &[u8],
-    path: &Path,
-    device: &Device,
-) -> Result<(VarMap, HashMap<String, String>)> {
-    let bad = |reason: String| ClipError::File {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
-    let metadata = meta.metadata().clone().unwrap_or_default();
-    let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(bytes, device)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
-    let varmap = VarMap::new();
-    {
-        let mut data = params::locked(&varmap)?;
-        for (k, t) in loaded {
-            data.insert(k, Var::from_tensor(&t.to_dtype(DType::F32)?)?);
-        }
-    }
-    Ok((varmap, metadata))
 }
 
 /// Reads `path` whole, naming it in the error.

@@ -10,7 +10,7 @@ use candle_nn::VarMap;
 use super::config::{CaptionerConfig, ModelKind};
 use super::error::Result;
 use super::inputs::{token_mask, Inputs};
-use super::origin::{LoadedTensors, ParamOrigin};
+use super::params::{LoadedTensors, ParamOrigin};
 use super::rng::CaprlRng;
 use super::rnn::RnnCaptioner;
 use super::seam::{CaptionModel, TeacherForced};

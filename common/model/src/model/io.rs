@@ -7,7 +7,7 @@ use candle_core::Device;
 use super::captioner::Captioner;
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
-use super::origin::LoadedTensors;
+use super::params::LoadedTensors;
 use super::params::{named_tensors, to_sorted_safetensors};
 
 impl Captioner {

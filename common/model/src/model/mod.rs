@@ -49,7 +49,7 @@ mod io;
 mod kernels;
 #[cfg(test)]
 mod op_check;
-mod origin;
+
 pub mod params;
 mod rng;
 mod rnn;

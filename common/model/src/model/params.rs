@@ -3,6 +3,9 @@
 //!
 //! - [`Init`] and [`draw`]: a parameter's initial values from the seeded RNG (uniform
 //!   `±bound`, PyTorch's `±1/√fan_in` or Xavier's bound, or a constant).
+//! - [`ParamOrigin`], [`ParamSource`]: where a new model's parameters come from (drawn from a
+//!   seed, or loaded from safetensors bytes and checked by name, dtype and shape) and the one
+//!   loop that builds a model's table from (name, shape, [`Init`]) specs.
 //! - [`locked`]: the one way into a `VarMap`'s table, with the one message for a poisoned lock.
 //! - [`checked`]: a parameter by name, present and of the expected shape.
 //! - [`to_sorted_safetensors`]: tensors as safetensors bytes sorted by name, so the same
@@ -11,9 +14,12 @@
 use std::collections::HashMap;
 use std::sync::MutexGuard;
 
-use candle_core::{Tensor, Var};
+use candle_core::safetensors::Load;
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
+use safetensors::Dtype;
 
+use super::error::{ModelError, Result as ModelResult};
 use super::rng::CaprlRng;
 
 /// How a parameter starts.
@@ -107,6 +113,166 @@ pub fn to_sorted_safetensors(
 ) -> Result<Vec<u8>, safetensors::SafeTensorError> {
     named.sort_by(|a, b| a.0.cmp(&b.0));
     safetensors::tensor::serialize(named, metadata)
+}
+
+/// Where a new model's parameters come from.
+pub enum ParamOrigin<'a> {
+    /// Drawn from this seed (each architecture's initialisation).
+    Seed(u64),
+    /// Taken from loaded tensors (a snapshot or a checkpoint), each checked against the config
+    /// by [`loaded_param`]: nothing is drawn.
+    Loaded(&'a LoadedTensors<'a>),
+}
+
+/// Hands out a model's parameters by name from a [`ParamOrigin`]: drawn in the order asked
+/// (callers ask in sorted name order, so the draws follow the names alone) or loaded.
+pub struct ParamSource<'a> {
+    origin: &'a ParamOrigin<'a>,
+    rng: CaprlRng,
+    device: Device,
+    dtype: DType,
+}
+
+impl<'a> ParamSource<'a> {
+    /// Parameters from `origin` on `device`, as variables in `dtype`.
+    pub fn new(origin: &'a ParamOrigin<'a>, device: &Device, dtype: DType) -> Self {
+        let seed = match origin {
+            ParamOrigin::Seed(seed) => *seed,
+            ParamOrigin::Loaded(_) => 0,
+        };
+        Self {
+            origin,
+            rng: CaprlRng::new(seed),
+            device: device.clone(),
+            dtype,
+        }
+    }
+
+    /// Draws from stream `stream` of the seed instead of stream 0 (a model whose draws must not
+    /// repeat another's from the same seed); loading ignores it.
+    pub fn on_stream(mut self, stream: u64) -> Self {
+        if let ParamOrigin::Seed(seed) = self.origin {
+            self.rng = CaprlRng::with_stream(*seed, stream);
+        }
+        self
+    }
+
+    /// A new table of the parameters `specs` (name, shape, initialisation), drawn in the order
+    /// given or loaded: the one init loop of every model.
+    pub fn table(
+        &mut self,
+        specs: impl IntoIterator<Item = (String, Vec<usize>, Init)>,
+    ) -> ModelResult<VarMap> {
+        let varmap = VarMap::new();
+        {
+            let mut data = locked(&varmap)?;
+            for (name, shape, init) in specs {
+                let var = self.param(&name, &shape, init)?;
+                data.insert(name, var);
+            }
+        }
+        Ok(varmap)
+    }
+
+    /// The parameter `name` of `shape`: drawn by `init`, or loaded and checked.
+    pub fn param(&mut self, name: &str, shape: &[usize], init: Init) -> ModelResult<Var> {
+        if let ParamOrigin::Loaded(loaded) = self.origin {
+            return loaded_param(loaded, name, shape, self.dtype);
+        }
+        let vals = draw(init, shape.iter().product(), &mut self.rng);
+        let t = Tensor::from_vec(vals, shape, &self.device)?.to_dtype(self.dtype)?;
+        Ok(Var::from_tensor(&t)?)
+    }
+}
+
+/// The tensors of a safetensors buffer, each copied out only when a model asks for it, straight
+/// into its variable: a snapshot's bytes are read once, not into tensors and then into variables.
+pub struct LoadedTensors<'a> {
+    file: safetensors::SafeTensors<'a>,
+    device: Device,
+}
+
+impl<'a> LoadedTensors<'a> {
+    /// Reads the header of `bytes`; the tensors stay where they are.
+    pub fn parse(bytes: &'a [u8], device: &Device) -> ModelResult<Self> {
+        let file =
+            safetensors::SafeTensors::deserialize(bytes).map_err(|e| ModelError::Weights {
+                path: "<memory>".into(),
+                reason: format!("not a safetensors file: {e}"),
+            })?;
+        Ok(Self {
+            file,
+            device: device.clone(),
+        })
+    }
+
+    /// The shape of tensor `name`, if the buffer holds it.
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.file.tensor(name).ok().map(|v| v.shape().to_vec())
+    }
+}
+
+/// The parameter `name` of a model built from `loaded` tensors: present, floating point and of
+/// `shape`, as a variable in `dtype`.
+fn loaded_param(
+    loaded: &LoadedTensors<'_>,
+    name: &str,
+    shape: &[usize],
+    dtype: DType,
+) -> ModelResult<Var> {
+    let refuse = |reason: String| ModelError::Weights {
+        path: "<memory>".into(),
+        reason,
+    };
+    let view = loaded.file.tensor(name).map_err(|_| {
+        refuse(format!(
+            "parameter `{name}` is missing; the file was saved from a model of another kind or \
+             size"
+        ))
+    })?;
+    // An integer tensor would convert to float without complaint: refuse it.
+    if !matches!(
+        view.dtype(),
+        Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64
+    ) {
+        return Err(refuse(format!(
+            "parameter `{name}` is stored as {:?}; weights are floating point",
+            view.dtype()
+        )));
+    }
+    if view.shape() != shape {
+        return Err(refuse(format!(
+            "parameter `{name}` has shape {:?}, the model's size implies {shape:?}",
+            view.shape()
+        )));
+    }
+    // f32 variables, the parameters' dtype, in one copy from the bytes (or one widening pass
+    // from a bf16 or f16 snapshot: the same values as converting a loaded tensor).
+    let device = &loaded.device;
+    fn widened(data: &[u8], from: impl Fn([u8; 2]) -> f32) -> Vec<f32> {
+        let pairs = data.chunks_exact(2);
+        pairs.map(|b| from([b[0], b[1]])).collect()
+    }
+    match (view.dtype(), dtype) {
+        (Dtype::F32, DType::F32) => {
+            // SAFETY: any four bytes are an f32; `align_to` only hands out aligned values.
+            let (head, values, tail) = unsafe { view.data().align_to::<f32>() };
+            if head.is_empty() && tail.is_empty() && cfg!(target_endian = "little") {
+                return Ok(Var::from_slice(values, shape, device)?);
+            }
+        }
+        (Dtype::BF16, DType::F32) => {
+            let values = widened(view.data(), |b| half::bf16::from_le_bytes(b).to_f32());
+            return Ok(Var::from_vec(values, shape, device)?);
+        }
+        (Dtype::F16, DType::F32) => {
+            let values = widened(view.data(), |b| half::f16::from_le_bytes(b).to_f32());
+            return Ok(Var::from_vec(values, shape, device)?);
+        }
+        _ => {}
+    }
+    let t = view.load(device)?;
+    Ok(Var::from_tensor(&t.to_dtype(dtype)?)?)
 }
 
 #[cfg(test)]

@@ -7,19 +7,21 @@
 //! decoder. Its weights live in their own [`VarMap`] (names `value.fc1.weight`, `value.fc1.bias`,
 //! `value.fc2.weight`, `value.fc2.bias`) and are saved beside the captioner's.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarMap;
 
 use super::error::{ModelError, Result};
 use super::io::varmap_to_safetensors;
-use super::params::{self, Init};
-use super::rng::CaprlRng;
+use super::params::{self, Init, LoadedTensors, ParamOrigin, ParamSource};
 
 /// Width of the MLP's hidden layer.
 pub const VALUE_WIDTH: usize = 256;
+
+/// The random stream of the head's initial draws (its own, so that they never repeat the
+/// captioner's from the same seed).
+const VALUE_STREAM: u64 = 0x7661_6c75;
 
 pub struct ValueHead {
     varmap: VarMap,
@@ -33,24 +35,21 @@ pub struct ValueHead {
 impl ValueHead {
     /// A fresh head for decoder hidden size `hidden`, drawn from `seed` (uniform `±1/√fan_in`).
     pub fn new(hidden: usize, device: &Device, seed: u64) -> Result<Self> {
-        let varmap = VarMap::new();
-        let mut rng = CaprlRng::with_stream(seed, 0x7661_6c75);
-        let shapes = [
+        Self::build(hidden, &ParamOrigin::Seed(seed), device)
+    }
+
+    /// A head for hidden size `hidden` with its parameters from `origin`.
+    fn build(hidden: usize, origin: &ParamOrigin, device: &Device) -> Result<Self> {
+        let specs = [
             ("value.fc1.bias", vec![VALUE_WIDTH], hidden),
             ("value.fc1.weight", vec![VALUE_WIDTH, hidden], hidden),
             ("value.fc2.bias", vec![1], VALUE_WIDTH),
             ("value.fc2.weight", vec![1, VALUE_WIDTH], VALUE_WIDTH),
-        ];
-        {
-            let mut data = params::locked(&varmap)?;
-            for (name, shape, fan_in) in shapes {
-                let n: usize = shape.iter().product();
-                let vals = params::draw(Init::fan_in(fan_in), n, &mut rng);
-                let vals: Vec<f32> = vals.into_iter().map(|x| x as f32).collect();
-                let t = Tensor::from_vec(vals, shape, device)?;
-                data.insert(name.to_string(), Var::from_tensor(&t)?);
-            }
-        }
+        ]
+        .map(|(name, shape, fan_in)| (name.to_string(), shape, Init::fan_in(fan_in)));
+        let varmap = ParamSource::new(origin, device, DType::F32)
+            .on_stream(VALUE_STREAM)
+            .table(specs)?;
         Self::from_varmap(varmap, hidden)
     }
 
@@ -111,16 +110,9 @@ impl ValueHead {
             reason,
         };
         let bytes = std::fs::read(path).map_err(|e| weights_err(format!("cannot read: {e}")))?;
-        let loaded: HashMap<String, Tensor> = candle_core::safetensors::load_buffer(&bytes, device)
-            .map_err(|e| weights_err(format!("not a safetensors file: {e}")))?;
-        let varmap = VarMap::new();
-        {
-            let mut data = params::locked(&varmap)?;
-            for (k, t) in loaded {
-                data.insert(k, Var::from_tensor(&t.to_dtype(DType::F32)?)?);
-            }
-        }
-        Self::from_varmap(varmap, hidden).map_err(|e| match e {
+        let loaded = LoadedTensors::parse(&bytes, device);
+        let head = loaded.and_then(|l| Self::build(hidden, &ParamOrigin::Loaded(&l), device));
+        head.map_err(|e| match e {
             ModelError::Weights { reason, .. } => weights_err(reason),
             other => other,
         })

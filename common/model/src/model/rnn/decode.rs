@@ -242,7 +242,7 @@ mod tests {
         let m = RnnCaptioner::new(
             &cfg,
             &Device::Cpu,
-            &crate::model::origin::ParamOrigin::Seed(3),
+            &crate::model::params::ParamOrigin::Seed(3),
         )
         .unwrap();
         let wave = |n: usize, k: usize| -> Vec<f32> {

@@ -36,8 +36,8 @@ use self::cell::CellWeights;
 use self::crnn::Crnn;
 use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
-use crate::model::origin::{ParamOrigin, ParamSource};
-use crate::model::params::{self, Init};
+use crate::model::params::Init;
+use crate::model::params::{ParamOrigin, ParamSource};
 use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The recurrent captioner (`fc`, `att`, `crnn`). Owns its weights in a [`VarMap`] under
@@ -136,7 +136,6 @@ impl RnnCaptioner {
         origin: &ParamOrigin,
     ) -> Result<Self> {
         cfg.validate()?;
-        let varmap = VarMap::new();
         let (v, e, h) = (cfg.vocab_size, cfg.model.embed, cfg.model.hidden);
         let g = cfg.model.rnn.gates() * h;
         let mut shapes: Vec<(String, Vec<usize>, Init)> = vec![
@@ -173,14 +172,7 @@ impl RnnCaptioner {
         }
         // Sorted so that the draws do not depend on the order above.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
-        {
-            let mut source = ParamSource::new(origin, device, cfg.dtype);
-            let mut data = params::locked(&varmap)?;
-            for (name, shape, init) in shapes {
-                let var = source.param(&name, &shape, init)?;
-                data.insert(name, var);
-            }
-        }
+        let varmap = ParamSource::new(origin, device, cfg.dtype).table(shapes)?;
         let p = Params::from_varmap(&varmap, cfg)?;
         Ok(Self {
             base: ModelBase {

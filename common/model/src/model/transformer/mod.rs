@@ -32,8 +32,8 @@ use candle_nn::VarMap;
 use self::layers::{Linear, Norm};
 use crate::model::config::{CaptionerConfig, ModelConfig};
 use crate::model::error::{ModelError, Result};
-use crate::model::origin::{ParamOrigin, ParamSource};
 use crate::model::params::{self, Init};
+use crate::model::params::{ParamOrigin, ParamSource};
 use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
 /// The Transformer captioner. Owns its weights in a [`VarMap`] under the names that

@@ -18,7 +18,7 @@ fn model(rnn: RnnKind, layers: usize) -> (RnnCaptioner, Inputs) {
     let m = RnnCaptioner::new(
         &cfg,
         &Device::Cpu,
-        &crate::model::origin::ParamOrigin::Seed(5),
+        &crate::model::params::ParamOrigin::Seed(5),
     )
     .unwrap();
     // 100 images: the gate products of a step are large enough to run on several threads.
