@@ -2,10 +2,10 @@
 //! this build accepts: each `caprl ...` (or `cargo run --release -- ...`) command line parses
 //! with this build's CLI, the config files and `--set` keys it names resolve to a valid config
 //! (`caprl config show`), the files it names in the repository exist, and every other command
-//! is one of the tools the docs say to install. And docs/getting-started.md, followed in order
-//! in a fresh directory on the tiny generated data set, runs: every block exits 0. What the
-//! other pages' commands do over minutes (a whole benchmark, a cluster) is the business of the
-//! tests of those commands.
+//! is one of the tools the docs say to install. And every block runs: each page followed in
+//! order in a fresh directory on the tiny generated data set, every block exits 0, except
+//! those marked `<!-- not run in CI: why -->` on the line before them (a cluster, a GPU, hours
+//! of training, an install as root), whose commands the tests of those commands cover.
 
 mod support;
 
@@ -204,6 +204,75 @@ fn blocks(page: &str) -> Vec<String> {
     out
 }
 
+/// The marker a block carries on the line before its fence when CI cannot run it, with why
+/// (a cluster, a GPU, hours of training, an install as root); docs/design.md explains it.
+const NOT_RUN: &str = "<!-- not run in CI: ";
+
+/// The `sh`/`bash` blocks of `page` with the reason CI does not run each, if it says one.
+fn blocks_and_skips(page: &str) -> Vec<(String, Option<String>)> {
+    let reasons: Vec<Option<String>> = {
+        let lines: Vec<&str> = page.lines().collect();
+        let mut out = Vec::new();
+        let mut inside = false;
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(lang) = line.strip_prefix("```") {
+                if !inside && matches!(lang.trim(), "sh" | "bash" | "shell") {
+                    let before = i.checked_sub(1).map(|j| lines[j].trim()).unwrap_or("");
+                    out.push(
+                        before
+                            .strip_prefix(NOT_RUN)
+                            .and_then(|r| r.strip_suffix("-->"))
+                            .map(|r| r.trim().to_string()),
+                    );
+                }
+                inside = !inside;
+            }
+        }
+        out
+    };
+    let blocks = blocks(page);
+    assert_eq!(blocks.len(), reasons.len());
+    blocks.into_iter().zip(reasons).collect()
+}
+
+/// A fresh directory set up as a newcomer's checkout after the README's first command: the
+/// tiny generated data set in `data/synth`, the repository's `examples/`, `configs/` and
+/// `scripts/` beside it, and a PATH whose `caprl` is this build.
+fn newcomer(tmp: &Path) -> (PathBuf, String) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = support::synth(tmp);
+    let dir = tmp.join("newcomer");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::rename(&data, dir.join("data/synth")).unwrap();
+    for shared in ["examples", "configs", "scripts"] {
+        std::os::unix::fs::symlink(root.join(shared), dir.join(shared)).unwrap();
+    }
+    let bin = tmp.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_caprl"), bin.join("caprl")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (dir, path)
+}
+
+/// Runs `script` with bash in `dir`; panics with its output, naming `page`, when it fails.
+fn run_block(page: &str, script: &str, dir: &Path, path: &str) {
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", script])
+        .current_dir(dir)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "this block of {page} fails:\n{script}\n{}",
+        support::text(&out)
+    );
+}
+
 /// docs/getting-started.md followed in order, as a newcomer would, in a fresh directory whose
 /// `data/synth` is the tiny generated set (so that `caprl run` with its defaults takes seconds):
 /// every block runs and exits 0, `caprl` being this build.
@@ -213,32 +282,12 @@ fn the_getting_started_page_runs_in_order() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let page = std::fs::read_to_string(root.join("docs/getting-started.md")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let data = support::synth(tmp.path());
-    let dir = tmp.path().join("newcomer");
-    std::fs::create_dir_all(dir.join("data")).unwrap();
-    std::fs::rename(&data, dir.join("data/synth")).unwrap();
-    let bin = tmp.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_caprl"), bin.join("caprl")).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let scripts = blocks(&page);
-    assert!(scripts.len() >= 4, "{scripts:?}");
-    for script in scripts {
-        let out = std::process::Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &script])
-            .current_dir(&dir)
-            .env("PATH", &path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "this block of docs/getting-started.md fails:\n{script}\n{}",
-            support::text(&out)
-        );
+    let (dir, path) = newcomer(tmp.path());
+    let blocks = blocks_and_skips(&page);
+    assert!(blocks.len() >= 4, "{blocks:?}");
+    for (script, skip) in blocks {
+        assert_eq!(skip, None, "every block of the getting-started page runs");
+        run_block("docs/getting-started.md", &script, &dir, &path);
     }
     for made in [
         "runs/latest/best-rl",
@@ -248,4 +297,40 @@ fn the_getting_started_page_runs_in_order() {
     ] {
         assert!(dir.join(made).exists(), "{made} is missing");
     }
+}
+
+/// Every other page's blocks, each page followed in order in a fresh newcomer's directory: a
+/// block runs and exits 0, or says on the line before it why CI does not run it.
+#[test]
+fn every_other_block_runs_or_says_why_not() {
+    let _reaper = support::Reaper;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut ran, mut skipped) = (0, 0);
+    for page in pages(root) {
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        if name == "docs/getting-started.md" {
+            continue;
+        }
+        let blocks = blocks_and_skips(&std::fs::read_to_string(&page).unwrap());
+        if blocks.iter().all(|(_, skip)| skip.is_some()) {
+            skipped += blocks.len();
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let (dir, path) = newcomer(tmp.path());
+        for (script, skip) in blocks {
+            match skip {
+                Some(why) => {
+                    assert!(why.len() > 10, "{name}: say why CI does not run:\n{script}");
+                    skipped += 1;
+                }
+                None => {
+                    run_block(&name, &script, &dir, &path);
+                    ran += 1;
+                }
+            }
+        }
+    }
+    println!("{ran} blocks ran, {skipped} are marked not run in CI");
+    assert!(ran >= 4, "only {ran} blocks ran");
 }
