@@ -37,62 +37,12 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         loaded.model.set_compute_dtype(dtype)?;
     }
     let cfg = loaded.model.config().clone();
-    let tensors = candle_core::safetensors::load(&args.features, &candle_core::Device::Cpu)
-        .with_context(|| {
-            format!(
-                "{}: not a readable safetensors file (expected a tensor `fc` of shape [N, {}])",
-                args.features.display(),
-                cfg.fc_dim
-            )
-        })?;
-    let fc = tensors.get("fc").with_context(|| {
-        format!(
-            "{}: no tensor named `fc` (expected [N, {}])",
-            args.features.display(),
-            cfg.fc_dim
-        )
-    })?;
-    // Checked by hand: a Candle shape error would carry a backtrace under RUST_BACKTRACE.
-    let &[n, d] = fc.dims() else {
-        bail!(
-            "{}: `fc` has shape {:?}; it must be 2-D [N, {}] (one row of features per input)",
-            args.features.display(),
-            fc.dims(),
-            cfg.fc_dim
-        );
-    };
-    if n == 0 {
-        bail!(
-            "{}: `fc` has no rows (shape [0, {d}]); give at least one input",
-            args.features.display()
-        );
-    }
-    if d != cfg.fc_dim {
-        bail!(
-            "{}: `fc` has {d} features per input but the model was trained on {}",
-            args.features.display(),
-            cfg.fc_dim
-        );
-    }
-    let fc_host: Vec<f32> = fc
-        .to_dtype(candle_core::DType::F32)?
-        .flatten_all()?
-        .to_vec1()?;
-    if let Some(i) = fc_host.iter().position(|v| !v.is_finite()) {
-        bail!(
-            "{}: `fc` row {} has a NaN or infinite value",
-            args.features.display(),
-            i / d
-        );
-    }
-    let att_host: Option<Vec<f32>> = match tensors.get("att") {
-        Some(a) => Some(
-            a.to_dtype(candle_core::DType::F32)?
-                .flatten_all()?
-                .to_vec1()?,
-        ),
-        None => None,
-    };
+    let HostFeatures {
+        fc: fc_host,
+        att: att_host,
+        n,
+        d,
+    } = read_features(&args.features, cfg.fc_dim)?;
     let ids = read_ids(&args.features, n)?;
     let diverse = args.diverse.resolve(&loaded.cfg.decode, args.beam)?;
     let groups = diverse.groups;
@@ -141,6 +91,82 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         }
     }
     write_stdout(&out)
+}
+
+/// The inputs of a features file on the host: `n` rows of `d` global features, and the region
+/// features when the file has them.
+struct HostFeatures {
+    fc: Vec<f32>,
+    att: Option<Vec<f32>>,
+    n: usize,
+    d: usize,
+}
+
+/// The features of `path` (safetensors with `fc` `[N, fc_dim]`, finite, and optionally `att`),
+/// or an error that names the file and what it must hold.
+fn read_features(path: &std::path::Path, fc_dim: usize) -> Result<HostFeatures> {
+    let tensors =
+        candle_core::safetensors::load(path, &candle_core::Device::Cpu).with_context(|| {
+            format!(
+                "{}: not a readable safetensors file (expected a tensor `fc` of shape [N, {}])",
+                path.display(),
+                fc_dim
+            )
+        })?;
+    let fc = tensors.get("fc").with_context(|| {
+        format!(
+            "{}: no tensor named `fc` (expected [N, {}])",
+            path.display(),
+            fc_dim
+        )
+    })?;
+    // Checked by hand: a Candle shape error would carry a backtrace under RUST_BACKTRACE.
+    let &[n, d] = fc.dims() else {
+        bail!(
+            "{}: `fc` has shape {:?}; it must be 2-D [N, {}] (one row of features per input)",
+            path.display(),
+            fc.dims(),
+            fc_dim
+        );
+    };
+    if n == 0 {
+        bail!(
+            "{}: `fc` has no rows (shape [0, {d}]); give at least one input",
+            path.display()
+        );
+    }
+    if d != fc_dim {
+        bail!(
+            "{}: `fc` has {d} features per input but the model was trained on {}",
+            path.display(),
+            fc_dim
+        );
+    }
+    let fc_host: Vec<f32> = fc
+        .to_dtype(candle_core::DType::F32)?
+        .flatten_all()?
+        .to_vec1()?;
+    if let Some(i) = fc_host.iter().position(|v| !v.is_finite()) {
+        bail!(
+            "{}: `fc` row {} has a NaN or infinite value",
+            path.display(),
+            i / d
+        );
+    }
+    let att_host: Option<Vec<f32>> = match tensors.get("att") {
+        Some(a) => Some(
+            a.to_dtype(candle_core::DType::F32)?
+                .flatten_all()?
+                .to_vec1()?,
+        ),
+        None => None,
+    };
+    Ok(HostFeatures {
+        fc: fc_host,
+        att: att_host,
+        n,
+        d,
+    })
 }
 
 fn read_ids(features: &std::path::Path, n: usize) -> Result<Vec<String>> {

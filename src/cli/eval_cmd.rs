@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use caprl_data::SplitName;
 use caprl_learner::eval::{self, EvalOptions, EvalReport};
-use caprl_learner::run::load_checkpoint;
+use caprl_learner::run::{load_checkpoint, Loaded};
 use caprl_learner::trainer::Phase;
 use caprl_model::model::Lookahead;
 use caprl_wire::Sampling;
@@ -148,6 +148,17 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     if let Some(out) = &args.out {
         write_results(out, &report)?;
     }
+    print_report(&args, &loaded, &opts, lambda, &report)
+}
+
+/// The metrics of `report` on stdout: a table, or JSON with `--json`.
+fn print_report(
+    args: &Args,
+    loaded: &Loaded,
+    opts: &EvalOptions,
+    lambda: f32,
+    report: &EvalReport,
+) -> Result<()> {
     if args.json {
         let json = serde_json::json!({
             "checkpoint": loaded.checkpoint.display().to_string(),

@@ -140,15 +140,30 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             .context("the RL phase did not run (train.rl_epochs = 0)")?,
     )?;
     let name = objective.name().to_uppercase();
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let mut out = comparison(test.len(), opts.beam, minutes, &name, &xe, &rl);
+    out.push_str(&format!("\nrun dir: {}\n", cfg.run_dir));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({"xe": xe.metrics, "rl": rl.metrics, "objective": name});
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    write_stdout(&out)
+}
+
+/// The table `caprl run` prints: each metric of the XE and RL checkpoints on the test split
+/// (`images` of them, decoded with beam `beam`), and the change.
+fn comparison(
+    images: usize,
+    beam: usize,
+    minutes: f64,
+    name: &str,
+    xe: &EvalReport,
+    rl: &EvalReport,
+) -> String {
     let mut out = format!(
-        "\nTest split ({} images, beam {}), {:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
-        test.len(),
-        opts.beam,
-        started.elapsed().as_secs_f64() / 60.0,
-        "metric",
-        "XE",
-        name,
-        "change"
+        "\nTest split ({images} images, beam {beam}), {minutes:.1} min\n\n{:<22} {:>9} {:>9} {:>9}\n",
+        "metric", "XE", name, "change"
     );
     for (key, label) in TABLE {
         let (a, b) = (xe.metrics.get(key).copied(), rl.metrics.get(key).copied());
@@ -161,13 +176,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
             out.push_str(&format!("{label:<22} {a:>9.4} {b:>9.4} {change:>9}\n"));
         }
     }
-    out.push_str(&format!("\nrun dir: {}\n", cfg.run_dir));
-    if let Some(path) = &args.json {
-        let json = serde_json::json!({"xe": xe.metrics, "rl": rl.metrics, "objective": name});
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    write_stdout(&out)
+    out
 }
 
 /// Trains a dual encoder into `path` unless one for this data set's vocabulary is there.

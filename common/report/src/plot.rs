@@ -157,6 +157,23 @@ fn tick_label(v: f64) -> String {
     }
 }
 
+/// Where the legend goes: where the curves are not. Curves that end above `mid` (rewards,
+/// scores) get it at the bottom, curves that end low (losses) at the top.
+fn legend_position(series: &[Series], mid: f64) -> SeriesLabelPosition {
+    let ends_high = series
+        .iter()
+        .filter_map(|s| s.points.last())
+        .filter(|p| p.1 > mid)
+        .count()
+        * 2
+        >= series.len();
+    if ends_high {
+        SeriesLabelPosition::LowerRight
+    } else {
+        SeriesLabelPosition::UpperRight
+    }
+}
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     spec: &PlotSpec,
@@ -251,24 +268,9 @@ fn draw<DB: DrawingBackend>(
         .map_err(e)?;
     }
 
-    // Put the legend where the curves are not: curves that end high (rewards,
-    // scores) get it at the bottom, curves that end low (losses) at the top.
-    let mid = (y0 + y1) / 2.0;
-    let ends_high = series
-        .iter()
-        .filter_map(|s| s.points.last())
-        .filter(|p| p.1 > mid)
-        .count()
-        * 2
-        >= series.len();
-    let position = if ends_high {
-        SeriesLabelPosition::LowerRight
-    } else {
-        SeriesLabelPosition::UpperRight
-    };
     chart
         .configure_series_labels()
-        .position(position)
+        .position(legend_position(&series, (y0 + y1) / 2.0))
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(160, 160, 160))
         .label_font(("sans-serif", 15))

@@ -185,78 +185,101 @@ struct NgramIds {
     pos_idf: [Vec<f64>; MAX_ORDER],
 }
 
+/// Sort buffers reused across n-gram orders.
+#[derive(Default)]
+struct SortScratch {
+    keys: Vec<u64>,
+    buf: Vec<u64>,
+    wide: Vec<(u64, u32)>,
+}
+
+/// The ids of the corpus's (n+1)-grams, one per start position (`prev`: the n-grams' ids,
+/// `num_prev` of them), numbered in sorted order of (prefix id, last token), and a position
+/// where each id first occurs. Keys that fit 64 bits with their position are radix-sorted;
+/// wider ones sorted as pairs.
+fn order_ids(
+    corpus: &FlatCorpus,
+    n: usize,
+    prev: &[u32],
+    num_prev: usize,
+    scratch: &mut SortScratch,
+) -> (Vec<u32>, Vec<u32>) {
+    let tokens = &corpus.tokens;
+    let nsent = corpus.starts.len() - 1;
+    let vocab = tokens.iter().copied().max().map_or(0, |m| m as usize + 1);
+    let pos_bits = bits_for(tokens.len() as u64 + 1);
+    let tok_bits = bits_for(vocab as u64);
+    let prefix_bits = bits_for(num_prev as u64);
+    let key_bits = prefix_bits + tok_bits;
+    let mut cur = vec![0u32; tokens.len()];
+    let mut firsts = Vec::new();
+    let prefix = |p: usize| if n == 1 { tokens[p] } else { prev[p] };
+    let mut next_id: u32 = 0;
+    let SortScratch { keys, buf, wide } = scratch;
+    if key_bits + pos_bits <= 64 {
+        keys.clear();
+        for s in 0..nsent {
+            let r = corpus.range(s);
+            if r.len() <= n {
+                continue;
+            }
+            for p in r.start..r.end - n {
+                let key = (u64::from(prefix(p)) << tok_bits) | u64::from(tokens[p + n]);
+                keys.push((key << pos_bits) | p as u64);
+            }
+        }
+        radix_sort(keys, buf, pos_bits, pos_bits + key_bits);
+        let pos_mask = (1u64 << pos_bits) - 1;
+        let mut last = u64::MAX;
+        for &x in keys.iter() {
+            let key = x >> pos_bits;
+            let p = (x & pos_mask) as usize;
+            if key != last {
+                last = key;
+                next_id += 1;
+                firsts.push(p as u32);
+            }
+            cur[p] = next_id - 1;
+        }
+    } else {
+        wide.clear();
+        for s in 0..nsent {
+            let r = corpus.range(s);
+            if r.len() <= n {
+                continue;
+            }
+            for p in r.start..r.end - n {
+                let key = (u64::from(prefix(p)) << 32) | u64::from(tokens[p + n]);
+                wide.push((key, p as u32));
+            }
+        }
+        wide.sort_unstable();
+        let mut last = None;
+        for &(key, p) in wide.iter() {
+            if last != Some(key) {
+                last = Some(key);
+                next_id += 1;
+                firsts.push(p);
+            }
+            cur[p as usize] = next_id - 1;
+        }
+    }
+    (cur, firsts)
+}
+
 impl NgramIds {
     fn build(corpus: &FlatCorpus, df_source: DfSource<'_>) -> Self {
         let tokens = &corpus.tokens;
-        let nsent = corpus.starts.len() - 1;
         let vocab = tokens.iter().copied().max().map_or(0, |m| m as usize + 1);
         let mut ids: [Vec<u32>; MAX_ORDER] = Default::default();
         // A position where each id occurs (for table lookups).
         let mut first_pos: [Vec<u32>; MAX_ORDER] = Default::default();
         let mut num_ids = [0usize; MAX_ORDER];
         num_ids[0] = vocab;
-        let pos_bits = bits_for(tokens.len() as u64 + 1);
-        let tok_bits = bits_for(vocab as u64);
-        let mut keys: Vec<u64> = Vec::new();
-        let mut buf: Vec<u64> = Vec::new();
-        let mut wide: Vec<(u64, u32)> = Vec::new();
+        let mut scratch = SortScratch::default();
         for n in 1..MAX_ORDER {
-            let prefix_bits = bits_for(num_ids[n - 1] as u64);
-            let key_bits = prefix_bits + tok_bits;
-            let mut cur = vec![0u32; tokens.len()];
-            let mut firsts = Vec::new();
-            let prev = &ids[n - 1];
-            let prefix = |p: usize| if n == 1 { tokens[p] } else { prev[p] };
-            let mut next_id: u32 = 0;
-            if key_bits + pos_bits <= 64 {
-                keys.clear();
-                for s in 0..nsent {
-                    let r = corpus.range(s);
-                    if r.len() <= n {
-                        continue;
-                    }
-                    for p in r.start..r.end - n {
-                        let key = (u64::from(prefix(p)) << tok_bits) | u64::from(tokens[p + n]);
-                        keys.push((key << pos_bits) | p as u64);
-                    }
-                }
-                radix_sort(&mut keys, &mut buf, pos_bits, pos_bits + key_bits);
-                let pos_mask = (1u64 << pos_bits) - 1;
-                let mut last = u64::MAX;
-                for &x in &keys {
-                    let key = x >> pos_bits;
-                    let p = (x & pos_mask) as usize;
-                    if key != last {
-                        last = key;
-                        next_id += 1;
-                        firsts.push(p as u32);
-                    }
-                    cur[p] = next_id - 1;
-                }
-            } else {
-                wide.clear();
-                for s in 0..nsent {
-                    let r = corpus.range(s);
-                    if r.len() <= n {
-                        continue;
-                    }
-                    for p in r.start..r.end - n {
-                        let key = (u64::from(prefix(p)) << 32) | u64::from(tokens[p + n]);
-                        wide.push((key, p as u32));
-                    }
-                }
-                wide.sort_unstable();
-                let mut last = None;
-                for &(key, p) in &wide {
-                    if last != Some(key) {
-                        last = Some(key);
-                        next_id += 1;
-                        firsts.push(p);
-                    }
-                    cur[p as usize] = next_id - 1;
-                }
-            }
-            num_ids[n] = next_id as usize;
+            let (cur, firsts) = order_ids(corpus, n, &ids[n - 1], num_ids[n - 1], &mut scratch);
+            num_ids[n] = firsts.len();
             ids[n] = cur;
             first_pos[n] = firsts;
         }
@@ -492,7 +515,22 @@ fn score_image(
                 .sum();
         }
     }
-    let cand_len = bigram_len(cand.len());
+    out.cider = cider_d(corpus, refs, cand.len(), &cand_norm, s);
+    out
+}
+
+/// CIDEr-D of a candidate of `cand_words` words from the per-reference, per-order clipped dot
+/// products and norms in `s` (`acc`, `ref_norm`) and the candidate's norms: each order's
+/// cosine, Gaussian length penalty, averaged over orders and references, times 10.
+fn cider_d(
+    corpus: &FlatCorpus,
+    refs: std::ops::Range<usize>,
+    cand_words: usize,
+    cand_norm: &[f64; MAX_ORDER],
+    s: &Scratch,
+) -> f64 {
+    let nrefs = refs.len();
+    let cand_len = bigram_len(cand_words);
     let mut per_order = [0.0; MAX_ORDER];
     for (r, sent) in refs.enumerate() {
         let delta = (cand_len - bigram_len(corpus.range(sent).len())) as f64;
@@ -507,8 +545,7 @@ fn score_image(
         }
     }
     let mean = per_order.iter().sum::<f64>() / MAX_ORDER as f64;
-    out.cider = mean / nrefs as f64 * 10.0;
-    out
+    mean / nrefs as f64 * 10.0
 }
 
 /// Scores every image of `corpus`: CIDEr-D always, BLEU counts and

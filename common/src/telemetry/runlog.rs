@@ -319,10 +319,7 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
     let last = lines.len();
     let mut warnings = Vec::new();
     let mut header = None;
-    let mut steps: Vec<StepRecord> = Vec::new();
-    let mut evals: Vec<EvalRecord> = Vec::new();
-    let mut resumes: Vec<ResumeRecord> = Vec::new();
-    let mut samples: Vec<SamplesRecord> = Vec::new();
+    let mut records = Records::default();
     for (index, raw) in lines.iter().enumerate() {
         let line_no = index + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
@@ -362,48 +359,20 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
             continue;
         }
         match kind.as_str() {
-            "step" => {
-                let record: StepRecord = serde_json::from_value(value)
-                    .map_err(|e| malformed(format!("bad step record: {e}")))?;
-                if steps.last().is_some_and(|s| s.step >= record.step) {
-                    steps.retain(|s| s.step < record.step);
-                }
-                steps.push(record);
-            }
-            "eval" => {
-                let record: EvalRecord = serde_json::from_value(value)
-                    .map_err(|e| malformed(format!("bad eval record: {e}")))?;
-                if evals.last().is_some_and(|r| r.step >= record.step) {
-                    evals.retain(|r| {
-                        r.step < record.step || (r.step == record.step && r.split != record.split)
-                    });
-                }
-                evals.push(record);
-            }
-            "resume" => resumes.push(
-                serde_json::from_value(value)
-                    .map_err(|e| malformed(format!("bad resume record: {e}")))?,
-            ),
-            "samples" => {
-                let record: SamplesRecord = serde_json::from_value(value)
-                    .map_err(|e| malformed(format!("bad samples record: {e}")))?;
-                if samples.last().is_some_and(|r| r.step >= record.step) {
-                    samples.retain(|r| r.step < record.step);
-                }
-                samples.push(record);
-            }
             "header" => {
                 return Err(malformed(
                     "a second header line; two runs were written into one run.jsonl".into(),
                 ))
             }
-            other => {
-                let msg = format!(
-                    "{}:{line_no}: skipping a line of unknown type {other:?} (written by a newer caprl?)",
-                    path.display()
-                );
-                tracing::warn!("{msg}");
-                warnings.push(msg);
+            _ => {
+                if !records.take(&kind, value).map_err(malformed)? {
+                    let msg = format!(
+                        "{}:{line_no}: skipping a line of unknown type {kind:?} (written by a newer caprl?)",
+                        path.display()
+                    );
+                    tracing::warn!("{msg}");
+                    warnings.push(msg);
+                }
             }
         }
     }
@@ -414,12 +383,60 @@ pub fn read_run_log(path: &Path) -> Result<RunLogContents> {
     Ok(RunLogContents {
         path: path.to_path_buf(),
         header,
-        steps,
-        evals,
-        resumes,
-        samples,
+        steps: records.steps,
+        evals: records.evals,
+        resumes: records.resumes,
+        samples: records.samples,
         warnings,
     })
+}
+
+/// The records of a run log read so far, by kind.
+#[derive(Default)]
+struct Records {
+    steps: Vec<StepRecord>,
+    evals: Vec<EvalRecord>,
+    resumes: Vec<ResumeRecord>,
+    samples: Vec<SamplesRecord>,
+}
+
+impl Records {
+    /// Takes one record of `kind` (`Ok(false)` for a kind it does not know). A step, eval or
+    /// samples record at or before the last one's step was written by a resumed run: it
+    /// replaces the records from that step on.
+    fn take(&mut self, kind: &str, value: Value) -> std::result::Result<bool, String> {
+        let bad = |e: serde_json::Error| format!("bad {kind} record: {e}");
+        match kind {
+            "step" => {
+                let record: StepRecord = serde_json::from_value(value).map_err(bad)?;
+                if self.steps.last().is_some_and(|s| s.step >= record.step) {
+                    self.steps.retain(|s| s.step < record.step);
+                }
+                self.steps.push(record);
+            }
+            "eval" => {
+                let record: EvalRecord = serde_json::from_value(value).map_err(bad)?;
+                if self.evals.last().is_some_and(|r| r.step >= record.step) {
+                    self.evals.retain(|r| {
+                        r.step < record.step || (r.step == record.step && r.split != record.split)
+                    });
+                }
+                self.evals.push(record);
+            }
+            "resume" => self
+                .resumes
+                .push(serde_json::from_value(value).map_err(bad)?),
+            "samples" => {
+                let record: SamplesRecord = serde_json::from_value(value).map_err(bad)?;
+                if self.samples.last().is_some_and(|r| r.step >= record.step) {
+                    self.samples.retain(|r| r.step < record.step);
+                }
+                self.samples.push(record);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {

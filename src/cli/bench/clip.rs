@@ -133,14 +133,7 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
     // CIDEr-D's own arithmetic, references prepared once (as the reward worker holds them),
     // beside the clip path on cached text embeddings: the like-for-like comparison.
     let scorer = CiderD::new(df_for_scorer);
-    let mut interner = Interner::with_words(data.vocab.words());
-    let prepared: HashMap<usize, PreparedRefs> = items
-        .iter()
-        .map(|it| {
-            let refs = interner.intern_refs(&it.refs);
-            (it.row, scorer.prepare(&refs))
-        })
-        .collect();
+    let prepared = prepared_refs(&scorer, &data);
     let texts: Vec<_> = rollouts
         .iter()
         .map(|r| clip.embed(r))
@@ -211,25 +204,45 @@ pub fn run(args: ClipBenchArgs) -> Result<()> {
         ),
     ];
     let best = interleaved_best(&mut rows, captions)?;
-    let mut out = format!(
-        "{}\n{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
-         {} training images, 8 mined neighbours, 1 process\n\n",
-        caprl_model::fastmath::describe(),
+    let setting = format!(
+        "{} rollouts of {} images ({} captions: beam, greedy, ground truth per image), \
+         {} training images, 8 mined neighbours, 1 process",
         rollouts.len(),
         args.batch,
         captions,
         items.len()
     );
+    write_stdout(&table(&setting, &rows, &best))
+}
+
+/// Each training image's references prepared for the CIDEr-D scorer, by row (as a reward
+/// worker holds them).
+fn prepared_refs(scorer: &CiderD, data: &Dataset) -> HashMap<usize, PreparedRefs> {
+    let mut interner = Interner::with_words(data.vocab.words());
+    data.train
+        .items
+        .iter()
+        .map(|it| {
+            let refs = interner.intern_refs(&it.refs);
+            (it.row, scorer.prepare(&refs))
+        })
+        .collect()
+}
+
+/// The printed table: the machine, the `setting`, and each row's µs per caption (`best`),
+/// captions per second and speed against the first row.
+fn table(setting: &str, rows: &[Row], best: &[f64]) -> String {
+    let mut out = format!("{}\n{setting}\n\n", caprl_model::fastmath::describe());
     out.push_str("| reward | µs / caption | captions/s | vs cider |\n|---|---|---|---|\n");
     let t_cider = best[0];
-    for ((name, _), t) in rows.iter().zip(&best) {
+    for ((name, _), t) in rows.iter().zip(best) {
         out.push_str(&format!(
             "| {name} | {t:.2} | {:.0} | {:.2}× |\n",
             1e6 / t,
             t_cider / t
         ));
     }
-    write_stdout(&out)
+    out
 }
 
 /// The best of [`ROUNDS`] timings of each of `rows`, in µs per caption. Rounds run every row

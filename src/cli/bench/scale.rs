@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use caprl_common::bus::{LocalNatsServer, LocalNatsServerOptions, Queue};
 use caprl_common::config::RunConfig;
-use caprl_common::shutdown::ShutdownTrigger;
+use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_learner::driver::Driver;
 use caprl_learner::objective::Objective;
@@ -215,40 +215,7 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
     let device = caprl_model::model::Device::Cpu;
-    let mut roles_running = Vec::new();
-    let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
-    for i in 0..n {
-        let bus = rt.block_on(roles::connect(cfg, Some(&url), &[Queue::Tasks]))?;
-        let actor = roles::actor_config(
-            cfg,
-            Arc::clone(data),
-            device.clone(),
-            format!("sim-actor-{i}"),
-            None,
-        )?;
-        let shutdown = shutdown.clone();
-        let simulated =
-            move |_: &Decoder, v: PolicyVersion, d: &Dataset, t: &RolloutTask, id: &str| {
-                simulated_rollout((v, d, t, id), max_len, token_ms)
-            };
-        roles_running.push(rt.spawn(async move {
-            caprl_actor::run_with_rollout(actor, bus, shutdown, simulated)
-                .await
-                .map(|_| ())
-                .map_err(anyhow::Error::from)
-        }));
-    }
-    for i in 0..args.reward_workers {
-        let bus = rt.block_on(roles::connect(cfg, Some(&url), &[Queue::Rollouts]))?;
-        let worker = roles::worker_config(cfg, data, format!("worker-{i}"))?;
-        let shutdown = shutdown.clone();
-        roles_running.push(rt.spawn(async move {
-            caprl_reward_worker::run(worker, bus, shutdown)
-                .await
-                .map(|_| ())
-                .map_err(anyhow::Error::from)
-        }));
-    }
+    let roles_running = spawn_roles(args, cfg, data, &rt, &url, &shutdown, n)?;
     let mut driver = Driver::new(
         Arc::clone(&learner_bus),
         rt.handle().clone(),
@@ -311,6 +278,55 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
         msgs: (after.0 - before.0) as f64,
         bytes: (after.1 - before.1) as f64,
     })
+}
+
+/// `n` simulated actors and `args.reward_workers` reward workers on the broker at `url`, as
+/// tasks of `rt` that stop on `shutdown`.
+fn spawn_roles(
+    args: &ScaleArgs,
+    cfg: &RunConfig,
+    data: &Arc<Dataset>,
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    shutdown: &Shutdown,
+    n: usize,
+) -> Result<Vec<tokio::task::JoinHandle<Result<()>>>> {
+    let device = caprl_model::model::Device::Cpu;
+    let mut roles_running = Vec::new();
+    let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
+    for i in 0..n {
+        let bus = rt.block_on(roles::connect(cfg, Some(url), &[Queue::Tasks]))?;
+        let actor = roles::actor_config(
+            cfg,
+            Arc::clone(data),
+            device.clone(),
+            format!("sim-actor-{i}"),
+            None,
+        )?;
+        let shutdown = shutdown.clone();
+        let simulated =
+            move |_: &Decoder, v: PolicyVersion, d: &Dataset, t: &RolloutTask, id: &str| {
+                simulated_rollout((v, d, t, id), max_len, token_ms)
+            };
+        roles_running.push(rt.spawn(async move {
+            caprl_actor::run_with_rollout(actor, bus, shutdown, simulated)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from)
+        }));
+    }
+    for i in 0..args.reward_workers {
+        let bus = rt.block_on(roles::connect(cfg, Some(url), &[Queue::Rollouts]))?;
+        let worker = roles::worker_config(cfg, data, format!("worker-{i}"))?;
+        let shutdown = shutdown.clone();
+        roles_running.push(rt.spawn(async move {
+            caprl_reward_worker::run(worker, bus, shutdown)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from)
+        }));
+    }
+    Ok(roles_running)
 }
 
 /// A stand-in for the decode: per image, the task's samples and greedy caption as random

@@ -214,10 +214,9 @@ fn median(warmup: usize, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Resu
     Ok(ts[ts.len() / 2])
 }
 
-fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Result<Row> {
-    let s = which.spec();
-    let device = Device::Cpu;
-    let t = s.max_len;
+/// The Transformer of shape `s`, weights from seed 0, dropout 0.1, its EOS suppressed so
+/// that every decode runs the full length.
+fn bench_model(s: &Shape, device: &Device) -> Result<(Captioner, CaptionerConfig)> {
     let mut cfg = CaptionerConfig::new(
         ModelKind::Transformer,
         s.vocab,
@@ -225,10 +224,18 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         Some((s.regions, s.att_dim)),
     );
     cfg.model = s.model.clone();
-    cfg.max_len = t;
+    cfg.max_len = s.max_len;
     cfg.model.dropout = 0.1;
-    let model = Captioner::new(&cfg, &device, 0)?;
+    let model = Captioner::new(&cfg, device, 0)?;
     super::model::suppress_eos(&model)?;
+    Ok((model, cfg))
+}
+
+fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Result<Row> {
+    let s = which.spec();
+    let device = Device::Cpu;
+    let t = s.max_len;
+    let (model, cfg) = bench_model(&s, &device)?;
     let (x_xe, x_dec) = random_images(&s, &cfg, &device)?;
     let seqs = random_captions(&mut CaprlRng::new(2), s.xe_rows, t, s.vocab);
     let targets = batch_tokens(&seqs, &device)?;

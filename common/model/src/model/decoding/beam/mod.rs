@@ -208,6 +208,17 @@ impl AtLimit<'_, '_> {
     }
 }
 
+/// What every group's choice at one step of beam search reads.
+struct GroupStep<'s, 'a, 'l> {
+    opts: &'s BeamOptions,
+    lps: &'s StepLogProbs<'a>,
+    /// Beams per group.
+    k: usize,
+    lookahead: Option<&'s Lookahead<'l>>,
+    /// Inputs in the batch.
+    inputs: usize,
+}
+
 /// How a group keeps its `k` best proposals of a step.
 struct ChoiceRule<'a, 'l> {
     k: usize,
@@ -349,7 +360,6 @@ impl Decoder {
         check_options(opts)?;
         let groups = opts.groups;
         let k = opts.width / groups;
-        let lambda = opts.diversity_lambda as f64;
         let n = x.batch_size()?;
         let v = self.cfg.vocab_size;
         let mut live_state = self.steps.start(x)?;
@@ -400,48 +410,14 @@ impl Decoder {
                 });
                 row += rows_here;
             }
-            // The words each input's groups chose at this step so far, for the penalty.
-            let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n];
-            let mut choices: Vec<Option<Choice>> = (0..all.len()).map(|_| None).collect();
-            for g in 0..groups {
-                let mine: Vec<usize> = (0..all.len())
-                    .filter(|&a| all[a].slot % groups == g)
-                    .collect();
-                let penalties: Vec<Option<Vec<f64>>> = mine
-                    .iter()
-                    .map(|&a| hamming_penalty(&chosen[all[a].slot / groups], lambda, v))
-                    .collect();
-                for (&a, pen) in mine.iter().zip(&penalties) {
-                    propose(&mut all[a], &lps, k, opts.block_trigrams, pen.as_deref());
-                }
-                let values = match lookahead {
-                    Some(la) => {
-                        let props: Vec<&Proposals> = mine.iter().map(|&a| &all[a]).collect();
-                        Some(self.proposal_values(&*live_state, &props, la)?)
-                    }
-                    None => None,
-                };
-                let mut at = 0;
-                for (&a, pen) in mine.iter().zip(&penalties) {
-                    let p = &mut all[a];
-                    let ranked = with_rank(
-                        std::mem::take(&mut p.cand),
-                        values.as_deref(),
-                        &mut at,
-                        lookahead,
-                    );
-                    let rule = ChoiceRule {
-                        k,
-                        length_norm: opts.length_norm,
-                        lookahead,
-                        lps: &lps,
-                        penalty: pen.as_deref(),
-                    };
-                    let s = p.slot;
-                    choices[a] =
-                        Some(rule.choose(p, ranked, &mut chosen[s / groups], &mut finished[s]));
-                }
-            }
+            let step = GroupStep {
+                opts,
+                lps: &lps,
+                k,
+                lookahead,
+                inputs: n,
+            };
+            let choices = self.choose_by_group(&step, &mut all, &*live_state, &mut finished)?;
             let mut parents: Vec<u32> = Vec::new();
             let mut still: Vec<usize> = Vec::new();
             for (p, c) in all.iter().zip(choices) {
@@ -459,6 +435,64 @@ impl Decoder {
             active = still;
         }
         Ok(best_of_groups(finished, groups, k))
+    }
+
+    /// Each group's choice of next beams from its proposals `all` at one step, group after
+    /// group: a group's diversity penalty counts the words the input's earlier groups chose
+    /// at this step. Beams that end go to their slot's `finished`.
+    fn choose_by_group<'a>(
+        &self,
+        step: &GroupStep,
+        all: &mut [Proposals],
+        live: &(dyn DecodeState<'a> + 'a),
+        finished: &mut [Vec<Finished>],
+    ) -> Result<Vec<Option<Choice>>> {
+        let (opts, lps, k, lookahead) = (step.opts, step.lps, step.k, step.lookahead);
+        let (groups, v) = (opts.groups, lps.v);
+        let lambda = opts.diversity_lambda as f64;
+        // The words each input's groups chose at this step so far, for the penalty.
+        let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); step.inputs];
+        let mut choices: Vec<Option<Choice>> = (0..all.len()).map(|_| None).collect();
+        for g in 0..groups {
+            let mine: Vec<usize> = (0..all.len())
+                .filter(|&a| all[a].slot % groups == g)
+                .collect();
+            let penalties: Vec<Option<Vec<f64>>> = mine
+                .iter()
+                .map(|&a| hamming_penalty(&chosen[all[a].slot / groups], lambda, v))
+                .collect();
+            for (&a, pen) in mine.iter().zip(&penalties) {
+                propose(&mut all[a], lps, k, opts.block_trigrams, pen.as_deref());
+            }
+            let values = match lookahead {
+                Some(la) => {
+                    let props: Vec<&Proposals> = mine.iter().map(|&a| &all[a]).collect();
+                    Some(self.proposal_values(live, &props, la)?)
+                }
+                None => None,
+            };
+            let mut at = 0;
+            for (&a, pen) in mine.iter().zip(&penalties) {
+                let p = &mut all[a];
+                let ranked = with_rank(
+                    std::mem::take(&mut p.cand),
+                    values.as_deref(),
+                    &mut at,
+                    lookahead,
+                );
+                let rule = ChoiceRule {
+                    k,
+                    length_norm: opts.length_norm,
+                    lookahead,
+                    lps,
+                    penalty: pen.as_deref(),
+                };
+                let s = p.slot;
+                choices[a] =
+                    Some(rule.choose(p, ranked, &mut chosen[s / groups], &mut finished[s]));
+            }
+        }
+        Ok(choices)
     }
 
     /// `v` of the state after each proposal's word, in proposal order, one batched step.
