@@ -63,3 +63,39 @@ fn the_readme_shows_the_first_run_table_its_results_file_holds() {
         "the README does not name the machine of the first-run table ({cpu}, {simd}): {words}"
     );
 }
+
+/// docs/results/performance.md is the rendering of `caprl bench all`'s files beside it, and
+/// they name the machine, commit and date of the measurement.
+#[test]
+fn the_performance_results_page_is_the_rendering_of_its_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("docs/results/bench-all");
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+    };
+    let (machine, run) = (read("machine.json"), read("run.json"));
+    for key in ["cpu", "cores", "simd"] {
+        assert!(!machine[key].is_null(), "machine.json names no {key}");
+    }
+    for key in ["commit", "date", "command"] {
+        assert!(!run[key].is_null(), "run.json names no {key}");
+    }
+    assert!(read("rows.json").as_array().is_some_and(|r| !r.is_empty()));
+    let out = Command::new("python3")
+        .arg(root.join("scripts/results/bench_table.py"))
+        .arg(&dir)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let page = std::fs::read_to_string(root.join("docs/results/performance.md")).unwrap();
+    assert_eq!(
+        page,
+        String::from_utf8_lossy(&out.stdout),
+        "docs/results/performance.md is stale: python3 scripts/results/bench_table.py \
+         docs/results/bench-all --out docs/results/performance.md"
+    );
+}
