@@ -218,7 +218,7 @@ impl Default for BusOptions {
         BusOptions {
             run_id: "default".to_string(),
             ack_wait_secs: 30,
-            max_message_bytes: 8 * 1024 * 1024,
+            max_message_bytes: caprl_wire::DEFAULT_MAX_MESSAGE_BYTES,
             request_timeout_secs: 10,
             snapshot_timeout_secs: 300,
             replicas: 1,
@@ -261,10 +261,10 @@ impl BusOptions {
                 });
             }
         }
-        if self.max_message_bytes == 0 || self.max_message_bytes > i32::MAX as usize {
+        if let Some(v) = caprl_wire::message_limit_violation(self.max_message_bytes as u64) {
             return Err(BusError::Config {
                 key: "nats.max_message_bytes",
-                problem: format!("{} must be in 1..={}", self.max_message_bytes, i32::MAX),
+                problem: format!("{v} must be in {}", caprl_wire::MAX_MESSAGE_BYTES_ALLOWED),
             });
         }
         if self.replicas == 0 || self.replicas > 5 {

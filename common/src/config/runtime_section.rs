@@ -126,7 +126,8 @@ pub struct NatsConfig {
     pub tls_ca: String,
     pub tls_cert: String,
     pub tls_key: String,
-    /// Largest encoded message accepted or produced; 1024..=67108864.
+    /// Largest encoded message accepted or produced; its range is the wire's
+    /// (`caprl_wire::MAX_MESSAGE_BYTES_ALLOWED`).
     pub max_message_bytes: u64,
     /// >= 1.
     pub connect_timeout_secs: u64,
@@ -147,7 +148,7 @@ impl Default for NatsConfig {
             tls_ca: String::new(),
             tls_cert: String::new(),
             tls_key: String::new(),
-            max_message_bytes: 8_388_608,
+            max_message_bytes: caprl_wire::DEFAULT_MAX_MESSAGE_BYTES as u64,
             connect_timeout_secs: 5,
             replicas: 1,
         }

@@ -113,11 +113,7 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "runtime.images_per_task", allowed: ">= 1", violation: |c| outside(c.runtime.images_per_task, 1..) },
     Check { key: "runtime.ack_wait_secs", allowed: bus::MAX_SECS_ALLOWED, violation: |c| outside(c.runtime.ack_wait_secs, 1..=bus::MAX_SECS) },
     Check { key: "nats.url", allowed: "a non-empty server URL, e.g. nats://127.0.0.1:4222", violation: |c| c.nats.url.is_empty().then(|| "\"\"".into()) },
-    Check {
-        key: "nats.max_message_bytes",
-        allowed: "1024..=67108864 (64 MiB, the largest payload NATS accepts)",
-        violation: |c| outside(c.nats.max_message_bytes, 1024..=64 * 1024 * 1024),
-    },
+    Check { key: "nats.max_message_bytes", allowed: caprl_wire::MAX_MESSAGE_BYTES_ALLOWED, violation: |c| caprl_wire::message_limit_violation(c.nats.max_message_bytes) },
     Check { key: "nats.replicas", allowed: "1..=5 (1 on a single server, 3 on a 3-node JetStream cluster)", violation: |c| outside(c.nats.replicas, 1..=5) },
     Check { key: "nats.connect_timeout_secs", allowed: "1..=9223372036854775807", violation: |c| outside(c.nats.connect_timeout_secs, 1..=i64::MAX as u64) },
     Check {

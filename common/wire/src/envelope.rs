@@ -32,6 +32,21 @@ pub const HEADER_LEN: usize = 11;
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 /// No limit above this is honoured: NATS itself refuses larger payloads (64 MiB).
 pub const HARD_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// The smallest per-message limit accepted (a scored rollout of a few captions needs more).
+pub const MIN_MAX_MESSAGE_BYTES: usize = 1024;
+/// The range of `nats.max_message_bytes` in words: what config errors and the configuration
+/// reference print.
+pub const MAX_MESSAGE_BYTES_ALLOWED: &str =
+    "1024..=67108864 (64 MiB, the largest payload NATS accepts)";
+
+/// `limit`, written, when it is outside [`MIN_MAX_MESSAGE_BYTES`]`..=`[`HARD_MAX_MESSAGE_BYTES`]:
+/// the one range of a per-message limit, checked by the config at load and by the bus.
+pub fn message_limit_violation(limit: u64) -> Option<String> {
+    crate::check::outside(
+        limit,
+        MIN_MAX_MESSAGE_BYTES as u64..=HARD_MAX_MESSAGE_BYTES as u64,
+    )
+}
 
 /// The kind byte of the envelope; one per message type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,5 +222,21 @@ fn decode_payload<M: Message>(payload: &[u8]) -> Result<(M, usize), WireError> {
         n if n <= 16 * MIB => with_limit::<M, { 16 * MIB }>(payload),
         n if n <= 128 * MIB => with_limit::<M, { 128 * MIB }>(payload),
         _ => with_limit::<M, { 8 * HARD_MAX_MESSAGE_BYTES }>(payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_limit_range_is_the_one_its_words_state() {
+        let (lo, hi) = (MIN_MAX_MESSAGE_BYTES, HARD_MAX_MESSAGE_BYTES);
+        assert!(MAX_MESSAGE_BYTES_ALLOWED.starts_with(&format!("{lo}..={hi} ")));
+        assert_eq!(message_limit_violation(lo as u64), None);
+        assert_eq!(message_limit_violation(hi as u64), None);
+        assert_eq!(message_limit_violation(lo as u64 - 1), Some("1023".into()));
+        assert!(message_limit_violation(hi as u64 + 1).is_some());
+        assert!((lo..=hi).contains(&DEFAULT_MAX_MESSAGE_BYTES));
     }
 }

@@ -17,8 +17,9 @@ mod ids;
 mod messages;
 
 pub use envelope::{
-    decode, encode, peek_kind, Message, MessageKind, DEFAULT_MAX_MESSAGE_BYTES,
-    HARD_MAX_MESSAGE_BYTES, HEADER_LEN, MAGIC, SCHEMA_VERSION,
+    decode, encode, message_limit_violation, peek_kind, Message, MessageKind,
+    DEFAULT_MAX_MESSAGE_BYTES, HARD_MAX_MESSAGE_BYTES, HEADER_LEN, MAGIC,
+    MAX_MESSAGE_BYTES_ALLOWED, MIN_MAX_MESSAGE_BYTES, SCHEMA_VERSION,
 };
 pub use error::WireError;
 pub use ids::{DataFingerprint, PolicyVersion, TaskId};
