@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 use caprl_common::config::DecodeConfig;
+use caprl_model::model::BeamRule;
 
 #[derive(Debug, clap::Args)]
 pub struct DiverseBeamArgs {
@@ -39,21 +40,22 @@ impl DiverseBeamArgs {
                 .unwrap_or(decode.diversity_lambda as f32),
             remove_bad_endings: self.remove_bad_endings || decode.remove_bad_endings,
         };
-        if out.groups == 0 {
-            bail!("--beam-groups 0: give 1 (plain beam search) or more");
-        }
-        if beam > 1 && !beam.is_multiple_of(out.groups) {
-            bail!(
+        // With --beam 1 (greedy) the groups are not used: only their count and λ are checked.
+        let width = if beam > 1 { beam } else { out.groups.max(1) };
+        match BeamRule::broken(width, out.groups, f64::from(out.lambda)) {
+            None | Some(BeamRule::NoWidth) => {}
+            Some(BeamRule::NoGroups) => {
+                bail!("--beam-groups 0: give 1 (plain beam search) or more")
+            }
+            Some(BeamRule::GroupsDoNotDivide) => bail!(
                 "--beam {beam} is not a multiple of the beam groups {} (--beam-groups, default \
                  decode.beam_groups): give a --beam-groups that divides --beam, 1 = plain beam search",
                 out.groups
-            );
-        }
-        if !(out.lambda >= 0.0 && out.lambda.is_finite()) {
-            bail!(
+            ),
+            Some(BeamRule::BadLambda) => bail!(
                 "--diversity-lambda {}: λ must be a finite number >= 0",
                 out.lambda
-            );
+            ),
         }
         Ok(out)
     }

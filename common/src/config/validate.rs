@@ -7,12 +7,18 @@ use super::schema::{
     KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, ScheduleKind,
 };
 use crate::bus;
-use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
+use caprl_model::model::{BeamRule, MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
 use caprl_wire::check::{self, fails, first_violation, outside, Check, Violation};
 use caprl_wire::Sampling;
 
 /// TOML integers are signed 64-bit; larger `u64` values cannot be written back.
 const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";
+
+/// Whether `[decode]`'s beam settings break `rule` (the decoder's one rule of beam settings).
+fn breaks(c: &RunConfig, rule: BeamRule) -> bool {
+    let d = &c.decode;
+    BeamRule::broken(d.beam as usize, d.beam_groups as usize, d.diversity_lambda) == Some(rule)
+}
 
 fn toml_int(value: u64) -> Option<String> {
     outside(value, 0..=i64::MAX as u64)
@@ -25,14 +31,14 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
     Check { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
     Check { key: "data.max_len", allowed: MAX_CAPTION_WORDS_ALLOWED, violation: |c| outside(c.data.max_len as usize, 1..=MAX_CAPTION_WORDS) },
-    Check { key: "decode.beam", allowed: ">= 1", violation: |c| outside(c.decode.beam, 1..) },
-    Check { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| outside(c.decode.beam_groups, 1..) },
+    Check { key: "decode.beam", allowed: ">= 1", violation: |c| breaks(c, BeamRule::NoWidth).then(|| "0".into()) },
+    Check { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| breaks(c, BeamRule::NoGroups).then(|| "0".into()) },
     Check {
         key: "decode.beam_groups",
         allowed: "a divisor of decode.beam (each group gets beam / beam_groups beams)",
-        violation: |c| (c.decode.beam_groups > 0 && !c.decode.beam.is_multiple_of(c.decode.beam_groups)).then(|| format!("{} with beam = {}", c.decode.beam_groups, c.decode.beam)),
+        violation: |c| breaks(c, BeamRule::GroupsDoNotDivide).then(|| format!("{} with beam = {}", c.decode.beam_groups, c.decode.beam)),
     },
-    Check { key: "decode.diversity_lambda", allowed: "a finite number >= 0", violation: |c| fails(c.decode.diversity_lambda, |x| x >= 0.0 && x.is_finite()) },
+    Check { key: "decode.diversity_lambda", allowed: "a finite number >= 0", violation: |c| fails(c.decode.diversity_lambda, |_| !breaks(c, BeamRule::BadLambda)) },
     Check { key: "decode.lookahead_lambda", allowed: "[0, 1]", violation: |c| fails(c.decode.lookahead_lambda, |x| (0.0..=1.0).contains(&x)) },
     Check { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
     Check { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },

@@ -65,7 +65,7 @@ pub use config::{
     MAX_CAPTION_WORDS_ALLOWED,
 };
 pub use decoding::{
-    BadEndings, BeamOptions, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
+    BadEndings, BeamOptions, BeamRule, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
 };
 pub use device::keep_elementwise_ops_on_one_thread;

@@ -21,7 +21,7 @@ mod rollout;
 mod sample;
 
 pub use bad_endings::{BadEndings, BAD_ENDING_WORDS};
-pub use beam::{BeamOptions, Hypothesis, Lookahead};
+pub use beam::{BeamOptions, BeamRule, Hypothesis, Lookahead};
 pub use decoder::Decoder;
 pub use rollout::Decoded;
 pub use sample::SampleOptions;

@@ -518,27 +518,55 @@ impl Decoder {
     }
 }
 
+/// What is wrong with a beam's width, groups and diversity λ taken together: the one rule of
+/// beam settings, which the config (at load), `caprl eval`/`caption` (their flags) and beam
+/// search itself apply, each in its own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeamRule {
+    /// A width of 0.
+    NoWidth,
+    /// 0 groups.
+    NoGroups,
+    /// Groups that do not divide the width: each group gets `width / groups` beams.
+    GroupsDoNotDivide,
+    /// A negative or non-finite λ.
+    BadLambda,
+}
+
+impl BeamRule {
+    /// The first rule `width`, `groups` and `lambda` break, if any.
+    pub fn broken(width: usize, groups: usize, lambda: f64) -> Option<BeamRule> {
+        if width == 0 {
+            Some(BeamRule::NoWidth)
+        } else if groups == 0 {
+            Some(BeamRule::NoGroups)
+        } else if !width.is_multiple_of(groups) {
+            Some(BeamRule::GroupsDoNotDivide)
+        } else if !(lambda >= 0.0 && lambda.is_finite()) {
+            Some(BeamRule::BadLambda)
+        } else {
+            None
+        }
+    }
+}
+
 /// The width, groups and λ make sense together, or an error naming the keys to change.
 fn check_options(opts: &BeamOptions) -> Result<()> {
-    if opts.width == 0 {
-        return Err(ModelError::Input(
-            "decode.beam = 0: the beam width must be >= 1".into(),
-        ));
-    }
-    if opts.groups == 0 || !opts.width.is_multiple_of(opts.groups) {
-        return Err(ModelError::Input(format!(
+    let lambda = f64::from(opts.diversity_lambda);
+    let why = match BeamRule::broken(opts.width, opts.groups, lambda) {
+        None => return Ok(()),
+        Some(BeamRule::NoWidth) => "decode.beam = 0: the beam width must be >= 1".to_string(),
+        Some(BeamRule::NoGroups | BeamRule::GroupsDoNotDivide) => format!(
             "decode.beam = {} is not a multiple of decode.beam_groups = {}: each group gets \
              beam / beam_groups beams (set beam_groups to a divisor of beam, 1 = plain beam search)",
             opts.width, opts.groups
-        )));
-    }
-    if !(opts.diversity_lambda >= 0.0 && opts.diversity_lambda.is_finite()) {
-        return Err(ModelError::Input(format!(
+        ),
+        Some(BeamRule::BadLambda) => format!(
             "decode.diversity_lambda = {}: must be a finite number >= 0",
             opts.diversity_lambda
-        )));
-    }
-    Ok(())
+        ),
+    };
+    Err(ModelError::Input(why))
 }
 
 impl Captioner {
