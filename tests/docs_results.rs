@@ -5,6 +5,29 @@
 use std::path::Path;
 use std::process::Command;
 
+/// `docs/results/<page>` is what `scripts/results/<renderer>` prints for `docs/results/<dir>`.
+fn assert_rendering(renderer: &str, dir: &str, page: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let results = root.join("docs/results");
+    let out = Command::new("python3")
+        .arg(root.join("scripts/results").join(renderer))
+        .arg(results.join(dir))
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = std::fs::read_to_string(results.join(page)).unwrap();
+    assert_eq!(
+        written,
+        String::from_utf8_lossy(&out.stdout),
+        "docs/results/{page} is stale: python3 scripts/results/{renderer} docs/results/{dir} \
+         --out docs/results/{page}"
+    );
+}
+
 #[test]
 fn the_benchmark_results_page_is_the_rendering_of_its_files() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -17,23 +40,7 @@ fn the_benchmark_results_page_is_the_rendering_of_its_files() {
             "suite.json names no machine {key}"
         );
     }
-    let out = Command::new("python3")
-        .arg(root.join("scripts/results/quality_table.py"))
-        .arg(&dir)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let page = std::fs::read_to_string(root.join("docs/results/benchmark.md")).unwrap();
-    assert_eq!(
-        page,
-        String::from_utf8_lossy(&out.stdout),
-        "docs/results/benchmark.md is stale: python3 scripts/results/quality_table.py \
-         docs/results/benchmark --out docs/results/benchmark.md"
-    );
+    assert_rendering("quality_table.py", "benchmark", "benchmark.md");
 }
 
 /// The README's first table is the one `scripts/results/first_run.sh` wrote, and the README names
@@ -81,21 +88,5 @@ fn the_performance_results_page_is_the_rendering_of_its_files() {
         assert!(!run[key].is_null(), "run.json names no {key}");
     }
     assert!(read("rows.json").as_array().is_some_and(|r| !r.is_empty()));
-    let out = Command::new("python3")
-        .arg(root.join("scripts/results/bench_table.py"))
-        .arg(&dir)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let page = std::fs::read_to_string(root.join("docs/results/performance.md")).unwrap();
-    assert_eq!(
-        page,
-        String::from_utf8_lossy(&out.stdout),
-        "docs/results/performance.md is stale: python3 scripts/results/bench_table.py \
-         docs/results/bench-all --out docs/results/performance.md"
-    );
+    assert_rendering("bench_table.py", "bench-all", "performance.md");
 }

@@ -29,11 +29,8 @@ pub struct Stamp {
 /// Why a snapshot could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
-    #[error(
-        "the snapshot was trained on vocabulary {found}, but this role's data set has \
-         vocabulary {expected}: every role must use the same data set (data.dir)"
-    )]
-    OtherVocabulary { found: String, expected: String },
+    #[error("the snapshot was {0}: every role must use the same data set (data.dir)")]
+    OtherVocabulary(#[from] caprl_data::OtherVocabulary),
     #[error("the snapshot's stamp is unreadable ({0})")]
     BadStamp(String),
     #[error(transparent)]
@@ -102,11 +99,8 @@ pub fn stamp(bytes: &[u8]) -> Result<Option<Stamp>, SnapshotError> {
 /// unstamped snapshot passes); every reader of a snapshot calls this first.
 pub fn check_stamp(bytes: &[u8], vocab_hash: &str) -> Result<(), SnapshotError> {
     match stamp(bytes)? {
-        Some(s) if s.vocab_hash != vocab_hash => Err(SnapshotError::OtherVocabulary {
-            found: s.vocab_hash,
-            expected: vocab_hash.to_string(),
-        }),
-        _ => Ok(()),
+        Some(s) => Ok(caprl_data::check_made_for(&s.vocab_hash, vocab_hash)?),
+        None => Ok(()),
     }
 }
 

@@ -186,13 +186,11 @@ impl DualEncoder {
             ));
         }
         let hash = meta.get("vocab_hash").cloned().unwrap_or_default();
-        if hash != vocab.hash() {
-            return Err(bad(format!(
-                "trained with another vocabulary (hash {hash}, this data set's is {}): train one \
-                 on this data set with `caprl clip train`",
-                vocab.hash()
-            )));
-        }
+        caprl_data::check_made_for(&hash, vocab.hash()).map_err(|e| {
+            bad(format!(
+                "{e}: train one on this data set with `caprl clip train`"
+            ))
+        })?;
         let sizes: Vec<usize> = meta
             .get("sizes")
             .map(|s| s.split(' ').filter_map(|x| x.parse().ok()).collect())

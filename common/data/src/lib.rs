@@ -26,4 +26,4 @@ pub use synth::{
     already_generated, synth, synth_dataset, synth_profile, SynthConfig, SynthProfile,
     SynthSummary, CEILINGS_JSON,
 };
-pub use vocab::{Vocab, SPECIALS};
+pub use vocab::{check_made_for, OtherVocabulary, Vocab, SPECIALS};

@@ -32,6 +32,27 @@ struct VocabFile {
 /// The spellings of the special tokens (ids 0..4).
 pub const SPECIALS: [&str; 4] = ["<pad>", "<bos>", "<eos>", "<unk>"];
 
+/// Token ids made for one vocabulary read with another: both hashes ([`Vocab::hash`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("made for another vocabulary ({found}) than this data set's ({expected})")]
+pub struct OtherVocabulary {
+    pub found: String,
+    pub expected: String,
+}
+
+/// The one comparison of vocabularies: weights, snapshots or files made for the vocabulary
+/// with hash `found` are refused where the vocabulary is `expected`, since their token ids
+/// would mean other words. Each reader adds what to do about it.
+pub fn check_made_for(found: &str, expected: &str) -> Result<(), OtherVocabulary> {
+    match found.trim() == expected {
+        true => Ok(()),
+        false => Err(OtherVocabulary {
+            found: found.trim().to_string(),
+            expected: expected.to_string(),
+        }),
+    }
+}
+
 impl Vocab {
     pub const PAD: u32 = 0;
     pub const BOS: u32 = 1;
@@ -139,15 +160,11 @@ impl Vocab {
     /// Fail with [`DataError::VocabHash`] unless the hash is `expected`; `path` names the
     /// vocabulary file in the message.
     pub fn check_hash(&self, expected: &str, path: &Path) -> Result<(), DataError> {
-        if self.hash == expected {
-            Ok(())
-        } else {
-            Err(DataError::VocabHash {
-                path: path.to_path_buf(),
-                expected: expected.to_string(),
-                found: self.hash.clone(),
-            })
-        }
+        check_made_for(&self.hash, expected).map_err(|e| DataError::VocabHash {
+            path: path.to_path_buf(),
+            expected: e.expected,
+            found: e.found,
+        })
     }
 
     /// Write `vocab.json` atomically.

@@ -178,14 +178,12 @@ pub(super) fn start_model(
     let ck = resolve_checkpoint(dir).doing(|| "--start-from".to_string())?;
     let hash = std::fs::read_to_string(ck.file(VOCAB_HASH_FILE))
         .doing(|| format!("reading {}", ck.file(VOCAB_HASH_FILE).display()))?;
-    if hash.trim() != data.vocab.hash() {
-        return Err(LearnerError::Misconfigured(format!(
-            "--start-from {}: the checkpoint was trained with another vocabulary (hash {}, this data set's is {}); use the data set it was trained on",
-            ck.dir.display(),
-            hash.trim(),
-            data.vocab.hash()
-        )));
-    }
+    caprl_data::check_made_for(&hash, data.vocab.hash()).map_err(|e| {
+        LearnerError::Misconfigured(format!(
+            "--start-from {}: the checkpoint was {e}; use the data set it was trained on",
+            ck.dir.display()
+        ))
+    })?;
     check_inputs(&ck, data)?;
     tracing::info!("starting RL from {}", ck.dir.display());
     Captioner::load(&ck.file(WEIGHTS), model_cfg, device).doing(|| {
