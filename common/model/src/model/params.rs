@@ -120,7 +120,7 @@ pub enum ParamOrigin<'a> {
     /// Drawn from this seed (each architecture's initialisation).
     Seed(u64),
     /// Taken from loaded tensors (a snapshot or a checkpoint), each checked against the config
-    /// by [`loaded_param`]: nothing is drawn.
+    /// by name, dtype and shape ([`ParamSource::param`]): nothing is drawn.
     Loaded(&'a LoadedTensors<'a>),
 }
 
