@@ -115,6 +115,37 @@ pub fn to_sorted_safetensors(
     safetensors::tensor::serialize(named, metadata)
 }
 
+/// Hands out one parameter of a model by name, shape and initialisation: what a model's
+/// `visit` asks for each parameter it has, so that its names are written once.
+pub(crate) type ParamFn<'a> = dyn FnMut(&str, &[usize], Init) -> ModelResult<Var> + 'a;
+
+/// The (name, shape, initialisation) of every parameter `visit` asks for, in its order.
+pub(crate) fn specs_of<T>(
+    visit: impl FnOnce(&mut ParamFn) -> ModelResult<T>,
+) -> ModelResult<Vec<(String, Vec<usize>, Init)>> {
+    let mut specs = Vec::new();
+    // What the model builds from the placeholders is dropped: only the names count here.
+    let placeholder = Var::from_tensor(&Tensor::zeros(0, DType::F32, &Device::Cpu)?)?;
+    visit(&mut |name, shape, init| {
+        specs.push((name.to_string(), shape.to_vec(), init));
+        Ok(placeholder.clone())
+    })?;
+    Ok(specs)
+}
+
+/// A model's parameters looked up by name in `varmap` (one that holds them all, such as the
+/// table [`ParamSource::table`] built from the same `visit`).
+pub(crate) fn lookup_in<'v>(
+    varmap: &'v VarMap,
+) -> ModelResult<impl FnMut(&str, &[usize], Init) -> ModelResult<Var> + 'v> {
+    let data = locked(varmap)?;
+    Ok(move |name: &str, _: &[usize], _: Init| {
+        data.get(name)
+            .cloned()
+            .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
+    })
+}
+
 /// Where a new model's parameters come from.
 pub enum ParamOrigin<'a> {
     /// Drawn from this seed (each architecture's initialisation).

@@ -31,7 +31,7 @@ use candle_core::{Tensor, Var, D};
 use super::cell::{cell_step, run_sequence, CellWeights, LayerState};
 use crate::model::config::{crnn_takes, RnnKind, FREQ_DIVISOR};
 use crate::model::error::{ModelError, Result};
-use crate::model::params::Init;
+use crate::model::params::{specs_of, Init, ParamFn};
 
 /// Leaky ReLU slope (the paper's "slope 0.1").
 const LEAKY: f64 = 0.1;
@@ -54,48 +54,19 @@ fn pool_after(i: usize) -> Option<(usize, usize)> {
     }
 }
 
-/// Names, shapes and initialisation of every CRNN parameter for width `w` and `n_mels` bands:
-/// PyTorch's uniform `±1/√fan_in` for the convolutions and the GRU, batch-norm gains and
-/// running variances 1, their biases and running means 0.
-pub(crate) fn param_shapes(w: usize, n_mels: usize) -> Vec<(String, Vec<usize>, Init)> {
-    let mut out = Vec::new();
-    let mut cin = 1;
-    for (i, cout) in conv_channels(w).into_iter().enumerate() {
-        let fan = Init::fan_in(cin * 9);
-        out.push((format!("crnn.bn{i}.weight"), vec![cin], Init::Const(1.0)));
-        out.push((format!("crnn.bn{i}.bias"), vec![cin], Init::Const(0.0)));
-        out.push((
-            format!("crnn.bn{i}.running_mean"),
-            vec![cin],
-            Init::Const(0.0),
-        ));
-        out.push((
-            format!("crnn.bn{i}.running_var"),
-            vec![cin],
-            Init::Const(1.0),
-        ));
-        out.push((format!("crnn.conv{i}.weight"), vec![cout, cin, 3, 3], fan));
-        out.push((format!("crnn.conv{i}.bias"), vec![cout], fan));
-        cin = cout;
-    }
-    let input = w * (n_mels / FREQ_DIVISOR);
-    let fan = Init::fan_in(w);
-    for dir in ["fwd", "bwd"] {
-        out.push((format!("crnn.gru.{dir}.w_ih"), vec![3 * w, input], fan));
-        out.push((format!("crnn.gru.{dir}.b_ih"), vec![3 * w], fan));
-        out.push((format!("crnn.gru.{dir}.w_hh"), vec![3 * w, w], fan));
-        out.push((format!("crnn.gru.{dir}.b_hh"), vec![3 * w], fan));
-    }
-    out
-}
-
 /// Trainable parameters (excluding running statistics) of the encoder for width `w`.
 pub fn crnn_param_count(w: usize, n_mels: usize) -> usize {
-    param_shapes(w, n_mels)
+    specs_of(|param| Crnn::visit(w, n_mels, param))
+        .unwrap_or_default()
         .iter()
         .filter(|(n, _, _)| !n.contains("running"))
         .map(|(_, s, _)| s.iter().product::<usize>())
         .sum()
+}
+
+/// Parameter `name` of `param` as a tensor handle.
+fn tensor(param: &mut ParamFn, name: String, shape: &[usize], init: Init) -> Result<Tensor> {
+    Ok(param(&name, shape, init)?.as_tensor().clone())
 }
 
 struct Block {
@@ -123,34 +94,45 @@ pub(crate) struct Crnn {
 }
 
 impl Crnn {
-    /// Looks up every parameter by name in `get`/`get_var`.
-    pub(crate) fn from_vars(width: usize, get: &dyn Fn(&str) -> Result<Var>) -> Result<Self> {
-        let t = |n: &str| -> Result<Tensor> { Ok(get(n)?.as_tensor().clone()) };
-        let blocks = (0..5)
-            .map(|i| {
-                Ok(Block {
-                    bn_w: t(&format!("crnn.bn{i}.weight"))?,
-                    bn_b: t(&format!("crnn.bn{i}.bias"))?,
-                    running_mean: get(&format!("crnn.bn{i}.running_mean"))?,
-                    running_var: get(&format!("crnn.bn{i}.running_var"))?,
-                    conv_w: t(&format!("crnn.conv{i}.weight"))?,
-                    conv_b: t(&format!("crnn.conv{i}.bias"))?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let gru = |dir: &str| -> Result<Gru> {
+    /// The encoder of width `w` over `n_mels` mel bands, each parameter asked of `param`: the
+    /// one list of its names, shapes and initialisations (PyTorch's: batch norm gain 1, bias 0,
+    /// running mean 0 and variance 1; convolutions and GRU uniform `±1/√fan_in`).
+    pub(crate) fn visit(w: usize, n_mels: usize, param: &mut ParamFn) -> Result<Self> {
+        let mut blocks = Vec::new();
+        let mut cin = 1;
+        let (one, zero) = (Init::Const(1.0), Init::Const(0.0));
+        for (i, cout) in conv_channels(w).into_iter().enumerate() {
+            let fan = Init::fan_in(cin * 9);
+            blocks.push(Block {
+                bn_w: tensor(param, format!("crnn.bn{i}.weight"), &[cin], one)?,
+                bn_b: tensor(param, format!("crnn.bn{i}.bias"), &[cin], zero)?,
+                running_mean: param(&format!("crnn.bn{i}.running_mean"), &[cin], zero)?,
+                running_var: param(&format!("crnn.bn{i}.running_var"), &[cin], one)?,
+                conv_w: tensor(
+                    param,
+                    format!("crnn.conv{i}.weight"),
+                    &[cout, cin, 3, 3],
+                    fan,
+                )?,
+                conv_b: tensor(param, format!("crnn.conv{i}.bias"), &[cout], fan)?,
+            });
+            cin = cout;
+        }
+        let input = w * (n_mels / FREQ_DIVISOR);
+        let fan = Init::fan_in(w);
+        let mut gru = |dir: &str| -> Result<Gru> {
             Ok(Gru {
-                w_ih: t(&format!("crnn.gru.{dir}.w_ih"))?,
-                b_ih: t(&format!("crnn.gru.{dir}.b_ih"))?,
-                w_hh: t(&format!("crnn.gru.{dir}.w_hh"))?,
-                b_hh: t(&format!("crnn.gru.{dir}.b_hh"))?,
+                w_ih: tensor(param, format!("crnn.gru.{dir}.w_ih"), &[3 * w, input], fan)?,
+                b_ih: tensor(param, format!("crnn.gru.{dir}.b_ih"), &[3 * w], fan)?,
+                w_hh: tensor(param, format!("crnn.gru.{dir}.w_hh"), &[3 * w, w], fan)?,
+                b_hh: tensor(param, format!("crnn.gru.{dir}.b_hh"), &[3 * w], fan)?,
             })
         };
         Ok(Crnn {
             blocks,
             fwd: gru("fwd")?,
             bwd: gru("bwd")?,
-            width,
+            width: w,
         })
     }
 

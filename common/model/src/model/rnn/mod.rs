@@ -28,7 +28,7 @@ mod word_table;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Device, Tensor};
 use candle_nn::VarMap;
 
 use self::attention::{AttKeys, AttWeights};
@@ -36,7 +36,7 @@ use self::cell::CellWeights;
 use self::crnn::Crnn;
 use crate::model::config::{CaptionerConfig, ModelKind};
 use crate::model::error::{ModelError, Result};
-use crate::model::params::Init;
+use crate::model::params::{self, specs_of, Init, ParamFn};
 use crate::model::params::{ParamOrigin, ParamSource};
 use crate::model::seam::{CaptionModel, ModelBase, StepDecoder};
 
@@ -136,41 +136,8 @@ impl RnnCaptioner {
         origin: &ParamOrigin,
     ) -> Result<Self> {
         cfg.validate()?;
-        let (v, e, h) = (cfg.vocab_size, cfg.model.embed, cfg.model.hidden);
-        let g = cfg.model.rnn.gates() * h;
-        let mut shapes: Vec<(String, Vec<usize>, Init)> = vec![
-            ("embed.weight".into(), vec![v, e], Init::Uniform(0.1)),
-            (
-                "img.weight".into(),
-                vec![e, cfg.feature_dim()],
-                Init::fan_in(cfg.feature_dim()),
-            ),
-            ("img.bias".into(), vec![e], Init::fan_in(cfg.feature_dim())),
-            ("rnn.0.w_fc".into(), vec![g, e], Init::fan_in(h)),
-            ("logit.weight".into(), vec![v, h], Init::fan_in(h)),
-            ("logit.bias".into(), vec![v], Init::fan_in(h)),
-        ];
-        for l in 0..cfg.model.layers {
-            let input = if l == 0 { e } else { h };
-            shapes.push((format!("init.{l}.weight"), vec![h, e], Init::fan_in(e)));
-            shapes.push((format!("init.{l}.bias"), vec![h], Init::fan_in(e)));
-            shapes.push((format!("rnn.{l}.w_ih"), vec![g, input], Init::fan_in(h)));
-            shapes.push((format!("rnn.{l}.b_ih"), vec![g], Init::fan_in(h)));
-            shapes.push((format!("rnn.{l}.w_hh"), vec![g, h], Init::fan_in(h)));
-            shapes.push((format!("rnn.{l}.b_hh"), vec![g], Init::fan_in(h)));
-        }
-        if let (ModelKind::Att, Some((_, da))) = (cfg.model.kind, cfg.att) {
-            let a = cfg.model.att_hidden;
-            shapes.push(("att.feat.weight".into(), vec![a, da], Init::fan_in(da)));
-            shapes.push(("att.feat.bias".into(), vec![a], Init::fan_in(da)));
-            shapes.push(("att.hid.weight".into(), vec![a, h], Init::fan_in(h)));
-            shapes.push(("att.score.weight".into(), vec![1, a], Init::fan_in(a)));
-            shapes.push(("att.ctx.weight".into(), vec![g, da], Init::fan_in(h)));
-        }
-        if let (ModelKind::Crnn, Some((_, mels))) = (cfg.model.kind, cfg.att) {
-            shapes.extend(crnn::param_shapes(cfg.model.crnn_width, mels));
-        }
-        // Sorted so that the draws do not depend on the order above.
+        let mut shapes = specs_of(|param| Params::visit(cfg, param))?;
+        // Sorted so that the draws do not depend on the order of `visit`.
         shapes.sort_by(|a, b| a.0.cmp(&b.0));
         let varmap = ParamSource::new(origin, device, cfg.dtype).table(shapes)?;
         let p = Params::from_varmap(&varmap, cfg)?;
@@ -226,67 +193,72 @@ impl CaptionModel for RnnCaptioner {
 }
 
 impl Params {
+    /// Handles on the parameters of `varmap`, which holds every one `visit` names.
     pub(crate) fn from_varmap(varmap: &VarMap, cfg: &CaptionerConfig) -> Result<Self> {
-        let data = varmap
-            .data()
-            .lock()
-            .map_err(|_| ModelError::Internal("the model's VarMap lock was poisoned".into()))?;
-        let get = |name: &str| -> Result<Tensor> {
-            data.get(name)
-                .map(|v| v.as_tensor().clone())
-                .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
+        Params::visit(cfg, &mut params::lookup_in(varmap)?)
+    }
+
+    /// The recurrent captioner of `cfg`, each parameter asked of `param` by name, shape and
+    /// initialisation: the one list of its names (PyTorch's `[out, in]` layout, uniform
+    /// `±1/√fan_in` except the word embedding's `±0.1`).
+    fn visit(cfg: &CaptionerConfig, param: &mut ParamFn) -> Result<Self> {
+        let (v, e, h) = (cfg.vocab_size, cfg.model.embed, cfg.model.hidden);
+        let g = cfg.model.rnn.gates() * h;
+        let d = cfg.feature_dim();
+        let mut t = |name: &str, shape: &[usize], init: Init| -> Result<Tensor> {
+            Ok(param(name, shape, init)?.as_tensor().clone())
         };
-        let layers = cfg.model.layers;
-        let init = (0..layers)
-            .map(|l| {
-                Ok((
-                    get(&format!("init.{l}.weight"))?,
-                    get(&format!("init.{l}.bias"))?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let rnn = (0..layers)
-            .map(|l| {
-                Ok(RnnParams {
-                    w_ih: get(&format!("rnn.{l}.w_ih"))?,
-                    b_ih: get(&format!("rnn.{l}.b_ih"))?,
-                    w_hh: get(&format!("rnn.{l}.w_hh"))?,
-                    b_hh: get(&format!("rnn.{l}.b_hh"))?,
+        let embed = t("embed.weight", &[v, e], Init::Uniform(0.1))?;
+        let img_w = t("img.weight", &[e, d], Init::fan_in(d))?;
+        let img_b = t("img.bias", &[e], Init::fan_in(d))?;
+        let fc_w = t("rnn.0.w_fc", &[g, e], Init::fan_in(h))?;
+        let logit_w = t("logit.weight", &[v, h], Init::fan_in(h))?;
+        let logit_b = t("logit.bias", &[v], Init::fan_in(h))?;
+        let mut init = Vec::new();
+        let mut rnn = Vec::new();
+        for l in 0..cfg.model.layers {
+            let input = if l == 0 { e } else { h };
+            init.push((
+                t(&format!("init.{l}.weight"), &[h, e], Init::fan_in(e))?,
+                t(&format!("init.{l}.bias"), &[h], Init::fan_in(e))?,
+            ));
+            rnn.push(RnnParams {
+                w_ih: t(&format!("rnn.{l}.w_ih"), &[g, input], Init::fan_in(h))?,
+                b_ih: t(&format!("rnn.{l}.b_ih"), &[g], Init::fan_in(h))?,
+                w_hh: t(&format!("rnn.{l}.w_hh"), &[g, h], Init::fan_in(h))?,
+                b_hh: t(&format!("rnn.{l}.b_hh"), &[g], Init::fan_in(h))?,
+            });
+        }
+        let att = match (cfg.model.kind, cfg.att) {
+            (ModelKind::Att, Some((_, da))) => {
+                let a = cfg.model.att_hidden;
+                Some(AttParams {
+                    feat_w: t("att.feat.weight", &[a, da], Init::fan_in(da))?,
+                    feat_b: t("att.feat.bias", &[a], Init::fan_in(da))?,
+                    hid_w: t("att.hid.weight", &[a, h], Init::fan_in(h))?,
+                    score_w: t("att.score.weight", &[1, a], Init::fan_in(a))?,
+                    ctx_w: t("att.ctx.weight", &[g, da], Init::fan_in(h))?,
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let crnn = if cfg.model.kind == ModelKind::Crnn {
-            let get_var = |name: &str| -> Result<Var> {
-                data.get(name)
-                    .cloned()
-                    .ok_or_else(|| ModelError::Internal(format!("missing parameter `{name}`")))
-            };
-            Some(Crnn::from_vars(cfg.model.crnn_width, &get_var)?)
-        } else {
-            None
+            }
+            _ => None,
         };
-        let att = if cfg.model.kind == ModelKind::Att {
-            Some(AttParams {
-                feat_w: get("att.feat.weight")?,
-                feat_b: get("att.feat.bias")?,
-                hid_w: get("att.hid.weight")?,
-                score_w: get("att.score.weight")?,
-                ctx_w: get("att.ctx.weight")?,
-            })
-        } else {
-            None
+        let crnn = match (cfg.model.kind, cfg.att) {
+            (ModelKind::Crnn, Some((_, mels))) => {
+                Some(Crnn::visit(cfg.model.crnn_width, mels, param)?)
+            }
+            _ => None,
         };
         Ok(Self {
-            embed: get("embed.weight")?,
-            img_w: get("img.weight")?,
-            img_b: get("img.bias")?,
+            embed,
+            img_w,
+            img_b,
             init,
             rnn,
             att,
             crnn,
-            logit_w: get("logit.weight")?,
-            logit_b: get("logit.bias")?,
-            fc_w: get("rnn.0.w_fc")?,
+            logit_w,
+            logit_b,
+            fc_w,
         })
     }
 }
