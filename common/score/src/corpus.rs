@@ -194,7 +194,7 @@ struct SortScratch {
 }
 
 /// The ids of the corpus's (n+1)-grams, one per start position (`prev`: the n-grams' ids,
-/// `num_prev` of them), numbered in sorted order of (prefix id, last token), and a position
+/// `num_prev` of them; `vocab`: one more than the largest token), numbered in sorted order of (prefix id, last token), and a position
 /// where each id first occurs. Keys that fit 64 bits with their position are radix-sorted;
 /// wider ones sorted as pairs.
 fn order_ids(
@@ -202,11 +202,11 @@ fn order_ids(
     n: usize,
     prev: &[u32],
     num_prev: usize,
+    vocab: usize,
     scratch: &mut SortScratch,
 ) -> (Vec<u32>, Vec<u32>) {
     let tokens = &corpus.tokens;
     let nsent = corpus.starts.len() - 1;
-    let vocab = tokens.iter().copied().max().map_or(0, |m| m as usize + 1);
     let pos_bits = bits_for(tokens.len() as u64 + 1);
     let tok_bits = bits_for(vocab as u64);
     let prefix_bits = bits_for(num_prev as u64);
@@ -278,7 +278,8 @@ impl NgramIds {
         num_ids[0] = vocab;
         let mut scratch = SortScratch::default();
         for n in 1..MAX_ORDER {
-            let (cur, firsts) = order_ids(corpus, n, &ids[n - 1], num_ids[n - 1], &mut scratch);
+            let prev = &ids[n - 1];
+            let (cur, firsts) = order_ids(corpus, n, prev, num_ids[n - 1], vocab, &mut scratch);
             num_ids[n] = firsts.len();
             ids[n] = cur;
             first_pos[n] = firsts;
