@@ -83,18 +83,13 @@ fn calls(module: &Path) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
+    let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
-    let data = synth(dir.path());
-    let module = module(dir.path());
-    let run = dir.path().join("run");
-    let out = caprl()
-        .arg("train")
-        .args(python_sets(&data, &run, &module, "cider=1,py:length=0.5"))
-        .arg("-q")
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    // The mean baseline trains every caption the function scored (no greedy baseline caption).
+    let (module, run, args) =
+        local_args(dir.path(), "cider=1,py:length=0.5", "train.baseline=\"mean\"");
+    let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(300));
+    assert!(ok, "caprl local with a Python reward failed:\n{out}");
 
     // Every call got what the batch promises, and its values are the function's.
     let calls = calls(&module);
@@ -112,27 +107,51 @@ fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
         }
         assert!(call["task"].as_str().unwrap().starts_with("task-"));
     }
-    // Its component is in every RL step's record beside cider's, inside the values it returned.
-    let all: Vec<f64> = calls
+    // Each RL step's logged component is the mean of the values the function returned for the
+    // tasks that step used, beside cider's.
+    let values_of: std::collections::BTreeMap<u64, Vec<f64>> = calls
         .iter()
-        .flat_map(|c| c["values"].as_array().unwrap().clone())
-        .map(|v| v.as_f64().unwrap())
+        .map(|c| {
+            let task = c["task"].as_str().unwrap()["task-".len()..].parse().unwrap();
+            let values = c["values"].as_array().unwrap();
+            (task, values.iter().map(|v| v.as_f64().unwrap()).collect())
+        })
         .collect();
-    let (lo, hi) = all
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
     let rl = steps(&run, "rl");
     assert!(!rl.is_empty());
     for step in &rl {
-        let length = step["rewards"]["py:length"]
+        let values: Vec<f64> = step["task_ids"]
+            .as_array()
+            .expect("task ids in the step record")
+            .iter()
+            .flat_map(|t| values_of[&t.as_u64().unwrap()].clone())
+            .collect();
+        // The worker hands values on as f32.
+        let mean = values.iter().map(|&v| v as f32 as f64).sum::<f64>() / values.len() as f64;
+        let logged = step["rewards"]["py:length"]
             .as_f64()
             .expect("py:length logged");
         assert!(step["rewards"]["cider"].is_number(), "{step}");
         assert!(
-            (lo - 1e-6..=hi + 1e-6).contains(&length),
-            "{length} outside [{lo}, {hi}]"
+            (logged - mean).abs() < 1e-6,
+            "step {}: logged py:length {logged}, the function's values for its tasks average {mean}",
+            step["step"]
         );
     }
+    // TensorBoard's scalars and the HTML report carry it under its spec name, as cider.
+    let events: Vec<u8> = std::fs::read_dir(run.join("tb"))
+        .expect("TensorBoard event files in <run_dir>/tb")
+        .flat_map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    let has = |bytes: &[u8], name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
+    assert!(has(&events, "py:length") && has(&events, "cider"), "no py:length scalar");
+    let report = dir.path().join("report.html");
+    let out = caprl()
+        .args(["report", run.to_str().unwrap(), "--out", report.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(has(&std::fs::read(&report).unwrap(), "py:length"), "py:length not in the report");
 }
 
 /// The `python3` children of this test's run: their command line names `module`.
@@ -320,31 +339,30 @@ fn the_documented_example_rewards_train() {
 /// `caprl bench reward` times a Python reward beside a built-in one, row by row.
 #[test]
 fn bench_reward_prints_a_row_per_reward() {
-    let out = caprl()
-        .args([
-            "bench",
-            "reward",
-            "--rollouts",
-            "2",
-            "--images",
-            "2",
-            "--samples",
-            "2",
-        ])
-        .args(["--rewards", "bleu4,py:zero"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let bench = |json: &[&str]| {
+        let out = caprl()
+            .args(["bench", "reward", "--rollouts", "2", "--images", "2"])
+            .args(["--samples", "2", "--rewards", "bleu4,py:zero"])
+            .args(json)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = bench(&[]);
     assert!(text.contains("= 6 captions"), "{text}");
     for row in ["| bleu4 | ", "| py:zero | "] {
         assert!(text.contains(row), "no row {row:?}:\n{text}");
     }
+    // --json: the same figures for scripts/results/reward_cost.sh.
+    let json: serde_json::Value = serde_json::from_str(&bench(&["--json"])).expect("JSON");
+    assert_eq!(json["captions"], 6);
+    let rows = json["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["reward"].as_str().unwrap()).collect();
+    assert_eq!(names, ["bleu4", "py:zero"]);
+    assert!(rows.iter().all(|r| r["ms_per_rollout"].as_f64().unwrap() > 0.0));
 }
 
 /// A Python reward slower than `ack_wait` keeps its rollout: the worker extends the delivery

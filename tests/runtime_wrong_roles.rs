@@ -1,9 +1,9 @@
 //! A run whose roles cannot work together stops and says why instead of waiting forever: a
 //! reward worker or an actor started on another data set is named by the learner, which stops
 //! with exit code 3 (the code `caprl local` gives a run up on), as it does on rollouts a reward
-//! worker scored with another reward spec (one without the run's `py:` reward, say); a second learner for a run id
-//! whose learner is alive is refused at start; `caprl status` of a run nobody created says so
-//! and creates nothing.
+//! worker scored with another reward spec (one without the run's `py:` reward, say) within a
+//! minute; a second learner for a run id whose learner is alive is refused at start; `caprl
+//! status` of a run nobody created says so and creates nothing.
 
 mod support;
 
@@ -201,6 +201,46 @@ fn rollouts_scored_with_another_reward_spec_stop_the_run_naming_both() {
         out.contains("the run cannot go on")
             && out.contains("was scored with the rewards [cider]")
             && out.contains("this run's reward.spec has [bleu4, cider]"),
+        "{out}"
+    );
+}
+
+/// A run whose `reward.spec` has a `py:` term that no reward worker serves (the only worker was
+/// started without it) stops on the first rollout that comes back, within a minute of starting
+/// RL instead of waiting for ever, and names the term.
+#[test]
+fn a_python_reward_no_worker_serves_stops_the_run_within_a_minute() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let data = support::synth(dir.path());
+    let run = dir.path().join("run");
+    let module = dir.path().join("my_rewards.py");
+    std::fs::write(&module, "def length(batch):\n    return [0.0] * len(batch)\n").unwrap();
+    let python = format!("reward.python={:?}", module.display().to_string());
+    let (_server, url) = start_broker();
+    let base = [
+        "runtime.ack_wait_secs=5",
+        "runtime.run_id=\"unserved\"",
+        "train.xe_epochs=0",
+    ];
+    let with = |keys: &[&str]| {
+        let mut extra = base.to_vec();
+        extra.extend(keys);
+        sets(&data, &run, 1, &extra)
+    };
+    let learner_args = with(&["reward.spec=\"cider=1,py:length=0.5\"", &python]);
+    let worker_args = with(&["reward.spec=\"cider=1\""]);
+    let actor = spawn(&learner_args, &["actor", "--id", "a1"], &url);
+    let worker = spawn(&worker_args, &["reward-worker", "--id", "w1"], &url);
+    let learner = spawn(&learner_args, &["learner"], &url);
+    let (ok, out) = finish_within(learner, Duration::from_secs(60));
+    let (_, _) = stop(actor);
+    let (_, _) = stop(worker);
+    assert!(!ok, "the learner trained without its Python reward:\n{out}");
+    assert!(
+        out.contains("the run cannot go on")
+            && out.contains("was scored with the rewards [cider]")
+            && out.contains("py:length"),
         "{out}"
     );
 }

@@ -114,3 +114,78 @@ fn the_docs_table_of_rewards_is_the_tables() {
     ));
     assert_eq!(rows, want);
 }
+
+#[test]
+fn every_entry_builds_for_a_data_set_and_scores_a_rollout() {
+    use caprl_data::{synth, Dataset, SynthConfig};
+    use caprl_reward_worker::rewards::{Batch, Caption, CiderSettings, Setup};
+    use caprl_reward_worker::{ClipParts, Rewarder};
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = SynthConfig {
+        seed: 3,
+        train: 12,
+        val: 4,
+        test: 4,
+        progress: false,
+    };
+    synth(dir.path(), &config).unwrap();
+    let data = Dataset::open(dir.path()).unwrap();
+    let items = &data.train.items;
+    let setup = Setup {
+        data: &data,
+        items,
+    };
+    let cider = CiderSettings {
+        training: caprl_score::CiderD::new(Rewarder::training_df(&data, items, true)),
+        eos: true,
+        corpus_df: false,
+    };
+    // The encoder's values as the worker computes them once per rollout.
+    let parts = ClipParts {
+        bicont: 0.25,
+        i2t: 0.5,
+        clip_s: 0.75,
+        disc: Some(0.125),
+    };
+    // Each image's first reference as a finished caption, then a caption of one word.
+    let refs: Vec<Vec<Vec<u32>>> = items
+        .iter()
+        .map(|it| it.refs.iter().map(|r| data.vocab.encode(r)).collect())
+        .collect();
+    let eos = caprl_model::model::EOS;
+    let tokens: Vec<Vec<u32>> = refs
+        .iter()
+        .flat_map(|r| [[&r[0][..], &[eos]].concat(), vec![r[0][0]]])
+        .collect();
+    let captions = || -> Vec<Caption<'_>> {
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Caption {
+                row: items[i / 2].row as u32,
+                kind: caprl_wire::DecodeKind::Sample,
+                tokens: t,
+                refs: &refs[i / 2],
+                clip: Some(&parts),
+            })
+            .collect()
+    };
+    for def in BUILTIN {
+        let reward = (def.build)(&setup).unwrap_or_else(|e| panic!("{}: {e}", def.name));
+        let batch = Batch {
+            task: "task-1".into(),
+            captions: captions(),
+            cider: &cider,
+        };
+        let values = reward.score(&batch).unwrap_or_else(|e| panic!("{}: {e}", def.name));
+        assert_eq!(values.len(), tokens.len(), "{}", def.name);
+        assert!(values.iter().all(|v| v.is_finite()), "{}: {values:?}", def.name);
+        if !def.needs.encoder {
+            // A reference scores above a one-word caption of the same image.
+            for pair in values.chunks(2) {
+                assert!(pair[0] > pair[1], "{}: {values:?}", def.name);
+            }
+        }
+    }
+}

@@ -6,8 +6,8 @@
 //! the `total`, the run log's components, the checks that a spec names only rewards there are —
 //! is the [`Rewarder`](crate::Rewarder)'s and reads this table.
 //!
-//! Adding a reward: a file here with a `pub const DEF: RewardDef` and a [`Reward`] impl, and one
-//! line in [`BUILTIN`]. The default config's comment on `reward.spec` lists the table (a test
+//! Adding a reward: a file here with a `pub const DEF: RewardDef` and a [`Reward`] impl, its
+//! `mod` line below and its line in [`BUILTIN`]. The default config's comment on `reward.spec` lists the table (a test
 //! holds it to it). A reward written in Python needs no Rust at all: `py:<function>` names a
 //! function of the module `reward.python` ([`python`]). SLE's exploration term ([`Diversity`])
 //! is not in the table: `reward.spec` does not name it; objective `sle` adds it to sampled
@@ -33,7 +33,7 @@ pub use diversity::{exploration_terms, Diversity};
 pub use embed::EmbedReward;
 
 /// Every reward a spec can name, in the order the help text lists them.
-pub const BUILTIN: [RewardDef; 11] = [
+pub const BUILTIN: &[RewardDef] = &[
     cider::DEF,
     bleu::DEFS[0],
     bleu::DEFS[1],
@@ -164,7 +164,11 @@ pub fn find(name: &str) -> Option<&'static RewardDef> {
 
 /// The names of every reward, comma-separated, for error messages.
 pub fn names() -> String {
-    BUILTIN.map(|d| d.name).join(", ")
+    BUILTIN
+        .iter()
+        .map(|d| d.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A reward of a spec: one of [`BUILTIN`] or a Python function.
