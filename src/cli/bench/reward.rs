@@ -35,6 +35,28 @@ pub struct RewardBenchArgs {
     /// Rollouts scored per measurement.
     #[arg(long, default_value_t = 50)]
     pub rollouts: usize,
+    /// Print the figures as JSON instead of a table (scripts/results/reward_cost.sh keeps them).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `--json` prints.
+#[derive(serde::Serialize)]
+struct Measured<'a> {
+    rollouts: usize,
+    images: usize,
+    samples: usize,
+    captions: usize,
+    references: usize,
+    rounds: usize,
+    rows: Vec<Row<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    reward: &'a str,
+    ms_per_rollout: f64,
+    us_per_caption: f64,
 }
 
 /// Timing rounds per reward, interleaved; the best counts.
@@ -82,21 +104,44 @@ pub fn run(args: RewardBenchArgs) -> Result<()> {
         }
     }
     let captions = rollouts[0].sequences.len();
+    let measured = Measured {
+        rollouts: rollouts.len(),
+        images: args.images,
+        samples: args.samples,
+        captions,
+        references: items[0].refs.len(),
+        rounds: ROUNDS,
+        rows: args
+            .rewards
+            .iter()
+            .zip(&best)
+            .map(|(name, &t)| Row {
+                reward: name,
+                ms_per_rollout: t,
+                us_per_caption: t * 1e3 / captions as f64,
+            })
+            .collect(),
+    };
+    if args.json {
+        return write_stdout(&(serde_json::to_string_pretty(&measured)? + "\n"));
+    }
     let mut out = format!(
         "{}\n{} rollouts of {} images x ({} samples + greedy) = {captions} captions, {} \
          references per image, best of {ROUNDS}, 1 process\n\n",
         caprl_model::fastmath::describe(),
-        rollouts.len(),
-        args.images,
-        args.samples,
-        items[0].refs.len(),
+        measured.rollouts,
+        measured.images,
+        measured.samples,
+        measured.references,
     );
     out.push_str("| reward | ms / rollout | µs / caption | vs first |\n|---|---|---|---|\n");
-    for (name, t) in args.rewards.iter().zip(&best) {
+    for row in &measured.rows {
         out.push_str(&format!(
-            "| {name} | {t:.3} | {:.1} | {:.2}× |\n",
-            t * 1e3 / captions as f64,
-            t / best[0]
+            "| {} | {:.3} | {:.1} | {:.2}× |\n",
+            row.reward,
+            row.ms_per_rollout,
+            row.us_per_caption,
+            row.ms_per_rollout / measured.rows[0].ms_per_rollout
         ));
     }
     write_stdout(&out)
