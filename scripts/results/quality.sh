@@ -3,7 +3,7 @@
 # on the regions task (`caprl data synth --profile regions`), writes each run's numbers as JSON
 # the moment it ends (OUT/runs/*.json; a run whose JSON exists is skipped, so a grid can be
 # finished over several sittings), then renders the tables from those files
-# (scripts/results/quality_table.py, into OUT/table.md).
+# (scripts/results/render.py, into OUT/table.md).
 #
 #   cargo build --release && bash scripts/results/quality.sh [full|quick|smoke]
 #
@@ -149,5 +149,5 @@ for seed in $SEEDS; do
     train_and_eval objectives "$BEST" "$objective" "$seed"
   done
 done
-python3 scripts/results/quality_table.py "$OUT" --out "$OUT/table.md"
+python3 scripts/results/render.py benchmark.md --from "$OUT" --out "$OUT/table.md"
 cat "$OUT/table.md"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark-task results tables in Markdown, rendered from the driver's JSON, never by hand.
 
-Usage: python3 scripts/results/quality_table.py OUT_DIR [--out FILE.md]
+Usage: python3 scripts/results/quality_table.py OUT_DIR [--out FILE.md] [--best-model]
+(docs/results/benchmark.md is printed by scripts/results/render.py, which calls render() here.)
 Reads OUT_DIR/suite.json and OUT_DIR/runs/*.json (one per finished run; a partial grid renders
 what exists). Without a machine in suite.json nothing is printed and the exit status is 2."""
 import argparse
@@ -335,6 +336,16 @@ def best_model(groups):
     return None
 
 
+def render(out_dir):
+    """The whole page: header, ceilings, the models and objectives tables, the target checks."""
+    suite, groups = load_suite(out_dir), load_runs(out_dir)
+    lines = header(suite, groups) + render_ceilings(suite)
+    lines += render_table("Models (XE, then SCST with the mean baseline)", groups, "models")
+    lines += render_table("Objectives (from the same XE model)", groups, "objectives")
+    lines += render_checks(suite, groups)
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def main():
     """Parse arguments, render, print or write."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -349,12 +360,7 @@ def main():
             sys.exit("quality_table: no finished run of the models table to choose from")
         print(best)
         return
-    suite, groups = load_suite(a.out_dir), load_runs(a.out_dir)
-    lines = header(suite, groups) + render_ceilings(suite)
-    lines += render_table("Models (XE, then SCST with the mean baseline)", groups, "models")
-    lines += render_table("Objectives (from the same XE model)", groups, "objectives")
-    lines += render_checks(suite, groups)
-    (a.out.write_text if a.out else sys.stdout.write)("\n".join(lines).rstrip() + "\n")
+    (a.out.write_text if a.out else sys.stdout.write)(render(a.out_dir))
 
 
 if __name__ == "__main__":
