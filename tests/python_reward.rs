@@ -9,7 +9,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use support::{caprl, finish_within, output_of, sets, spawn_group, steps, synth, Reaper};
+use support::{
+    caprl, finish_within, output_of, sets, spawn_group, steps, stop, synth, Reaper,
+};
 
 /// A module whose `length` reward is a caption's word count over 10, and which records every
 /// call (the captions, tokens, references and values) in `calls.jsonl` beside it.
@@ -38,6 +40,12 @@ def nan(batch):
 
 def text(batch):
     return ["high"] * len(batch)
+
+def inf(batch):
+    return [float("inf")] * len(batch)
+
+def nothing(batch):
+    return None
 
 def slow(batch):
     # The first two calls outlast runtime.ack_wait_secs = 2.
@@ -200,9 +208,13 @@ fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
         "caprl local failed after the Python process was killed:\n{out}"
     );
     assert!(
-        out.contains("a new Python process serves the next one"),
-        "the worker did not say it handed the rollout back:\n{out}"
+        out.contains("a new Python process serves the next one")
+            && out.contains("py:length` of ")
+            && out.contains(", on the rollout of task-"),
+        "the worker did not say it handed the rollout back, naming it:\n{out}"
     );
+    // The run ended cleanly: no Python process outlives its reward worker.
+    assert_eq!(python_children(&module), Vec::<u32>::new(), "Python children left");
     // The task-id ledger: each RL step used its round's tasks (a batch of 16 images in tasks of
     // 4), and no task twice.
     let mut seen = std::collections::BTreeSet::new();
@@ -219,6 +231,28 @@ fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
         assert!(ids.iter().all(|id| seen.insert(*id)), "a task used twice");
     }
     assert!(seen.len() >= 12, "three epochs of RL steps: {seen:?}");
+}
+
+/// SIGTERM to `caprl local` mid-run stops it cleanly, its reward workers' Python processes with
+/// it.
+#[test]
+fn sigterm_stops_a_run_and_its_python_processes() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let (module, run, args) =
+        local_args(dir.path(), "cider=1,py:length=0.5", "train.rl_epochs=50");
+    let local = spawn_group(&args);
+    support::wait_for_rl(&run);
+    assert!(!python_children(&module).is_empty(), "no Python reward process found");
+    let (_, out) = stop(local);
+    let stopped = Instant::now();
+    while !python_children(&module).is_empty() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "Python processes outlived the stopped run:\n{out}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `caprl train` with `spec` fails, exits 3 (no restart helps), and says `what`.
@@ -267,6 +301,38 @@ fn a_broken_python_reward_stops_the_run_and_names_the_reward_and_the_rollout() {
         None,
         &["py:text", rollout, "str 'high'", "not a number"],
     );
+    refused("py:inf=1", None, &["py:inf", rollout, "inf", "finite"]);
+    refused(
+        "py:nothing=1",
+        None,
+        &["py:nothing", rollout, "NoneType", "not a sequence"],
+    );
+}
+
+/// The same under `caprl local`, over a real nats-server: the reward worker stops with the
+/// message, and the run stops with it (exit 3) instead of restarting the worker for ever.
+#[test]
+fn a_broken_python_reward_stops_a_local_run_with_its_message() {
+    let _reaper = Reaper;
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, args) = local_args(dir.path(), "cider=1,py:raises=1", "train.rl_epochs=1");
+    let mut local = spawn_group(&args);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = local.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "caprl local still running with a broken reward"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = output_of(&local);
+    assert_eq!(status.code(), Some(3), "{out}");
+    for w in ["py:raises", "failed on the rollout of task-", "KeyError"] {
+        assert!(out.contains(w), "the message lacks {w:?}:\n{out}");
+    }
 }
 
 #[test]

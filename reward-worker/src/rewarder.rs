@@ -76,8 +76,13 @@ pub enum RewardError {
         task: String,
         message: String,
     },
-    #[error("reward `{function}`: {message}; the rollout is handed back and a new Python process serves the next one")]
-    PythonGone { function: String, message: String },
+    #[error("reward `{function}` of {module}, on the rollout of {task}: {message}; the rollout is handed back and a new Python process serves the next one")]
+    PythonGone {
+        function: String,
+        module: String,
+        task: String,
+        message: String,
+    },
 }
 
 impl RewardError {

@@ -92,6 +92,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     match progress {
         Progress::GaveUp(why) => bail!("{why}"),
+        Progress::CannotGoOn(why) => Err(crate::supervise::RunCannotGoOn(why).into()),
         Progress::Running => bail!("interrupted"),
         Progress::Finished if !unclean.is_empty() => {
             // Roles stopped by us after the learner finished end with SIGTERM handling (exit 0).

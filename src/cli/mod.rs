@@ -291,7 +291,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Prints `error: ...` with the cause chain; exit code 2 for config errors
 /// (like clap's usage errors), [`crate::supervise::EXIT_CANNOT_GO_ON`] for a run that cannot go
-/// on (no role can do its work, or a reward is broken for every rollout), 1 for everything else.
+/// on (no role can do its work, or a reward is broken for every rollout; under `caprl local`, a
+/// role that stopped so), 1 for everything else.
 pub fn report_error(err: &anyhow::Error) -> ExitCode {
     eprintln!("error: {}", without_backtrace(&err.to_string()));
     for cause in err.chain().skip(1) {
@@ -304,6 +305,7 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     };
     let stalled = |cause: &(dyn std::error::Error + 'static)| {
         matches!(cause.downcast_ref(), Some(LearnerError::Stalled(_)))
+            || cause.is::<crate::supervise::RunCannotGoOn>()
             || cause
                 .downcast_ref::<caprl_reward_worker::WorkerError>()
                 .is_some_and(|e| e.is_fatal())

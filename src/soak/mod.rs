@@ -268,7 +268,7 @@ impl<'a> Soak<'a> {
             match sup.poll() {
                 Progress::Running => {}
                 Progress::Finished => return Ok(()),
-                Progress::GaveUp(why) => return Err(why),
+                Progress::GaveUp(why) | Progress::CannotGoOn(why) => return Err(why),
             }
             if self.interrupted.load(Ordering::SeqCst) {
                 return Err("interrupted".to_string());

@@ -23,6 +23,19 @@ use output::{lock, open_log, pump, Sink};
 /// gives the run up at once, with the role's last lines.
 pub const EXIT_CANNOT_GO_ON: u8 = 3;
 
+/// A supervised run ended by a role that stopped with [`EXIT_CANNOT_GO_ON`]: the role's name,
+/// why, and its last lines. `caprl local` exits with the same code on it.
+#[derive(Debug)]
+pub struct RunCannotGoOn(pub String);
+
+impl std::fmt::Display for RunCannotGoOn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RunCannotGoOn {}
+
 /// One role process: how to start it.
 #[derive(Debug, Clone)]
 pub struct RoleSpec {
@@ -74,6 +87,9 @@ pub enum Progress {
     Finished,
     /// A role keeps failing: which, how, and its last lines of output.
     GaveUp(String),
+    /// A role stopped because the run cannot go on ([`EXIT_CANNOT_GO_ON`]): which, and its last
+    /// lines of output. It is not restarted: a restart would find the run as it is.
+    CannotGoOn(String),
 }
 
 /// A role's death as the supervisor saw it.
@@ -227,8 +243,11 @@ impl Supervisor {
                     progress = Progress::Finished;
                     continue;
                 }
-                if let Some(gave_up) = self.died(role, status, now) {
-                    progress = Progress::GaveUp(gave_up);
+                if let Some(why) = self.died(role, status, now) {
+                    progress = match status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
+                        true => Progress::CannotGoOn(why),
+                        false => Progress::GaveUp(why),
+                    };
                 }
             } else if role.restart_at.is_some_and(|at| at <= now) {
                 role.restarts += 1;
@@ -250,7 +269,8 @@ impl Supervisor {
         progress
     }
 
-    /// Books a death and schedules the restart; `Some(message)` when the role keeps failing.
+    /// Books a death and schedules the restart; `Some(message)` when the role keeps failing or
+    /// said the run cannot go on.
     fn died(&mut self, role: &mut Supervised, status: ExitStatus, now: Instant) -> Option<String> {
         let lived = now.duration_since(role.started);
         let planned = std::mem::take(&mut role.planned);
@@ -278,9 +298,15 @@ impl Supervisor {
         {
             role.recent_deaths.pop_front();
         }
-        let why = if status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
-            Some("it stopped because the run cannot go on".to_string())
-        } else if role.quick_deaths >= self.policy.give_up_after {
+        if status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
+            let tail: Vec<String> = lock(&role.tail).iter().cloned().collect();
+            return Some(format!(
+                "{} stopped because the run cannot go on. Its last lines:\n{}",
+                role.spec.name,
+                tail.join("\n")
+            ));
+        }
+        let why = if role.quick_deaths >= self.policy.give_up_after {
             Some(format!(
                 "it exited with {status} {} times in a row, each within {:?} of its start",
                 role.quick_deaths, self.policy.quick
@@ -558,13 +584,10 @@ mod tests {
             false,
         );
         let mut sup = Supervisor::start(vec![role], vec![], out, policy, None).unwrap();
-        let Progress::GaveUp(why) = until_settled(&mut sup) else {
+        let Progress::CannotGoOn(why) = until_settled(&mut sup) else {
             panic!("not given up");
         };
-        assert!(
-            why.contains("it stopped because the run cannot go on"),
-            "{why}"
-        );
+        assert!(why.contains("stopped because the run cannot go on"), "{why}");
         assert_eq!(sup.deaths().len(), 1, "restarted: {:?}", sup.deaths());
         sup.stop_all(Duration::from_secs(1));
     }

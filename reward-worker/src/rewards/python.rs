@@ -140,6 +140,8 @@ impl PythonServer {
                 }
                 return Err(RewardError::PythonGone {
                     function: format!("{PREFIX}{function}"),
+                    module: self.module.clone(),
+                    task: batch.task.to_string(),
                     message: e,
                 });
             }
