@@ -53,7 +53,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
 }
 
 fn train_cmd(args: TrainArgs, global: &Global) -> Result<()> {
-    let mut cfg = global.load_config()?;
+    let mut cfg = global.load_config()?.into_inner();
     if let Some(d) = &args.data {
         cfg.data.dir = d.display().to_string();
     }

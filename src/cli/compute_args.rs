@@ -2,8 +2,8 @@
 //! eval, caption, bench).
 
 use anyhow::Result;
-use caprl_common::config::{Dtype, RunConfig};
-use caprl_learner::objective::load_checked;
+use caprl_common::config::Dtype;
+use caprl_learner::objective::{load_checked, CheckedConfig};
 use caprl_model::model::{parse_device, DType, Device};
 
 use super::Global;
@@ -35,7 +35,7 @@ impl ComputeArgs {
     }
 
     /// The run config with these flags applied after the global `--set`s.
-    pub fn load_config(&self, global: &Global) -> Result<RunConfig> {
+    pub fn load_config(&self, global: &Global) -> Result<CheckedConfig> {
         let mut sets = global.sets.clone();
         sets.extend(self.sets());
         Ok(load_checked(global.config.as_deref(), &sets)?)

@@ -36,8 +36,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use caprl_common::config::{ConfigError, RunConfig};
-use caprl_learner::objective::load_checked;
+use caprl_common::config::ConfigError;
+use caprl_learner::objective::{load_checked, CheckedConfig};
 use caprl_learner::LearnerError;
 use clap::{ArgAction, Parser, Subcommand};
 
@@ -77,7 +77,7 @@ pub struct Global {
 impl Global {
     /// The run config: `--config` file (or defaults), then `--set` overrides, validated and
     /// checked by its objective.
-    pub fn load_config(&self) -> Result<RunConfig, ConfigError> {
+    pub fn load_config(&self) -> Result<CheckedConfig, ConfigError> {
         load_checked(self.config.as_deref(), &self.sets)
     }
 

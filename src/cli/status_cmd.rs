@@ -21,7 +21,7 @@ pub struct Args {
 
 /// Prints the run's state; creates nothing on the broker (an unknown run is an error).
 pub fn run(args: Args, global: &Global) -> Result<()> {
-    let mut cfg = global.load_config()?;
+    let mut cfg = global.load_config()?.into_inner();
     if let Some(r) = args.run {
         cfg.runtime.run_id = r;
     }

@@ -31,7 +31,7 @@ pub(crate) fn config_with(
     global: &Global,
     objective: Option<&str>,
     compute: &ComputeArgs,
-) -> Result<caprl_common::config::RunConfig> {
+) -> Result<caprl_learner::objective::CheckedConfig> {
     let mut sets = global.sets.clone();
     if let Some(o) = objective {
         sets.push(format!("train.objective={o:?}"));

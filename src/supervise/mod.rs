@@ -587,7 +587,10 @@ mod tests {
         let Progress::CannotGoOn(why) = until_settled(&mut sup) else {
             panic!("not given up");
         };
-        assert!(why.contains("stopped because the run cannot go on"), "{why}");
+        assert!(
+            why.contains("stopped because the run cannot go on"),
+            "{why}"
+        );
         assert_eq!(sup.deaths().len(), 1, "restarted: {:?}", sup.deaths());
         sup.stop_all(Duration::from_secs(1));
     }

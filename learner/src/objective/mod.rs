@@ -288,14 +288,40 @@ impl Objective {
     }
 }
 
-/// The run config of `file` (or the defaults) with `sets` applied, validated, its rewards
-/// checked against the reward workers' table ([`rewards::check`]) and checked by its objective
-/// ([`Objective::check`]): the config every command of the CLI runs with.
-pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<RunConfig, ConfigError> {
-    let cfg = RunConfig::load(file, sets)?;
-    rewards::check(&cfg)?;
-    Objective::from_config(&cfg).check(&cfg)?;
-    Ok(cfg)
+/// A run config whose rewards the reward workers' table ([`rewards::check`]) and whose
+/// objective ([`Objective::check`]) have checked, on top of the loading checks of
+/// [`RunConfig::load`]: what training runs with. It reads as the [`RunConfig`] it holds and
+/// cannot be changed, so what was checked is what runs; a changed copy is checked again
+/// ([`CheckedConfig::into_inner`], [`CheckedConfig::new`]).
+#[derive(Debug, Clone)]
+pub struct CheckedConfig(RunConfig);
+
+impl CheckedConfig {
+    /// `cfg`, checked by its rewards and its objective.
+    pub fn new(cfg: RunConfig) -> Result<CheckedConfig, ConfigError> {
+        rewards::check(&cfg)?;
+        Objective::from_config(&cfg).check(&cfg)?;
+        Ok(CheckedConfig(cfg))
+    }
+
+    /// The config, to change it (and check it again).
+    pub fn into_inner(self) -> RunConfig {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedConfig {
+    type Target = RunConfig;
+
+    fn deref(&self) -> &RunConfig {
+        &self.0
+    }
+}
+
+/// The run config of `file` (or the defaults) with `sets` applied, validated and checked
+/// ([`CheckedConfig`]): the config every command of the CLI runs with.
+pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<CheckedConfig, ConfigError> {
+    CheckedConfig::new(RunConfig::load(file, sets)?)
 }
 
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in

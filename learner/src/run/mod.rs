@@ -35,7 +35,7 @@ pub use setup::{adam_params, schedule};
 use crate::checkpoint;
 use crate::driver::Driver;
 use crate::error::{Doing, LearnerError};
-use crate::objective::{uses_disc, Objective};
+use crate::objective::{uses_disc, CheckedConfig, Objective};
 use crate::trainer::{Phase, Trainer, WEIGHTS};
 use disc_setup::online_disc;
 use layout::{
@@ -63,7 +63,7 @@ pub struct Outcome {
     pub best_rl: Option<PathBuf>,
 }
 
-/// Trains per `cfg`: `xe_epochs` of XE (skipped when 0), then `rl_epochs` of
+/// Trains per `cfg` (checked by its objective and rewards): `xe_epochs` of XE (skipped when 0), then `rl_epochs` of
 /// the configured objective (skipped for `objective = xe`). With `resume`,
 /// continues from the newest valid checkpoint in the checkpoint dir.
 ///
@@ -72,7 +72,7 @@ pub struct Outcome {
 /// snapshot is published. `_lock` ([`lock_run_dir`]) proves that no other learner trains into
 /// the run directory.
 pub fn train(
-    cfg: &RunConfig,
+    cfg: &CheckedConfig,
     data: &Dataset,
     device: &Device,
     resume: bool,
@@ -81,7 +81,6 @@ pub fn train(
     _lock: &RunDirLock,
 ) -> Result<Outcome> {
     let objective = Objective::from_config(cfg);
-    objective.check(cfg)?;
     driver.set_data(
         data.vocab.hash(),
         caprl_wire::DataFingerprint(data.fingerprint().to_string()),

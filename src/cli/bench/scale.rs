@@ -110,7 +110,8 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         .cloned()
         .chain(std::iter::once("runtime.mode=\"async\"".to_string()))
         .collect();
-    let loaded = caprl_learner::objective::load_checked(global.config.as_deref(), &sets)?;
+    let loaded =
+        caprl_learner::objective::load_checked(global.config.as_deref(), &sets)?.into_inner();
     let mut cfg = scale_config(&args, loaded, &data_dir);
     if args.snapshots == SnapshotTransport::Files {
         cfg.runtime.snapshot_dir = tmp.path().join("snapshots").display().to_string();
