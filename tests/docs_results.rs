@@ -30,10 +30,18 @@ fn assert_names_its_measurement(dir: &str) {
     let dir = root().join("docs/results").join(dir);
     let (machine, run) = (json(&dir.join("machine.json")), json(&dir.join("run.json")));
     for key in ["cpu", "cores", "simd"] {
-        assert!(!machine[key].is_null(), "{}: machine.json names no {key}", dir.display());
+        assert!(
+            !machine[key].is_null(),
+            "{}: machine.json names no {key}",
+            dir.display()
+        );
     }
     for key in ["commit", "date", "command"] {
-        assert!(!run[key].is_null(), "{}: run.json names no {key}", dir.display());
+        assert!(
+            !run[key].is_null(),
+            "{}: run.json names no {key}",
+            dir.display()
+        );
     }
 }
 
@@ -55,7 +63,10 @@ fn every_results_directory_names_its_machine_commit_date_and_command() {
     // The benchmark task's driver keeps its machine in suite.json, and each run its own.
     let suite = json(&root().join("docs/results/benchmark/suite.json"));
     for key in ["cpu", "cores", "simd"] {
-        assert!(!suite["machine"][key].is_null(), "suite.json names no machine {key}");
+        assert!(
+            !suite["machine"][key].is_null(),
+            "suite.json names no machine {key}"
+        );
     }
 }
 
@@ -77,7 +88,11 @@ fn a_results_directory_without_its_machine_prints_nothing() {
     std::fs::write(&machine, named.to_string()).unwrap();
     let out = render(&["performance.md", "--from", from]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("names no machine"));
 }
 

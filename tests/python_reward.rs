@@ -9,9 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use support::{
-    caprl, finish_within, output_of, sets, spawn_group, steps, stop, synth, Reaper,
-};
+use support::{caprl, finish_within, output_of, sets, spawn_group, steps, stop, synth, Reaper};
 
 /// A module whose `length` reward is a caption's word count over 10, and which records every
 /// call (the captions, tokens, references and values) in `calls.jsonl` beside it.
@@ -94,8 +92,11 @@ fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
     // The mean baseline trains every caption the function scored (no greedy baseline caption).
-    let (module, run, args) =
-        local_args(dir.path(), "cider=1,py:length=0.5", "train.baseline=\"mean\"");
+    let (module, run, args) = local_args(
+        dir.path(),
+        "cider=1,py:length=0.5",
+        "train.baseline=\"mean\"",
+    );
     let (ok, out) = finish_within(spawn_group(&args), Duration::from_secs(300));
     assert!(ok, "caprl local with a Python reward failed:\n{out}");
 
@@ -120,7 +121,9 @@ fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
     let values_of: std::collections::BTreeMap<u64, Vec<f64>> = calls
         .iter()
         .map(|c| {
-            let task = c["task"].as_str().unwrap()["task-".len()..].parse().unwrap();
+            let task = c["task"].as_str().unwrap()["task-".len()..]
+                .parse()
+                .unwrap();
             let values = c["values"].as_array().unwrap();
             (task, values.iter().map(|v| v.as_f64().unwrap()).collect())
         })
@@ -152,14 +155,29 @@ fn a_python_reward_mixes_with_cider_and_is_logged_like_a_builtin_one() {
         .flat_map(|e| std::fs::read(e.unwrap().path()).unwrap())
         .collect();
     let has = |bytes: &[u8], name: &str| bytes.windows(name.len()).any(|w| w == name.as_bytes());
-    assert!(has(&events, "py:length") && has(&events, "cider"), "no py:length scalar");
+    assert!(
+        has(&events, "py:length") && has(&events, "cider"),
+        "no py:length scalar"
+    );
     let report = dir.path().join("report.html");
     let out = caprl()
-        .args(["report", run.to_str().unwrap(), "--out", report.to_str().unwrap()])
+        .args([
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            report.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(has(&std::fs::read(&report).unwrap(), "py:length"), "py:length not in the report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        has(&std::fs::read(&report).unwrap(), "py:length"),
+        "py:length not in the report"
+    );
 }
 
 /// The `python3` children of this test's run: their command line names `module`.
@@ -214,7 +232,11 @@ fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
         "the worker did not say it handed the rollout back, naming it:\n{out}"
     );
     // The run ended cleanly: no Python process outlives its reward worker.
-    assert_eq!(python_children(&module), Vec::<u32>::new(), "Python children left");
+    assert_eq!(
+        python_children(&module),
+        Vec::<u32>::new(),
+        "Python children left"
+    );
     // The task-id ledger: each RL step used its round's tasks (a batch of 16 images in tasks of
     // 4), and no task twice.
     let mut seen = std::collections::BTreeSet::new();
@@ -239,11 +261,13 @@ fn the_python_process_killed_mid_run_costs_one_retry_and_the_run_finishes() {
 fn sigterm_stops_a_run_and_its_python_processes() {
     let _reaper = Reaper;
     let dir = tempfile::tempdir().unwrap();
-    let (module, run, args) =
-        local_args(dir.path(), "cider=1,py:length=0.5", "train.rl_epochs=50");
+    let (module, run, args) = local_args(dir.path(), "cider=1,py:length=0.5", "train.rl_epochs=50");
     let local = spawn_group(&args);
     support::wait_for_rl(&run);
-    assert!(!python_children(&module).is_empty(), "no Python reward process found");
+    assert!(
+        !python_children(&module).is_empty(),
+        "no Python reward process found"
+    );
     let (_, out) = stop(local);
     let stopped = Instant::now();
     while !python_children(&module).is_empty() {
@@ -428,7 +452,9 @@ fn bench_reward_prints_a_row_per_reward() {
     let rows = json["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["reward"].as_str().unwrap()).collect();
     assert_eq!(names, ["bleu4", "py:zero"]);
-    assert!(rows.iter().all(|r| r["ms_per_rollout"].as_f64().unwrap() > 0.0));
+    assert!(rows
+        .iter()
+        .all(|r| r["ms_per_rollout"].as_f64().unwrap() > 0.0));
 }
 
 /// A Python reward slower than `ack_wait` keeps its rollout: the worker extends the delivery

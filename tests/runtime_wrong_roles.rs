@@ -215,7 +215,11 @@ fn a_python_reward_no_worker_serves_stops_the_run_within_a_minute() {
     let data = support::synth(dir.path());
     let run = dir.path().join("run");
     let module = dir.path().join("my_rewards.py");
-    std::fs::write(&module, "def length(batch):\n    return [0.0] * len(batch)\n").unwrap();
+    std::fs::write(
+        &module,
+        "def length(batch):\n    return [0.0] * len(batch)\n",
+    )
+    .unwrap();
     let python = format!("reward.python={:?}", module.display().to_string());
     let (_server, url) = start_broker();
     let base = [

@@ -132,10 +132,7 @@ fn every_entry_builds_for_a_data_set_and_scores_a_rollout() {
     synth(dir.path(), &config).unwrap();
     let data = Dataset::open(dir.path()).unwrap();
     let items = &data.train.items;
-    let setup = Setup {
-        data: &data,
-        items,
-    };
+    let setup = Setup { data: &data, items };
     let cider = CiderSettings {
         training: caprl_score::CiderD::new(Rewarder::training_df(&data, items, true)),
         eos: true,
@@ -178,9 +175,15 @@ fn every_entry_builds_for_a_data_set_and_scores_a_rollout() {
             captions: captions(),
             cider: &cider,
         };
-        let values = reward.score(&batch).unwrap_or_else(|e| panic!("{}: {e}", def.name));
+        let values = reward
+            .score(&batch)
+            .unwrap_or_else(|e| panic!("{}: {e}", def.name));
         assert_eq!(values.len(), tokens.len(), "{}", def.name);
-        assert!(values.iter().all(|v| v.is_finite()), "{}: {values:?}", def.name);
+        assert!(
+            values.iter().all(|v| v.is_finite()),
+            "{}: {values:?}",
+            def.name
+        );
         if !def.needs.encoder {
             // A reference scores above a one-word caption of the same image.
             for pair in values.chunks(2) {
