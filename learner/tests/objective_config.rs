@@ -100,3 +100,54 @@ fn ppo_dynamic_sampling_and_async_mode_are_refused_where_the_objective_cannot_us
         assert!(Objective::from_config(&cfg).check(&cfg).is_ok());
     }
 }
+
+/// SLE's α, the entropy and KL terms and PPO's settings are the objectives' rules
+/// ([`caprl_learner::objective::params`]): each refusal names the key, what it was and what is
+/// allowed.
+#[test]
+fn the_objectives_settings_are_checked_with_the_objective() {
+    let cases: [(&[&str], &str, &str); 10] = [
+        (&["train.sle_alpha=2"], "train.sle_alpha", "[0, 1]"),
+        (&["train.entropy_coef=-0.5"], "train.entropy_coef", ">= 0"),
+        (&["train.kl_coef=inf"], "train.kl_coef", ">= 0"),
+        (
+            &["train.ppo_ratio=\"sequence\""],
+            "sequence with ppo_epochs = 0",
+            "GSPO",
+        ),
+        (
+            &["train.ppo_proximal=\"learner\""],
+            "learner with ppo_epochs = 0",
+            "decoupled PPO",
+        ),
+        (&["train.ppo_epochs=65"], "train.ppo_epochs", "0..=64"),
+        (
+            &["train.ppo_minibatches=0"],
+            "train.ppo_minibatches",
+            "1..=1024",
+        ),
+        (&["train.clip_low=1"], "train.clip_low", "(0, 1)"),
+        (&["train.clip_high=0"], "train.clip_high", "> 0"),
+        (
+            &["train.kl_in=reward"],
+            "train.kl_estimator",
+            "k1, k2 or k3 when kl_in = \"reward\"",
+        ),
+    ];
+    for (sets, key, says) in cases {
+        let msg = refused_with(sets);
+        assert!(msg.contains(key) && msg.contains(says), "{sets:?}: {msg}");
+    }
+    let ok = load_checked(
+        None,
+        &[
+            "train.ppo_epochs=4".into(),
+            "train.ppo_minibatches=2".into(),
+            "train.clip_high=0.28".into(),
+            "train.kl_estimator=k3".into(),
+            "train.kl_in=reward".into(),
+            "runtime.stale_rollouts=reweight".into(),
+        ],
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+}

@@ -1,11 +1,10 @@
 //! Range and consistency checks run on every loaded config, so a bad value
-//! fails at start-up with its key named, not hours into a run. What an objective needs of the
-//! config is checked by the objective itself (`caprl_learner::objective::Objective::check`).
+//! fails at start-up with its key named, not hours into a run. The objectives' own settings
+//! (SLE's α, PPO's passes and clip range, the KL and entropy terms) and what an objective needs
+//! of the config are checked by the objectives (`caprl_learner::objective::CheckedConfig`).
 
 use super::error::ConfigError;
-use super::schema::{
-    KlEstimator, KlIn, Mode, ModelConfig, PpoProximal, PpoRatio, RunConfig, ScheduleKind,
-};
+use super::schema::{Mode, ModelConfig, RunConfig, ScheduleKind};
 use crate::bus;
 use caprl_model::model::{BeamRule, MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
 use caprl_wire::check::{self, fails, first_violation, outside, Check, Violation};
@@ -43,29 +42,6 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
     Check { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },
     Check { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
-    Check { key: "train.sle_alpha", allowed: "[0, 1]", violation: |c| fails(c.train.sle_alpha, |x| (0.0..=1.0).contains(&x)) },
-    Check { key: "train.mc_rollouts", allowed: ">= 1", violation: |c| outside(c.train.mc_rollouts, 1..) },
-    Check { key: "train.entropy_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.entropy_coef, |x| x >= 0.0 && x.is_finite()) },
-    Check { key: "train.kl_coef", allowed: "a finite number >= 0", violation: |c| fails(c.train.kl_coef, |x| x >= 0.0 && x.is_finite()) },
-    Check {
-        key: "train.kl_estimator",
-        allowed: "k1, k2 or k3 when kl_in = \"reward\" (the exact KL needs the whole distribution, which a sampled caption does not carry)",
-        violation: |c| (c.train.kl_in == KlIn::Reward && c.train.kl_estimator == KlEstimator::Full).then(|| "full with kl_in = reward".to_string()),
-    },
-    Check { key: "train.ppo_epochs", allowed: "0..=64", violation: |c| outside(c.train.ppo_epochs, 0..=64) },
-    Check {
-        key: "train.ppo_ratio",
-        allowed: "token unless ppo_epochs >= 1 (GSPO's ratio belongs to a PPO update)",
-        violation: |c| (c.train.ppo_ratio == PpoRatio::Sequence && c.train.ppo_epochs == 0).then(|| "sequence with ppo_epochs = 0".to_string()),
-    },
-    Check {
-        key: "train.ppo_proximal",
-        allowed: "behaviour unless ppo_epochs >= 1 (decoupled PPO is a PPO update)",
-        violation: |c| (c.train.ppo_proximal == PpoProximal::Learner && c.train.ppo_epochs == 0).then(|| "learner with ppo_epochs = 0".to_string()),
-    },
-    Check { key: "train.ppo_minibatches", allowed: "1..=1024", violation: |c| outside(c.train.ppo_minibatches, 1..=1024) },
-    Check { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
-    Check { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
     Check { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
     Check { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
     Check { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },

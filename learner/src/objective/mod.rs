@@ -39,6 +39,7 @@ use std::path::Path;
 
 use caprl_common::config::{self, spelled, ConfigError, Mode, RunConfig};
 use caprl_reward_worker::rewards;
+use caprl_wire::check::first_violation;
 use caprl_wire::ScoredRollout;
 
 use crate::targets::PgBatch;
@@ -46,6 +47,7 @@ use crate::LearnerError;
 
 pub mod actor_critic;
 pub mod mc_pg;
+pub mod params;
 pub mod scst;
 pub mod sle;
 pub mod wtf;
@@ -297,8 +299,16 @@ impl Objective {
 pub struct CheckedConfig(RunConfig);
 
 impl CheckedConfig {
-    /// `cfg`, checked by its rewards and its objective.
+    /// `cfg`, checked by the objectives' settings' rules ([`params::CHECKS`]), its rewards and
+    /// its objective.
     pub fn new(cfg: RunConfig) -> Result<CheckedConfig, ConfigError> {
+        if let Some(v) = first_violation(params::CHECKS, &cfg) {
+            return Err(ConfigError::OutOfRange {
+                key: v.key.to_string(),
+                value: v.value,
+                allowed: v.allowed.to_string(),
+            });
+        }
         rewards::check(&cfg)?;
         Objective::from_config(&cfg).check(&cfg)?;
         Ok(CheckedConfig(cfg))
