@@ -16,6 +16,7 @@ pub use super::runtime_section::{
 use caprl_model::model::DeviceSpec;
 /// `dtype` and the `[model]` section deserialise straight into the model's own types.
 pub use caprl_model::model::{Dtype, ModelConfig, ModelKind, RnnKind};
+pub use caprl_model::optim::{OptimConfig, ScheduleKind};
 use caprl_wire::Sampling;
 
 /// The whole run configuration: top-level keys plus one struct per section.
@@ -363,70 +364,6 @@ impl Default for RewardConfig {
 pub enum DfSource {
     Train,
     Corpus,
-}
-
-/// `[optim]`: AdamW and the learning-rate schedule.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OptimConfig {
-    /// XE learning rate; > 0.
-    pub lr: f64,
-    /// RL learning rate; > 0.
-    pub rl_lr: f64,
-    /// Learning rate of the value head (mc-pg baseline, actor-critic critic); > 0.
-    pub value_lr: f64,
-    /// >= 0.
-    pub weight_decay: f64,
-    /// [0, 1).
-    pub beta1: f64,
-    /// [0, 1).
-    pub beta2: f64,
-    /// > 0.
-    pub eps: f64,
-    /// Global-norm clip; 0 = off.
-    pub grad_clip: f64,
-    pub schedule: ScheduleKind,
-    /// Step schedule: epochs between decays; >= 1.
-    pub decay_every: u32,
-    /// Step schedule factor; (0, 1].
-    pub decay_rate: f64,
-    /// Warmup steps of the cosine and noam schedules.
-    pub warmup_steps: u64,
-    /// Noam schedule: the factor of `d_model^(−1/2) · min(s^(−1/2), s · warmup^(−3/2))`; > 0.
-    pub noam_factor: f64,
-}
-
-impl Default for OptimConfig {
-    fn default() -> Self {
-        OptimConfig {
-            lr: 5e-4,
-            rl_lr: 1e-4,
-            value_lr: 1e-3,
-            weight_decay: 0.0,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            grad_clip: 2.0,
-            schedule: ScheduleKind::Step,
-            decay_every: 3,
-            decay_rate: 0.8,
-            warmup_steps: 0,
-            noam_factor: 1.0,
-        }
-    }
-}
-
-/// Which learning-rate schedule `[optim]` names (`caprl_model::optim::Schedule` is the schedule
-/// with its numbers, made from this and the other `[optim]` keys by the learner).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ScheduleKind {
-    Constant,
-    Step,
-    Cosine,
-    /// The Transformer's warmup then inverse square root, scaled by `model.d_model`
-    /// (`optim.lr` is not used): the XE phase; RL phases run at a constant `optim.rl_lr`.
-    Noam,
 }
 
 /// PPO (`train.ppo_epochs > 0`): the ratio the clipped surrogate clips.

@@ -4,23 +4,18 @@
 //! of the config are checked by the objectives (`caprl_learner::objective::CheckedConfig`).
 
 use super::error::ConfigError;
-use super::schema::{Mode, ModelConfig, RunConfig, ScheduleKind};
+use super::schema::{Mode, ModelConfig, OptimConfig, RunConfig};
 use crate::bus;
 use caprl_model::model::{BeamRule, MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
-use caprl_wire::check::{self, fails, first_violation, outside, Check, Violation};
+use caprl_wire::check::{
+    self, fails, first_violation, outside, toml_int, Check, Violation, TOML_INT,
+};
 use caprl_wire::Sampling;
-
-/// TOML integers are signed 64-bit; larger `u64` values cannot be written back.
-const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";
 
 /// Whether `[decode]`'s beam settings break `rule` (the decoder's one rule of beam settings).
 fn breaks(c: &RunConfig, rule: BeamRule) -> bool {
     let d = &c.decode;
     BeamRule::broken(d.beam as usize, d.beam_groups as usize, d.diversity_lambda) == Some(rule)
-}
-
-fn toml_int(value: u64) -> Option<String> {
-    outside(value, 0..=i64::MAX as u64)
 }
 
 #[rustfmt::skip]
@@ -45,23 +40,6 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "train.eval_every", allowed: ">= 1", violation: |c| outside(c.train.eval_every, 1..) },
     Check { key: "train.sample_images", allowed: "0..=100", violation: |c| outside(c.train.sample_images, 0..=100) },
     Check { key: "train.max_steps", allowed: TOML_INT, violation: |c| toml_int(c.train.max_steps) },
-    Check { key: "optim.lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.lr, |x| x > 0.0 && x.is_finite()) },
-    Check { key: "optim.rl_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.rl_lr, |x| x > 0.0 && x.is_finite()) },
-    Check { key: "optim.value_lr", allowed: "a finite number > 0", violation: |c| fails(c.optim.value_lr, |x| x > 0.0 && x.is_finite()) },
-    Check { key: "optim.weight_decay", allowed: "a finite number >= 0", violation: |c| fails(c.optim.weight_decay, |x| x >= 0.0 && x.is_finite()) },
-    Check { key: "optim.beta1", allowed: "[0, 1)", violation: |c| fails(c.optim.beta1, |x| (0.0..1.0).contains(&x)) },
-    Check { key: "optim.beta2", allowed: "[0, 1)", violation: |c| fails(c.optim.beta2, |x| (0.0..1.0).contains(&x)) },
-    Check { key: "optim.eps", allowed: "a finite number > 0", violation: |c| fails(c.optim.eps, |x| x > 0.0 && x.is_finite()) },
-    Check { key: "optim.grad_clip", allowed: "a finite number >= 0 (0 = off)", violation: |c| fails(c.optim.grad_clip, |x| x >= 0.0 && x.is_finite()) },
-    Check { key: "optim.decay_every", allowed: ">= 1", violation: |c| outside(c.optim.decay_every, 1..) },
-    Check { key: "optim.decay_rate", allowed: "(0, 1]", violation: |c| fails(c.optim.decay_rate, |x| x > 0.0 && x <= 1.0) },
-    Check { key: "optim.warmup_steps", allowed: TOML_INT, violation: |c| toml_int(c.optim.warmup_steps) },
-    Check {
-        key: "optim.warmup_steps",
-        allowed: ">= 1 when schedule = \"noam\" (its peak is at the end of the warmup)",
-        violation: |c| (c.optim.schedule == ScheduleKind::Noam).then(|| outside(c.optim.warmup_steps, 1..)).flatten(),
-    },
-    Check { key: "optim.noam_factor", allowed: "a finite number > 0", violation: |c| fails(c.optim.noam_factor, |x| x > 0.0 && x.is_finite()) },
     Check {
         key: "runtime.run_id",
         allowed: "a non-empty name of [a-z0-9-] (it becomes part of NATS subjects and bucket names)",
@@ -109,12 +87,13 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
 ];
 
-/// Checks every range and cross-key rule; the first failure is returned. The `[model]` section's
-/// rules are the model's own ([`ModelConfig::CHECKS`]), the sampling keys' those of the
-/// [`Sampling`] every task carries.
+/// Checks every range and cross-key rule; the first failure is returned. The `[model]` and
+/// `[optim]` sections' rules are the model's and the optimizer's own ([`ModelConfig::CHECKS`],
+/// [`OptimConfig::CHECKS`]), the sampling keys' those of the [`Sampling`] every task carries.
 pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
     let violation = first_violation(CHECKS, config)
         .or_else(|| first_violation(ModelConfig::CHECKS, &config.model))
+        .or_else(|| first_violation(OptimConfig::CHECKS, &config.optim))
         .or_else(|| first_violation(Sampling::CHECKS, &config.decode.sampling()));
     match violation {
         None => Ok(()),
@@ -135,6 +114,7 @@ pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
 pub fn allowed_for(key: &str) -> Option<String> {
     let rules: Vec<&str> = check::allowed_for(CHECKS, key)
         .chain(check::allowed_for(ModelConfig::CHECKS, key))
+        .chain(check::allowed_for(OptimConfig::CHECKS, key))
         .chain(check::allowed_for(Sampling::CHECKS, key))
         .collect();
     (!rules.is_empty()).then(|| rules.join("; "))

@@ -15,6 +15,15 @@ pub struct Check<T> {
     pub violation: fn(&T) -> Option<String>,
 }
 
+/// What [`toml_int`] allows: TOML integers are signed 64-bit, so larger `u64` values cannot be
+/// written back to a config file.
+pub const TOML_INT: &str = "0..=9223372036854775807 (TOML integers are signed 64-bit)";
+
+/// `value`, written, when a TOML file cannot hold it ([`TOML_INT`]).
+pub fn toml_int(value: u64) -> Option<String> {
+    outside(value, 0..=i64::MAX as u64)
+}
+
 /// The first rule `value` fails: its key, the offending value and what is allowed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Violation {

@@ -30,7 +30,7 @@ use caprl_data::Dataset;
 use caprl_model::model::{Captioner, CaptionerConfig, Device};
 
 pub use load::{load_checkpoint, Loaded};
-pub use setup::{adam_params, schedule};
+pub use setup::schedule;
 
 use crate::checkpoint;
 use crate::driver::Driver;
@@ -101,7 +101,7 @@ pub fn train(
     };
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
-    let adam = adam_params(cfg);
+    let adam = cfg.optim.adam();
     check_checkpoint_dir(cfg)?;
     let ck_root = cfg.checkpoint_dir();
     // `--resume` with nothing to resume starts fresh: a learner pod restarted
@@ -233,7 +233,7 @@ fn new_trainer(
     (model_cfg, device): (&CaptionerConfig, &Device),
     start_from: Option<&Path>,
 ) -> Result<Trainer> {
-    let adam = adam_params(cfg);
+    let adam = cfg.optim.adam();
     let model = match start_from {
         Some(dir) => start_model(dir, data, model_cfg, device)?,
         None => Captioner::new(model_cfg, device, cfg.seed)?,
@@ -257,7 +257,7 @@ fn enter_rl(
     (model_cfg, device): (&CaptionerConfig, &Device),
 ) -> Result<()> {
     let cfg = run.cfg;
-    let adam = adam_params(cfg);
+    let adam = cfg.optim.adam();
     if trainer.state.phase == Phase::Xe {
         if let Some(best) = best_xe {
             let ck = checkpoint::open(best)?;

@@ -4,11 +4,13 @@
 
 mod adamw;
 mod clip;
+mod config;
 mod error;
 mod schedule;
 mod state;
 
 pub use adamw::{AdamW, AdamWParams};
 pub use clip::{clip_grad_norm, grad_norm};
+pub use config::{OptimConfig, ScheduleKind};
 pub use error::OptimError;
 pub use schedule::Schedule;
