@@ -11,7 +11,8 @@ Usage:
 Each page reads docs/results/<its directory>/, which names the machine (CPU, cores, SIMD level),
 the commit, the date and the command of the measurement; a page whose files do not is not
 printed (exit status 2). The scripts that measure (bench_all.sh, python_score.sh,
-reward_cost.sh, quality.sh) write those files and call this one.
+reward_cost.sh, quality.sh, scripts/peer/sctorch_regions.sh) write those files and call this
+one.
 """
 import argparse
 import sys
@@ -22,6 +23,7 @@ import bench_table  # noqa: E402
 import quality_table  # noqa: E402
 import reward_table  # noqa: E402
 import score_table  # noqa: E402
+import sctorch_table  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
@@ -31,6 +33,7 @@ PAGES = {
     "benchmark.md": ("benchmark", quality_table.render),
     "python-score.md": ("python-score", score_table.render),
     "reward-cost.md": ("reward-cost", reward_table.render),
+    "sctorch.md": ("sctorch", sctorch_table.render),
 }
 
 
