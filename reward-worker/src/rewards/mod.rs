@@ -7,11 +7,11 @@
 //! is the [`Rewarder`](crate::Rewarder)'s and reads this table.
 //!
 //! Adding a reward: a file here with a `pub const DEF: RewardDef` and a [`Reward`] impl, its
-//! `mod` line below and its line in [`BUILTIN`]. The default config's comment on `reward.spec` lists the table (a test
-//! holds it to it). A reward written in Python needs no Rust at all: `py:<function>` names a
-//! function of the module `reward.python` ([`python`]). SLE's exploration term ([`Diversity`])
-//! is not in the table: `reward.spec` does not name it; objective `sle` adds it to sampled
-//! captions, compared within each image's samples.
+//! `mod` line below and its line in [`BUILTIN`]. The default config's comment on `reward.spec`
+//! lists the table (a test holds it to it). A reward written in Python needs no Rust at all:
+//! `py:<function>` names a function of the module `reward.python` ([`python`]). SLE's
+//! exploration term ([`Diversity`]) is not in the table: `reward.spec` does not name it;
+//! objective `sle` adds it to sampled captions, compared within each image's samples.
 
 mod bleu;
 mod cider;
