@@ -313,11 +313,6 @@ impl Dataset {
         })
     }
 
-    /// Fail with [`DataError::VocabHash`] unless the vocabulary hash is `expected`.
-    pub fn check_vocab_hash(&self, expected: &str) -> Result<(), DataError> {
-        self.vocab.check_hash(expected, &self.dir.join(VOCAB_JSON))
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }
