@@ -15,9 +15,8 @@ pub use super::runtime_section::{
 };
 use caprl_model::model::DeviceSpec;
 /// `dtype` and the `[model]` section deserialise straight into the model's own types.
-pub use caprl_model::model::{Dtype, ModelConfig, ModelKind, RnnKind};
+pub use caprl_model::model::{DecodeConfig, Dtype, ModelConfig, ModelKind, RnnKind};
 pub use caprl_model::optim::{OptimConfig, ScheduleKind};
-use caprl_wire::Sampling;
 
 /// The whole run configuration: top-level keys plus one struct per section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,62 +95,6 @@ pub enum DataFormat {
     Auto,
     Karpathy,
     Custom,
-}
-
-/// `[decode]`: sampling and beam search.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DecodeConfig {
-    /// Sampling temperature; > 0.
-    pub temperature: f64,
-    /// Keep only the k most likely words when sampling; 0 = off.
-    pub top_k: u32,
-    /// Nucleus (top-p) sampling: keep the likeliest words up to this probability mass (after
-    /// top-k); (0, 1], 1 = off.
-    pub top_p: f64,
-    /// Beam width; >= 1.
-    pub beam: u32,
-    /// Diverse beam search: groups the beam is split into; >= 1, divides `beam`; 1 = off.
-    pub beam_groups: u32,
-    /// Diverse beam search: penalty per earlier group's choice of the same word; >= 0.
-    pub diversity_lambda: f64,
-    /// Never end a caption right after a function word ("a", "the", "of", ...) in greedy,
-    /// sampled and beam decodes (self-critical.pytorch's `--remove_bad_endings`).
-    pub remove_bad_endings: bool,
-    /// Divide beam scores by length.
-    pub length_norm: bool,
-    /// Forbid repeated trigrams in beam search.
-    pub block_trigrams: bool,
-    /// Actor-critic lookahead: `score = λ·logπ + (1-λ)·v`; [0, 1].
-    pub lookahead_lambda: f64,
-}
-
-impl DecodeConfig {
-    /// The distribution samples are drawn from.
-    pub fn sampling(&self) -> Sampling {
-        Sampling {
-            temperature: self.temperature as f32,
-            top_k: self.top_k,
-            top_p: self.top_p as f32,
-        }
-    }
-}
-
-impl Default for DecodeConfig {
-    fn default() -> Self {
-        DecodeConfig {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            beam: 3,
-            beam_groups: 1,
-            diversity_lambda: 0.5,
-            remove_bad_endings: false,
-            length_norm: false,
-            block_trigrams: false,
-            lookahead_lambda: 1.0,
-        }
-    }
 }
 
 /// `[train]`: the objective and its schedule.

@@ -4,19 +4,13 @@
 //! of the config are checked by the objectives (`caprl_learner::objective::CheckedConfig`).
 
 use super::error::ConfigError;
-use super::schema::{Mode, ModelConfig, OptimConfig, RunConfig};
+use super::schema::{DecodeConfig, Mode, ModelConfig, OptimConfig, RunConfig};
 use crate::bus;
-use caprl_model::model::{BeamRule, MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
+use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
 use caprl_wire::check::{
     self, fails, first_violation, outside, toml_int, Check, Violation, TOML_INT,
 };
 use caprl_wire::Sampling;
-
-/// Whether `[decode]`'s beam settings break `rule` (the decoder's one rule of beam settings).
-fn breaks(c: &RunConfig, rule: BeamRule) -> bool {
-    let d = &c.decode;
-    BeamRule::broken(d.beam as usize, d.beam_groups as usize, d.diversity_lambda) == Some(rule)
-}
 
 #[rustfmt::skip]
 const CHECKS: &[Check<RunConfig>] = &[
@@ -25,15 +19,6 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "data.dir", allowed: "a non-empty path", violation: |c| c.data.dir.is_empty().then(|| "\"\"".into()) },
     Check { key: "data.min_count", allowed: ">= 1", violation: |c| outside(c.data.min_count, 1..) },
     Check { key: "data.max_len", allowed: MAX_CAPTION_WORDS_ALLOWED, violation: |c| outside(c.data.max_len as usize, 1..=MAX_CAPTION_WORDS) },
-    Check { key: "decode.beam", allowed: ">= 1", violation: |c| breaks(c, BeamRule::NoWidth).then(|| "0".into()) },
-    Check { key: "decode.beam_groups", allowed: ">= 1 (1 = plain beam search)", violation: |c| breaks(c, BeamRule::NoGroups).then(|| "0".into()) },
-    Check {
-        key: "decode.beam_groups",
-        allowed: "a divisor of decode.beam (each group gets beam / beam_groups beams)",
-        violation: |c| breaks(c, BeamRule::GroupsDoNotDivide).then(|| format!("{} with beam = {}", c.decode.beam_groups, c.decode.beam)),
-    },
-    Check { key: "decode.diversity_lambda", allowed: "a finite number >= 0", violation: |c| fails(c.decode.diversity_lambda, |_| !breaks(c, BeamRule::BadLambda)) },
-    Check { key: "decode.lookahead_lambda", allowed: "[0, 1]", violation: |c| fails(c.decode.lookahead_lambda, |x| (0.0..=1.0).contains(&x)) },
     Check { key: "train.batch_size", allowed: ">= 1", violation: |c| outside(c.train.batch_size, 1..) },
     Check { key: "train.samples", allowed: ">= 1", violation: |c| outside(c.train.samples, 1..) },
     Check { key: "train.label_smoothing", allowed: "[0, 1)", violation: |c| fails(c.train.label_smoothing, |x| (0.0..1.0).contains(&x)) },
@@ -87,13 +72,15 @@ const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "checkpoint.every_steps", allowed: "1..=9223372036854775807", violation: |c| outside(c.checkpoint.every_steps, 1..=i64::MAX as u64) },
 ];
 
-/// Checks every range and cross-key rule; the first failure is returned. The `[model]` and
-/// `[optim]` sections' rules are the model's and the optimizer's own ([`ModelConfig::CHECKS`],
-/// [`OptimConfig::CHECKS`]), the sampling keys' those of the [`Sampling`] every task carries.
+/// Checks every range and cross-key rule; the first failure is returned. The `[model]`,
+/// `[optim]` and `[decode]` sections' rules are their owners' ([`ModelConfig::CHECKS`],
+/// [`OptimConfig::CHECKS`], [`DecodeConfig::CHECKS`]), the sampling keys' those of the
+/// [`Sampling`] every task carries.
 pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
     let violation = first_violation(CHECKS, config)
         .or_else(|| first_violation(ModelConfig::CHECKS, &config.model))
         .or_else(|| first_violation(OptimConfig::CHECKS, &config.optim))
+        .or_else(|| first_violation(DecodeConfig::CHECKS, &config.decode))
         .or_else(|| first_violation(Sampling::CHECKS, &config.decode.sampling()));
     match violation {
         None => Ok(()),
@@ -115,6 +102,7 @@ pub fn allowed_for(key: &str) -> Option<String> {
     let rules: Vec<&str> = check::allowed_for(CHECKS, key)
         .chain(check::allowed_for(ModelConfig::CHECKS, key))
         .chain(check::allowed_for(OptimConfig::CHECKS, key))
+        .chain(check::allowed_for(DecodeConfig::CHECKS, key))
         .chain(check::allowed_for(Sampling::CHECKS, key))
         .collect();
     (!rules.is_empty()).then(|| rules.join("; "))

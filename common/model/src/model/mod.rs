@@ -40,6 +40,7 @@
 
 mod captioner;
 mod config;
+mod decode_config;
 mod decoding;
 mod device;
 mod device_spec;
@@ -64,6 +65,7 @@ pub use config::{
     CaptionerConfig, Dtype, ModelConfig, ModelKind, RnnKind, FREQ_DIVISOR, MAX_CAPTION_WORDS,
     MAX_CAPTION_WORDS_ALLOWED,
 };
+pub use decode_config::DecodeConfig;
 pub use decoding::{
     BadEndings, BeamOptions, BeamRule, Decoded, Decoder, Hypothesis, Lookahead, SampleOptions,
     BAD_ENDING_WORDS,
