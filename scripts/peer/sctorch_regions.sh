@@ -11,11 +11,11 @@
 # ("new self-critical", as caprl's models table), caprl's grid budget; SCST starts from the last
 # XE epoch and each phase is evaluated at its last epoch (the repository picks a best checkpoint
 # by its language_eval, which needs Java and the SPICE models, or else by validation loss,
-# which SCST does not lower). The
-# test split is decoded with beam 3 and its captions are scored by `caprl score` on all test
-# images and on each subset of subsets.json, each scored as a corpus of its own, as `caprl eval`
-# does. The figures go to docs/results/sctorch/MODEL.json with the machine, commit, date and
-# command, and docs/results/sctorch.md is rendered from them by scripts/results/render.py.
+# which SCST does not lower). The test split is decoded with beam 3 and its captions are
+# scored by `caprl score` on all test images and on each subset of subsets.json, each scored as
+# a corpus of its own, as `caprl eval` does. The figures go to docs/results/sctorch/MODEL.json
+# with the machine, commit, date and command, and docs/results/sctorch.md is rendered from them
+# by scripts/results/render.py. REUSE=1 keeps the phases a previous run of MODEL finished.
 #
 # Needs: a checkout of self-critical.pytorch (4c48a33) with its cider submodule (coco-caption is
 # not used: caprl scores); a Python with torch, torchvision, numpy, h5py, six, lmdbdict, yacs,
