@@ -67,7 +67,7 @@ def header(ref_name):
 def evaluation(images, reps):
     refs, cands = make_set(images)
     gts, res = refs, {k: [v] for k, v in cands.items()}
-    table(f"Evaluation: {images} images x 5 references", "pycocoevalcap 1.2")
+    table(f"Evaluation: {images:,} images x 5 references", "pycocoevalcap 1.2")
     for name, ref, ours, ours_1 in [
         ("Cider (CIDEr-D)", RefCider(), cs.Cider(), cs.Cider(parallel=False)),
         ("Bleu(4)", RefBleu(4), cs.Bleu(4), cs.Bleu(4, parallel=False)),
