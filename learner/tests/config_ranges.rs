@@ -1,8 +1,16 @@
 //! The ranges `default.toml`'s comments state are the rules' own: the loader's
-//! ([`caprl_common::config::allowed_for`]) and the objectives' settings'
-//! ([`params::allowed_for`]), so the file cannot drift from what is checked.
+//! ([`caprl_common::config::allowed_for`]) and the objectives' settings' ([`params::CHECKS`]),
+//! so the file cannot drift from what is checked.
 
 use caprl_learner::objective::params;
+use caprl_wire::check;
+
+/// What every rule about `key` allows, the loader's and the objectives', joined by "; ".
+fn allowed_for(key: &str) -> Option<String> {
+    let mut rules: Vec<String> = caprl_common::config::allowed_for(key).into_iter().collect();
+    rules.extend(check::allowed_for(params::CHECKS, key).map(str::to_string));
+    (!rules.is_empty()).then(|| rules.join("; "))
+}
 
 /// The ranges the default file's comments state, e.g. `1..=4096`, `[0, 1)`, `>= 1` or `> 0`.
 fn stated_ranges(comment: &str) -> Vec<String> {
@@ -54,7 +62,7 @@ fn every_range_the_default_file_states_is_its_keys_rule() {
             "" => line.key.to_string(),
             section => format!("{section}.{}", line.key),
         };
-        let Some(allowed) = params::allowed_for(&key) else {
+        let Some(allowed) = allowed_for(&key) else {
             drifted.push(format!(
                 "`{key}`'s comment states {ranges:?}, but no rule checks it"
             ));

@@ -243,11 +243,8 @@ impl Supervisor {
                     progress = Progress::Finished;
                     continue;
                 }
-                if let Some(why) = self.died(role, status, now) {
-                    progress = match status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
-                        true => Progress::CannotGoOn(why),
-                        false => Progress::GaveUp(why),
-                    };
+                if let Some(ended) = self.died(role, status, now) {
+                    progress = ended;
                 }
             } else if role.restart_at.is_some_and(|at| at <= now) {
                 role.restarts += 1;
@@ -269,9 +266,14 @@ impl Supervisor {
         progress
     }
 
-    /// Books a death and schedules the restart; `Some(message)` when the role keeps failing or
-    /// said the run cannot go on.
-    fn died(&mut self, role: &mut Supervised, status: ExitStatus, now: Instant) -> Option<String> {
+    /// Books a death and schedules the restart; `Some` of how the run ends when the role said
+    /// the run cannot go on ([`Progress::CannotGoOn`]) or keeps failing ([`Progress::GaveUp`]).
+    fn died(
+        &mut self,
+        role: &mut Supervised,
+        status: ExitStatus,
+        now: Instant,
+    ) -> Option<Progress> {
         let lived = now.duration_since(role.started);
         let planned = std::mem::take(&mut role.planned);
         self.deaths.push(Death {
@@ -298,13 +300,19 @@ impl Supervisor {
         {
             role.recent_deaths.pop_front();
         }
+        let last_lines = || {
+            lock(&role.tail)
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
         if status.code() == Some(i32::from(EXIT_CANNOT_GO_ON)) {
-            let tail: Vec<String> = lock(&role.tail).iter().cloned().collect();
-            return Some(format!(
+            return Some(Progress::CannotGoOn(format!(
                 "{} stopped because the run cannot go on. Its last lines:\n{}",
                 role.spec.name,
-                tail.join("\n")
-            ));
+                last_lines()
+            )));
         }
         let why = if role.quick_deaths >= self.policy.give_up_after {
             Some(format!(
@@ -321,12 +329,11 @@ impl Supervisor {
             None
         };
         if let Some(why) = why {
-            let tail: Vec<String> = lock(&role.tail).iter().cloned().collect();
-            return Some(format!(
+            return Some(Progress::GaveUp(format!(
                 "{} keeps failing: {why}. Its last lines:\n{}",
                 role.spec.name,
-                tail.join("\n")
-            ));
+                last_lines()
+            )));
         }
         let backoff = self
             .policy

@@ -66,3 +66,15 @@ pub enum ConfigError {
         hint: &'static str,
     },
 }
+
+/// The first rule a section broke ([`caprl_wire::check::first_violation`]), as the error that
+/// names its key, its value and what is allowed.
+impl From<caprl_wire::check::Violation> for ConfigError {
+    fn from(v: caprl_wire::check::Violation) -> ConfigError {
+        ConfigError::OutOfRange {
+            key: v.key.to_string(),
+            value: v.value,
+            allowed: v.allowed.to_string(),
+        }
+    }
+}

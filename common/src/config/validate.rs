@@ -7,9 +7,7 @@ use super::error::ConfigError;
 use super::schema::{DecodeConfig, Mode, ModelConfig, OptimConfig, RunConfig};
 use crate::bus;
 use caprl_model::model::{MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
-use caprl_wire::check::{
-    self, fails, first_violation, outside, toml_int, Check, Violation, TOML_INT,
-};
+use caprl_wire::check::{self, fails, first_violation, outside, toml_int, Check, TOML_INT};
 use caprl_wire::Sampling;
 
 #[rustfmt::skip]
@@ -82,18 +80,7 @@ pub(crate) fn validate(config: &RunConfig) -> Result<(), ConfigError> {
         .or_else(|| first_violation(OptimConfig::CHECKS, &config.optim))
         .or_else(|| first_violation(DecodeConfig::CHECKS, &config.decode))
         .or_else(|| first_violation(Sampling::CHECKS, &config.decode.sampling()));
-    match violation {
-        None => Ok(()),
-        Some(Violation {
-            key,
-            value,
-            allowed,
-        }) => Err(ConfigError::OutOfRange {
-            key: key.to_string(),
-            value,
-            allowed: allowed.to_string(),
-        }),
-    }
+    violation.map_or(Ok(()), |v| Err(v.into()))
 }
 
 /// What every rule about `key` (`section.key`) allows, joined by "; "; `None` when no rule

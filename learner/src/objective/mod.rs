@@ -303,11 +303,7 @@ impl CheckedConfig {
     /// its objective.
     pub fn new(cfg: RunConfig) -> Result<CheckedConfig, ConfigError> {
         if let Some(v) = first_violation(params::CHECKS, &cfg) {
-            return Err(ConfigError::OutOfRange {
-                key: v.key.to_string(),
-                value: v.value,
-                allowed: v.allowed.to_string(),
-            });
+            return Err(v.into());
         }
         rewards::check(&cfg)?;
         Objective::from_config(&cfg).check(&cfg)?;

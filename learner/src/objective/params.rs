@@ -5,7 +5,7 @@
 //! ([`caprl_common::config::RunConfig::load`]).
 
 use caprl_common::config::{KlEstimator, KlIn, PpoProximal, PpoRatio, RunConfig};
-use caprl_wire::check::{self, fails, outside, Check};
+use caprl_wire::check::{fails, outside, Check};
 
 #[rustfmt::skip]
 pub const CHECKS: &[Check<RunConfig>] = &[
@@ -33,11 +33,3 @@ pub const CHECKS: &[Check<RunConfig>] = &[
     Check { key: "train.clip_low", allowed: "(0, 1)", violation: |c| fails(c.train.clip_low, |x| x > 0.0 && x < 1.0) },
     Check { key: "train.clip_high", allowed: "a finite number > 0", violation: |c| fails(c.train.clip_high, |x| x > 0.0 && x.is_finite()) },
 ];
-
-/// What every rule about `key` (`section.key`) allows, the loader's and the objectives', joined
-/// by "; "; `None` when no rule is about it.
-pub fn allowed_for(key: &str) -> Option<String> {
-    let mut rules: Vec<String> = caprl_common::config::allowed_for(key).into_iter().collect();
-    rules.extend(check::allowed_for(CHECKS, key).map(str::to_string));
-    (!rules.is_empty()).then(|| rules.join("; "))
-}
