@@ -9,14 +9,17 @@ record_run() {
   local out=$1 caprl=$2 command=$3
   shift 3
   "$caprl" machine --json > "$out/machine.json.tmp"
-  local commit dirty extra="" kv
-  commit=$(git rev-parse --short=12 HEAD)
+  local dirty
   dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo true || echo false)
-  for kv in "$@"; do
-    extra+=$(printf ',\n  "%s": "%s"' "${kv%%=*}" "${kv#*=}")
-  done
-  printf '{\n  "command": "%s",\n  "commit": "%s",\n  "uncommitted_changes": %s,\n  "date": "%s"%s\n}\n' \
-    "$command" "$commit" "$dirty" "$(date -u +%F)" "$extra" > "$out/run.json.tmp"
+  python3 - "$command" "$(git rev-parse --short=12 HEAD)" "$dirty" "$@" > "$out/run.json.tmp" <<'PY'
+import datetime, json, sys
+command, commit, dirty, *extra = sys.argv[1:]
+run = {"command": command, "commit": commit, "uncommitted_changes": dirty == "true",
+       "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat()}
+run.update(kv.split("=", 1) for kv in extra)
+json.dump(run, sys.stdout, indent=2)
+print()
+PY
   mv "$out/machine.json.tmp" "$out/machine.json"
   mv "$out/run.json.tmp" "$out/run.json"
 }

@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import measured
+import quality_table
 
 # self-critical.pytorch's model -> (its name there, caprl's model of the same kind)
 MODELS = {
@@ -18,24 +19,18 @@ COLUMNS = [("cider_d", "CIDEr-D all", 3), ("cider_d_seen", "seen", 3),
            ("bleu4", "BLEU-4", 3), ("mean_len", "mean length", 1)]
 
 
-def cell(values, decimals):
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{decimals}f}"
-    return f"{statistics.mean(values):.{decimals}f} ± {statistics.stdev(values):.{decimals}f}"
-
-
-def caprl_runs(benchmark, model, objective):
-    """caprl's runs of the models table for `model` and `objective`, one per seed."""
-    return [measured.load(p) for p in sorted((benchmark / "runs").glob(
-        f"models-{model}-{objective}-s*.json"))]
+def minutes(runs):
+    """caprl's training minutes over its seeds, mean ± sd."""
+    m = [r["train_seconds"] / 60 for r in runs if r.get("train_seconds")]
+    if len(m) < 2:
+        return f"{m[0]:.1f}" if m else "–"
+    return f"{statistics.mean(m):.1f} ± {statistics.stdev(m):.1f}"
 
 
 def render(d):
     run = measured.load(d / "run.json")
     benchmark = Path(d).parent / "benchmark"
-    suite = measured.load(benchmark / "suite.json")
+    suite, groups = quality_table.load_suite(benchmark), quality_table.load_runs(benchmark)
     out = [
         "# self-critical.pytorch on the benchmark task",
         "",
@@ -70,15 +65,12 @@ def render(d):
                 ("SCST", peer["rl_epochs"], peer["rl_seconds"], "scst-mean")):
             metrics = peer["xe" if objective == "xe" else "scst"]
             out.append(f"| self-critical.pytorch {label} | {phase} | {epochs} | "
-                       + " | ".join(cell([metrics[k]], dec) if k in metrics else "–"
+                       + " | ".join(f"{metrics[k]:.{dec}f}" if k in metrics else "–"
                                     for k, _, dec in COLUMNS)
                        + f" | {seconds / 60:.1f} |")
-            runs = caprl_runs(benchmark, ours, objective)
-            minutes = [r["train_seconds"] / 60 for r in runs if r.get("train_seconds")]
+            runs, _ = quality_table.runs_of(groups, "models", ours, objective)
             ours_epochs = suite["xe_epochs"] if objective == "xe" else suite["rl_epochs"]
             out.append(f"| caprl {ours} ({len(runs)} seeds) | {phase} | {ours_epochs} | "
-                       + " | ".join(cell([r["eval"]["metrics"][k] for r in runs
-                                          if k in r["eval"]["metrics"]], dec)
-                                    for k, _, dec in COLUMNS)
-                       + f" | {cell(minutes, 1)} |")
+                       + " | ".join(quality_table.cell(runs, k, dec) for k, _, dec in COLUMNS)
+                       + f" | {minutes(runs)} |")
     return "\n".join(out) + "\n"
