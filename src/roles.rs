@@ -1,57 +1,29 @@
-//! Wiring the roles from the run config: bus options and NATS connection,
-//! each role's settings, and the in-process arrangement `caprl run` and
+//! Wiring the roles from the run config: the NATS connection, the reward worker's settings
+//! (which read the learner's objective), and the in-process arrangement `caprl run` and
 //! `caprl train` use (learner on the calling thread, one actor and one reward
 //! worker as tasks of a tokio runtime, all on an [`InProcBus`]).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
-use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, NatsConfig, Queue};
+use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, Queue};
 use caprl_common::config::{self, RunConfig};
 use caprl_common::role::Role;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_common::telemetry::{Readiness, ServerHandle};
 use caprl_data::Dataset;
 use caprl_learner::driver::{Driver, DriverOptions};
-use caprl_learner::objective::{uses_clip, Objective};
-use caprl_model::model::{CaptionerConfig, DType, Device};
+use caprl_learner::objective::{uses_clip, CheckedConfig, Objective};
+use caprl_model::model::Device;
 use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
-
-/// The bus options of the run: `[runtime]` plus `nats.max_message_bytes`.
-pub fn bus_options(cfg: &RunConfig) -> BusOptions {
-    BusOptions {
-        run_id: cfg.runtime.run_id.clone(),
-        ack_wait_secs: cfg.runtime.ack_wait_secs,
-        max_message_bytes: cfg.nats.max_message_bytes as usize,
-        replicas: cfg.nats.replicas as usize,
-        snapshot_dir: Some(&cfg.runtime.snapshot_dir)
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from),
-        ..BusOptions::default()
-    }
-}
-
-/// How to reach NATS: `[nats]`, with `--nats-url` winning over `nats.url` and
-/// the password and token falling back to `CAPRL_NATS_PASSWORD` / `CAPRL_NATS_TOKEN`.
-pub fn nats_connect(cfg: &RunConfig, url: Option<&str>) -> NatsConfig {
-    let n = &cfg.nats;
-    NatsConfig {
-        url: url.map_or_else(|| n.url.clone(), str::to_string),
-        password: n.resolved_password().unwrap_or_default(),
-        token: n.resolved_token().unwrap_or_default(),
-        ..n.clone()
-    }
-}
 
 /// Connects to NATS and opens the run's buckets and the consumers of the
 /// queues this role pulls from (`pulls`; the learner passes all of them,
 /// which creates every stream of the run).
 pub async fn connect(cfg: &RunConfig, url: Option<&str>, pulls: &[Queue]) -> Result<Arc<dyn Bus>> {
-    let nc = nats_connect(cfg, url);
-    let bus = NatsBus::connect_pulling(&nc, &bus_options(cfg), pulls)
+    let nc = cfg.nats.resolved(url);
+    let bus = NatsBus::connect_pulling(&nc, &BusOptions::of(&cfg.runtime, &cfg.nats), pulls)
         .await
         .with_context(|| format!("connecting to NATS at {}", nc.url))?;
     Ok(Arc::new(bus))
@@ -66,46 +38,6 @@ pub fn default_id() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "host".to_string());
     format!("{host}-{}", std::process::id())
-}
-
-/// The actor's settings. `dtype` is the compute dtype the actor was told to use, if any: without
-/// it a CPU actor computes in f32 whatever the run's `dtype` (see [`actor_dtype`]).
-pub fn actor_config(
-    cfg: &RunConfig,
-    data: Arc<Dataset>,
-    device: Device,
-    id: String,
-    dtype: Option<DType>,
-) -> Result<ActorConfig> {
-    let mut model =
-        CaptionerConfig::for_dataset(&cfg.model, &data, cfg.data.max_len as usize, cfg.dtype)?;
-    model.compute_dtype = actor_dtype(model.compute_dtype, &device, dtype);
-    Ok(ActorConfig {
-        id,
-        model,
-        data,
-        device,
-        max_message_bytes: cfg.nats.max_message_bytes as usize,
-        sync: cfg.runtime.mode == config::Mode::Sync,
-        delay: Duration::ZERO,
-    })
-}
-
-/// The dtype an actor computes in: the one it was told (`--dtype`), else f32 on the CPU (the
-/// run's `dtype` is chosen for the learner's GPU, and bf16 on a CPU is several times slower than
-/// f32), else the run's.
-pub fn actor_dtype(run: DType, device: &Device, told: Option<DType>) -> DType {
-    match told {
-        Some(d) => d,
-        None if device.is_cpu() && run != DType::F32 => {
-            tracing::info!(
-                "this actor runs on the CPU: it computes in f32, not the run's dtype {run:?} \
-                 (pass --dtype to the actor to follow the run)"
-            );
-            DType::F32
-        }
-        None => run,
-    }
 }
 
 /// The reward worker's settings: the rewarder over the training split with the
@@ -159,29 +91,6 @@ pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<Work
     })
 }
 
-/// The learner's bus driver settings; the objective decides what actors decode.
-pub fn driver_options(cfg: &RunConfig) -> DriverOptions {
-    DriverOptions {
-        sync: cfg.runtime.mode == config::Mode::Sync,
-        tasks_in_flight: cfg.runtime.tasks_in_flight as usize,
-        images_per_task: cfg.runtime.images_per_task as usize,
-        batch_size: cfg.train.batch_size as usize,
-        decodes: Objective::from_config(cfg).decodes(cfg),
-        sampling: cfg.decode.sampling(),
-        remove_bad_endings: cfg.decode.remove_bad_endings,
-        beam_groups: cfg.decode.beam_groups,
-        diversity_lambda: cfg.decode.diversity_lambda as f32,
-        seed: cfg.seed,
-        max_policy_lag: cfg.runtime.max_policy_lag,
-        stale_rollouts: cfg.runtime.stale_rollouts,
-        max_message_bytes: cfg.nats.max_message_bytes as usize,
-        keep_snapshots: 2,
-        snapshot_dtype: cfg.runtime.snapshot_dtype.into(),
-        snapshot_every: cfg.runtime.snapshot_every,
-        report_wait_after: Duration::from_secs(cfg.runtime.ack_wait_secs.clamp(5, 300)),
-    }
-}
-
 /// A multi-threaded tokio runtime for the roles (the learner's compute runs
 /// on the calling thread, the roles' compute on blocking threads).
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -197,17 +106,17 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// on an in-process bus; stops the roles when `learn` returns, and stops
 /// `learn`'s waiting (with an error) when a role fails.
 pub fn with_inproc_roles<T>(
-    cfg: &RunConfig,
+    cfg: &CheckedConfig,
     data: &Arc<Dataset>,
     device: &Device,
     learn: impl FnOnce(&mut Driver) -> Result<T>,
 ) -> Result<T> {
     let rt = runtime()?;
-    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&bus_options(cfg))?);
+    let bus: Arc<dyn Bus> = Arc::new(InProcBus::new(&BusOptions::of(&cfg.runtime, &cfg.nats))?);
     let (stop, shutdown) = ShutdownTrigger::new();
     // The in-process actor shares the learner's device, and follows the run's dtype there.
     let told = Some(cfg.dtype.into());
-    let actor_cfg = actor_config(
+    let actor_cfg = ActorConfig::for_run(
         cfg,
         Arc::clone(data),
         device.clone(),
@@ -239,7 +148,7 @@ pub fn with_inproc_roles<T>(
         Arc::clone(&bus),
         rt.handle().clone(),
         shutdown,
-        driver_options(cfg),
+        DriverOptions::for_run(cfg),
     );
     let learned = learn(&mut driver);
     stop.trigger();

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use caprl_common::config::{DataConfig, DataFormat, RunConfig};
-use caprl_data::{synth, Dataset, Format, OpenOptions, SynthConfig};
+use caprl_common::config::{DataConfig, RunConfig};
+use caprl_data::{synth, Dataset, SynthConfig};
 use caprl_model::model::{open_device, Device};
 
 /// Opens `data.dir`. A missing directory is generated (the synthetic task, cached afterwards)
@@ -41,17 +41,7 @@ pub fn open_data(cfg: &RunConfig, generate_if_missing: bool) -> Result<Dataset> 
         .with_context(|| format!("generating the synthetic data set in {}", dir.display()))?;
         tracing::info!("{summary}");
     }
-    // `data.format` and `data.min_count` are checked against what the directory holds: a
-    // Karpathy set opened as `custom`, or a vocabulary built with another min count, is refused.
-    let options = OpenOptions {
-        format: match cfg.data.format {
-            DataFormat::Auto => Format::Auto,
-            DataFormat::Karpathy => Format::Karpathy,
-            DataFormat::Custom => Format::Custom,
-        },
-        min_count: Some(cfg.data.min_count as usize),
-        vocab_hash: None,
-    };
+    let options = cfg.data.open_options();
     Dataset::open_with(dir, &options).with_context(|| {
         // `data synth` refuses a directory that is not empty, so the suggestion names a new one.
         let fresh = format!("{}-new", dir.display());

@@ -3,6 +3,7 @@
 
 mod rollout;
 mod service;
+mod settings;
 mod snapshot;
 
 pub use rollout::rollout;

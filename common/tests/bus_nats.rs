@@ -114,7 +114,7 @@ async fn conflicting_or_incomplete_settings_are_config_errors() {
         matches!(
             err,
             BusError::Config {
-                key: "nats.tls_cert",
+                key: "nats.tls_key",
                 ..
             }
         ),

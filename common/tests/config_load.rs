@@ -55,6 +55,7 @@ fn canonical_toml_round_trips_to_an_equal_config() {
     config.optim.lr = 3e-4;
     config.reward.spec = "clip=0.94,disc=0.06".parse().expect("spec");
     config.clip.reward = "runs/clip/reward.safetensors".to_string();
+    config.nats.user = "caprl".to_string();
     config.nats.password = "secret".to_string();
     let text = config.to_toml_string();
     let back = RunConfig::from_toml_str(&text, "<round trip>").expect("parses back");

@@ -11,77 +11,6 @@ fn refused(set: &str) -> String {
 }
 
 #[test]
-fn out_of_range_values_name_key_value_and_range() {
-    // `key=value`, the value as the message shows it, and what it says is allowed.
-    let cases = [
-        ("data.max_len=0", "0", "1..=64"),
-        ("data.max_len=65", "65", "1..=64"),
-        ("data.min_count=0", "0", ">= 1"),
-        ("model.layers=3", "3", "1 or 2"),
-        ("model.embed=5000", "5000", "1..=4096"),
-        ("model.hidden=0", "0", "1..=8192"),
-        ("model.dropout=1.0", "1", "[0, 1)"),
-        ("model.dropout=-0.1", "-0.1", "[0, 1)"),
-        ("model.heads=0", "0", "1..=64"),
-        ("model.enc_layers=25", "25", "0..=24"),
-        ("model.dec_layers=25", "25", "1..=24"),
-        ("model.d_ff=0", "0", "1..=16384"),
-        (
-            "model.d_model=130",
-            "130 with heads = 4",
-            "a multiple of model.heads",
-        ),
-        ("optim.noam_factor=0", "0", "a finite number > 0"),
-        ("decode.temperature=0", "0", "> 0"),
-        ("decode.temperature=nan", "NaN", "> 0"),
-        ("decode.beam=0", "0", ">= 1"),
-        ("decode.top_p=0", "0", "(0, 1]"),
-        ("decode.top_p=1.5", "1.5", "(0, 1]"),
-        ("decode.beam_groups=0", "0", ">= 1"),
-        (
-            "decode.beam_groups=2",
-            "2 with beam = 3",
-            "a divisor of decode.beam",
-        ),
-        ("decode.diversity_lambda=-1", "-1", ">= 0"),
-        ("decode.lookahead_lambda=1.5", "1.5", "[0, 1]"),
-        ("train.batch_size=0", "0", ">= 1"),
-        ("train.label_smoothing=1", "1", "[0, 1)"),
-        ("clip.tau=0", "0", "a finite number > 0"),
-        ("train.eval_every=0", "0", ">= 1"),
-        ("train.sample_images=101", "101", "0..=100"),
-        ("optim.lr=0", "0", "> 0"),
-        ("optim.rl_lr=-1e-5", "-0.00001", "> 0"),
-        ("optim.beta1=1", "1", "[0, 1)"),
-        ("optim.beta2=1.2", "1.2", "[0, 1)"),
-        ("optim.eps=0", "0", "> 0"),
-        ("optim.decay_rate=0", "0", "(0, 1]"),
-        ("optim.decay_every=0", "0", ">= 1"),
-        ("runtime.run_id=Exp_1", "Exp_1", "[a-z0-9-]"),
-        ("runtime.is_clip=0", "0", "> 0"),
-        ("runtime.is_mask_low=-1", "-1", ">= 0"),
-        ("runtime.is_mask_high=0.4", "0.4", "> is_mask_low"),
-        (
-            "runtime.snapshot_every=2",
-            "2 in sync mode",
-            "1 in sync mode",
-        ),
-        ("runtime.tasks_in_flight=0", "0", ">= 1"),
-        ("runtime.ack_wait_secs=0", "0", "1..="),
-        ("nats.max_message_bytes=100", "100", "1024..=67108864"),
-        ("checkpoint.keep=0", "0", ">= 1"),
-        ("checkpoint.every_steps=0", "0", "1..="),
-    ];
-    for (set, value, allowed) in cases {
-        let key = set.split('=').next().unwrap();
-        let msg = refused(set);
-        assert!(msg.starts_with(&format!("{key} = ")), "{set}: {msg}");
-        assert!(msg.contains(value), "{set}: {msg} lacks value {value}");
-        assert!(msg.contains(allowed), "{set}: {msg} lacks range {allowed}");
-    }
-}
-
-#[test]
 fn validation_errors_are_typed() {
     let err = RunConfig::load(None, &["model.layers=5".to_string()]).expect_err("refused");
     match err {
@@ -96,6 +25,58 @@ fn validation_errors_are_typed() {
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
+}
+
+/// The loader's own rules (the learner's side's are held in `caprl-learner`'s `config_ranges`):
+/// each refusal names the key, the value and what is allowed.
+#[test]
+fn the_loaders_rules_name_key_value_and_range() {
+    let cases = [
+        ("data.max_len=0", "0", "1..=64"),
+        ("data.min_count=0", "0", ">= 1"),
+        ("model.layers=3", "3", "1 or 2"),
+        (
+            "decode.beam_groups=2",
+            "2 with beam = 3",
+            "a divisor of decode.beam",
+        ),
+        ("optim.beta2=1.2", "1.2", "[0, 1)"),
+        ("runtime.run_id=Exp_1", "\"Exp_1\"", "[a-z0-9-]"),
+        ("runtime.ack_wait_secs=0", "0", "1..=604800"),
+        // Beyond what the bus takes: refused when loading, not when connecting.
+        ("runtime.ack_wait_secs=1000000", "1000000", "1..=604800"),
+        ("nats.max_message_bytes=100", "100", "1024..=67108864"),
+        ("nats.connect_timeout_secs=0", "0", "1..=604800"),
+        ("nats.url=\"\"", "\"\"", "a non-empty server URL"),
+    ];
+    for (set, value, allowed) in cases {
+        let key = set.split('=').next().unwrap();
+        let msg = refused(set);
+        assert!(msg.starts_with(&format!("{key} = ")), "{set}: {msg}");
+        assert!(msg.contains(value), "{set}: {msg} lacks value {value}");
+        assert!(msg.contains(allowed), "{set}: {msg} lacks range {allowed}");
+    }
+}
+
+/// `[nats]`'s credentials: one way to authenticate, and a password only with its user; the
+/// same rules refuse a connect ([`caprl_common::bus::NatsConfig::CHECKS`]).
+#[test]
+fn nats_credentials_are_one_method_and_a_password_needs_its_user() {
+    let msg = refused_with(&["nats.user=\"a\"", "nats.token=\"t\""]);
+    assert!(
+        msg.starts_with("nats = ") && msg.contains("at most one of"),
+        "{msg}"
+    );
+    let msg = refused("nats.password=\"p\"");
+    assert!(
+        msg.starts_with("nats.user = ") && msg.contains("nats.password"),
+        "{msg}"
+    );
+    RunConfig::load(
+        None,
+        &["nats.user=\"a\"".into(), "nats.password=\"p\"".into()],
+    )
+    .expect("user and password load");
 }
 
 #[test]
@@ -219,45 +200,4 @@ fn nats_replicas_are_one_to_five() {
     }
     let cfg = RunConfig::load(None, &["nats.replicas=3".into()]).unwrap();
     assert_eq!(cfg.nats.replicas, 3);
-}
-
-/// GSPO and decoupled PPO with PPO passes, and dynamic sampling with a group baseline, are
-/// accepted (the refusals above are only for the combinations that mean nothing).
-#[test]
-fn gspo_decoupled_ppo_and_dynamic_sampling_are_accepted_where_they_apply() {
-    for sets in [
-        &[
-            "train.ppo_epochs=2",
-            "train.ppo_ratio=\"sequence\"",
-            "train.ppo_proximal=\"learner\"",
-        ][..],
-        &["train.baseline=\"grpo\"", "train.dynamic_sampling=true"][..],
-        &[
-            "runtime.off_policy_correction=\"masked-is\"",
-            "runtime.is_level=\"token\"",
-        ][..],
-    ] {
-        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        RunConfig::load(None, &sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
-    }
-}
-
-/// Async snapshots every N versions: N ≤ max_policy_lag + 1 (the oldest published policy
-/// must stay within the lag bound); inside it the config loads.
-#[test]
-fn snapshot_every_is_bounded_by_the_policy_lag_in_async_mode() {
-    let load = |sets: &[&str]| {
-        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        RunConfig::load(None, &sets)
-    };
-    let base = ["runtime.mode=\"async\"", "runtime.max_policy_lag=2"];
-    let err = load(&[&base[..], &["runtime.snapshot_every=4"]].concat())
-        .expect_err("snapshot_every 4 with max_policy_lag 2 was accepted")
-        .to_string();
-    assert!(err.contains("runtime.snapshot_every"), "{err}");
-    assert!(err.contains("4 with max_policy_lag = 2"), "{err}");
-    assert!(err.contains("1..=max_policy_lag + 1"), "{err}");
-    let ok = load(&[&base[..], &["runtime.snapshot_every=3"]].concat()).unwrap();
-    assert_eq!(ok.runtime.snapshot_every, 3);
-    assert!(load(&[&base[..], &["runtime.snapshot_every=0"]].concat()).is_err());
 }

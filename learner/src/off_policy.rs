@@ -22,6 +22,19 @@
 //! `π_old/μ`, with `π_old` the learner's weights at the step's start.
 
 use caprl_common::config::{IsLevel, OffPolicyCorrection, RuntimeConfig};
+use caprl_wire::check::{fails, Check};
+
+/// The rules of the corrections' `[runtime]` keys.
+#[rustfmt::skip]
+pub(crate) const CHECKS: &[Check<RuntimeConfig>] = &[
+    Check { key: "runtime.is_clip", allowed: "a finite number > 0", violation: |r| fails(r.is_clip, |x| x > 0.0 && x.is_finite()) },
+    Check { key: "runtime.is_mask_low", allowed: "a finite number >= 0", violation: |r| fails(r.is_mask_low, |x| x >= 0.0 && x.is_finite()) },
+    Check {
+        key: "runtime.is_mask_high",
+        allowed: "a finite number > is_mask_low",
+        violation: |r| fails(r.is_mask_high, |x| x > r.is_mask_low && x.is_finite()),
+    },
+];
 
 /// How the weights are computed (from `[runtime]`).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -17,7 +17,9 @@
 use std::sync::RwLock;
 
 use caprl_clip::{matmul, retrieval, transpose, DiscScorer, Embeddings, Encoder};
+use caprl_common::config::ClipConfig;
 use caprl_data::{Dataset, Item};
+use caprl_wire::check::{fails, Check};
 use caprl_wire::{DecodeKind, Rollout};
 
 /// CLIP-S weight `w`.
@@ -59,6 +61,12 @@ fn contrast_except(s_pos: f32, sims: &[f32], skip: Option<usize>, tau: f32) -> f
 }
 
 impl ClipReward {
+    /// The rules of the `[clip]` keys the rewards read.
+    #[rustfmt::skip]
+    pub const CHECKS: &[Check<ClipConfig>] = &[
+        Check { key: "clip.tau", allowed: "a finite number > 0", violation: |c| fails(c.tau, |x| x > 0.0 && x.is_finite()) },
+    ];
+
     /// Embeds the images of `items` and mines each one's `k` nearest images.
     pub fn new(
         encoder: Box<dyn Encoder>,

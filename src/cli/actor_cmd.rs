@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use caprl_actor::ActorConfig;
 use caprl_common::role::Role;
 
 use super::compute_args::ComputeArgs;
@@ -31,7 +32,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     let data = Arc::new(setup::open_data(&cfg, false)?);
     let id = args.id.unwrap_or_else(roles::default_id);
     let mut actor =
-        roles::actor_config(&cfg, data, device, id.clone(), args.compute.compute_dtype())?;
+        ActorConfig::for_run(&cfg, data, device, id.clone(), args.compute.compute_dtype())?;
     actor.delay = Duration::from_millis(args.delay_ms);
     let Some(started) = roles::start_role(&cfg, Role::Actor, &id, &args.role)? else {
         return Ok(());

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use caprl_common::bus::Bus;
 use caprl_common::role::{self, HeartbeatOf, Problem, Role, Roster, HEARTBEAT_EVERY};
-use caprl_learner::driver::Driver;
+use caprl_learner::driver::{Driver, DriverOptions};
 use caprl_learner::run as training;
 use caprl_wire::DataFingerprint;
 use tokio::sync::watch;
@@ -64,7 +64,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         Arc::clone(&started.bus),
         started.rt.handle().clone(),
         started.shutdown.clone(),
-        roles::driver_options(&cfg),
+        DriverOptions::for_run(&cfg),
     );
     driver.set_readiness(started.readiness.clone());
     let outcome = training::train(

@@ -3,7 +3,7 @@
 //! each actor's policy lag.
 
 use anyhow::{Context, Result};
-use caprl_common::bus::{Bus, NatsBus, Queue};
+use caprl_common::bus::{Bus, BusOptions, NatsBus, Queue};
 use caprl_common::role::{Role, Roster, LIVE_WITHIN};
 
 use super::{write_stdout, Global};
@@ -27,8 +27,8 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
     }
     let rt = roles::runtime()?;
     let text = rt.block_on(async {
-        let nc = roles::nats_connect(&cfg, args.nats_url.as_deref());
-        let bus = NatsBus::open_existing(&nc, &roles::bus_options(&cfg))
+        let nc = cfg.nats.resolved(args.nats_url.as_deref());
+        let bus = NatsBus::open_existing(&nc, &BusOptions::of(&cfg.runtime, &cfg.nats))
             .await
             .with_context(|| format!("asking NATS at {} about the run", nc.url))?;
         describe(&bus, &cfg.runtime.run_id).await

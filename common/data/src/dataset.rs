@@ -71,7 +71,8 @@ impl FromStr for SplitName {
 }
 
 /// Caption file format; `Auto` detects it from the file name and the first JSON character.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Format {
     #[default]
     Auto,

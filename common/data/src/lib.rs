@@ -4,6 +4,7 @@
 
 pub mod atomic;
 pub mod audio;
+mod config;
 mod custom;
 mod dataset;
 mod error;
@@ -15,6 +16,7 @@ mod synth;
 mod vocab;
 
 pub use caprl_score::tokenize::{tokenize, PUNCTUATION};
+pub use config::DataConfig;
 pub use dataset::{
     Dataset, Format, Item, OpenOptions, OverLength, Split, SplitName, CAPTIONS_CSV, CAPTIONS_JSON,
     FEATURES_DIR, FEATURES_IDS, FEATURES_SAFETENSORS, SUBSETS_JSON, VOCAB_JSON,

@@ -1,36 +1,22 @@
-//! `[nats]` credentials and TLS settings → `async_nats::ConnectOptions`, and the connect
-//! itself with errors that name the setting to fix.
+//! `[nats]` credentials and TLS settings → `async_nats::ConnectOptions` (after the section's
+//! rules, [`NatsConfig::CHECKS`]), and the connect itself with errors that name the setting
+//! to fix.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::{ConnectErrorKind, ConnectOptions};
+use caprl_wire::check::first_violation;
 
 use super::{BusError, BusResult, NatsConfig};
 
 /// Builds connect options from `[nats]`: exactly one of user/password, token, nkey seed
 /// or creds file (or none), optional TLS, and the connect timeout.
 pub async fn connect_options(cfg: &NatsConfig) -> BusResult<ConnectOptions> {
+    if let Some(v) = first_violation(NatsConfig::CHECKS, cfg) {
+        return Err(v.into());
+    }
     let set = |s: &str| !s.trim().is_empty();
-    let methods = [
-        set(&cfg.user) || set(&cfg.password),
-        set(&cfg.token),
-        set(&cfg.nkey_seed),
-        set(&cfg.creds_file),
-    ];
-    if methods.iter().filter(|m| **m).count() > 1 {
-        return Err(BusError::Config {
-            key: "nats",
-            problem: "set only one of user/password, token, nkey_seed, creds_file".to_string(),
-        });
-    }
-    if cfg.connect_timeout_secs == 0 {
-        return Err(BusError::Config {
-            key: "nats.connect_timeout_secs",
-            problem: "must be >= 1".to_string(),
-        });
-    }
-
     let mut opts = if set(&cfg.creds_file) {
         let path = PathBuf::from(&cfg.creds_file);
         let text =
@@ -45,13 +31,7 @@ pub async fn connect_options(cfg: &NatsConfig) -> BusResult<ConnectOptions> {
     } else {
         ConnectOptions::new()
     };
-    if set(&cfg.user) || set(&cfg.password) {
-        if !set(&cfg.user) {
-            return Err(BusError::Config {
-                key: "nats.user",
-                problem: "a password is set but no user".to_string(),
-            });
-        }
+    if set(&cfg.user) {
         opts = opts.user_and_password(cfg.user.clone(), cfg.password.clone());
     }
     if set(&cfg.token) {
@@ -61,19 +41,10 @@ pub async fn connect_options(cfg: &NatsConfig) -> BusResult<ConnectOptions> {
         opts = opts.nkey(cfg.nkey_seed.trim().to_string());
     }
 
-    match (set(&cfg.tls_cert), set(&cfg.tls_key)) {
-        (true, true) => {
-            let cert = existing_file("nats.tls_cert", &cfg.tls_cert)?;
-            let key = existing_file("nats.tls_key", &cfg.tls_key)?;
-            opts = opts.add_client_certificate(cert, key).require_tls(true);
-        }
-        (false, false) => {}
-        _ => {
-            return Err(BusError::Config {
-                key: "nats.tls_cert",
-                problem: "tls_cert and tls_key must be set together".to_string(),
-            })
-        }
+    if set(&cfg.tls_cert) {
+        let cert = existing_file("nats.tls_cert", &cfg.tls_cert)?;
+        let key = existing_file("nats.tls_key", &cfg.tls_key)?;
+        opts = opts.add_client_certificate(cert, key).require_tls(true);
     }
     if set(&cfg.tls_ca) {
         let ca = existing_file("nats.tls_ca", &cfg.tls_ca)?;

@@ -24,6 +24,7 @@ mod nats;
 mod nats_retry;
 mod nats_setup;
 mod server;
+mod settings;
 mod snapshot_file;
 mod snapshot_object;
 
@@ -38,7 +39,6 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use crate::config::NatsConfig;
 pub use backoff::Backoff;
 pub use connect::connect_options;
 pub use error::BusError;
@@ -46,6 +46,7 @@ pub use inproc::InProcBus;
 pub use nats::NatsBus;
 pub use nats_retry::Retry;
 pub use server::{LocalNatsServer, LocalNatsServerOptions};
+pub use settings::{BusOptions, NatsConfig, MAX_SECS, MAX_SECS_ALLOWED};
 
 /// Result of every bus operation.
 pub type BusResult<T> = Result<T, BusError>;
@@ -55,12 +56,6 @@ pub const LATEST_KEY: &str = "latest";
 
 /// Longest pull wait or nak delay honoured; longer ones are cut to this.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
-/// Upper bound of every `*_secs` option.
-pub const MAX_SECS: u64 = 7 * 24 * 3600;
-/// [`MAX_SECS`] as the config checks print it.
-pub const MAX_SECS_ALLOWED: &str = "1..=604800 (seconds: up to a week)";
-const _: () = assert!(MAX_SECS == 604_800, "MAX_SECS_ALLOWED names 604800");
-
 /// The three work queues of a run, in data-flow order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Queue {
@@ -191,122 +186,6 @@ pub struct KvEntry {
     /// When the value was written (the broker's clock for NATS). Heartbeat readers
     /// judge liveness by it: entries do not expire by themselves.
     pub updated: SystemTime,
-}
-
-/// Bus settings of a run, filled from the `[runtime]` and `[nats]` config sections.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BusOptions {
-    /// Namespaces every subject and bucket: `[a-z0-9-]+`.
-    pub run_id: String,
-    /// Seconds a delivery may stay un-acked before it is delivered again, >= 1.
-    pub ack_wait_secs: u64,
-    /// Largest accepted message payload in bytes.
-    pub max_message_bytes: usize,
-    /// Deadline for a single broker request (publish, ack, info, KV) in seconds, >= 1.
-    pub request_timeout_secs: u64,
-    /// Deadline for storing or fetching a whole snapshot in seconds, >= 1.
-    pub snapshot_timeout_secs: u64,
-    /// JetStream replicas of streams and buckets (1 on a single server).
-    pub replicas: usize,
-    /// Where the learner writes policy snapshots as files (`runtime.snapshot_dir`); `None`: the
-    /// run's object store. Readers follow the description's `file`, whatever theirs says.
-    pub snapshot_dir: Option<PathBuf>,
-}
-
-impl Default for BusOptions {
-    fn default() -> Self {
-        BusOptions {
-            run_id: "default".to_string(),
-            ack_wait_secs: 30,
-            max_message_bytes: caprl_wire::DEFAULT_MAX_MESSAGE_BYTES,
-            request_timeout_secs: 10,
-            snapshot_timeout_secs: 300,
-            replicas: 1,
-            snapshot_dir: None,
-        }
-    }
-}
-
-impl BusOptions {
-    /// Options for run `run_id` with defaults elsewhere.
-    pub fn for_run(run_id: &str) -> BusOptions {
-        BusOptions {
-            run_id: run_id.to_string(),
-            ..BusOptions::default()
-        }
-    }
-
-    /// Checks every field; called by both implementations before use.
-    pub fn validate(&self) -> BusResult<()> {
-        let run_ok = !self.run_id.is_empty()
-            && self
-                .run_id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !run_ok {
-            return Err(BusError::Config {
-                key: "runtime.run_id",
-                problem: format!("{:?} must be non-empty [a-z0-9-]+", self.run_id),
-            });
-        }
-        for (key, value) in [
-            ("runtime.ack_wait_secs", self.ack_wait_secs),
-            ("bus.request_timeout_secs", self.request_timeout_secs),
-            ("bus.snapshot_timeout_secs", self.snapshot_timeout_secs),
-        ] {
-            if value == 0 || value > MAX_SECS {
-                return Err(BusError::Config {
-                    key,
-                    problem: format!("{value} must be in 1..={MAX_SECS}"),
-                });
-            }
-        }
-        if let Some(v) = caprl_wire::message_limit_violation(self.max_message_bytes as u64) {
-            return Err(BusError::Config {
-                key: "nats.max_message_bytes",
-                problem: format!("{v} must be in {}", caprl_wire::MAX_MESSAGE_BYTES_ALLOWED),
-            });
-        }
-        if self.replicas == 0 || self.replicas > 5 {
-            return Err(BusError::Config {
-                key: "nats.replicas",
-                problem: format!("{} must be in 1..=5", self.replicas),
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn ack_wait(&self) -> Duration {
-        Duration::from_secs(self.ack_wait_secs)
-    }
-
-    pub(crate) fn request_timeout(&self) -> Duration {
-        Duration::from_secs(self.request_timeout_secs)
-    }
-
-    pub(crate) fn snapshot_timeout(&self) -> Duration {
-        Duration::from_secs(self.snapshot_timeout_secs)
-    }
-
-    /// Subject of `queue`: `caprl.<run>.<queue>`.
-    pub fn subject(&self, queue: Queue) -> String {
-        format!("caprl.{}.{}", self.run_id, queue.name())
-    }
-
-    /// JetStream stream name of `queue`: `caprl-<run>-<queue>`.
-    pub fn stream_name(&self, queue: Queue) -> String {
-        format!("caprl-{}-{}", self.run_id, queue.name())
-    }
-
-    /// KV bucket for `latest` and heartbeats: `caprl-<run>-control`.
-    pub fn control_bucket(&self) -> String {
-        format!("caprl-{}-control", self.run_id)
-    }
-
-    /// Object store bucket for snapshots: `caprl-<run>-snapshots`.
-    pub fn snapshot_bucket(&self) -> String {
-        format!("caprl-{}-snapshots", self.run_id)
-    }
 }
 
 /// Checks a KV key against what NATS accepts (the in-process bus applies the same rule).

@@ -14,7 +14,6 @@ mod overrides;
 mod reward_spec;
 mod runtime_section;
 mod schema;
-mod validate;
 
 use std::path::{Path, PathBuf};
 
@@ -22,16 +21,20 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toml::Table;
 
+use crate::bus::BusOptions;
+use caprl_wire::check::{allowed_by, first_violation_of, ruled, Rules};
+use caprl_wire::Sampling;
+
+pub use caprl_data::DataConfig;
 pub use caprl_model::model::DeviceSpec;
 pub use error::ConfigError;
 pub use reward_spec::{RewardName, RewardSpec, DIVERSITY};
 pub use schema::{
-    Baseline, CheckpointConfig, ClipConfig, DataConfig, DataFormat, DecodeConfig, DfSource, Dtype,
-    IsLevel, KlEstimator, KlIn, Mode, ModelConfig, ModelKind, NatsConfig, ObjectiveName,
-    OffPolicyCorrection, OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind, RunConfig,
-    RuntimeConfig, ScheduleKind, StaleRollouts, TrainConfig, WtfBaseline,
+    Baseline, CheckpointConfig, ClipConfig, DecodeConfig, DfSource, Dtype, IsLevel, KlEstimator,
+    KlIn, Mode, ModelConfig, ModelKind, NatsConfig, ObjectiveName, OffPolicyCorrection,
+    OptimConfig, PpoProximal, PpoRatio, RewardConfig, RnnKind, RunConfig, RuntimeConfig,
+    ScheduleKind, StaleRollouts, TrainConfig, WtfBaseline,
 };
-pub use validate::allowed_for;
 
 /// The commented default config file; parses to exactly `RunConfig::default()`.
 pub const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -117,7 +120,7 @@ impl RunConfig {
     /// text in error messages (a file name, or e.g. `<checkpoint>`).
     pub fn from_toml_str(text: &str, origin: &str) -> Result<RunConfig, ConfigError> {
         let config = parse_config(text, origin)?;
-        validate::validate(&config)?;
+        config.check()?;
         Ok(config)
     }
 
@@ -162,16 +165,40 @@ impl RunConfig {
     }
 }
 
-impl NatsConfig {
-    /// `password`, or env `CAPRL_NATS_PASSWORD` when the key is empty.
-    pub fn resolved_password(&self) -> Option<String> {
-        non_empty_or_env(&self.password, "CAPRL_NATS_PASSWORD")
+/// Every section's rules, each written by the section's owner: the top-level keys'
+/// ([`RunConfig::CHECKS`]), `[data]`'s, the model's, the optimizer's, beam search's, the
+/// sampling's every task carries, and the bus's (`[nats]`, and the bus keys of `[runtime]`).
+/// The rules of what only the learner's side reads (`[train]`, `[checkpoint]`, `[clip]` and
+/// the rest of `[runtime]`) are its own, run when it checks the loaded config
+/// (`caprl_learner::objective::CheckedConfig`).
+impl RunConfig {
+    /// Every section's rules the loader runs, with the part of the config each is about.
+    fn rules(&self) -> Vec<Box<dyn Rules + '_>> {
+        vec![
+            ruled(RunConfig::CHECKS, self),
+            ruled(DataConfig::CHECKS, &self.data),
+            ruled(ModelConfig::CHECKS, &self.model),
+            ruled(OptimConfig::CHECKS, &self.optim),
+            ruled(DecodeConfig::CHECKS, &self.decode),
+            ruled(Sampling::CHECKS, self.decode.sampling()),
+            ruled(NatsConfig::CHECKS, &self.nats),
+            ruled(
+                BusOptions::CHECKS,
+                BusOptions::of(&self.runtime, &self.nats),
+            ),
+        ]
     }
 
-    /// `token`, or env `CAPRL_NATS_TOKEN` when the key is empty.
-    pub fn resolved_token(&self) -> Option<String> {
-        non_empty_or_env(&self.token, "CAPRL_NATS_TOKEN")
+    /// The first rule the config breaks, as the error that names its key.
+    fn check(&self) -> Result<(), ConfigError> {
+        first_violation_of(&self.rules()).map_or(Ok(()), |v| Err(v.into()))
     }
+}
+
+/// What every rule the loader runs about `key` (`section.key`) allows, joined by "; ";
+/// `None` when none is about it.
+pub fn allowed_for(key: &str) -> Option<String> {
+    allowed_by(&RunConfig::default().rules(), key)
 }
 
 /// A unit enum value as the config file spells it (`dr-grpo`, `wtf-rl`), for messages.
@@ -214,13 +241,6 @@ pub fn flat_keys(value: &serde_json::Value) -> std::collections::BTreeMap<String
     out
 }
 
-fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
-    if !value.is_empty() {
-        return Some(value.to_string());
-    }
-    std::env::var(var).ok().filter(|v| !v.is_empty())
-}
-
 /// Applies `sets` to `tree`, deserializes and validates the result.
 fn with_overrides(mut tree: Table, sets: &[String]) -> Result<RunConfig, ConfigError> {
     overrides::apply(&mut tree, sets)?;
@@ -230,7 +250,7 @@ fn with_overrides(mut tree: Table, sets: &[String]) -> Result<RunConfig, ConfigE
             value: sets.join(" "),
             message: e.message().to_string(),
         })?;
-    validate::validate(&config)?;
+    config.check()?;
     Ok(config)
 }
 

@@ -11,7 +11,6 @@ use toml::{Table, Value};
 
 use super::error::ConfigError;
 use super::schema::RunConfig;
-use super::validate;
 
 /// The default config as a TOML tree: the set of known keys and their types.
 fn known_keys() -> Table {
@@ -120,7 +119,7 @@ fn check_types(tree: &Table, key: &str, raw: &str) -> Result<(), ConfigError> {
         .map(|_| ())
         .map_err(|e| {
             let mut message = e.message().trim_end().to_string();
-            if let Some(allowed) = validate::allowed_for(key) {
+            if let Some(allowed) = super::allowed_for(key) {
                 message.push_str(&format!(" ({key} allows {allowed})"));
             }
             ConfigError::BadOverride {

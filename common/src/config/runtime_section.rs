@@ -1,5 +1,6 @@
-//! The `[runtime]` and `[nats]` sections of the run config: how actors, reward workers and the
-//! learner cooperate, and how they reach NATS (re-exported by [`super::schema`]).
+//! The `[runtime]` section of the run config: how actors, reward workers and the learner
+//! cooperate (re-exported by [`super::schema`]). Its bus keys are checked by the bus
+//! ([`crate::bus::BusOptions::CHECKS`]), the rest by the learner that reads them.
 
 use serde::{Deserialize, Serialize};
 
@@ -109,58 +110,4 @@ pub enum IsLevel {
 pub enum Mode {
     Sync,
     Async,
-}
-
-/// `[nats]`: connection, credentials and TLS. Empty strings mean "not set".
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NatsConfig {
-    pub url: String,
-    pub user: String,
-    /// Falls back to env `CAPRL_NATS_PASSWORD`; see [`NatsConfig::resolved_password`].
-    pub password: String,
-    /// Falls back to env `CAPRL_NATS_TOKEN`; see [`NatsConfig::resolved_token`].
-    pub token: String,
-    pub nkey_seed: String,
-    pub creds_file: String,
-    pub tls_ca: String,
-    pub tls_cert: String,
-    pub tls_key: String,
-    /// Largest encoded message accepted or produced; its range is the wire's
-    /// (`caprl_wire::MAX_MESSAGE_BYTES_ALLOWED`).
-    pub max_message_bytes: u64,
-    /// >= 1.
-    pub connect_timeout_secs: u64,
-    /// JetStream replicas of the run's streams, KV and object store: 1 on a single server, 3
-    /// on a 3-node JetStream cluster (survives losing one node); 1..=5.
-    pub replicas: u32,
-}
-
-impl Default for NatsConfig {
-    fn default() -> Self {
-        NatsConfig {
-            url: "nats://127.0.0.1:4222".to_string(),
-            user: String::new(),
-            password: String::new(),
-            token: String::new(),
-            nkey_seed: String::new(),
-            creds_file: String::new(),
-            tls_ca: String::new(),
-            tls_cert: String::new(),
-            tls_key: String::new(),
-            max_message_bytes: caprl_wire::DEFAULT_MAX_MESSAGE_BYTES as u64,
-            connect_timeout_secs: 5,
-            replicas: 1,
-        }
-    }
-}
-
-impl NatsConfig {
-    /// The defaults with server `url` (tests, benchmarks and `--nats-url`).
-    pub fn to_url(url: &str) -> NatsConfig {
-        NatsConfig {
-            url: url.to_string(),
-            ..NatsConfig::default()
-        }
-    }
 }

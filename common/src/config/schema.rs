@@ -11,12 +11,15 @@ use serde::{Deserialize, Serialize};
 
 use super::reward_spec::RewardSpec;
 pub use super::runtime_section::{
-    IsLevel, Mode, NatsConfig, OffPolicyCorrection, RuntimeConfig, StaleRollouts,
+    IsLevel, Mode, OffPolicyCorrection, RuntimeConfig, StaleRollouts,
 };
-use caprl_model::model::DeviceSpec;
+pub use crate::bus::NatsConfig;
+use caprl_data::DataConfig;
 /// `dtype` and the `[model]` section deserialise straight into the model's own types.
 pub use caprl_model::model::{DecodeConfig, Dtype, ModelConfig, ModelKind, RnnKind};
+use caprl_model::model::{DeviceSpec, MAX_CAPTION_WORDS, MAX_CAPTION_WORDS_ALLOWED};
 pub use caprl_model::optim::{OptimConfig, ScheduleKind};
+use caprl_wire::check::{outside, toml_int, Check, TOML_INT};
 
 /// The whole run configuration: top-level keys plus one struct per section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +46,17 @@ pub struct RunConfig {
     pub clip: ClipConfig,
 }
 
+impl RunConfig {
+    /// The rules of the top-level keys, and `data.max_len`'s: the longest caption the models
+    /// take bounds it.
+    #[rustfmt::skip]
+    pub const CHECKS: &[Check<RunConfig>] = &[
+        Check { key: "seed", allowed: TOML_INT, violation: |c| toml_int(c.seed) },
+        Check { key: "run_dir", allowed: "a non-empty path", violation: |c| c.run_dir.is_empty().then(|| "\"\"".into()) },
+        Check { key: "data.max_len", allowed: MAX_CAPTION_WORDS_ALLOWED, violation: |c| outside(c.data.max_len as usize, 1..=MAX_CAPTION_WORDS) },
+    ];
+}
+
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
@@ -62,39 +76,6 @@ impl Default for RunConfig {
             clip: ClipConfig::default(),
         }
     }
-}
-
-/// `[data]`: where the data set is and how captions are tokenized.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DataConfig {
-    /// Data set directory.
-    pub dir: String,
-    pub format: DataFormat,
-    /// Words seen fewer times than this become `<unk>`; >= 1.
-    pub min_count: u32,
-    /// Maximum caption tokens, excluding BOS/EOS; 1..=64.
-    pub max_len: u32,
-}
-
-impl Default for DataConfig {
-    fn default() -> Self {
-        DataConfig {
-            dir: "data/synth".to_string(),
-            format: DataFormat::Auto,
-            min_count: 1,
-            max_len: 16,
-        }
-    }
-}
-
-/// Data set layout: detected, Karpathy-split JSON, or the custom CSV layout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DataFormat {
-    Auto,
-    Karpathy,
-    Custom,
 }
 
 /// `[train]`: the objective and its schedule.

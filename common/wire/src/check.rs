@@ -63,3 +63,46 @@ pub fn outside<T: PartialOrd + Display>(value: T, range: impl RangeBounds<T>) ->
 pub fn fails<T: Copy + Display>(value: T, ok: impl Fn(T) -> bool) -> Option<String> {
     (!ok(value)).then(|| value.to_string())
 }
+
+/// One section's rules with the value they are about, so that sections of different types are
+/// listed, checked and described together ([`ruled`]).
+pub trait Rules {
+    /// The first rule the value breaks.
+    fn first_violation(&self) -> Option<Violation>;
+    /// What each rule about `key` allows.
+    fn allowed_for(&self, key: &str) -> Vec<&'static str>;
+}
+
+struct Ruled<T: 'static, V> {
+    checks: &'static [Check<T>],
+    value: V,
+}
+
+impl<T, V: std::borrow::Borrow<T>> Rules for Ruled<T, V> {
+    fn first_violation(&self) -> Option<Violation> {
+        first_violation(self.checks, self.value.borrow())
+    }
+
+    fn allowed_for(&self, key: &str) -> Vec<&'static str> {
+        allowed_for(self.checks, key).collect()
+    }
+}
+
+/// `checks` over `value` (a reference, or a value built from the config for them).
+pub fn ruled<'a, T: 'static, V: std::borrow::Borrow<T> + 'a>(
+    checks: &'static [Check<T>],
+    value: V,
+) -> Box<dyn Rules + 'a> {
+    Box::new(Ruled { checks, value })
+}
+
+/// The first rule of `sections` (in order) broken.
+pub fn first_violation_of(sections: &[Box<dyn Rules + '_>]) -> Option<Violation> {
+    sections.iter().find_map(|s| s.first_violation())
+}
+
+/// What every rule of `sections` about `key` allows, joined by "; "; `None` when none is.
+pub fn allowed_by(sections: &[Box<dyn Rules + '_>], key: &str) -> Option<String> {
+    let rules: Vec<&str> = sections.iter().flat_map(|s| s.allowed_for(key)).collect();
+    (!rules.is_empty()).then(|| rules.join("; "))
+}

@@ -52,6 +52,7 @@
 //! `publish` holds the snapshots and the versions; `tasks` the tasks a round issues.
 
 mod fits;
+mod options;
 mod publish;
 mod tasks;
 mod waiting;
@@ -69,53 +70,15 @@ use caprl_common::shutdown::Shutdown;
 use caprl_common::telemetry::metrics as tm;
 use caprl_common::telemetry::stages::{self, Stage};
 use caprl_common::telemetry::Readiness;
-use caprl_model::model::DType;
-use caprl_wire::{DataFingerprint, PolicyVersion, RolloutTask, Sampling, ScoredRollout, TaskId};
+use caprl_wire::{DataFingerprint, PolicyVersion, RolloutTask, ScoredRollout, TaskId};
 use tokio::runtime::Handle;
 
 use crate::error::Doing;
-use crate::objective::Decodes;
 use crate::LearnerError;
+pub use options::DriverOptions;
 use publish::Versions;
 pub use tasks::task_seed;
 use tasks::Planned;
-
-/// How the learner drives the roles; from `[runtime]`, `[train]` and `[decode]`.
-#[derive(Debug, Clone)]
-pub struct DriverOptions {
-    /// `runtime.mode = "sync"`.
-    pub sync: bool,
-    pub tasks_in_flight: usize,
-    pub images_per_task: usize,
-    /// Images per optimizer step (`train.batch_size`); fixes the tasks per step.
-    pub batch_size: usize,
-    /// What actors decode of each image (the objective's choice).
-    pub decodes: Decodes,
-    /// What the samples are drawn from.
-    pub sampling: Sampling,
-    /// Forbid EOS after bad-ending words in every decode.
-    pub remove_bad_endings: bool,
-    /// Groups of diverse beam search of the beam decode; 1 = plain beam search.
-    pub beam_groups: u32,
-    /// Diversity penalty λ between beam groups.
-    pub diversity_lambda: f32,
-    /// The run seed; task seeds derive from (seed, task id).
-    pub seed: u64,
-    pub max_policy_lag: u64,
-    /// Async: what happens to a rollout older than `max_policy_lag`.
-    pub stale_rollouts: StaleRollouts,
-    pub max_message_bytes: usize,
-    /// Snapshots kept in the store besides the newest.
-    pub keep_snapshots: u64,
-    /// The dtype the policy's weights travel in (`runtime.snapshot_dtype`).
-    pub snapshot_dtype: DType,
-    /// Async: a snapshot is published every this many versions (`runtime.snapshot_every`;
-    /// 1 = every version, the only value sync mode takes).
-    pub snapshot_every: u64,
-    /// How long the learner waits for a result before it says what it is waiting for, and
-    /// checks that some role can do the work (`runtime.ack_wait_secs`, held to 5 s – 5 min).
-    pub report_wait_after: Duration,
-}
 
 /// What one step's collection saw.
 #[derive(Debug, Clone, Default)]

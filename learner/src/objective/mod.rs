@@ -38,10 +38,13 @@
 use std::path::Path;
 
 use caprl_common::config::{self, spelled, ConfigError, Mode, RunConfig};
-use caprl_reward_worker::rewards;
-use caprl_wire::check::first_violation;
+use caprl_reward_worker::{rewards, ClipReward};
+use caprl_wire::check::{allowed_by, first_violation, first_violation_of, ruled, Rules};
 use caprl_wire::ScoredRollout;
 
+use crate::driver::DriverOptions;
+use crate::off_policy;
+use crate::run::setup;
 use crate::targets::PgBatch;
 use crate::LearnerError;
 
@@ -290,23 +293,27 @@ impl Objective {
     }
 }
 
-/// A run config whose rewards the reward workers' table ([`rewards::check`]) and whose
-/// objective ([`Objective::check`]) have checked, on top of the loading checks of
-/// [`RunConfig::load`]: what training runs with. It reads as the [`RunConfig`] it holds and
-/// cannot be changed, so what was checked is what runs; a changed copy is checked again
-/// ([`CheckedConfig::into_inner`], [`CheckedConfig::new`]).
+/// A run config checked by every rule the learner's side owns, on top of the loading checks of
+/// [`RunConfig::load`]: the objectives' settings ([`params::CHECKS`]), the training run's keys,
+/// the off-policy corrections', the `[clip]` rewards', the rewards' table ([`rewards::check`]),
+/// the objective ([`Objective::check`]) and the driver's ([`DriverOptions::CHECKS`]). What
+/// training runs with. It reads as the [`RunConfig`] it holds and cannot be changed, so what
+/// was checked is what runs; a changed copy is checked again ([`CheckedConfig::into_inner`],
+/// [`CheckedConfig::new`]).
 #[derive(Debug, Clone)]
 pub struct CheckedConfig(RunConfig);
 
 impl CheckedConfig {
-    /// `cfg`, checked by the objectives' settings' rules ([`params::CHECKS`]), its rewards and
-    /// its objective.
+    /// `cfg`, checked by every rule the learner's side owns.
     pub fn new(cfg: RunConfig) -> Result<CheckedConfig, ConfigError> {
-        if let Some(v) = first_violation(params::CHECKS, &cfg) {
+        if let Some(v) = first_violation_of(&settings_rules(&cfg)) {
             return Err(v.into());
         }
         rewards::check(&cfg)?;
         Objective::from_config(&cfg).check(&cfg)?;
+        if let Some(v) = first_violation(DriverOptions::CHECKS, &DriverOptions::of(&cfg)) {
+            return Err(v.into());
+        }
         Ok(CheckedConfig(cfg))
     }
 
@@ -314,6 +321,31 @@ impl CheckedConfig {
     pub fn into_inner(self) -> RunConfig {
         self.0
     }
+}
+
+/// The range and cross-key rules of the learner's side checked before the objective's.
+fn settings_rules(cfg: &RunConfig) -> Vec<Box<dyn Rules + '_>> {
+    vec![
+        ruled(params::CHECKS, cfg),
+        ruled(setup::CHECKS, cfg),
+        ruled(off_policy::CHECKS, &cfg.runtime),
+        ruled(ClipReward::CHECKS, &cfg.clip),
+    ]
+}
+
+/// What every rule about `key` (`section.key`) allows, the loader's
+/// ([`caprl_common::config::allowed_for`]) and the learner's side's, joined by "; "; `None`
+/// when no rule is about it.
+pub fn allowed_for(key: &str) -> Option<String> {
+    let cfg = RunConfig::default();
+    let mut rules = settings_rules(&cfg);
+    rules.push(ruled(DriverOptions::CHECKS, DriverOptions::of(&cfg)));
+    let owned = allowed_by(&rules, key);
+    let all: Vec<String> = caprl_common::config::allowed_for(key)
+        .into_iter()
+        .chain(owned)
+        .collect();
+    (!all.is_empty()).then(|| all.join("; "))
 }
 
 impl std::ops::Deref for CheckedConfig {
@@ -325,9 +357,26 @@ impl std::ops::Deref for CheckedConfig {
 }
 
 /// The run config of `file` (or the defaults) with `sets` applied, validated and checked
-/// ([`CheckedConfig`]): the config every command of the CLI runs with.
+/// ([`CheckedConfig`]): the config every command of the CLI runs with. A `--set` value of the
+/// wrong type names what the key allows, whichever side owns its rule.
 pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<CheckedConfig, ConfigError> {
-    CheckedConfig::new(RunConfig::load(file, sets)?)
+    let cfg = RunConfig::load(file, sets).map_err(|e| match e {
+        ConfigError::BadOverride {
+            key,
+            value,
+            message,
+        } if !message.contains(" allows ") => {
+            let hint = allowed_for(&key).map(|a| format!(" ({key} allows {a})"));
+            let message = message + &hint.unwrap_or_default();
+            ConfigError::BadOverride {
+                key,
+                value,
+                message,
+            }
+        }
+        e => e,
+    })?;
+    CheckedConfig::new(cfg)
 }
 
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in

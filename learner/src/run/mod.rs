@@ -20,7 +20,7 @@ pub mod layout;
 mod load;
 mod phase;
 mod rl_step;
-mod setup;
+pub(crate) mod setup;
 
 use std::path::{Path, PathBuf};
 

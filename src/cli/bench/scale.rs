@@ -24,7 +24,7 @@ use caprl_common::config::RunConfig;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_learner::driver::Driver;
-use caprl_learner::objective::Objective;
+use caprl_learner::objective::{CheckedConfig, Objective};
 use caprl_model::model::{Captioner, CaptionerConfig, Decoder, ModelError};
 use caprl_wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 
@@ -112,10 +112,9 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         .collect();
     let loaded =
         caprl_learner::objective::load_checked(global.config.as_deref(), &sets)?.into_inner();
-    let mut cfg = scale_config(&args, loaded, &data_dir);
-    if args.snapshots == SnapshotTransport::Files {
-        cfg.runtime.snapshot_dir = tmp.path().join("snapshots").display().to_string();
-    }
+    let snapshot_dir =
+        (args.snapshots == SnapshotTransport::Files).then(|| tmp.path().join("snapshots"));
+    let cfg = scale_config(&args, loaded, &data_dir, snapshot_dir)?;
     let decodes = Objective::from_config(&cfg).decodes(&cfg);
     let captions_per_image = decodes.samples as u64 + decodes.greedy as u64;
     let tokens = cfg.data.max_len as u64 + 1;
@@ -187,19 +186,33 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
 }
 
 /// The run config of the benchmark: `cfg` (the defaults, or what `--config`/`--set` said, in
-/// async mode) on the synthetic data, with the benchmark's batch and task sizes.
-fn scale_config(args: &ScaleArgs, mut cfg: RunConfig, data_dir: &std::path::Path) -> RunConfig {
+/// async mode) on the synthetic data, with the benchmark's batch and task sizes and its
+/// snapshots in `snapshot_dir` when given (else the object store), checked again.
+fn scale_config(
+    args: &ScaleArgs,
+    mut cfg: RunConfig,
+    data_dir: &std::path::Path,
+    snapshot_dir: Option<PathBuf>,
+) -> Result<CheckedConfig> {
     cfg.data.dir = data_dir.display().to_string();
+    if let Some(dir) = snapshot_dir {
+        cfg.runtime.snapshot_dir = dir.display().to_string();
+    }
     cfg.runtime.run_id = "bench-scale".into();
     cfg.runtime.images_per_task = args.images_per_task;
     cfg.train.batch_size = args.batch;
     let tasks_per_step = args.batch.div_ceil(args.images_per_task);
     cfg.runtime.tasks_in_flight = tasks_per_step * (cfg.runtime.max_policy_lag as u32 + 1);
-    cfg
+    Ok(CheckedConfig::new(cfg)?)
 }
 
 /// One run with `n` actors: a fresh nats-server, the roles as tasks, the learner's loop here.
-fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> Result<Measured> {
+fn measure(
+    args: &ScaleArgs,
+    cfg: &CheckedConfig,
+    data: &Arc<Dataset>,
+    n: usize,
+) -> Result<Measured> {
     let monitor = free_port()?;
     let conf = tempfile::NamedTempFile::new()?;
     std::fs::write(conf.path(), format!("http: \"127.0.0.1:{monitor}\"\n"))?;
@@ -221,7 +234,7 @@ fn measure(args: &ScaleArgs, cfg: &RunConfig, data: &Arc<Dataset>, n: usize) -> 
         Arc::clone(&learner_bus),
         rt.handle().clone(),
         shutdown,
-        roles::driver_options(cfg),
+        caprl_learner::driver::DriverOptions::for_run(cfg),
     );
     driver.set_data(
         data.vocab.hash(),
@@ -297,7 +310,7 @@ fn spawn_roles(
     let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
     for i in 0..n {
         let bus = rt.block_on(roles::connect(cfg, Some(url), &[Queue::Tasks]))?;
-        let actor = roles::actor_config(
+        let actor = caprl_actor::ActorConfig::for_run(
             cfg,
             Arc::clone(data),
             device.clone(),
