@@ -8,15 +8,15 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use caprl_actor::ActorConfig;
 use caprl_common::bus::{Bus, BusOptions, InProcBus, NatsBus, Queue};
-use caprl_common::config::{self, RunConfig};
+use caprl_common::config::RunConfig;
 use caprl_common::role::Role;
 use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_common::telemetry::{Readiness, ServerHandle};
 use caprl_data::Dataset;
 use caprl_learner::driver::{Driver, DriverOptions};
-use caprl_learner::objective::{uses_clip, CheckedConfig, Objective};
+use caprl_learner::objective::{CheckedConfig, Objective};
 use caprl_model::model::Device;
-use caprl_reward_worker::{ClipReward, Rewarder, WorkerConfig};
+use caprl_reward_worker::WorkerConfig;
 
 /// Connects to NATS and opens the run's buckets and the consumers of the
 /// queues this role pulls from (`pulls`; the learner passes all of them,
@@ -40,55 +40,12 @@ pub fn default_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The reward worker's settings: the rewarder over the training split with the
-/// precomputed training document frequencies.
+/// The reward worker's settings, with the diversity term the objective wants.
 pub fn worker_config(cfg: &RunConfig, data: &Dataset, id: String) -> Result<WorkerConfig> {
-    let items = &data.train.items;
-    let started = std::time::Instant::now();
-    let df = caprl_reward_worker::cached_training_df(data, items, cfg.reward.cider_eos);
-    tracing::info!(
-        "reward worker {id}: document frequencies of {} training images ({} n-grams) in {:.1} s",
-        df.num_images(),
-        df.len(),
-        started.elapsed().as_secs_f64()
-    );
     let exploration = Objective::from_config(cfg)
         .wants_exploration()
         .then_some(cfg.reward.distance);
-    let mut rewarder = Rewarder::serving(
-        data,
-        items,
-        &cfg.reward.spec,
-        df,
-        exploration,
-        &cfg.reward.python,
-    )?;
-    if cfg.reward.df == config::DfSource::Corpus {
-        rewarder = rewarder.with_corpus_df();
-    }
-    if uses_clip(cfg) {
-        let path = std::path::Path::new(&cfg.clip.reward);
-        let encoder = caprl_clip::open_encoder(path, &data.vocab).with_context(|| {
-            format!(
-                "opening the reward encoder [clip] reward = {}",
-                path.display()
-            )
-        })?;
-        let clip = ClipReward::new(
-            encoder,
-            data,
-            items,
-            cfg.clip.tau as f32,
-            cfg.clip.neighbours as usize,
-        )
-        .context("embedding the training images for the CLIP rewards")?;
-        rewarder = rewarder.with_clip(clip);
-    }
-    Ok(WorkerConfig {
-        id,
-        rewarder: Arc::new(rewarder),
-        max_message_bytes: cfg.nats.max_message_bytes as usize,
-    })
+    Ok(WorkerConfig::for_run(cfg, data, id, exploration)?)
 }
 
 /// A multi-threaded tokio runtime for the roles (the learner's compute runs

@@ -94,7 +94,12 @@ fn reward_spec_with_equals_signs_needs_no_quoting() {
 
 #[test]
 fn string_keys_take_numeric_looking_values_as_strings() {
-    let config = load(&["nats.user=7", "nats.password=12345", "runtime.run_id=\"exp-2\""]).expect("loads");
+    let config = load(&[
+        "nats.user=7",
+        "nats.password=12345",
+        "runtime.run_id=\"exp-2\"",
+    ])
+    .expect("loads");
     assert_eq!(config.nats.user, "7");
     assert_eq!(config.nats.password, "12345");
     assert_eq!(config.runtime.run_id, "exp-2");

@@ -41,8 +41,8 @@ pub(crate) const CHECKS: &[Check<RuntimeConfig>] = &[
 pub struct Correction {
     pub kind: OffPolicyCorrection,
     pub level: IsLevel,
-    /// Truncated IS: the cap.
-    pub clip: f32,
+    /// Truncated IS: the cap `ρ̄` (`runtime.is_clip`).
+    pub cap: f32,
     /// Masked IS: the range of kept ratios.
     pub keep: (f32, f32),
 }
@@ -52,7 +52,7 @@ impl Correction {
         Correction {
             kind: runtime.off_policy_correction,
             level: runtime.is_level,
-            clip: runtime.is_clip as f32,
+            cap: runtime.is_clip as f32,
             keep: (runtime.is_mask_low as f32, runtime.is_mask_high as f32),
         }
     }
@@ -61,7 +61,7 @@ impl Correction {
     fn weigh(&self, rho: f32) -> (f32, bool) {
         let rho = if rho.is_nan() { 0.0 } else { rho };
         match self.kind {
-            OffPolicyCorrection::TruncatedIs => (rho.min(self.clip), rho > self.clip),
+            OffPolicyCorrection::TruncatedIs => (rho.min(self.cap), rho > self.cap),
             OffPolicyCorrection::MaskedIs => {
                 let kept = rho >= self.keep.0 && rho <= self.keep.1;
                 (if kept { rho } else { 0.0 }, !kept)

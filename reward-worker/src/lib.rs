@@ -13,6 +13,7 @@ mod lse;
 mod rewarder;
 pub mod rewards;
 mod service;
+mod settings;
 
 pub use clip_reward::{contrast, ClipParts, ClipReward, CLIP_S_WEIGHT};
 pub use df_cache::{cache_path, cached_training_df};

@@ -21,9 +21,9 @@
 use caprl_common::config::{self, RewardSpec};
 use caprl_data::{Dataset, Item};
 use caprl_score::{with_eos, CiderD, Distance, DocFreq, Interner, EOS_MARK};
-use caprl_wire::{DecodeKind, RewardVector, Rollout, ScoredRollout};
+use caprl_wire::{RewardVector, Rollout, ScoredRollout};
 
-use crate::clip_reward::{ClipParts, ClipReward};
+use crate::clip_reward::ClipReward;
 use crate::rewards::python::{PythonReward, PythonServer, PREFIX};
 use crate::rewards::{self, Batch, Caption, CiderSettings, Diversity, Named, Needs, Reward, Setup};
 
@@ -61,6 +61,12 @@ pub enum RewardError {
     NoEncoder(&'static str),
     #[error("reward `disc` needs the discriminator, which rides in the learner's policy snapshot; none is held yet (is the learner configured with the same rewards?)")]
     NoDiscriminator,
+    #[error("opening the reward encoder [clip] reward = {path}")]
+    OpenEncoder {
+        path: String,
+        #[source]
+        source: Box<caprl_clip::ClipError>,
+    },
     #[error("clip reward: {0}")]
     Clip(#[from] caprl_clip::ClipError),
     #[error("fitting the embedding reward: {0}")]
@@ -217,7 +223,7 @@ impl Rewarder {
     }
 
     /// Adds the encoder behind `clip`, `clip-i2t`, `clip-s` and `disc`.
-    pub fn with_clip(mut self, clip: ClipReward) -> Self {
+    pub fn with_encoder_rewards(mut self, clip: ClipReward) -> Self {
         self.clip = Some(clip);
         self
     }
@@ -268,15 +274,16 @@ impl Rewarder {
 
     /// The reward vector of one caption of image `row` (tokens may end with EOS; one cut at
     /// `max_len` has none); `clip` holds its clip-family values when the spec needs them.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn score_caption(
         &self,
         row: u32,
         tokens: &[u32],
-        clip: Option<&ClipParts>,
+        clip: Option<&crate::ClipParts>,
     ) -> Result<RewardVector, RewardError> {
         let caption = Caption {
             row,
-            kind: DecodeKind::Greedy,
+            kind: caprl_wire::DecodeKind::Greedy,
             tokens,
             refs: self.image(row)?,
             clip,

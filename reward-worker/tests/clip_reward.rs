@@ -179,7 +179,7 @@ fn disc_reward_comes_from_the_discriminator_handed_over() {
     let spec: RewardSpec = "clip=0.94,disc=0.06".parse().expect("spec");
     let rewarder = Rewarder::new(&data, &data.train.items, &spec, df, None)
         .unwrap()
-        .with_clip(reward);
+        .with_encoder_rewards(reward);
     assert!(rewarder.needs_discriminator());
     // No discriminator yet: a clear error, not a made-up probability.
     assert!(matches!(

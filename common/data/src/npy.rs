@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::atomic::write_atomic;
 use super::error::DataError;
 
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -255,7 +254,9 @@ pub fn encode_f32(shape: &[usize], data: &[f32]) -> Vec<u8> {
     out
 }
 
-/// Write a little-endian `f32` array to `path` as `.npy` (atomically).
+/// Write a little-endian `f32` array to `path` as `.npy` (atomically). For tests that build
+/// data sets (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
 pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), DataError> {
     if shape.iter().product::<usize>() != data.len() {
         return Err(DataError::npy(
@@ -263,7 +264,7 @@ pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<(), DataE
             format!("shape {shape:?} does not hold {} values", data.len()),
         ));
     }
-    write_atomic(path, &encode_f32(shape, data))
+    super::atomic::write_atomic(path, &encode_f32(shape, data))
 }
 
 #[cfg(test)]

@@ -81,7 +81,8 @@ impl LocalNatsServer {
         Ok(server)
     }
 
-    /// Starts a server with default options.
+    /// Starts a server with default options (feature `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn start_default() -> BusResult<LocalNatsServer> {
         LocalNatsServer::start(LocalNatsServerOptions::default())
     }

@@ -172,7 +172,9 @@ pub fn histogram_names() -> &'static [&'static str] {
 }
 
 /// Whether `series` (a name as written in PromQL) is one caprl exports:
-/// a name of [`all_metric_names`], or a histogram's `_bucket`/`_sum`/`_count`.
+/// a name of [`all_metric_names`], or a histogram's `_bucket`/`_sum`/`_count` (feature
+/// `test-support`: the tests that hold dashboards and alerts to the exported names).
+#[cfg(any(test, feature = "test-support"))]
 pub fn is_known_series(series: &str) -> bool {
     if ALL.contains(&series) {
         return true;

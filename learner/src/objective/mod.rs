@@ -199,7 +199,7 @@ impl Objective {
     /// discriminator's real examples).
     pub fn decodes(&self, cfg: &RunConfig) -> Decodes {
         let mut d = self.rule.decodes(cfg);
-        d.ground_truth |= uses_clip(cfg);
+        d.ground_truth |= uses_encoder(cfg);
         d
     }
 
@@ -260,7 +260,7 @@ impl Objective {
                  targets are on-policy returns)",
             )?;
         }
-        if self.rule.needs_encoder_reward() && !uses_clip(cfg) {
+        if self.rule.needs_encoder_reward() && !uses_encoder(cfg) {
             refuse(
                 "reward.spec",
                 cfg.reward.spec.to_string(),
@@ -281,7 +281,7 @@ impl Objective {
     /// trains for distinctiveness, which costs CIDEr-D, so picking by CIDEr-D would undo it),
     /// else the highest validation CIDEr-D.
     pub fn best_rl_checkpoint(&self, cfg: &RunConfig) -> BestCheckpoint {
-        match uses_clip(cfg) {
+        match uses_encoder(cfg) {
             true => BestCheckpoint::Latest,
             false => BestCheckpoint::HighestCider,
         }
@@ -381,7 +381,7 @@ pub fn load_checked(file: Option<&Path>, sets: &[String]) -> Result<CheckedConfi
 
 /// Whether the reward spec reads the text–image encoder (and so wants ground-truth captions in
 /// every rollout: the contrastive text pool and the discriminator's real examples).
-pub fn uses_clip(cfg: &RunConfig) -> bool {
+pub fn uses_encoder(cfg: &RunConfig) -> bool {
     rewards::needs(&cfg.reward.spec).encoder
 }
 

@@ -14,7 +14,7 @@
 use caprl_common::config::{ConfigError, RunConfig, DIVERSITY};
 use caprl_wire::ScoredRollout;
 
-use super::{refuse, uses_clip, Decodes, Rule};
+use super::{refuse, uses_encoder, Decodes, Rule};
 use crate::advantage::{self, Baseline};
 use crate::targets::{per_image_samples, PgBatch};
 use crate::LearnerError;
@@ -37,7 +37,7 @@ impl Rule for Sle {
     fn decodes(&self, cfg: &RunConfig) -> Decodes {
         Decodes {
             samples: cfg.train.samples,
-            greedy: self.baseline == Baseline::Greedy || uses_clip(cfg),
+            greedy: self.baseline == Baseline::Greedy || uses_encoder(cfg),
             ..Decodes::default()
         }
     }

@@ -105,7 +105,8 @@ fn setup(args: &ClipBenchArgs, dir: &std::path::Path) -> Result<Setup> {
     let disc = Discriminator::new(128, &Device::Cpu, 1)?;
     clip.set_discriminator(0, disc.scorer()?);
     let spec: RewardSpec = "clip=0.94,disc=0.06".parse()?;
-    let clip_rewarder = Rewarder::new(&data, items, &spec, df.clone(), None)?.with_clip(clip);
+    let clip_rewarder =
+        Rewarder::new(&data, items, &spec, df.clone(), None)?.with_encoder_rewards(clip);
     Ok(Setup {
         data,
         rollouts,

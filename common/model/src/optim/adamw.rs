@@ -95,7 +95,8 @@ impl AdamW {
         })
     }
 
-    /// Steps taken so far.
+    /// Steps taken so far (feature `test-support`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn step_count(&self) -> u64 {
         self.t
     }
