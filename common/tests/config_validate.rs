@@ -1,7 +1,11 @@
 //! Validation: each out-of-range value is refused with its key, its value and
 //! what is allowed; reward specs parse or say why not.
 
+#[path = "../../tests/support/refusals.rs"]
+mod refusals;
+
 use caprl_common::config::{ConfigError, RewardSpec, RunConfig};
+use refusals::assert_refused_naming_key_value_and_range;
 
 fn refused(set: &str) -> String {
     match RunConfig::load(None, &[set.to_string()]) {
@@ -27,35 +31,59 @@ fn validation_errors_are_typed() {
     }
 }
 
-/// The loader's own rules (the learner's side's are held in `caprl-learner`'s `config_ranges`):
-/// each refusal names the key, the value and what is allowed.
+/// The loader's own rules (the learner's side's are held in `caprl-learner`'s `config_ranges`).
 #[test]
 fn the_loaders_rules_name_key_value_and_range() {
     let cases = [
         ("data.max_len=0", "0", "1..=64"),
+        ("data.max_len=65", "65", "1..=64"),
         ("data.min_count=0", "0", ">= 1"),
+        ("data.dir=\"\"", "\"\"", "a non-empty path"),
         ("model.layers=3", "3", "1 or 2"),
+        ("model.embed=5000", "5000", "1..=4096"),
+        ("model.hidden=0", "0", "1..=8192"),
+        ("model.dropout=1.0", "1", "[0, 1)"),
+        ("model.dropout=-0.1", "-0.1", "[0, 1)"),
+        ("model.heads=0", "0", "1..=64"),
+        ("model.enc_layers=25", "25", "0..=24"),
+        ("model.dec_layers=25", "25", "1..=24"),
+        ("model.d_ff=0", "0", "1..=16384"),
+        (
+            "model.d_model=130",
+            "130 with heads = 4",
+            "a multiple of model.heads",
+        ),
+        ("optim.noam_factor=0", "0", "a finite number > 0"),
+        ("optim.lr=0", "0", "> 0"),
+        ("optim.rl_lr=-1e-5", "-0.00001", "> 0"),
+        ("optim.beta1=1", "1", "[0, 1)"),
+        ("optim.beta2=1.2", "1.2", "[0, 1)"),
+        ("optim.eps=0", "0", "> 0"),
+        ("optim.decay_rate=0", "0", "(0, 1]"),
+        ("optim.decay_every=0", "0", ">= 1"),
+        ("decode.temperature=0", "0", "> 0"),
+        ("decode.temperature=nan", "NaN", "> 0"),
+        ("decode.beam=0", "0", ">= 1"),
+        ("decode.top_p=0", "0", "(0, 1]"),
+        ("decode.top_p=1.5", "1.5", "(0, 1]"),
+        ("decode.beam_groups=0", "0", ">= 1"),
         (
             "decode.beam_groups=2",
             "2 with beam = 3",
             "a divisor of decode.beam",
         ),
-        ("optim.beta2=1.2", "1.2", "[0, 1)"),
+        ("decode.diversity_lambda=-1", "-1", ">= 0"),
+        ("decode.lookahead_lambda=1.5", "1.5", "[0, 1]"),
         ("runtime.run_id=Exp_1", "\"Exp_1\"", "[a-z0-9-]"),
         ("runtime.ack_wait_secs=0", "0", "1..=604800"),
         // Beyond what the bus takes: refused when loading, not when connecting.
         ("runtime.ack_wait_secs=1000000", "1000000", "1..=604800"),
         ("nats.max_message_bytes=100", "100", "1024..=67108864"),
+        ("nats.replicas=6", "6", "1..=5"),
         ("nats.connect_timeout_secs=0", "0", "1..=604800"),
         ("nats.url=\"\"", "\"\"", "a non-empty server URL"),
     ];
-    for (set, value, allowed) in cases {
-        let key = set.split('=').next().unwrap();
-        let msg = refused(set);
-        assert!(msg.starts_with(&format!("{key} = ")), "{set}: {msg}");
-        assert!(msg.contains(value), "{set}: {msg} lacks value {value}");
-        assert!(msg.contains(allowed), "{set}: {msg} lacks range {allowed}");
-    }
+    assert_refused_naming_key_value_and_range(&cases, refused);
 }
 
 /// `[nats]`'s credentials: one way to authenticate, and a password only with its user; the

@@ -14,6 +14,7 @@ mod reward;
 mod rollouts;
 mod scale;
 mod transformer;
+mod transformer_flops;
 mod transport;
 
 #[derive(Debug, clap::Args)]

@@ -32,6 +32,7 @@ use caprl_wire::Sampling;
 use serde::Serialize;
 
 use super::model::random_captions;
+use super::transformer_flops::Dims;
 use crate::cli::write_stdout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -152,24 +153,34 @@ struct Row {
     snapshot_load: f64,
     decoder_prep: f64,
     tokens: std::collections::BTreeMap<&'static str, usize>,
+    /// FLOPs of one run of each task whose work is counted ([`transformer_flops`]), in GFLOP.
+    gflop: std::collections::BTreeMap<&'static str, f64>,
+    /// The multiply-add peak of the threads at the level in use, GFLOP/s
+    /// ([`caprl_model::fastmath::fma_peak_gflops`] on every thread at once).
+    peak_gflops: f64,
 }
 
 pub fn run(args: TransformerBenchArgs) -> Result<()> {
     anyhow::ensure!(args.reps >= 1, "--reps must be >= 1");
     let threads = candle_core::utils::get_num_threads();
+    let peak = fma_peak(threads);
     let mut out = String::new();
     if !args.json {
         out.push_str(&format!(
             "caprl bench transformer ({} reps after {} warm-up, median; {threads} threads)\n{}\n\
-             | shape | task | tokens/s | ms per run |\n|---|---|---:|---:|\n",
+             multiply-add peak of {threads} threads at this level: {peak:.1} GFLOP/s; GFLOP \
+             counted from the shapes (each image encoded once)\n\
+             | shape | task | tokens/s | ms per run | GFLOP | GFLOP/s | of peak |\n\
+             |---|---|---:|---:|---:|---:|---:|\n",
             args.reps,
             args.warmup,
             caprl_model::fastmath::describe()
         ));
     }
     for &shape in &args.shape {
-        let row = measure(shape, threads, &args)
+        let mut row = measure(shape, threads, &args)
             .with_context(|| format!("bench transformer, shape {shape:?}"))?;
+        row.peak_gflops = peak;
         if args.json {
             out.push_str(&serde_json::to_string(&row)?);
             out.push('\n');
@@ -190,13 +201,44 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
                     None => "-".into(),
                 };
                 out.push_str(&format!(
-                    "| {shape:?} | {task} | {tokens} | {:.1} |\n",
-                    s * 1e3
+                    "| {shape:?} | {task} | {tokens} | {:.1} | {} |\n",
+                    s * 1e3,
+                    work_cells(row.gflop.get(task).copied(), s, peak)
+                ));
+            }
+            if row.xe_step > 0.0 && row.sample_5 > 0.0 {
+                let (s, gflop) = (
+                    row.xe_step + row.sample_5,
+                    row.gflop["xe_step"] + row.gflop["sample_5"],
+                );
+                out.push_str(&format!(
+                    "| {shape:?} | xe_step + sample_5 | - | {:.1} | {} |\n",
+                    s * 1e3,
+                    work_cells(Some(gflop), s, peak)
                 ));
             }
         }
     }
     write_stdout(&out)
+}
+
+/// The multiply-add peak of `threads` threads running at once, GFLOP/s.
+fn fma_peak(threads: usize) -> f64 {
+    let budget = std::time::Duration::from_millis(400);
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..threads.max(1))
+            .map(|_| scope.spawn(|| caprl_model::fastmath::fma_peak_gflops(budget)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap_or(0.0)).sum()
+    })
+}
+
+/// The GFLOP, GFLOP/s and share of `peak` cells of a task of `gflop` that took `s` seconds.
+fn work_cells(gflop: Option<f64>, s: f64, peak: f64) -> String {
+    match gflop {
+        Some(g) => format!("{g:.1} | {:.1} | {:.0}%", g / s, 100.0 * g / s / peak),
+        None => "- | - | -".into(),
+    }
 }
 
 /// Median seconds of `reps` calls after `warmup` calls.
@@ -312,6 +354,17 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     ]
     .into_iter()
     .collect();
+    let dims = Dims::new(&s.model, s.regions, s.att_dim, s.vocab);
+    let xe_images = s.xe_rows / s.refs_per_image;
+    let gflop = [
+        ("xe_step", dims.xe_step(xe_images, s.xe_rows, t + 1)),
+        ("greedy", dims.decode(s.dec_images, 1, t)),
+        ("sample_5", dims.decode(s.dec_images, 5, t)),
+        ("beam_5", dims.decode(s.dec_images, 5, t)),
+    ]
+    .into_iter()
+    .map(|(task, flops)| (task, flops / 1e9))
+    .collect();
     Ok(Row {
         source: "caprl",
         simd: caprl_model::fastmath::simd().name(),
@@ -330,6 +383,8 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
         snapshot_load,
         decoder_prep,
         tokens,
+        gflop,
+        peak_gflops: 0.0,
     })
 }
 

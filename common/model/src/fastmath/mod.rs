@@ -6,9 +6,11 @@
 
 pub mod dispatch;
 mod level;
+mod peak;
 
 pub use dispatch::vectorised;
 pub use level::{describe, set_simd, simd, simd_from_env, Simd, SimdError, SIMD_ENV};
+pub use peak::fma_peak_gflops;
 
 /// `eˣ` for f32 without branches or library calls, so that loops over it vectorise (Cephes
 /// `expf`: `x = n ln2 + r`, `|r| ≤ ln2/2`, degree-6 polynomial for `eʳ`, `2ⁿ` built from its
