@@ -89,9 +89,14 @@ fn empty_inputs_and_out_of_range_flags_are_refused() {
         .unwrap();
     fails_with(&out, 1, &["cands.json", "holds no captions"]);
 
-    // Flags out of range: usage errors (2), as `--set decode.top_p=2` is a config error (2).
+    // Flags out of range: usage errors (2), as `--set decode.top_p=2` is a config error (2); a
+    // flag that stands for a config key says that key's rule.
     for (flag, value, says) in [
-        ("--beam", "0", "at least 1"),
+        (
+            "--beam",
+            "0",
+            "decode.beam = 0 is not allowed; expected >= 1",
+        ),
         ("--limit", "0", "at least 1"),
         ("--top-p", "2", "(0, 1]"),
         ("--lookahead", "1.5", "[0, 1]"),
@@ -119,7 +124,7 @@ fn empty_inputs_and_out_of_range_flags_are_refused() {
         .arg(&features)
         .output()
         .unwrap();
-    fails_with(&out, 2, &["--beam", "at least 1"]);
+    fails_with(&out, 2, &["--beam", "expected >= 1"]);
 
     // Features with no rows, and 1-d features: clear errors, no backtrace even when asked for.
     for (name, shape) in [("empty", vec![0usize, 256]), ("flat", vec![256])] {

@@ -57,7 +57,13 @@ fn every_results_page_is_the_rendering_of_its_files() {
 
 #[test]
 fn every_results_directory_names_its_machine_commit_date_and_command() {
-    for dir in ["bench-all", "python-score", "reward-cost", "sctorch"] {
+    for dir in [
+        "bench-all",
+        "python-score",
+        "reward-cost",
+        "sctorch",
+        "roofline",
+    ] {
         assert_names_its_measurement(dir);
     }
     // The benchmark task's driver keeps its machine in suite.json, and each run its own.

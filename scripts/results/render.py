@@ -11,7 +11,7 @@ Usage:
 Each page reads docs/results/<its directory>/, which names the machine (CPU, cores, SIMD level),
 the commit, the date and the command of the measurement; a page whose files do not is not
 printed (exit status 2). The scripts that measure (bench_all.sh, python_score.sh,
-reward_cost.sh, quality.sh, scripts/peer/sctorch_regions.sh) write those files and call this
+reward_cost.sh, quality.sh, roofline.sh, scripts/peer/sctorch_regions.sh) write those files and call this
 one.
 """
 import argparse
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_table  # noqa: E402
 import quality_table  # noqa: E402
 import reward_table  # noqa: E402
+import roofline_table  # noqa: E402
 import score_table  # noqa: E402
 import sctorch_table  # noqa: E402
 
@@ -34,6 +35,7 @@ PAGES = {
     "python-score.md": ("python-score", score_table.render),
     "reward-cost.md": ("reward-cost", reward_table.render),
     "sctorch.md": ("sctorch", sctorch_table.render),
+    "roofline.md": ("roofline", roofline_table.render),
 }
 
 

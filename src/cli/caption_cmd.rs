@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(long)]
     pub features: PathBuf,
     /// Beam width; 1 = greedy.
-    #[arg(long, default_value_t = 3, value_parser = super::ranges::at_least_one)]
+    #[arg(long, default_value_t = 3, value_parser = super::ranges::config_key::<usize>("decode.beam"))]
     pub beam: usize,
     /// Diverse beam search and bad endings; the beam groups must divide --beam.
     #[command(flatten)]

@@ -24,14 +24,14 @@ pub struct Args {
     #[arg(long, default_value = "test")]
     pub split: String,
     /// Beam width; 1 = greedy (default: decode.beam of the checkpoint's config).
-    #[arg(long, value_parser = super::ranges::at_least_one)]
+    #[arg(long, value_parser = super::ranges::config_key::<usize>("decode.beam"))]
     pub beam: Option<usize>,
     /// Diverse beam search and bad endings; the beam groups must divide the beam.
     #[command(flatten)]
     pub diverse: DiverseBeamArgs,
     /// Nucleus mass of the samples of the diversity metrics, in (0, 1] (default:
     /// decode.top_p of the checkpoint's config).
-    #[arg(long, value_name = "P", value_parser = super::ranges::mass)]
+    #[arg(long, value_name = "P", value_parser = super::ranges::config_key::<f32>("decode.top_p"))]
     pub top_p: Option<f32>,
     /// Evaluate only the first N images (default: all of the split).
     #[arg(long, value_parser = super::ranges::at_least_one)]
@@ -48,7 +48,7 @@ pub struct Args {
     /// Lookahead inference (paper 001): rank beams by λ·log π + (1−λ)·v with the checkpoint's
     /// value head (actor-critic / mc-pg runs); 1 = plain beam search. Default:
     /// decode.lookahead_lambda of the checkpoint's config.
-    #[arg(long, value_name = "LAMBDA", value_parser = super::ranges::weight)]
+    #[arg(long, value_name = "LAMBDA", value_parser = super::ranges::config_key::<f32>("decode.lookahead_lambda"))]
     pub lookahead: Option<f32>,
     /// Frozen text–image encoder for the retrieval metrics R@1/5/10 (paper 004): a file from
     /// `caprl clip train` or a Hugging Face CLIP directory. Default: `[clip] eval`, else

@@ -59,7 +59,7 @@ pub struct Fault {
 }
 
 /// The fault stream of one soak.
-pub struct Schedule {
+pub struct FaultSchedule {
     rng: ChaCha8Rng,
     /// Kinds still to come before the random draws: one of each, shuffled.
     first: Vec<Kind>,
@@ -69,12 +69,12 @@ pub struct Schedule {
     ack_wait: Duration,
 }
 
-impl Schedule {
-    pub fn new(seed: u64, mean_gap: Duration, roles: usize, ack_wait: Duration) -> Schedule {
+impl FaultSchedule {
+    pub fn new(seed: u64, mean_gap: Duration, roles: usize, ack_wait: Duration) -> FaultSchedule {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut first = Kind::ALL.to_vec();
         first.shuffle(&mut rng);
-        Schedule {
+        FaultSchedule {
             rng,
             first,
             mean_gap,
@@ -134,7 +134,7 @@ mod tests {
     use super::*;
 
     fn draws(seed: u64, n: usize) -> Vec<(Duration, Kind, usize, Duration, usize)> {
-        let mut s = Schedule::new(seed, Duration::from_secs(5), 5, Duration::from_secs(3));
+        let mut s = FaultSchedule::new(seed, Duration::from_secs(5), 5, Duration::from_secs(3));
         (0..n)
             .map(|_| {
                 let (gap, f) = s.next();
@@ -154,7 +154,7 @@ mod tests {
 
     #[test]
     fn pauses_outlast_the_ack_wait_and_bursts_hold_no_bursts() {
-        let mut s = Schedule::new(3, Duration::from_secs(5), 5, Duration::from_secs(3));
+        let mut s = FaultSchedule::new(3, Duration::from_secs(5), 5, Duration::from_secs(3));
         for _ in 0..500 {
             let (gap, f) = s.next();
             assert!(gap >= Duration::from_secs_f64(2.5) && gap <= Duration::from_secs_f64(7.5));

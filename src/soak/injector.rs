@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::faults::{Fault, Kind};
-use super::invariants::Check;
+use super::invariants::InvariantCheck;
 use crate::supervise::{RoleSpec, Supervisor};
 
 /// How long a second learner may take to say that another one holds the run directory.
@@ -312,8 +312,8 @@ impl Injector {
     }
 
     /// Whether every second learner was refused.
-    pub fn refusals_check(&self) -> Check {
-        Check {
+    pub fn refusals_check(&self) -> InvariantCheck {
+        InvariantCheck {
             name: "second learners refused",
             ok: self.not_refused.is_empty(),
             detail: match self.not_refused.is_empty() {

@@ -13,15 +13,15 @@ use caprl_common::telemetry::StepRecord;
 
 /// One invariant's outcome: its name, and what is wrong when it does not hold.
 #[derive(Debug, Clone)]
-pub struct Check {
+pub struct InvariantCheck {
     pub name: &'static str,
     pub detail: String,
     pub ok: bool,
 }
 
-impl Check {
-    fn new(name: &'static str, ok: bool, detail: String) -> Check {
-        Check { name, detail, ok }
+impl InvariantCheck {
+    fn new(name: &'static str, ok: bool, detail: String) -> InvariantCheck {
+        InvariantCheck { name, detail, ok }
     }
 }
 
@@ -66,7 +66,7 @@ pub fn final_weights(checkpoints: &Path) -> Option<Vec<u8>> {
 }
 
 /// Every invariant of a finished round in `run_dir`.
-pub fn check(run_dir: &Path, want: &Expected) -> Vec<Check> {
+pub fn check(run_dir: &Path, want: &Expected) -> Vec<InvariantCheck> {
     let records = step_records(run_dir);
     // The record of each step that survived: the last one written for it.
     let mut lineage: BTreeMap<u64, &StepRecord> = BTreeMap::new();
@@ -96,7 +96,7 @@ pub fn check(run_dir: &Path, want: &Expected) -> Vec<Check> {
 /// Step numbers and policy versions grow with every step a learner logs (a resumed learner
 /// starts again after its checkpoint: a `resume` line), and the snapshot versions of the RL
 /// steps grow over the whole log: no actor ever saw a version go back.
-fn numbers_go_forward(run_dir: &Path) -> Check {
+fn numbers_go_forward(run_dir: &Path) -> InvariantCheck {
     let text = std::fs::read_to_string(run_dir.join("run.jsonl")).unwrap_or_default();
     let mut life: Option<(u64, u64)> = None;
     let mut snapshot: Option<u64> = None;
@@ -133,7 +133,7 @@ fn numbers_go_forward(run_dir: &Path) -> Check {
             snapshot = Some(v);
         }
     }
-    Check::new(
+    InvariantCheck::new(
         "numbers go forward",
         wrong.is_empty(),
         match wrong.is_empty() {
@@ -150,10 +150,10 @@ fn steps_complete(
     lineage: &BTreeMap<u64, &StepRecord>,
     rl: &[&StepRecord],
     want: &Expected,
-) -> Check {
+) -> InvariantCheck {
     let steps: Vec<u64> = lineage.keys().copied().collect();
     let ok = steps == (1..=want.last_step).collect::<Vec<_>>() && rl.len() as u64 == want.rl_steps;
-    Check::new(
+    InvariantCheck::new(
         "every step ran",
         ok,
         format!(
@@ -167,7 +167,7 @@ fn steps_complete(
     )
 }
 
-fn weights(run_dir: &Path, want: &Expected) -> Check {
+fn weights(run_dir: &Path, want: &Expected) -> InvariantCheck {
     let got = final_weights(&run_dir.join("checkpoints"));
     let ok = got.is_some() && got.as_deref() == want.weights;
     let detail = match (&got, ok) {
@@ -178,10 +178,10 @@ fn weights(run_dir: &Path, want: &Expected) -> Check {
             w.len()
         ),
     };
-    Check::new("final weights", ok, detail)
+    InvariantCheck::new("final weights", ok, detail)
 }
 
-fn task_ids_once(rl: &[&StepRecord], want: &Expected) -> Check {
+fn task_ids_once(rl: &[&StepRecord], want: &Expected) -> InvariantCheck {
     let k = want.tasks_per_step;
     let mut seen = BTreeSet::new();
     let mut wrong = Vec::new();
@@ -200,7 +200,7 @@ fn task_ids_once(rl: &[&StepRecord], want: &Expected) -> Check {
             }
         }
     }
-    Check::new(
+    InvariantCheck::new(
         "task ids used once",
         wrong.is_empty(),
         match wrong.is_empty() {
@@ -212,7 +212,7 @@ fn task_ids_once(rl: &[&StepRecord], want: &Expected) -> Check {
 
 /// Every surviving step's tasks were either issued by its learner or found in JetStream (left
 /// by a predecessor), never both and never neither; the drops are reported by reason.
-fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> Check {
+fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> InvariantCheck {
     let k = want.tasks_per_step;
     let wrong: Vec<String> = rl
         .iter()
@@ -249,8 +249,8 @@ fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> Chec
         redone
     );
     match wrong.is_empty() {
-        true => Check::new("counters add up", true, detail),
-        false => Check::new(
+        true => InvariantCheck::new("counters add up", true, detail),
+        false => InvariantCheck::new(
             "counters add up",
             false,
             format!("{}; {detail}", wrong.join("; ")),
@@ -258,13 +258,13 @@ fn counters(records: &[StepRecord], rl: &[&StepRecord], want: &Expected) -> Chec
     }
 }
 
-fn lag_bounded(rl: &[&StepRecord], want: &Expected) -> Check {
+fn lag_bounded(rl: &[&StepRecord], want: &Expected) -> InvariantCheck {
     let over: Vec<String> = rl
         .iter()
         .filter(|r| r.max_lag > want.max_policy_lag)
         .map(|r| format!("step {} lag {}", r.step, r.max_lag))
         .collect();
-    Check::new(
+    InvariantCheck::new(
         "policy lag bounded",
         over.is_empty(),
         match over.is_empty() {
@@ -277,7 +277,7 @@ fn lag_bounded(rl: &[&StepRecord], want: &Expected) -> Check {
     )
 }
 
-fn checkpoints_verify(run_dir: &Path) -> Check {
+fn checkpoints_verify(run_dir: &Path) -> InvariantCheck {
     let roots = ["checkpoints", "best-xe", "best-rl"].map(|d| run_dir.join(d));
     let mut verified = 0;
     let mut wrong = Vec::new();
@@ -295,7 +295,7 @@ fn checkpoints_verify(run_dir: &Path) -> Check {
             }
         }
     }
-    Check::new(
+    InvariantCheck::new(
         "checkpoints verify",
         wrong.is_empty() && verified > 0,
         match wrong.is_empty() {
@@ -359,7 +359,7 @@ mod tests {
         }
     }
 
-    fn failed(checks: &[Check]) -> Vec<&'static str> {
+    fn failed(checks: &[InvariantCheck]) -> Vec<&'static str> {
         checks.iter().filter(|c| !c.ok).map(|c| c.name).collect()
     }
 

@@ -1,6 +1,6 @@
 //! `caprl soak`: the whole system under a sustained, randomised mix of faults. Rounds of a
 //! small training run go through [`crate::supervise`] (the restarts `caprl local` does) over a
-//! nats-server with a file store, while a seeded [`faults::Schedule`] kills roles, pauses them
+//! nats-server with a file store, while a seeded [`faults::FaultSchedule`] kills roles, pauses them
 //! past the ack wait, kills and restarts the broker, starts roles twice, fills the learner's
 //! disk and does several of these at once. After each round [`invariants`] says whether the
 //! run ended as an undisturbed one does; memory of every role is sampled throughout.
@@ -25,9 +25,9 @@ use caprl_data::SynthConfig;
 use crate::cli::local_cmd::{common_args, global_args, interrupt_flag, role_specs};
 use crate::cli::Global;
 use crate::supervise::{Output, Policy, Progress, Supervisor};
-use faults::{Fault, Kind, Schedule};
+use faults::{Fault, FaultSchedule, Kind};
 use injector::Injector;
-use invariants::{Check, Expected};
+use invariants::{Expected, InvariantCheck};
 
 /// How a soak runs.
 #[derive(Debug, Clone)]
@@ -111,7 +111,7 @@ struct Soak<'a> {
     tasks_per_step: u64,
     sync: bool,
     max_policy_lag: u64,
-    schedule: Schedule,
+    schedule: FaultSchedule,
     /// The next fault and when it fires.
     next: (Instant, Fault),
     injector: Injector,
@@ -158,7 +158,7 @@ impl<'a> Soak<'a> {
             .context("the reference run left no checkpoint")?;
         let specs = role_specs(opts.actors, opts.reward_workers);
         let ack_wait = Duration::from_secs(cfg.runtime.ack_wait_secs);
-        let mut schedule = Schedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
+        let mut schedule = FaultSchedule::new(opts.seed, opts.mean_gap, specs.len(), ack_wait);
         let started = Instant::now();
         let (gap, first) = schedule.next();
         // Half the weights file: the learner's next checkpoint write fails part-way.
@@ -231,7 +231,7 @@ impl<'a> Soak<'a> {
         sup.stop_all(Duration::from_secs(10));
         let mut checks = match &outcome {
             Ok(()) => invariants::check(&dir, &self.expected()),
-            Err(why) => vec![Check {
+            Err(why) => vec![InvariantCheck {
                 name: "run finished",
                 detail: why.clone(),
                 ok: false,
@@ -361,14 +361,14 @@ fn reference_run(base: &Global, dir: &Path) -> Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
-fn memory_check(rss_max: &BTreeMap<String, u64>, max_mib: u64) -> Check {
+fn memory_check(rss_max: &BTreeMap<String, u64>, max_mib: u64) -> InvariantCheck {
     let over: Vec<String> = rss_max
         .iter()
         .filter(|(_, kib)| **kib / 1024 > max_mib)
         .map(|(name, kib)| format!("{name} {} MiB", kib / 1024))
         .collect();
     let peak = rss_max.values().max().copied().unwrap_or(0) / 1024;
-    Check {
+    InvariantCheck {
         name: "memory bounded",
         ok: over.is_empty(),
         detail: match over.is_empty() {
@@ -384,7 +384,7 @@ struct RoundReport {
     deaths: usize,
     /// Deaths no fault asked for, e.g. a role that gave up while the broker was down.
     unplanned: Vec<String>,
-    checks: Vec<Check>,
+    checks: Vec<InvariantCheck>,
 }
 
 fn summary(
