@@ -10,6 +10,7 @@
 //! - [`shutdown`]: the stop signal every role loop watches.
 //! - [`snapshot`]: the policy snapshot's layout (captioner and discriminator tensors, the
 //!   vocabulary stamp), written by the learner, read by actors and reward workers.
+//! - [`snapshot_delta`]: one snapshot as a checked change against an earlier one.
 //! - [`progress`]: progress bars on a terminal, periodic log lines elsewhere.
 //! - [`telemetry`]: Prometheus metrics, the run log, TensorBoard event files and the HTML report.
 //! - [`process`]: the process-wide settings the binary and benchmarks start with.
@@ -21,4 +22,5 @@ pub mod progress;
 pub mod role;
 pub mod shutdown;
 pub mod snapshot;
+pub mod snapshot_delta;
 pub mod telemetry;

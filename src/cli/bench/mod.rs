@@ -8,6 +8,7 @@ use super::Global;
 mod all;
 mod audio;
 mod clip;
+mod delta;
 mod model;
 mod pipeline;
 mod reward;
@@ -33,6 +34,9 @@ pub enum What {
     Model(model::ModelArgs),
     /// The Transformer on its PyTorch peer's protocol, at the synthetic and COCO shapes.
     Transformer(transformer::TransformerBenchArgs),
+    /// A policy version's delta against its full snapshot after real updates (f32 and bf16):
+    /// values changed, bytes, time to make and to rebuild it.
+    Delta(delta::DeltaBenchArgs),
     /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
     Audio(audio::AudioBenchArgs),
     /// Paper 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
@@ -54,6 +58,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::All(a) => all::run(a, global),
         What::Model(a) => model::run(a),
         What::Transformer(a) => transformer::run(a),
+        What::Delta(a) => delta::run(a),
         What::Audio(a) => audio::run(a),
         What::Clip(a) => clip::run(a),
         What::Reward(a) => reward::run(a),

@@ -71,22 +71,22 @@ pub struct TransformerBenchArgs {
 }
 
 /// One shape of the benchmark, as the peer defines it.
-struct Shape {
-    vocab: usize,
-    regions: usize,
-    att_dim: usize,
+pub(super) struct Shape {
+    pub(super) vocab: usize,
+    pub(super) regions: usize,
+    pub(super) att_dim: usize,
     /// The Transformer's layers and sizes.
-    model: ModelConfig,
+    pub(super) model: ModelConfig,
     /// Captions in the XE step, and references per image among them.
-    xe_rows: usize,
-    refs_per_image: usize,
+    pub(super) xe_rows: usize,
+    pub(super) refs_per_image: usize,
     /// Images decoded.
-    dec_images: usize,
-    max_len: usize,
+    pub(super) dec_images: usize,
+    pub(super) max_len: usize,
 }
 
 impl BenchShape {
-    fn spec(self) -> Shape {
+    pub(super) fn spec(self) -> Shape {
         match self {
             BenchShape::Synth => Shape {
                 vocab: 66,
@@ -153,7 +153,7 @@ struct Row {
     snapshot_load: f64,
     decoder_prep: f64,
     tokens: std::collections::BTreeMap<&'static str, usize>,
-    /// FLOPs of one run of each task whose work is counted ([`transformer_flops`]), in GFLOP.
+    /// FLOPs of one run of each task whose work is counted (`transformer_flops`), in GFLOP.
     gflop: std::collections::BTreeMap<&'static str, f64>,
     /// The multiply-add peak of the threads at the level in use, GFLOP/s
     /// ([`caprl_model::fastmath::fma_peak_gflops`] on every thread at once).
@@ -258,7 +258,7 @@ fn median(warmup: usize, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Resu
 
 /// The Transformer of shape `s`, weights from seed 0, dropout 0.1, its EOS suppressed so
 /// that every decode runs the full length.
-fn bench_model(s: &Shape, device: &Device) -> Result<(Captioner, CaptionerConfig)> {
+pub(super) fn bench_model(s: &Shape, device: &Device) -> Result<(Captioner, CaptionerConfig)> {
     let mut cfg = CaptionerConfig::new(
         ModelKind::Transformer,
         s.vocab,
@@ -354,17 +354,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     ]
     .into_iter()
     .collect();
-    let dims = Dims::new(&s.model, s.regions, s.att_dim, s.vocab);
-    let xe_images = s.xe_rows / s.refs_per_image;
-    let gflop = [
-        ("xe_step", dims.xe_step(xe_images, s.xe_rows, t + 1)),
-        ("greedy", dims.decode(s.dec_images, 1, t)),
-        ("sample_5", dims.decode(s.dec_images, 5, t)),
-        ("beam_5", dims.decode(s.dec_images, 5, t)),
-    ]
-    .into_iter()
-    .map(|(task, flops)| (task, flops / 1e9))
-    .collect();
+    let gflop = task_gflop(&s);
     Ok(Row {
         source: "caprl",
         simd: caprl_model::fastmath::simd().name(),
@@ -388,9 +378,28 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     })
 }
 
+/// GFLOP of one run of each task whose work is counted, at shape `s`.
+fn task_gflop(s: &Shape) -> std::collections::BTreeMap<&'static str, f64> {
+    let dims = Dims::new(&s.model, s.regions, s.att_dim, s.vocab);
+    let (t, xe_images) = (s.max_len, s.xe_rows / s.refs_per_image);
+    [
+        ("xe_step", dims.xe_step(xe_images, s.xe_rows, t + 1)),
+        ("greedy", dims.decode(s.dec_images, 1, t)),
+        ("sample_5", dims.decode(s.dec_images, 5, t)),
+        ("beam_5", dims.decode(s.dec_images, 5, t)),
+    ]
+    .into_iter()
+    .map(|(task, flops)| (task, flops / 1e9))
+    .collect()
+}
+
 /// Random images: the XE step's (each image repeated for its references, as the learner lays
 /// them out) and the decodes'.
-fn random_images(s: &Shape, cfg: &CaptionerConfig, device: &Device) -> Result<(Inputs, Inputs)> {
+pub(super) fn random_images(
+    s: &Shape,
+    cfg: &CaptionerConfig,
+    device: &Device,
+) -> Result<(Inputs, Inputs)> {
     let mut rng = CaprlRng::new(1);
     let mut images = |n: usize| -> Result<Inputs> {
         let fc: Vec<f32> = (0..n * s.att_dim)

@@ -1,0 +1,243 @@
+//! Versioned deltas of policy snapshots: version N as a change against a base version a reader
+//! already holds, so a broadcast moves what changed instead of the whole policy.
+//!
+//! Snapshots of one run share their layout (the same tensors, names and shapes, sorted by
+//! name: [`crate::snapshot::encode`]), so a delta is the byte-wise XOR of the two snapshots,
+//! zero wherever a byte did not change. Its bytes are regrouped into planes by their place in a
+//! value (every value's lowest byte, then every value's next byte, ...): a small update changes
+//! the low bytes of the mantissa and leaves the sign and exponent alone, so whole planes are
+//! zero, and LZ4 ([`lz4_flex`], a pure-Rust block codec) squeezes them to almost nothing.
+//!
+//! A delta names both versions by their checksums (XXH3-128): [`apply`] refuses a base that is
+//! not the one the delta was made against and checks what it rebuilds, so a reconstructed
+//! snapshot is the version's bytes bit for bit, or an error that says which check failed.
+
+use xxhash_rust::xxh3::xxh3_128;
+
+/// The first bytes of every delta (format version 1).
+const MAGIC: &[u8; 8] = b"CAPRLDT1";
+/// Magic, value width, snapshot length, base and result checksums.
+const HEADER_LEN: usize = 8 + 1 + 8 + 16 + 16;
+
+/// Why a delta could not be made or applied.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeltaError {
+    #[error("a delta needs snapshots of one layout: the base has {base} bytes, the new one {next} (did the model's shape change?)")]
+    LayoutChanged { base: usize, next: usize },
+    #[error("value width {0} is not 1, 2, 4 or 8 bytes")]
+    BadWidth(usize),
+    #[error("not a snapshot delta ({0}); fetch the full snapshot instead")]
+    Malformed(String),
+    #[error("the delta was made against another base snapshot than the one held (xxh3 {held:032x}, the delta's base {wanted:032x}); fetch the full snapshot instead")]
+    OtherBase { held: u128, wanted: u128 },
+    #[error("the rebuilt snapshot fails its checksum (xxh3 {got:032x}, the version's {wanted:032x}): the delta is damaged; fetch the full snapshot instead")]
+    Damaged { got: u128, wanted: u128 },
+}
+
+/// The delta that turns `base` into `next`, two snapshots of one layout whose values are
+/// `width` bytes wide (4 for f32, 2 for bf16).
+pub fn encode(base: &[u8], next: &[u8], width: usize) -> Result<Vec<u8>, DeltaError> {
+    if base.len() != next.len() {
+        return Err(DeltaError::LayoutChanged {
+            base: base.len(),
+            next: next.len(),
+        });
+    }
+    if ![1, 2, 4, 8].contains(&width) {
+        return Err(DeltaError::BadWidth(width));
+    }
+    let planes = xor_into_planes(base, next, width);
+    let mut out = Vec::with_capacity(HEADER_LEN + planes.len() / 16);
+    out.extend_from_slice(MAGIC);
+    out.push(width as u8);
+    out.extend_from_slice(&(next.len() as u64).to_le_bytes());
+    out.extend_from_slice(&xxh3_128(base).to_le_bytes());
+    out.extend_from_slice(&xxh3_128(next).to_le_bytes());
+    out.extend_from_slice(&lz4_flex::compress_prepend_size(&planes));
+    Ok(out)
+}
+
+/// The snapshot `delta` makes of `base`, checked: `base` must be the delta's base and the
+/// result must have the new version's checksum.
+pub fn apply(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, DeltaError> {
+    let header = Header::read(delta)?;
+    if header.len != base.len() {
+        return Err(DeltaError::LayoutChanged {
+            base: base.len(),
+            next: header.len,
+        });
+    }
+    let held = xxh3_128(base);
+    if held != header.base {
+        return Err(DeltaError::OtherBase {
+            held,
+            wanted: header.base,
+        });
+    }
+    let planes = lz4_flex::decompress_size_prepended(&delta[HEADER_LEN..])
+        .map_err(|e| DeltaError::Malformed(format!("its body does not decompress: {e}")))?;
+    if planes.len() != base.len() {
+        return Err(DeltaError::Malformed(format!(
+            "its body holds {} bytes for a snapshot of {}",
+            planes.len(),
+            base.len()
+        )));
+    }
+    let next = xor_from_planes(base, &planes, header.width);
+    let got = xxh3_128(&next);
+    if got != header.next {
+        return Err(DeltaError::Damaged {
+            got,
+            wanted: header.next,
+        });
+    }
+    Ok(next)
+}
+
+/// What a delta's header says.
+struct Header {
+    width: usize,
+    len: usize,
+    base: u128,
+    next: u128,
+}
+
+impl Header {
+    fn read(delta: &[u8]) -> Result<Header, DeltaError> {
+        if delta.len() < HEADER_LEN || &delta[..8] != MAGIC {
+            return Err(DeltaError::Malformed(format!(
+                "{} bytes without the delta header",
+                delta.len()
+            )));
+        }
+        let width = usize::from(delta[8]);
+        if ![1, 2, 4, 8].contains(&width) {
+            return Err(DeltaError::BadWidth(width));
+        }
+        let u64_at =
+            |at: usize| u64::from_le_bytes(delta[at..at + 8].try_into().unwrap_or_default());
+        let u128_at =
+            |at: usize| u128::from_le_bytes(delta[at..at + 16].try_into().unwrap_or_default());
+        Ok(Header {
+            width,
+            len: usize::try_from(u64_at(9)).unwrap_or(usize::MAX),
+            base: u128_at(17),
+            next: u128_at(33),
+        })
+    }
+}
+
+/// `base ^ next`, byte `p` of every `width`-byte value into plane `p` (a tail shorter than a
+/// value stays at the end as it is).
+fn xor_into_planes(base: &[u8], next: &[u8], width: usize) -> Vec<u8> {
+    let values = base.len() / width;
+    let mut planes = vec![0u8; base.len()];
+    for (i, (b, n)) in base
+        .chunks_exact(width)
+        .zip(next.chunks_exact(width))
+        .enumerate()
+    {
+        for p in 0..width {
+            planes[p * values + i] = b[p] ^ n[p];
+        }
+    }
+    let tail = values * width;
+    for (o, (b, n)) in planes[tail..]
+        .iter_mut()
+        .zip(base[tail..].iter().zip(&next[tail..]))
+    {
+        *o = b ^ n;
+    }
+    planes
+}
+
+/// The inverse of [`xor_into_planes`]: `base` with the planes' differences applied.
+fn xor_from_planes(base: &[u8], planes: &[u8], width: usize) -> Vec<u8> {
+    let values = base.len() / width;
+    let mut next = base.to_vec();
+    for (i, n) in next.chunks_exact_mut(width).enumerate() {
+        for p in 0..width {
+            n[p] ^= planes[p * values + i];
+        }
+    }
+    let tail = values * width;
+    for (n, d) in next[tail..].iter_mut().zip(&planes[tail..]) {
+        *n ^= d;
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_delta_rebuilds_the_new_snapshot_bit_for_bit_at_every_width() {
+        for width in [1, 2, 4, 8] {
+            // 1,003 bytes: a tail shorter than a value at widths 2, 4 and 8.
+            let base = bytes(1003, 1);
+            let mut next = base.clone();
+            for i in (0..next.len()).step_by(37) {
+                next[i] ^= 0x5a;
+            }
+            let delta = encode(&base, &next, width).unwrap();
+            assert_eq!(apply(&base, &delta).unwrap(), next, "width {width}");
+            let same = encode(&base, &base, width).unwrap();
+            assert!(
+                same.len() < HEADER_LEN + 40,
+                "an unchanged snapshot: {} bytes",
+                same.len()
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_base_a_damaged_delta_or_another_layout_is_refused() {
+        let base = bytes(4096, 2);
+        let next = bytes(4096, 3);
+        let delta = encode(&base, &next, 4).unwrap();
+        let other = bytes(4096, 4);
+        assert!(matches!(
+            apply(&other, &delta),
+            Err(DeltaError::OtherBase { .. })
+        ));
+        assert!(matches!(
+            apply(&base[..4000], &delta),
+            Err(DeltaError::LayoutChanged { .. })
+        ));
+        assert!(matches!(
+            encode(&base, &next[..10], 4),
+            Err(DeltaError::LayoutChanged { .. })
+        ));
+        assert!(matches!(
+            apply(&base, &delta[..20]),
+            Err(DeltaError::Malformed(_))
+        ));
+        let mut flipped = delta.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(matches!(
+            apply(&base, &flipped),
+            Err(DeltaError::Damaged { .. } | DeltaError::Malformed(_))
+        ));
+        let mut wrong_result = delta.clone();
+        wrong_result[40] ^= 1;
+        assert!(matches!(
+            apply(&base, &wrong_result),
+            Err(DeltaError::Damaged { .. })
+        ));
+        assert_eq!(encode(&base, &next, 3), Err(DeltaError::BadWidth(3)));
+    }
+}
