@@ -63,6 +63,7 @@ fn every_results_directory_names_its_machine_commit_date_and_command() {
         "reward-cost",
         "sctorch",
         "roofline",
+        "delta",
     ] {
         assert_names_its_measurement(dir);
     }
