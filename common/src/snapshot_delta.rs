@@ -3,15 +3,18 @@
 //!
 //! Snapshots of one run share their layout (the same tensors, names and shapes, sorted by
 //! name: [`crate::snapshot::encode`]), so a delta is the byte-wise XOR of the two snapshots,
-//! zero wherever a byte did not change. Its bytes are regrouped into planes by their place in a
-//! value (every value's lowest byte, then every value's next byte, ...): a small update changes
-//! the low bytes of the mantissa and leaves the sign and exponent alone, so whole planes are
-//! zero, and LZ4 ([`lz4_flex`], a pure-Rust block codec) squeezes them to almost nothing.
+//! zero wherever a byte did not change. It is cut into chunks of [`CHUNK_VALUES`] values, made
+//! and applied in parallel. A chunk where nothing changed is a flag; in the others the bytes are
+//! regrouped into planes by their place in a value (every value's lowest byte, then every
+//! value's next byte, ...): a small update changes the low bytes of the mantissa and leaves
+//! the sign and exponent alone, so whole planes are zero, and LZ4 ([`lz4_flex`], a pure-Rust
+//! block codec) squeezes them to almost nothing.
 //!
 //! A delta names both versions by their checksums (XXH3-128): [`apply`] refuses a base that is
 //! not the one the delta was made against and checks what it rebuilds, so a reconstructed
 //! snapshot is the version's bytes bit for bit, or an error that says which check failed.
 
+use rayon::prelude::*;
 use xxhash_rust::xxh3::xxh3_128;
 
 /// The first bytes of every delta (format version 1).
@@ -34,6 +37,14 @@ pub enum DeltaError {
     Damaged { got: u128, wanted: u128 },
 }
 
+/// Values per chunk: 1 MiB of f32.
+pub const CHUNK_VALUES: usize = 1 << 18;
+
+/// A chunk whose bytes did not change: nothing follows its flag.
+const UNCHANGED: u8 = 0;
+/// A chunk followed by its compressed length (u32) and its LZ4 block of byte planes.
+const CHANGED: u8 = 1;
+
 /// The delta that turns `base` into `next`, two snapshots of one layout whose values are
 /// `width` bytes wide (4 for f32, 2 for bf16).
 pub fn encode(base: &[u8], next: &[u8], width: usize) -> Result<Vec<u8>, DeltaError> {
@@ -46,52 +57,113 @@ pub fn encode(base: &[u8], next: &[u8], width: usize) -> Result<Vec<u8>, DeltaEr
     if ![1, 2, 4, 8].contains(&width) {
         return Err(DeltaError::BadWidth(width));
     }
-    let planes = xor_into_planes(base, next, width);
-    let mut out = Vec::with_capacity(HEADER_LEN + planes.len() / 16);
+    let chunk = CHUNK_VALUES * width;
+    let bodies: Vec<Option<Vec<u8>>> = base
+        .par_chunks(chunk)
+        .zip(next.par_chunks(chunk))
+        .map(|(b, n)| (b != n).then(|| lz4_flex::compress(&xor_into_planes(b, n, width))))
+        .collect();
+    let mut out =
+        Vec::with_capacity(HEADER_LEN + bodies.iter().flatten().map(Vec::len).sum::<usize>());
     out.extend_from_slice(MAGIC);
     out.push(width as u8);
     out.extend_from_slice(&(next.len() as u64).to_le_bytes());
     out.extend_from_slice(&xxh3_128(base).to_le_bytes());
     out.extend_from_slice(&xxh3_128(next).to_le_bytes());
-    out.extend_from_slice(&lz4_flex::compress_prepend_size(&planes));
+    for body in &bodies {
+        match body {
+            None => out.push(UNCHANGED),
+            Some(body) => {
+                out.push(CHANGED);
+                out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                out.extend_from_slice(body);
+            }
+        }
+    }
     Ok(out)
 }
 
 /// The snapshot `delta` makes of `base`, checked: `base` must be the delta's base and the
 /// result must have the new version's checksum.
 pub fn apply(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, DeltaError> {
+    let mut next = base.to_vec();
+    apply_in_place(&mut next, delta)?;
+    Ok(next)
+}
+
+/// [`apply`] to the held snapshot itself, which becomes the new version: no copy of a snapshot
+/// is made. A base that is not the delta's is refused untouched; after that, on an error (a
+/// damaged delta) the held bytes are part-changed and the reader fetches the full snapshot.
+pub fn apply_in_place(held: &mut [u8], delta: &[u8]) -> Result<(), DeltaError> {
     let header = Header::read(delta)?;
-    if header.len != base.len() {
+    if header.len != held.len() {
         return Err(DeltaError::LayoutChanged {
-            base: base.len(),
+            base: held.len(),
             next: header.len,
         });
     }
-    let held = xxh3_128(base);
-    if held != header.base {
+    let was = xxh3_128(held);
+    if was != header.base {
         return Err(DeltaError::OtherBase {
-            held,
+            held: was,
             wanted: header.base,
         });
     }
-    let planes = lz4_flex::decompress_size_prepended(&delta[HEADER_LEN..])
-        .map_err(|e| DeltaError::Malformed(format!("its body does not decompress: {e}")))?;
-    if planes.len() != base.len() {
-        return Err(DeltaError::Malformed(format!(
-            "its body holds {} bytes for a snapshot of {}",
-            planes.len(),
-            base.len()
-        )));
-    }
-    let next = xor_from_planes(base, &planes, header.width);
-    let got = xxh3_128(&next);
+    let chunk = CHUNK_VALUES * header.width;
+    let bodies = chunk_bodies(&delta[HEADER_LEN..], held.len().div_ceil(chunk))?;
+    // Every thread decompresses into one buffer of its own.
+    held.par_chunks_mut(chunk).zip(bodies).try_for_each_init(
+        || vec![0u8; chunk],
+        |buf, (n, body)| {
+            let Some(body) = body else {
+                return Ok(());
+            };
+            let planes = &mut buf[..n.len()];
+            let len = lz4_flex::decompress_into(body, planes)
+                .map_err(|e| DeltaError::Malformed(format!("a chunk does not decompress: {e}")))?;
+            if len != n.len() {
+                return Err(DeltaError::Malformed("a chunk has the wrong length".into()));
+            }
+            xor_from_planes(n, planes, header.width);
+            Ok(())
+        },
+    )?;
+    let got = xxh3_128(held);
     if got != header.next {
         return Err(DeltaError::Damaged {
             got,
             wanted: header.next,
         });
     }
-    Ok(next)
+    Ok(())
+}
+
+/// The `chunks` chunks of a delta's body: `None` for an unchanged one, else its LZ4 block.
+fn chunk_bodies(mut body: &[u8], chunks: usize) -> Result<Vec<Option<&[u8]>>, DeltaError> {
+    let cut = |what: &str| DeltaError::Malformed(format!("its body is cut short ({what})"));
+    let mut out = Vec::with_capacity(chunks);
+    for _ in 0..chunks {
+        let (&flag, rest) = body.split_first().ok_or_else(|| cut("a chunk flag"))?;
+        body = rest;
+        match flag {
+            UNCHANGED => out.push(None),
+            CHANGED => {
+                let len = body.get(..4).ok_or_else(|| cut("a chunk length"))?;
+                let len = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+                let block = body.get(4..4 + len).ok_or_else(|| cut("a chunk"))?;
+                out.push(Some(block));
+                body = &body[4 + len..];
+            }
+            other => return Err(DeltaError::Malformed(format!("chunk flag {other}"))),
+        }
+    }
+    if !body.is_empty() {
+        return Err(DeltaError::Malformed(format!(
+            "{} bytes after its last chunk",
+            body.len()
+        )));
+    }
+    Ok(out)
 }
 
 /// What a delta's header says.
@@ -151,10 +223,10 @@ fn xor_into_planes(base: &[u8], next: &[u8], width: usize) -> Vec<u8> {
     planes
 }
 
-/// The inverse of [`xor_into_planes`]: `base` with the planes' differences applied.
-fn xor_from_planes(base: &[u8], planes: &[u8], width: usize) -> Vec<u8> {
-    let values = base.len() / width;
-    let mut next = base.to_vec();
+/// The inverse of [`xor_into_planes`]: `next`, a copy of the base, with the planes'
+/// differences applied in place.
+fn xor_from_planes(next: &mut [u8], planes: &[u8], width: usize) {
+    let values = next.len() / width;
     for (i, n) in next.chunks_exact_mut(width).enumerate() {
         for p in 0..width {
             n[p] ^= planes[p * values + i];
@@ -164,7 +236,6 @@ fn xor_from_planes(base: &[u8], planes: &[u8], width: usize) -> Vec<u8> {
     for (n, d) in next[tail..].iter_mut().zip(&planes[tail..]) {
         *n ^= d;
     }
-    next
 }
 
 #[cfg(test)]
@@ -201,6 +272,31 @@ mod tests {
                 same.len()
             );
         }
+    }
+
+    /// Over several chunks, with some unchanged, and a last chunk shorter than the others.
+    #[test]
+    fn chunks_that_did_not_change_are_flags_and_the_rest_rebuild_exactly() {
+        let width = 2;
+        let base = bytes(CHUNK_VALUES * width * 3 + 1001, 5);
+        let mut next = base.clone();
+        next[7] ^= 1; // first chunk
+        let last = next.len() - 1;
+        next[last] ^= 0x80; // the short last chunk; the two between are unchanged
+        let delta = encode(&base, &next, width).unwrap();
+        assert!(delta.len() < 4096, "{} bytes", delta.len());
+        assert_eq!(apply(&base, &delta).unwrap(), next);
+        // A body with a chunk missing or one too many is refused, not read past.
+        assert!(matches!(
+            apply(&base, &delta[..delta.len() - 1]),
+            Err(DeltaError::Malformed(_))
+        ));
+        let mut longer = delta.clone();
+        longer.push(UNCHANGED);
+        assert!(matches!(
+            apply(&base, &longer),
+            Err(DeltaError::Malformed(_))
+        ));
     }
 
     #[test]

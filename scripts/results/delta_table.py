@@ -26,7 +26,8 @@ def render(d):
         "the loss, so they change the values an SCST update at that rate would. After each "
         "update the policy snapshot is written in f32 and in bf16 and its delta against the "
         "version before is made (`caprl_common::snapshot_delta`: the XOR of the two snapshots in "
-        "byte planes, LZ4-compressed) and applied, the rebuilt snapshot checked bit for bit. "
+        "byte planes, LZ4-compressed, in chunks made and applied in parallel) and applied to the "
+        "held snapshot in place, as a reader does, the rebuilt snapshot checked bit for bit. "
         "Means over the updates after the first (Adam's first step moves every value).",
         "",
         "| lr | snapshot | MB | values changed | delta MB | delta / snapshot | make ms | "
