@@ -201,6 +201,10 @@ fn proofs() -> Vec<(&'static str, Proof)> {
         ("runtime.snapshot_dtype", flip("\"bf16\"", NONE)),
         ("runtime.snapshot_every", flip("2", ASYNC)),
         (
+            "runtime.snapshot_full_every",
+            elsewhere("common/tests/bus_snapshot_deltas.rs", "snapshot_full_every"),
+        ),
+        (
             "runtime.snapshot_dir",
             elsewhere("common/tests/bus_snapshot_files.rs", "snapshot_dir"),
         ),

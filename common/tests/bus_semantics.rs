@@ -406,6 +406,7 @@ async fn snapshot_round_trip_checksum_and_watch(kind: Kind) {
             },
             bytes: v1.len() as u64,
             file: None,
+            chain: Vec::new(),
         }
     );
     assert_eq!(bus.get_snapshot(&meta1).await.unwrap(), v1);

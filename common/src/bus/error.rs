@@ -89,6 +89,14 @@ pub enum BusError {
         bytes: usize,
     },
 
+    /// A snapshot version's delta that could not be made or applied.
+    #[error("snapshot v{version}: {source}")]
+    Delta {
+        version: u64,
+        #[source]
+        source: crate::snapshot_delta::DeltaError,
+    },
+
     /// No snapshot object for this version (deleted or never written).
     #[error("snapshot v{version} is not in the snapshot store (deleted, or never published)")]
     SnapshotMissing { version: u64 },

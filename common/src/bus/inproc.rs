@@ -281,6 +281,7 @@ impl Bus for InProcBus {
                 checksum: Checksum::xxh3(&data),
                 bytes: data.len() as u64,
                 file: None,
+                chain: Vec::new(),
             };
             lock(&self.inner.snapshots).insert(version, (meta.clone(), data));
             self.inner.latest.send_replace(Some(meta.clone()));

@@ -25,6 +25,7 @@ mod nats_retry;
 mod nats_setup;
 mod server;
 mod settings;
+mod snapshot_chain;
 mod snapshot_file;
 mod snapshot_object;
 
@@ -46,7 +47,7 @@ pub use inproc::InProcBus;
 pub use nats::NatsBus;
 pub use nats_retry::Retry;
 pub use server::{LocalNatsServer, LocalNatsServerOptions};
-pub use settings::{BusOptions, NatsConfig, MAX_SECS, MAX_SECS_ALLOWED};
+pub use settings::{BusOptions, NatsConfig, SnapshotDeltas, MAX_SECS, MAX_SECS_ALLOWED};
 
 /// Result of every bus operation.
 pub type BusResult<T> = Result<T, BusError>;
@@ -108,6 +109,13 @@ pub struct SnapshotMeta {
     /// absent: in the run's object store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
+    /// Empty when the object store holds this version whole. Else the version is stored as a
+    /// delta against the version before it in this list ([`crate::snapshot_delta`]): the list
+    /// starts with the newest version stored whole and ends with this one, so a reader holding
+    /// any version of it fetches only the deltas after that, and any other reader the whole
+    /// first version and every delta.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<u64>,
 }
 
 impl SnapshotMeta {

@@ -4,7 +4,8 @@
 //! and one durable pull consumer (`workers`) that every puller of the run shares, with
 //! explicit acks and the run's `ack_wait`; so each message reaches one puller and an
 //! un-acked one comes back. Snapshots live in the object store `caprl-<run>-snapshots`
-//! (`snapshot_object`) or, with `runtime.snapshot_dir`, in files (`snapshot_file`);
+//! (`snapshot_object`, whole or in version chains of deltas: `snapshot_chain`) or, with
+//! `runtime.snapshot_dir`, in files (`snapshot_file`);
 //! `latest` and heartbeats in the KV bucket `caprl-<run>-control`. Every broker call runs
 //! under a deadline, so a dead broker surfaces as [`BusError::Timeout`] instead of a hang;
 //! reconnecting (with backoff) is left to async-nats.
@@ -25,6 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
+use super::snapshot_chain::{self, Chain, Held, Store};
 use super::{snapshot_file, snapshot_object};
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConfig, Queue,
@@ -45,6 +47,10 @@ pub struct NatsBus {
     consumers: [tokio::sync::OnceCell<PullConsumer>; 3],
     kv: kv::Store,
     objects: ObjectStore,
+    /// The learner's side of the object store's version chains.
+    chain: tokio::sync::Mutex<Chain>,
+    /// A reader's newest fetched version, to apply the next deltas to.
+    held: tokio::sync::Mutex<Option<Held>>,
 }
 
 impl NatsBus {
@@ -134,7 +140,18 @@ impl NatsBus {
             consumers,
             kv,
             objects,
+            chain: tokio::sync::Mutex::new(Chain::default()),
+            held: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// The object store with this bus's chunk size and deadline for whole snapshots.
+    fn store(&self) -> Store<'_> {
+        Store {
+            objects: &self.objects,
+            max_payload: self.max_payload,
+            timeout: self.opts.snapshot_timeout(),
+        }
     }
 
     /// The options this bus runs with.
@@ -366,8 +383,9 @@ impl Bus for NatsBus {
             let meta = match self.snapshot_files() {
                 Some(dir) => blocking(move || snapshot_file::write(&dir, version, &data)).await?,
                 None => {
-                    let (limit, timeout) = (self.max_payload, self.opts.snapshot_timeout());
-                    snapshot_object::put(&self.objects, limit, timeout, version, &data).await?
+                    let deltas = self.opts.snapshot_deltas;
+                    let mut chain = self.chain.lock().await;
+                    chain.put(&self.store(), deltas, version, data).await?
                 }
             };
             let record = serde_json::to_vec(&meta)
@@ -391,7 +409,8 @@ impl Bus for NatsBus {
                     blocking(move || snapshot_file::read(&path, &meta)).await
                 }
                 None => {
-                    snapshot_object::get(&self.objects, self.opts.snapshot_timeout(), meta).await
+                    let mut held = self.held.lock().await;
+                    snapshot_chain::get(&self.store(), &mut held, meta).await
                 }
             }
         })
@@ -401,6 +420,9 @@ impl Bus for NatsBus {
         Box::pin(async move {
             if let Some(dir) = self.snapshot_files() {
                 return blocking(move || snapshot_file::delete(&dir, version)).await;
+            }
+            if self.chain.lock().await.defers(version) {
+                return Ok(());
             }
             snapshot_object::delete(&self.objects, self.opts.request_timeout(), version).await
         })

@@ -10,7 +10,7 @@ use caprl_wire::check::{first_violation, outside, Check, Violation};
 use serde::{Deserialize, Serialize};
 
 use super::{BusError, BusResult, Queue};
-use crate::config::RuntimeConfig;
+use crate::config::{Dtype, RuntimeConfig};
 
 /// Upper bound of every `*_secs` option.
 pub const MAX_SECS: u64 = 7 * 24 * 3600;
@@ -69,6 +69,25 @@ pub struct BusOptions {
     /// Where the learner writes policy snapshots as files (`runtime.snapshot_dir`); `None`: the
     /// run's object store. Readers follow the description's `file`, whatever theirs says.
     pub snapshot_dir: Option<PathBuf>,
+    /// How the object store keeps the learner's versions: whole or as deltas.
+    pub snapshot_deltas: SnapshotDeltas,
+}
+
+/// How the object store keeps policy versions: whole every `full_every` published versions,
+/// as deltas of values `width` bytes wide in between (`runtime.snapshot_full_every`, the width
+/// of `runtime.snapshot_dtype`); `full_every = 1` stores every version whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotDeltas {
+    pub full_every: u64,
+    pub width: usize,
+}
+
+impl SnapshotDeltas {
+    /// Every version whole.
+    pub const OFF: SnapshotDeltas = SnapshotDeltas {
+        full_every: 1,
+        width: 4,
+    };
 }
 
 impl Default for BusOptions {
@@ -81,6 +100,7 @@ impl Default for BusOptions {
             snapshot_timeout_secs: 300,
             replicas: 1,
             snapshot_dir: None,
+            snapshot_deltas: SnapshotDeltas::OFF,
         }
     }
 }
@@ -94,7 +114,8 @@ impl BusOptions {
         }
     }
 
-    /// The run's bus settings: `[runtime]`'s `run_id`, `ack_wait_secs` and `snapshot_dir`, and
+    /// The run's bus settings: `[runtime]`'s `run_id`, `ack_wait_secs`, `snapshot_dir`,
+    /// `snapshot_full_every` and `snapshot_dtype`'s width, and
     /// `[nats]`'s `max_message_bytes` and `replicas`.
     pub fn of(runtime: &RuntimeConfig, nats: &NatsConfig) -> BusOptions {
         BusOptions {
@@ -105,6 +126,14 @@ impl BusOptions {
             snapshot_dir: Some(&runtime.snapshot_dir)
                 .filter(|dir| !dir.is_empty())
                 .map(PathBuf::from),
+            snapshot_deltas: SnapshotDeltas {
+                full_every: runtime.snapshot_full_every,
+                width: if runtime.snapshot_dtype == Dtype::F32 {
+                    4
+                } else {
+                    2
+                },
+            },
             ..BusOptions::default()
         }
     }
@@ -116,6 +145,7 @@ impl BusOptions {
         Check { key: "bus.request_timeout_secs", allowed: MAX_SECS_ALLOWED, violation: |o| outside(o.request_timeout_secs, 1..=MAX_SECS) },
         Check { key: "bus.snapshot_timeout_secs", allowed: MAX_SECS_ALLOWED, violation: |o| outside(o.snapshot_timeout_secs, 1..=MAX_SECS) },
         Check { key: "nats.max_message_bytes", allowed: caprl_wire::MAX_MESSAGE_BYTES_ALLOWED, violation: |o| caprl_wire::message_limit_violation(o.max_message_bytes as u64) },
+        Check { key: "runtime.snapshot_full_every", allowed: "1..=1000", violation: |o| outside(o.snapshot_deltas.full_every, 1..=1000) },
         Check { key: "nats.replicas", allowed: "1..=5 (1 on a single server, 3 on a 3-node JetStream cluster)", violation: |o| outside(o.replicas, 1..=5) },
     ];
 

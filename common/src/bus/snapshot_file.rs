@@ -69,6 +69,7 @@ pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<Snapshot
         checksum,
         bytes: data.len() as u64,
         file: Some(path),
+        chain: Vec::new(),
     })
 }
 

@@ -1,5 +1,6 @@
 //! Policy snapshots in the run's NATS object store (`caprl-<run>-snapshots`), one object per
-//! version: what every reader fetches its own copy of when `runtime.snapshot_dir` is not set.
+//! version, whole or as a delta (`snapshot_chain`): what every reader fetches its own copy of
+//! when `runtime.snapshot_dir` is not set.
 
 use std::time::Duration;
 
@@ -10,13 +11,18 @@ use tokio::io::AsyncReadExt;
 use super::nats::deadline;
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
 
-/// The object holding snapshot `version`.
+/// The object holding snapshot `version` whole.
 fn object_name(version: u64) -> String {
     format!("policy-v{version}")
 }
 
-/// Stores snapshot `version` in the run's object store (in chunks of at most `max_payload`)
-/// and describes it.
+/// The object holding snapshot `version` as a delta against the version before it in its
+/// chain (`SnapshotMeta::chain`).
+pub(super) fn delta_name(version: u64) -> String {
+    format!("policy-v{version}-delta")
+}
+
+/// Stores snapshot `version` whole in the run's object store and describes it.
 pub(super) async fn put(
     objects: &ObjectStore,
     max_payload: usize,
@@ -24,10 +30,34 @@ pub(super) async fn put(
     version: u64,
     data: &Bytes,
 ) -> BusResult<SnapshotMeta> {
+    let digest = store(objects, max_payload, timeout, object_name(version), data).await?;
+    // The store hashed the bytes as it took them: its digest is the meta's checksum.
+    let checksum = match digest {
+        Some(sha256) => Checksum::Sha256(sha256),
+        None => Checksum::sha256(data),
+    };
+    Ok(SnapshotMeta {
+        version,
+        checksum,
+        bytes: data.len() as u64,
+        file: None,
+        chain: Vec::new(),
+    })
+}
+
+/// Stores `data` as object `name` (in chunks of at most `max_payload`); the store's SHA-256
+/// of it, hex, when it reports one for all of it.
+pub(super) async fn store(
+    objects: &ObjectStore,
+    max_payload: usize,
+    timeout: Duration,
+    name: String,
+    data: &[u8],
+) -> BusResult<Option<String>> {
     // The object store waits for JetStream's ack of every chunk in turn: its default
     // 128 KiB chunks made a 226 MB snapshot 1,800 round trips.
     let object = object_store::ObjectMetadata {
-        name: object_name(version),
+        name,
         chunk_size: Some(max_payload.min(SNAPSHOT_CHUNK_BYTES)),
         ..Default::default()
     };
@@ -35,46 +65,28 @@ pub(super) async fn put(
     let info = deadline("put snapshot", timeout, objects.put(object, &mut reader))
         .await?
         .map_err(|e| BusError::js("put snapshot", e))?;
-    // The store hashed the bytes as it took them: its digest is the meta's checksum.
-    let checksum = match info.digest.as_deref().and_then(digest_hex) {
-        Some(sha256) if info.size == data.len() => Checksum::Sha256(sha256),
-        _ => Checksum::sha256(data),
-    };
-    Ok(SnapshotMeta {
-        version,
-        checksum,
-        bytes: data.len() as u64,
-        file: None,
-    })
+    Ok(info
+        .digest
+        .as_deref()
+        .and_then(digest_hex)
+        .filter(|_| info.size == data.len()))
 }
 
-/// Fetches the snapshot `meta` describes from the run's object store and checks it.
+/// Fetches the snapshot `meta` describes whole from the run's object store and checks it.
 pub(super) async fn get(
     objects: &ObjectStore,
     timeout: Duration,
     meta: &SnapshotMeta,
 ) -> BusResult<Bytes> {
-    let work = async {
-        let mut object = match objects.get(object_name(meta.version)).await {
-            Ok(object) => object,
-            Err(e) if e.kind() == GetErrorKind::NotFound => {
-                return Err(BusError::SnapshotMissing {
-                    version: meta.version,
-                })
-            }
-            Err(e) => return Err(BusError::js("get snapshot", e)),
-        };
-        let mut data = Vec::with_capacity(object.info().size);
-        // The reader checks the bytes against the object's digest when it reaches the end.
-        let checked = object.info().digest.is_some()
-            && object.info().digest.as_deref() == store_digest(meta.checksum.hex()).as_deref();
-        object
-            .read_to_end(&mut data)
-            .await
-            .map_err(|e| BusError::js("get snapshot", e))?;
-        Ok((data, checked))
-    };
-    let (data, checked) = deadline("get snapshot", timeout, work).await??;
+    let expected = store_digest(meta.checksum.hex());
+    let (data, checked) = fetch(
+        objects,
+        timeout,
+        object_name(meta.version),
+        meta.version,
+        expected,
+    )
+    .await?;
     // An object whose digest is the meta's and that read to its end is the meta's
     // snapshot; anything else is hashed here and compared.
     if !checked || data.len() as u64 != meta.bytes {
@@ -83,23 +95,65 @@ pub(super) async fn get(
     Ok(Bytes::from(data))
 }
 
-/// Removes the object of snapshot `version`; an absent one is no error.
+/// Fetches version `version` whole, or its delta (`delta`), unchecked: a delta checks its base
+/// and what it rebuilds itself.
+pub(super) async fn get_unchecked(
+    objects: &ObjectStore,
+    timeout: Duration,
+    version: u64,
+    delta: bool,
+) -> BusResult<Vec<u8>> {
+    let name = if delta {
+        delta_name(version)
+    } else {
+        object_name(version)
+    };
+    Ok(fetch(objects, timeout, name, version, None).await?.0)
+}
+
+/// The bytes of object `name` (of snapshot `version`), and whether the store checked them
+/// against the digest `expected` as they were read.
+async fn fetch(
+    objects: &ObjectStore,
+    timeout: Duration,
+    name: String,
+    version: u64,
+    expected: Option<String>,
+) -> BusResult<(Vec<u8>, bool)> {
+    let work = async {
+        let mut object = match objects.get(name).await {
+            Ok(object) => object,
+            Err(e) if e.kind() == GetErrorKind::NotFound => {
+                return Err(BusError::SnapshotMissing { version })
+            }
+            Err(e) => return Err(BusError::js("get snapshot", e)),
+        };
+        let mut data = Vec::with_capacity(object.info().size);
+        // The reader checks the bytes against the object's digest when it reaches the end.
+        let checked = object.info().digest.is_some() && object.info().digest == expected;
+        object
+            .read_to_end(&mut data)
+            .await
+            .map_err(|e| BusError::js("get snapshot", e))?;
+        Ok((data, checked))
+    };
+    deadline("get snapshot", timeout, work).await?
+}
+
+/// Removes the objects of snapshot `version`, whole and as a delta; absent ones are no error.
 pub(super) async fn delete(
     objects: &ObjectStore,
     timeout: Duration,
     version: u64,
 ) -> BusResult<()> {
-    match deadline(
-        "delete snapshot",
-        timeout,
-        objects.delete(object_name(version)),
-    )
-    .await?
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == DeleteErrorKind::NotFound => Ok(()),
-        Err(e) => Err(BusError::js("delete snapshot", e)),
+    for name in [object_name(version), delta_name(version)] {
+        match deadline("delete snapshot", timeout, objects.delete(name)).await? {
+            Ok(()) => {}
+            Err(e) if e.kind() == DeleteErrorKind::NotFound => {}
+            Err(e) => return Err(BusError::js("delete snapshot", e)),
+        }
     }
+    Ok(())
 }
 
 /// The object store's digest (`SHA-256=<base64url>`) of a snapshot whose hex sha256 is `hex`.

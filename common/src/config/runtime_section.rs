@@ -39,6 +39,10 @@ pub struct RuntimeConfig {
     /// mount); "" sends them through the run's NATS object store. `caprl local` sets
     /// `<run_dir>/snapshots` when this is "".
     pub snapshot_dir: String,
+    /// Through the object store, a policy version is stored whole every this many published
+    /// versions and as a delta against the one before in between (when the delta is less than
+    /// half the snapshot: bf16 snapshots at RL learning rates); 1 stores every version whole.
+    pub snapshot_full_every: u64,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -62,6 +66,7 @@ impl Default for RuntimeConfig {
             snapshot_dtype: Dtype::F32,
             snapshot_every: 1,
             snapshot_dir: String::new(),
+            snapshot_full_every: 10,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,

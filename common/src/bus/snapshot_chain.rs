@@ -1,0 +1,213 @@
+//! Policy versions in the object store as chains: a version stored whole, then each published
+//! version after it as a delta against the one before ([`crate::snapshot_delta`]), until
+//! `runtime.snapshot_full_every` versions make up the chain or a delta would not pay (half the
+//! snapshot or more); the next version starts a new chain. [`SnapshotMeta::chain`] names the
+//! chain up to a version, so a reader holding one of its versions fetches only the deltas after
+//! it, and any other reader (one joining late, restarted, or left behind) the chain's whole
+//! first version and every delta. Deltas check their base and what they rebuild; the rebuilt
+//! snapshot is checked against the meta's checksum as a whole one is.
+//!
+//! The learner's side ([`Chain`]) remembers the last version stored and keeps the objects of its
+//! chain until a new chain starts, whatever the driver lets go of; a reader ([`Held`]) keeps
+//! the newest version it fetched, to apply the next deltas to.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream::object_store::ObjectStore;
+use bytes::Bytes;
+
+use super::settings::SnapshotDeltas;
+use super::snapshot_object::{self, delta_name};
+use super::{BusError, BusResult, Checksum, SnapshotMeta};
+use crate::snapshot_delta;
+
+/// What the learner's bus stored last.
+#[derive(Default)]
+pub(super) struct Chain {
+    /// The newest version's bytes and its chain (whose first version is stored whole).
+    last: Option<(Bytes, Vec<u64>)>,
+    /// Publications still to be stored whole without trying a delta, after one that did not pay.
+    whole_for: u64,
+    /// Versions the driver let go of while the chain still needs them.
+    deferred: BTreeSet<u64>,
+}
+
+/// The newest version a reader fetched.
+pub(super) struct Held {
+    version: u64,
+    bytes: Bytes,
+}
+
+/// Where the object store is and how long its operations may take.
+pub(super) struct Store<'a> {
+    pub(super) objects: &'a ObjectStore,
+    pub(super) max_payload: usize,
+    pub(super) timeout: Duration,
+}
+
+impl Chain {
+    /// Stores `version` (`data`) as a delta when it pays, else whole, and describes it. A new
+    /// chain lets go of the versions the driver deleted while the old one needed them.
+    pub(super) async fn put(
+        &mut self,
+        store: &Store<'_>,
+        deltas: SnapshotDeltas,
+        version: u64,
+        data: Bytes,
+    ) -> BusResult<SnapshotMeta> {
+        if let Some((delta, chain)) = self.delta_for(deltas, version, &data).await? {
+            let name = delta_name(version);
+            snapshot_object::store(
+                store.objects,
+                store.max_payload,
+                store.timeout,
+                name,
+                &delta,
+            )
+            .await?;
+            let checksum = blocking_checksum(data.clone()).await;
+            let meta = SnapshotMeta {
+                version,
+                checksum,
+                bytes: data.len() as u64,
+                file: None,
+                chain: chain.clone(),
+            };
+            self.last = Some((data, chain));
+            return Ok(meta);
+        }
+        let meta = snapshot_object::put(
+            store.objects,
+            store.max_payload,
+            store.timeout,
+            version,
+            &data,
+        )
+        .await?;
+        self.last = Some((data, vec![version]));
+        for old in std::mem::take(&mut self.deferred) {
+            if let Err(e) = snapshot_object::delete(store.objects, store.timeout, old).await {
+                tracing::warn!("could not delete snapshot v{old} of an earlier chain: {e}");
+            }
+        }
+        Ok(meta)
+    }
+
+    /// The delta of `version` against the last version stored and the chain it ends, when the
+    /// chain has room, the layout is the same and the delta is under half the snapshot.
+    async fn delta_for(
+        &mut self,
+        deltas: SnapshotDeltas,
+        version: u64,
+        data: &Bytes,
+    ) -> BusResult<Option<(Vec<u8>, Vec<u64>)>> {
+        let Some((base, chain)) = &self.last else {
+            return Ok(None);
+        };
+        let room = (chain.len() as u64) < deltas.full_every;
+        let follows = chain.last().is_some_and(|&last| last < version);
+        if !room || !follows || base.len() != data.len() {
+            return Ok(None);
+        }
+        if self.whole_for > 0 {
+            self.whole_for -= 1;
+            return Ok(None);
+        }
+        let (base, next, width) = (base.clone(), data.clone(), deltas.width);
+        let delta =
+            tokio::task::spawn_blocking(move || snapshot_delta::encode(&base, &next, width))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+                .map_err(|source| BusError::Delta { version, source })?;
+        if delta.len() * 2 >= data.len() {
+            // Deltas of these snapshots do not pay (f32 at a high learning rate): store the
+            // next `full_every - 1` versions whole without making them.
+            self.whole_for = deltas.full_every.saturating_sub(1);
+            return Ok(None);
+        }
+        let mut chain = chain.clone();
+        chain.push(version);
+        Ok(Some((delta, chain)))
+    }
+
+    /// Whether `version`'s objects are to stay for now (the current chain needs them); if so
+    /// they are deleted when a new chain starts.
+    pub(super) fn defers(&mut self, version: u64) -> bool {
+        let needed = self
+            .last
+            .as_ref()
+            .is_some_and(|(_, chain)| chain.contains(&version));
+        if needed {
+            self.deferred.insert(version);
+        }
+        needed
+    }
+}
+
+/// Fetches the version `meta` describes, stored whole or as the last delta of `meta.chain`:
+/// from the deltas after the version `held` holds when it is of the chain (a delta that fails
+/// its checks sends the reader to the chain's start), else from the chain's start; `held`
+/// becomes the version fetched. The bytes are checked against the meta's checksum either way.
+pub(super) async fn get(
+    store: &Store<'_>,
+    held: &mut Option<Held>,
+    meta: &SnapshotMeta,
+) -> BusResult<Bytes> {
+    let bytes = if meta.chain.is_empty() {
+        snapshot_object::get(store.objects, store.timeout, meta).await?
+    } else {
+        let from_held = held.as_ref().and_then(|h| {
+            let at = meta.chain.iter().position(|&v| v == h.version)?;
+            Some((h.bytes.clone(), &meta.chain[at + 1..]))
+        });
+        let rebuilt = match from_held {
+            Some((base, after)) => rebuild(store, base, after).await.ok(),
+            None => None,
+        };
+        match rebuilt {
+            Some(bytes) => bytes,
+            None => {
+                let first = meta.chain[0];
+                let whole =
+                    snapshot_object::get_unchecked(store.objects, store.timeout, first, false)
+                        .await?;
+                rebuild(store, Bytes::from(whole), &meta.chain[1..]).await?
+            }
+        }
+    };
+    let checked = bytes.clone();
+    let meta_copy = meta.clone();
+    tokio::task::spawn_blocking(move || meta_copy.verify(&checked))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    *held = Some(Held {
+        version: meta.version,
+        bytes: bytes.clone(),
+    });
+    Ok(bytes)
+}
+
+/// `base` with the deltas of `versions` applied in turn.
+async fn rebuild(store: &Store<'_>, mut base: Bytes, versions: &[u64]) -> BusResult<Bytes> {
+    for &version in versions {
+        let delta =
+            snapshot_object::get_unchecked(store.objects, store.timeout, version, true).await?;
+        base = tokio::task::spawn_blocking(move || {
+            let mut next = base.to_vec();
+            snapshot_delta::apply_in_place(&mut next, &delta)
+                .map(|()| Bytes::from(next))
+                .map_err(|source| BusError::Delta { version, source })
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    }
+    Ok(base)
+}
+
+/// The XXH3-128 checksum of `data`, off the async threads.
+async fn blocking_checksum(data: Bytes) -> Checksum {
+    tokio::task::spawn_blocking(move || Checksum::xxh3(&data))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
