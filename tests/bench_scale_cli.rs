@@ -48,9 +48,10 @@ fn bench_scale_prints_a_row_per_actor_count_and_says_it_is_simulated() {
     assert_eq!(rows.len(), 2, "{stdout}");
     assert_eq!((rows[0][0], rows[1][0]), (1.0, 3.0), "{stdout}");
     for r in &rows {
-        // images/s, ideal, of ideal, of linear, NATS msgs/s and MB/s, the snapshots' share.
-        assert_eq!(r.len(), 9, "{stdout}");
-        assert!(r[1..8].iter().all(|x| *x > 0.0), "{stdout}");
+        // images/s, ideal, of ideal, of linear, NATS msgs/s and MB/s, MB per version and per
+        // reader's share of a snapshot.
+        assert_eq!(r.len(), 10, "{stdout}");
+        assert!(r[1..9].iter().all(|x| *x > 0.0), "{stdout}");
     }
 }
 

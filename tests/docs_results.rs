@@ -64,6 +64,7 @@ fn every_results_directory_names_its_machine_commit_date_and_command() {
         "sctorch",
         "roofline",
         "delta",
+        "scale",
     ] {
         assert_names_its_measurement(dir);
     }

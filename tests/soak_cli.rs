@@ -61,6 +61,10 @@ fn a_short_soak_meets_every_fault_and_every_invariant_holds() {
         // Rounds of 3 RL epochs: several rounds in the minute, each checked.
         "--set",
         "train.rl_epochs=3",
+        // bf16 snapshots through the object store: versions travel as chains of deltas
+        // (runtime.snapshot_full_every), through kills and broker restarts.
+        "--set",
+        "runtime.snapshot_dtype=\"bf16\"",
     ];
     let (out, report) = soak(dir.path(), &args, Duration::from_secs(600));
     assert!(out.contains("soak PASSED"), "{out}");

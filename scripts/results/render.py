@@ -11,7 +11,7 @@ Usage:
 Each page reads docs/results/<its directory>/, which names the machine (CPU, cores, SIMD level),
 the commit, the date and the command of the measurement; a page whose files do not is not
 printed (exit status 2). The scripts that measure (bench_all.sh, python_score.sh,
-reward_cost.sh, quality.sh, roofline.sh, delta.sh, scripts/peer/sctorch_regions.sh) write those files and call this
+reward_cost.sh, quality.sh, roofline.sh, delta.sh, scale.sh, scripts/peer/sctorch_regions.sh) write those files and call this
 one.
 """
 import argparse
@@ -24,6 +24,7 @@ import delta_table  # noqa: E402
 import quality_table  # noqa: E402
 import reward_table  # noqa: E402
 import roofline_table  # noqa: E402
+import scale_table  # noqa: E402
 import score_table  # noqa: E402
 import sctorch_table  # noqa: E402
 
@@ -38,6 +39,7 @@ PAGES = {
     "sctorch.md": ("sctorch", sctorch_table.render),
     "roofline.md": ("roofline", roofline_table.render),
     "delta.md": ("delta", delta_table.render),
+    "scale.md": ("scale", scale_table.render),
 }
 
 

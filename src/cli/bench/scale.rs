@@ -25,7 +25,13 @@ use caprl_common::shutdown::{Shutdown, ShutdownTrigger};
 use caprl_data::{synth, Dataset, SynthConfig, Vocab};
 use caprl_learner::driver::Driver;
 use caprl_learner::objective::{CheckedConfig, Objective};
-use caprl_model::model::{Captioner, CaptionerConfig, Decoder, ModelError};
+use caprl_model::model::{
+    batch_tokens, inputs_for_rows, CaprlRng, Captioner, CaptionerConfig, Decoder, Device, Inputs,
+    ModelError,
+};
+use caprl_model::optim::AdamW;
+
+use super::model::random_captions;
 use caprl_wire::{DecodeKind, PolicyVersion, Rollout, RolloutTask, Sequence};
 
 use crate::cli::local_cmd::SnapshotTransport;
@@ -131,8 +137,8 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
          snapshots in {:?} through {}; one actor's rate {actor_rate:.1} images/s, the learner's \
          {learner_rate:.1} images/s\n\n\
          | actors | images/s | ideal images/s | of ideal | of linear | NATS msgs/s | NATS MB/s | \
-         snapshots' share of the bytes | overhead ms / rollout |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         NATS MB per version | per reader, of a snapshot | overhead ms / rollout |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         args.token_ms,
         captions_per_image,
         args.images_per_task,
@@ -155,22 +161,20 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         let ideal = (n as f64 * actor_rate).min(learner_rate);
         let one = *first_rate.get_or_insert(rate / args.actors[0] as f64);
         let overhead_ms = (m.wall - m.images as f64 / ideal) / m.rollouts.max(1) as f64 * 1e3;
-        // Each version goes in once and out to every actor (as files: not through NATS).
-        let snapshot_share = match args.snapshots {
-            SnapshotTransport::Nats => {
-                ((n as u64 + 1) * m.snapshots * m.snapshot_bytes) as f64 / m.bytes.max(1.0)
-            }
-            SnapshotTransport::Files => 0.0,
-        };
+        // All the bytes through NATS (tasks, rollouts and scores too) per published version, and
+        // per reader of it (the learner's put and every actor's fetch) against a whole snapshot.
+        let per_version = m.bytes / m.snapshots.max(1) as f64;
+        let per_reader = per_version / (n + 1) as f64 / m.snapshot_bytes.max(1) as f64;
         out.push_str(&format!(
-            "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {:.0}% | \
+            "| {} | {rate:.1} | {ideal:.1} | {:.0}% | {:.0}% | {:.0} | {:.2} | {:.2} | {:.1}% | \
              {overhead_ms:.1} |\n",
             m.actors,
             100.0 * rate / ideal,
             100.0 * rate / (one * n as f64),
             m.msgs / m.wall,
             m.bytes / m.wall / 1e6,
-            100.0 * snapshot_share.min(1.0),
+            per_version / 1e6,
+            100.0 * per_reader,
         ));
         snapshot_mb = m.snapshot_bytes as f64 / 1e6;
         eprintln!("{} actors: {rate:.1} images/s", m.actors);
@@ -179,8 +183,11 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         "\n(of linear: against N times the first row's per-actor rate; the learner's rate caps \
          the ideal, so rows past it fall below linear by design. A policy snapshot is \
          {snapshot_mb:.1} MB, published every {} step(s) (runtime.snapshot_every) and fetched by \
-         every actor.)\n",
-        cfg.runtime.snapshot_every
+         every actor; through the object store a version is stored whole every {} and as a delta \
+         against the one before in between when that pays (runtime.snapshot_full_every). The \
+         learner takes a real AdamW step at optim.rl_lr = {:e} each step, so versions differ as \
+         a trained policy's do.)\n",
+        cfg.runtime.snapshot_every, cfg.runtime.snapshot_full_every, cfg.optim.rl_lr
     ));
     write_stdout(&out)
 }
@@ -243,6 +250,7 @@ fn measure(
     driver.purge()?;
     driver.continue_versions(0, 0)?;
     let model = Captioner::new(&model_cfg, &device, cfg.seed)?;
+    let mut update = RealUpdate::new(&model, &model_cfg, data, cfg)?;
     let items = &data.train.items;
     let batch = args.batch as usize;
     let rows_of = |step: u64| -> Vec<u32> {
@@ -273,7 +281,10 @@ fn measure(
                 rows.len() as u64
             })
             .sum::<u64>();
-        std::thread::sleep(Duration::from_millis(args.update_ms));
+        // A real AdamW step at the run's RL learning rate, so each version's snapshot changes
+        // as a trained policy's does; the rest of the stated update time is slept.
+        let took = update.step(&model)?;
+        std::thread::sleep(Duration::from_millis(args.update_ms).saturating_sub(took));
     }
     let wall = started.elapsed().as_secs_f64();
     let after = varz(monitor)?;
@@ -292,6 +303,51 @@ fn measure(
         msgs: (after.0 - before.0) as f64,
         bytes: (after.1 - before.1) as f64,
     })
+}
+
+/// The learner's update in the benchmark: AdamW (the run's `[optim]`) at `optim.rl_lr` on the
+/// XE loss of random captions of the first training images: Adam's steps are about the learning
+/// rate in size whatever the loss, so the weights change as a real RL step's at that rate do.
+struct RealUpdate {
+    opt: AdamW,
+    inputs: Inputs,
+    targets: caprl_model::model::Tensor,
+    lr: f64,
+}
+
+impl RealUpdate {
+    fn new(
+        model: &Captioner,
+        model_cfg: &CaptionerConfig,
+        data: &Dataset,
+        cfg: &RunConfig,
+    ) -> Result<RealUpdate> {
+        let items = &data.train.items[..data.train.items.len().min(8)];
+        let rows: Vec<usize> = items.iter().map(|it| it.row).collect();
+        let inputs = inputs_for_rows(data, &rows, model_cfg, &Device::Cpu)?;
+        let mut rng = CaprlRng::new(cfg.seed);
+        let captions = random_captions(
+            &mut rng,
+            rows.len(),
+            model_cfg.max_len,
+            model_cfg.vocab_size,
+        );
+        Ok(RealUpdate {
+            opt: AdamW::new(model.varmap(), cfg.optim.adam())?,
+            inputs,
+            targets: batch_tokens(&captions, &Device::Cpu)?,
+            lr: cfg.optim.rl_lr,
+        })
+    }
+
+    /// One step; how long it took.
+    fn step(&mut self, model: &Captioner) -> Result<Duration> {
+        let started = Instant::now();
+        let (logp, _) = model.token_logprobs(&self.inputs, &self.targets, None)?;
+        let grads = logp.sum_all()?.neg()?.backward()?;
+        self.opt.step(&grads, self.lr)?;
+        Ok(started.elapsed())
+    }
 }
 
 /// `n` simulated actors and `args.reward_workers` reward workers on the broker at `url`, as
