@@ -1,17 +1,11 @@
 """The snapshot-delta page (docs/results/delta.md) in Markdown, from scripts/results/delta.sh's
 files: DIR/rows.jsonl (one `caprl bench delta --json` report per learning rate),
 DIR/machine.json and DIR/run.json. scripts/results/render.py prints it."""
-import json
-
 import measured
 
 
 def render(d):
-    path = d / "rows.jsonl"
-    try:
-        reports = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        reports = [measured.load(path)]  # exits 2 naming the file
+    reports = measured.load_lines(d / "rows.jsonl")
     out = [
         "# What a policy version's delta weighs",
         "",

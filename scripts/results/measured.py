@@ -16,6 +16,15 @@ def load(path):
         sys.exit(2)
 
 
+def load_lines(path):
+    """The JSON value of each non-blank line of `path`; exit 2 when it is missing or unreadable."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"render: {path} is unreadable ({e}); nothing printed\n")
+        sys.exit(2)
+
+
 def machine_of(directory):
     """machine.json of `directory`; exit 2 when it names no CPU, cores and SIMD level."""
     machine = load(directory / "machine.json")

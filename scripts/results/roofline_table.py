@@ -1,19 +1,13 @@
 """The step-against-its-floor page (docs/results/roofline.md) in Markdown, from
 scripts/results/roofline.sh's files: DIR/rows.jsonl (one `caprl bench transformer --json` row
 per SIMD level), DIR/machine.json and DIR/run.json. scripts/results/render.py prints it."""
-import json
-
 import measured
 
 TASKS = ["xe_step", "greedy", "sample_5", "beam_5"]
 
 
 def render(d):
-    path = d / "rows.jsonl"
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        rows = [measured.load(path)]  # exits 2 naming the file
+    rows = measured.load_lines(d / "rows.jsonl")
     out = [
         "# The COCO-scale step against its floor",
         "",
