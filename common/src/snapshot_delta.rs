@@ -87,14 +87,20 @@ pub fn encode(base: &[u8], next: &[u8], width: usize) -> Result<Vec<u8>, DeltaEr
 /// result must have the new version's checksum.
 pub fn apply(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, DeltaError> {
     let mut next = base.to_vec();
-    apply_in_place(&mut next, delta)?;
+    apply_in_place(&mut next, None, delta)?;
     Ok(next)
 }
 
 /// [`apply`] to the held snapshot itself, which becomes the new version: no copy of a snapshot
-/// is made. A base that is not the delta's is refused untouched; after that, on an error (a
-/// damaged delta) the held bytes are part-changed and the reader fetches the full snapshot.
-pub fn apply_in_place(held: &mut [u8], delta: &[u8]) -> Result<(), DeltaError> {
+/// is made. `held_xxh3` is the held bytes' XXH3-128 when the reader knows it (what the delta
+/// that made them returned), else they are hashed; the new version's is returned. A base that
+/// is not the delta's is refused untouched; after that, on an error (a damaged delta) the held
+/// bytes are part-changed and the reader fetches the full snapshot.
+pub fn apply_in_place(
+    held: &mut [u8],
+    held_xxh3: Option<u128>,
+    delta: &[u8],
+) -> Result<u128, DeltaError> {
     let header = Header::read(delta)?;
     if header.len != held.len() {
         return Err(DeltaError::LayoutChanged {
@@ -102,7 +108,7 @@ pub fn apply_in_place(held: &mut [u8], delta: &[u8]) -> Result<(), DeltaError> {
             next: header.len,
         });
     }
-    let was = xxh3_128(held);
+    let was = held_xxh3.unwrap_or_else(|| xxh3_128(held));
     if was != header.base {
         return Err(DeltaError::OtherBase {
             held: was,
@@ -135,7 +141,7 @@ pub fn apply_in_place(held: &mut [u8], delta: &[u8]) -> Result<(), DeltaError> {
             wanted: header.next,
         });
     }
-    Ok(())
+    Ok(got)
 }
 
 /// The `chunks` chunks of a delta's body: `None` for an unchanged one, else its LZ4 block.
@@ -202,37 +208,59 @@ impl Header {
 /// `base ^ next`, byte `p` of every `width`-byte value into plane `p` (a tail shorter than a
 /// value stays at the end as it is).
 fn xor_into_planes(base: &[u8], next: &[u8], width: usize) -> Vec<u8> {
-    let values = base.len() / width;
     let mut planes = vec![0u8; base.len()];
-    for (i, (b, n)) in base
-        .chunks_exact(width)
-        .zip(next.chunks_exact(width))
-        .enumerate()
-    {
-        for p in 0..width {
-            planes[p * values + i] = b[p] ^ n[p];
+    match width {
+        1 => into_planes_of::<1>(base, next, &mut planes),
+        2 => into_planes_of::<2>(base, next, &mut planes),
+        4 => into_planes_of::<4>(base, next, &mut planes),
+        _ => into_planes_of::<8>(base, next, &mut planes),
+    }
+    planes
+}
+
+/// [`xor_into_planes`] for values `W` bytes wide (a constant, so the loop vectorises).
+fn into_planes_of<const W: usize>(base: &[u8], next: &[u8], planes: &mut [u8]) {
+    let values = base.len() / W;
+    let (body, tail) = planes.split_at_mut(values * W);
+    let mut plane: Vec<&mut [u8]> = body.chunks_exact_mut(values.max(1)).collect();
+    if values > 0 {
+        for (i, (b, n)) in base.chunks_exact(W).zip(next.chunks_exact(W)).enumerate() {
+            for p in 0..W {
+                plane[p][i] = b[p] ^ n[p];
+            }
         }
     }
-    let tail = values * width;
-    for (o, (b, n)) in planes[tail..]
+    let start = values * W;
+    for (o, (b, n)) in tail
         .iter_mut()
-        .zip(base[tail..].iter().zip(&next[tail..]))
+        .zip(base[start..].iter().zip(&next[start..]))
     {
         *o = b ^ n;
     }
-    planes
 }
 
 /// The inverse of [`xor_into_planes`]: `next`, a copy of the base, with the planes'
 /// differences applied in place.
 fn xor_from_planes(next: &mut [u8], planes: &[u8], width: usize) {
-    let values = next.len() / width;
-    for (i, n) in next.chunks_exact_mut(width).enumerate() {
-        for p in 0..width {
-            n[p] ^= planes[p * values + i];
+    match width {
+        1 => xor_planes_of::<1>(next, planes),
+        2 => xor_planes_of::<2>(next, planes),
+        4 => xor_planes_of::<4>(next, planes),
+        _ => xor_planes_of::<8>(next, planes),
+    }
+}
+
+/// [`xor_from_planes`] for values `W` bytes wide: the width a constant, so the loop over
+/// values compiles to vector shuffles.
+fn xor_planes_of<const W: usize>(next: &mut [u8], planes: &[u8]) {
+    let values = next.len() / W;
+    let plane: [&[u8]; W] = std::array::from_fn(|p| &planes[p * values..(p + 1) * values]);
+    for (i, n) in next.chunks_exact_mut(W).enumerate() {
+        for p in 0..W {
+            n[p] ^= plane[p][i];
         }
     }
-    let tail = values * width;
+    let tail = values * W;
     for (n, d) in next[tail..].iter_mut().zip(&planes[tail..]) {
         *n ^= d;
     }
@@ -309,6 +337,21 @@ mod tests {
             apply(&other, &delta),
             Err(DeltaError::OtherBase { .. })
         ));
+        // In place: another base is refused untouched; one the reader wrongly claims is the
+        // delta's base is caught by the result's checksum; the right one becomes the new
+        // version, whose checksum is returned.
+        let mut held = other.clone();
+        let refused = apply_in_place(&mut held, None, &delta);
+        assert!(matches!(refused, Err(DeltaError::OtherBase { .. })));
+        assert_eq!(held, other);
+        let claimed = apply_in_place(&mut held, Some(xxh3_128(&base)), &delta);
+        assert!(
+            matches!(claimed, Err(DeltaError::Damaged { .. })),
+            "{claimed:?}"
+        );
+        let mut held = base.clone();
+        let sum = apply_in_place(&mut held, None, &delta).unwrap();
+        assert_eq!((held.as_slice(), sum), (next.as_slice(), xxh3_128(&next)));
         assert!(matches!(
             apply(&base[..4000], &delta),
             Err(DeltaError::LayoutChanged { .. })

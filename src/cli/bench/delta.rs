@@ -89,6 +89,8 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
         .iter()
         .map(|&(d, ..)| encode(d))
         .collect::<Result<_, _>>()?;
+    // The held snapshots' checksums, once a delta has made them (a reader knows them then).
+    let mut sums: Vec<Option<u128>> = vec![None; dtypes.len()];
     let mut rows: Vec<Row> = dtypes
         .iter()
         .map(|&(_, name, _)| Row {
@@ -110,8 +112,10 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
             update_seconds += started.elapsed().as_secs_f64();
             counted += 1.0;
         }
-        for ((&(dtype, _, width), old), row) in
-            dtypes.iter().zip(held.iter_mut()).zip(rows.iter_mut())
+        for ((&(dtype, _, width), (old, sum)), row) in dtypes
+            .iter()
+            .zip(held.iter_mut().zip(sums.iter_mut()))
+            .zip(rows.iter_mut())
         {
             let next = encode(dtype)?;
             let started = Instant::now();
@@ -120,7 +124,7 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
             let changed = changed_share(old, &next, width);
             // As a reader does: the held snapshot becomes the new version in place.
             let started = Instant::now();
-            snapshot_delta::apply_in_place(old, &delta)?;
+            *sum = Some(snapshot_delta::apply_in_place(old, *sum, &delta)?);
             let apply_s = started.elapsed().as_secs_f64();
             anyhow::ensure!(
                 *old == next,
