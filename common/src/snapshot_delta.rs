@@ -172,6 +172,11 @@ fn chunk_bodies(mut body: &[u8], chunks: usize) -> Result<Vec<Option<&[u8]>>, De
     Ok(out)
 }
 
+/// The XXH3-128 of the snapshot `delta` rebuilds, as its header names it.
+pub fn result_xxh3(delta: &[u8]) -> Result<u128, DeltaError> {
+    Ok(Header::read(delta)?.next)
+}
+
 /// What a delta's header says.
 struct Header {
     width: usize,
@@ -293,6 +298,7 @@ mod tests {
             }
             let delta = encode(&base, &next, width).unwrap();
             assert_eq!(apply(&base, &delta).unwrap(), next, "width {width}");
+            assert_eq!(result_xxh3(&delta).unwrap(), xxh3_128(&next));
             let same = encode(&base, &base, width).unwrap();
             assert!(
                 same.len() < HEADER_LEN + 40,

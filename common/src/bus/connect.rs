@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_nats::{ConnectErrorKind, ConnectOptions};
 use caprl_wire::check::first_violation;
 
+use super::settings::set;
 use super::{BusError, BusResult, NatsConfig};
 
 /// Builds connect options from `[nats]`: exactly one of user/password, token, nkey seed
@@ -16,7 +17,6 @@ pub async fn connect_options(cfg: &NatsConfig) -> BusResult<ConnectOptions> {
     if let Some(v) = first_violation(NatsConfig::CHECKS, cfg) {
         return Err(v.into());
     }
-    let set = |s: &str| !s.trim().is_empty();
     let mut opts = if set(&cfg.creds_file) {
         let path = PathBuf::from(&cfg.creds_file);
         let text =

@@ -153,7 +153,12 @@ impl Checksum {
 
     /// The XXH3-128 of `data`.
     pub fn xxh3(data: &[u8]) -> Checksum {
-        Checksum::Xxh3(format!("{:032x}", xxhash_rust::xxh3::xxh3_128(data)))
+        Checksum::of_xxh3(xxhash_rust::xxh3::xxh3_128(data))
+    }
+
+    /// The checksum whose XXH3-128 is `sum` (computed elsewhere, e.g. by a snapshot delta).
+    pub fn of_xxh3(sum: u128) -> Checksum {
+        Checksum::Xxh3(format!("{sum:032x}"))
     }
 
     /// The checksum of `data` by the same algorithm as this one.

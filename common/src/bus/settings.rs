@@ -30,7 +30,7 @@ fn run_id_violation(id: &str) -> Option<String> {
 }
 
 /// Whether a `[nats]` string is set (empty or blank means not).
-fn set(value: &str) -> bool {
+pub(super) fn set(value: &str) -> bool {
     !value.trim().is_empty()
 }
 
