@@ -121,14 +121,16 @@ pub async fn serve<W: Work>(
             Err(e) => break Err(e.into()),
         };
         let mut failed = None;
+        // Work that outlasts ack_wait (a long decode, a slow Python reward) is not handed to a
+        // second worker while this one is alive: neither the message in hand nor the ones
+        // pulled with it that wait their turn behind it. A guard is dropped when its message is
+        // handled; those left when the loop breaks come back after one ack_wait.
+        let mut alive: std::collections::VecDeque<_> =
+            deliveries.iter().map(Delivery::keep_alive).collect();
         for delivery in deliveries {
+            let _alive = alive.pop_front();
             let r = match decode::<W>(spec, &who, delivery, &mut served).await {
-                Ok(Some((delivery, message))) => {
-                    // Work that outlasts ack_wait (a long decode) is not handed to a second
-                    // worker while this one is alive and at it.
-                    let _alive = delivery.keep_alive();
-                    work.handle(bus.as_ref(), delivery, message).await
-                }
+                Ok(Some((delivery, message))) => work.handle(bus.as_ref(), delivery, message).await,
                 Ok(None) => Ok(()),
                 Err(e) => Err(e.into()),
             };
