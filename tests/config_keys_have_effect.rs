@@ -208,6 +208,10 @@ fn proofs() -> Vec<(&'static str, Proof)> {
             "runtime.snapshot_dir",
             elsewhere("common/tests/bus_snapshot_files.rs", "snapshot_dir"),
         ),
+        (
+            "runtime.snapshot_cache_dir",
+            elsewhere("common/tests/bus_snapshot_cache.rs", "snapshot_cache_dir"),
+        ),
         // Results do not depend on it by design (sync tasks are deterministic): it bounds the
         // tasks in flight, which the driver tests count.
         (

@@ -65,6 +65,7 @@ fn every_results_directory_names_its_machine_commit_date_and_command() {
         "roofline",
         "delta",
         "scale",
+        "broadcast",
     ] {
         assert_names_its_measurement(dir);
     }

@@ -2,7 +2,7 @@
 //! (`caprl train`) and NATS with two actors and two reward workers
 //! (`caprl local`, which starts its own nats-server) give bit-identical weights, whether the
 //! policy snapshots travel as files on the host (the default: in shared memory, removed when
-//! the run ends) or through NATS's object store.
+//! the run ends) or through NATS's object store (one fetch per version into the host's cache).
 
 mod support;
 
@@ -49,7 +49,17 @@ fn in_process_and_nats_with_two_actors_and_two_workers_give_identical_weights() 
             .find_map(|l| l.split("policy snapshots as files in ").nth(1))
             .map(|d| std::path::PathBuf::from(d.trim()));
         match (transport, dir) {
-            ("nats", None) => assert!(!run.join("snapshots").exists()),
+            // The two actors share one fetch of each version in the run's host cache.
+            ("nats", None) => {
+                assert!(!run.join("snapshots").exists());
+                assert!(all.contains("one fetch per version into"), "{all}");
+                let cached = std::fs::read_dir(run.join("snapshot-cache/default"))
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".snapshot"))
+                    .count();
+                assert!(cached > 0, "no version in the host's snapshot cache");
+            }
             ("files", Some(dir)) if dir.starts_with("/dev/shm") => {
                 assert!(!dir.exists(), "{} left behind", dir.display())
             }

@@ -11,7 +11,7 @@ Usage:
 Each page reads docs/results/<its directory>/, which names the machine (CPU, cores, SIMD level),
 the commit, the date and the command of the measurement; a page whose files do not is not
 printed (exit status 2). The scripts that measure (bench_all.sh, python_score.sh,
-reward_cost.sh, quality.sh, roofline.sh, delta.sh, scale.sh, scripts/peer/sctorch_regions.sh) write those files and call this
+reward_cost.sh, quality.sh, roofline.sh, delta.sh, scale.sh, broadcast.sh, scripts/peer/sctorch_regions.sh) write those files and call this
 one.
 """
 import argparse
@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_table  # noqa: E402
+import broadcast_table  # noqa: E402
 import delta_table  # noqa: E402
 import quality_table  # noqa: E402
 import reward_table  # noqa: E402
@@ -40,6 +41,7 @@ PAGES = {
     "roofline.md": ("roofline", roofline_table.render),
     "delta.md": ("delta", delta_table.render),
     "scale.md": ("scale", scale_table.render),
+    "broadcast.md": ("broadcast", broadcast_table.render),
 }
 
 

@@ -1,5 +1,6 @@
 """The broadcast-scaling page (docs/results/scale.md) in Markdown, from scripts/results/scale.sh's
-files: DIR/full-every-10.md and DIR/full-every-1.md (what `caprl bench scale` printed),
+files: DIR/full-every-10.md, DIR/full-every-1.md and DIR/full-every-10-hosts-of-8.md (what
+`caprl bench scale` printed),
 DIR/machine.json and DIR/run.json. scripts/results/render.py prints it."""
 import sys
 
@@ -39,5 +40,12 @@ def render(d):
         "## Every version whole (`runtime.snapshot_full_every = 1`)",
         "",
         printed(d / "full-every-1.md"),
+        "",
+        "## Deltas, and 8 actors per host sharing one fetch (`runtime.snapshot_cache_dir`)",
+        "",
+        "Each group of 8 actors (a simulated host) shares a cache directory: the first to need "
+        "a version fetches it, the others read it there.",
+        "",
+        printed(d / "full-every-10-hosts-of-8.md"),
     ]
     return "\n".join(out) + "\n"

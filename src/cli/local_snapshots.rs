@@ -1,6 +1,9 @@
 //! Where `caprl local`'s policy snapshots go (`--snapshots`): files on this host, by default in
 //! shared memory, or NATS's object store.
 //!
+//! Through NATS (`--snapshots nats`), the host's readers share one fetch of each version in
+//! `<run_dir>/snapshot-cache` (`runtime.snapshot_cache_dir`).
+//!
 //! Every role of a local run shares the host, so the learner writes each version once as a file
 //! that every reader maps (`runtime.snapshot_dir`), instead of one copy per reader through the
 //! object store. A snapshot is written every step, read at once and never needed after the run:
@@ -60,6 +63,21 @@ impl LocalSnapshots {
         let run_dir = std::path::absolute(&cfg.run_dir)
             .with_context(|| format!("resolving run_dir {:?}", cfg.run_dir))?;
         let (dir, in_memory) = match transport {
+            // Every actor of the run is on this host: the first to need a version fetches it
+            // into the host's cache, the others read it there (unless the user named a cache).
+            SnapshotTransport::Nats if cfg.runtime.snapshot_cache_dir.is_empty() => {
+                let cache = run_dir.join("snapshot-cache").display().to_string();
+                tracing::info!("policy snapshots through NATS, one fetch per version into {cache}");
+                let mut sets = set("")?;
+                sets.push(format!(
+                    "runtime.snapshot_cache_dir={}",
+                    serde_json::to_string(&cache)?
+                ));
+                return Ok(LocalSnapshots {
+                    sets,
+                    in_memory: None,
+                });
+            }
             SnapshotTransport::Nats => (String::new(), None),
             // The user's directory, as given.
             SnapshotTransport::Files if !cfg.runtime.snapshot_dir.is_empty() => {

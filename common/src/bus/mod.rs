@@ -25,6 +25,7 @@ mod nats_retry;
 mod nats_setup;
 mod server;
 mod settings;
+mod snapshot_cache;
 mod snapshot_chain;
 mod snapshot_file;
 mod snapshot_object;

@@ -26,6 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
+use super::snapshot_cache::HostCache;
 use super::snapshot_chain::{self, Chain, Held, Store};
 use super::{snapshot_file, snapshot_object};
 use super::{
@@ -51,6 +52,8 @@ pub struct NatsBus {
     chain: tokio::sync::Mutex<Chain>,
     /// A reader's newest fetched version, to apply the next deltas to.
     held: tokio::sync::Mutex<Option<Held>>,
+    /// The host's shared copy of fetched versions (`runtime.snapshot_cache_dir`), if any.
+    host_cache: Option<HostCache>,
 }
 
 impl NatsBus {
@@ -142,6 +145,10 @@ impl NatsBus {
             objects,
             chain: tokio::sync::Mutex::new(Chain::default()),
             held: tokio::sync::Mutex::new(None),
+            host_cache: opts
+                .snapshot_cache_dir
+                .as_deref()
+                .map(|root| HostCache::new(root, &opts.run_id)),
         })
     }
 
@@ -410,7 +417,21 @@ impl Bus for NatsBus {
                 }
                 None => {
                     let mut held = self.held.lock().await;
-                    snapshot_chain::get(&self.store(), &mut held, meta).await
+                    let Some(cache) = &self.host_cache else {
+                        return snapshot_chain::get(&self.store(), &mut held, meta).await;
+                    };
+                    let store = self.store();
+                    let cached = cache
+                        .get(meta, || async {
+                            let bytes = snapshot_chain::get(&store, &mut held, meta).await?;
+                            Ok((bytes, held.as_ref().and_then(Held::xxh3)))
+                        })
+                        .await?;
+                    if !cached.fetched {
+                        // The next delta applies to what another reader of this host fetched.
+                        *held = Some(Held::new(meta.version, cached.bytes.clone(), cached.xxh3));
+                    }
+                    Ok(cached.bytes)
                 }
             }
         })

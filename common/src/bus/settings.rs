@@ -71,6 +71,10 @@ pub struct BusOptions {
     pub snapshot_dir: Option<PathBuf>,
     /// How the object store keeps the learner's versions: whole or as deltas.
     pub snapshot_deltas: SnapshotDeltas,
+    /// A directory this host's readers share the versions they fetch from the object store in
+    /// (`runtime.snapshot_cache_dir`): one fetch per version per host. `None`: each reader
+    /// fetches its own.
+    pub snapshot_cache_dir: Option<PathBuf>,
 }
 
 /// How the object store keeps policy versions: whole every `full_every` published versions,
@@ -101,6 +105,7 @@ impl Default for BusOptions {
             replicas: 1,
             snapshot_dir: None,
             snapshot_deltas: SnapshotDeltas::OFF,
+            snapshot_cache_dir: None,
         }
     }
 }
@@ -115,7 +120,7 @@ impl BusOptions {
     }
 
     /// The run's bus settings: `[runtime]`'s `run_id`, `ack_wait_secs`, `snapshot_dir`,
-    /// `snapshot_full_every` and `snapshot_dtype`'s width, and
+    /// `snapshot_cache_dir`, `snapshot_full_every` and `snapshot_dtype`'s width, and
     /// `[nats]`'s `max_message_bytes` and `replicas`.
     pub fn of(runtime: &RuntimeConfig, nats: &NatsConfig) -> BusOptions {
         BusOptions {
@@ -124,6 +129,9 @@ impl BusOptions {
             max_message_bytes: usize::try_from(nats.max_message_bytes).unwrap_or(usize::MAX),
             replicas: usize::try_from(nats.replicas).unwrap_or(usize::MAX),
             snapshot_dir: Some(&runtime.snapshot_dir)
+                .filter(|dir| !dir.is_empty())
+                .map(PathBuf::from),
+            snapshot_cache_dir: Some(&runtime.snapshot_cache_dir)
                 .filter(|dir| !dir.is_empty())
                 .map(PathBuf::from),
             snapshot_deltas: SnapshotDeltas {

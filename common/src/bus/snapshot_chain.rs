@@ -48,6 +48,22 @@ pub(super) struct Store<'a> {
     pub(super) timeout: Duration,
 }
 
+impl Held {
+    /// Version `version`, whose bytes are `bytes` and their XXH3-128 `xxh3`.
+    pub(super) fn new(version: u64, bytes: Bytes, xxh3: u128) -> Held {
+        Held {
+            version,
+            bytes,
+            xxh3: Some(xxh3),
+        }
+    }
+
+    /// The held bytes' XXH3-128, when a delta made them (else nobody hashed them yet).
+    pub(super) fn xxh3(&self) -> Option<u128> {
+        self.xxh3
+    }
+}
+
 impl Chain {
     /// Stores `version` (`data`) as a delta when it pays, else whole, and describes it. A new
     /// chain lets go of the versions the driver deleted while the old one needed them.

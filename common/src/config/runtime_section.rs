@@ -43,6 +43,12 @@ pub struct RuntimeConfig {
     /// versions and as a delta against the one before in between (when the delta is less than
     /// half the snapshot: bf16 snapshots at RL learning rates); 1 stores every version whole.
     pub snapshot_full_every: u64,
+    /// A directory on each host where the readers of the object store (actors, reward workers)
+    /// share the versions they fetch: the first to need a version fetches it, the host's others
+    /// read it there, each copy checked (a host-local disk: an `emptyDir` shared by a pod's
+    /// containers, or a node's directory). "" (the default): every reader fetches its own.
+    /// Not used with `snapshot_dir`, whose files every reader maps anyway.
+    pub snapshot_cache_dir: String,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -67,6 +73,7 @@ impl Default for RuntimeConfig {
             snapshot_every: 1,
             snapshot_dir: String::new(),
             snapshot_full_every: 10,
+            snapshot_cache_dir: String::new(),
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,

@@ -7,6 +7,7 @@ use super::Global;
 
 mod all;
 mod audio;
+mod broadcast;
 mod clip;
 mod delta;
 mod model;
@@ -37,6 +38,9 @@ pub enum What {
     /// A policy version's delta against its full snapshot after real updates (f32 and bf16):
     /// values changed, bytes, time to make and to rebuild it.
     Delta(delta::DeltaBenchArgs),
+    /// A policy version from the learner to N readers through a real nats-server at a real
+    /// model's size: bytes on the wire and the time to the last reader, with deltas and caches.
+    Broadcast(broadcast::BroadcastBenchArgs),
     /// Audio front-end throughput and CRNN encoder speed on 1 and 2 threads.
     Audio(audio::AudioBenchArgs),
     /// Paper 004's rewards (clip + disc) per caption vs CIDEr-D, and text-encoder throughput.
@@ -59,6 +63,7 @@ pub fn run(args: Args, global: &Global) -> Result<()> {
         What::Model(a) => model::run(a),
         What::Transformer(a) => transformer::run(a),
         What::Delta(a) => delta::run(a),
+        What::Broadcast(a) => broadcast::run(a),
         What::Audio(a) => audio::run(a),
         What::Clip(a) => clip::run(a),
         What::Reward(a) => reward::run(a),

@@ -66,6 +66,11 @@ pub struct ScaleArgs {
     /// volume all of them mount: `runtime.snapshot_dir`).
     #[arg(long, value_enum, default_value_t = SnapshotTransport::Nats)]
     pub snapshots: SnapshotTransport,
+    /// Through the object store: actors per simulated host sharing one cache of fetched
+    /// versions (`runtime.snapshot_cache_dir`, a directory per host), so each host fetches a
+    /// version once; 0: every actor fetches its own copy.
+    #[arg(long, default_value_t = 0)]
+    pub actors_per_host: usize,
     /// The nats-server binary (2.10 or later).
     #[arg(long, default_value = "nats-server")]
     pub nats_server: PathBuf,
@@ -92,6 +97,12 @@ const WARMUP_STEPS: u64 = 2;
 pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
     if args.actors.is_empty() || args.actors.contains(&0) {
         bail!("--actors takes counts >= 1, e.g. --actors 1,2,4,8,16");
+    }
+    if args.actors_per_host > 0 && args.snapshots == SnapshotTransport::Files {
+        bail!(
+            "--actors-per-host shares fetches from the object store: use it with --snapshots \
+             nats (files are mapped by every actor without fetching)"
+        );
     }
     if !(args.token_ms > 0.0 && args.token_ms.is_finite()) {
         bail!("--token-ms must be a number > 0 (got {})", args.token_ms);
@@ -148,9 +159,13 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         args.batch,
         args.reward_workers,
         cfg.runtime.snapshot_dtype,
-        match args.snapshots {
-            SnapshotTransport::Files => "files (written once, mapped by every actor)",
-            SnapshotTransport::Nats => "NATS's object store (one copy per actor)",
+        match (args.snapshots, args.actors_per_host) {
+            (SnapshotTransport::Files, _) => "files (written once, mapped by every actor)".into(),
+            (SnapshotTransport::Nats, 0) => "NATS's object store (one copy per actor)".into(),
+            (SnapshotTransport::Nats, k) => format!(
+                "NATS's object store (one copy per host of {k} actors sharing a cache: \
+                 runtime.snapshot_cache_dir)"
+            ),
         },
     );
     let mut first_rate = None;
@@ -220,15 +235,7 @@ fn measure(
     data: &Arc<Dataset>,
     n: usize,
 ) -> Result<Measured> {
-    let monitor = free_port()?;
-    let conf = tempfile::NamedTempFile::new()?;
-    std::fs::write(conf.path(), format!("http: \"127.0.0.1:{monitor}\"\n"))?;
-    let server = LocalNatsServer::start(LocalNatsServerOptions {
-        binary: args.nats_server.clone(),
-        config_file: Some(conf.path().to_path_buf()),
-        ..LocalNatsServerOptions::default()
-    })
-    .with_context(|| format!("starting {}", args.nats_server.display()))?;
+    let (server, monitor) = monitored_server(&args.nats_server)?;
     let url = server.url();
     let rt = roles::runtime()?;
     let (stop, shutdown) = ShutdownTrigger::new();
@@ -236,7 +243,8 @@ fn measure(
     let model_cfg =
         CaptionerConfig::for_dataset(&cfg.model, data, cfg.data.max_len as usize, cfg.dtype)?;
     let device = caprl_model::model::Device::Cpu;
-    let roles_running = spawn_roles(args, cfg, data, &rt, &url, &shutdown, n)?;
+    let hosts = tempfile::tempdir().context("a temp dir for the hosts' snapshot caches")?;
+    let roles_running = spawn_roles(args, cfg, data, (&rt, &url, hosts.path()), &shutdown, n)?;
     let mut driver = Driver::new(
         Arc::clone(&learner_bus),
         rt.handle().clone(),
@@ -300,8 +308,8 @@ fn measure(
         images,
         snapshots,
         snapshot_bytes,
-        msgs: (after.0 - before.0) as f64,
-        bytes: (after.1 - before.1) as f64,
+        msgs: (after.msgs - before.msgs) as f64,
+        bytes: ((after.in_bytes + after.out_bytes) - (before.in_bytes + before.out_bytes)) as f64,
     })
 }
 
@@ -351,13 +359,13 @@ impl RealUpdate {
 }
 
 /// `n` simulated actors and `args.reward_workers` reward workers on the broker at `url`, as
-/// tasks of `rt` that stop on `shutdown`.
+/// tasks of `rt` that stop on `shutdown`; with `args.actors_per_host`, each host's actors share
+/// a cache of fetched versions in a directory of its own under `hosts`.
 fn spawn_roles(
     args: &ScaleArgs,
     cfg: &RunConfig,
     data: &Arc<Dataset>,
-    rt: &tokio::runtime::Runtime,
-    url: &str,
+    (rt, url, hosts): (&tokio::runtime::Runtime, &str, &std::path::Path),
     shutdown: &Shutdown,
     n: usize,
 ) -> Result<Vec<tokio::task::JoinHandle<Result<()>>>> {
@@ -365,7 +373,12 @@ fn spawn_roles(
     let mut roles_running = Vec::new();
     let (token_ms, max_len) = (args.token_ms, cfg.data.max_len as usize);
     for i in 0..n {
-        let bus = rt.block_on(roles::connect(cfg, Some(url), &[Queue::Tasks]))?;
+        let mut on_host = cfg.clone();
+        if let Some(host) = i.checked_div(args.actors_per_host) {
+            let cache = hosts.join(format!("host-{host}"));
+            on_host.runtime.snapshot_cache_dir = cache.display().to_string();
+        }
+        let bus = rt.block_on(roles::connect(&on_host, Some(url), &[Queue::Tasks]))?;
         let actor = caprl_actor::ActorConfig::for_run(
             cfg,
             Arc::clone(data),
@@ -443,8 +456,34 @@ fn simulated_rollout(
     })
 }
 
-/// The server's total messages and bytes, in and out, from its monitoring endpoint.
-fn varz(port: u16) -> Result<(u64, u64)> {
+/// A fresh nats-server (`binary`) with its monitoring endpoint on the port returned, for
+/// [`varz`].
+pub(super) fn monitored_server(binary: &std::path::Path) -> Result<(LocalNatsServer, u16)> {
+    let monitor = free_port()?;
+    let conf = tempfile::NamedTempFile::new()?;
+    std::fs::write(conf.path(), format!("http: \"127.0.0.1:{monitor}\"\n"))?;
+    let server = LocalNatsServer::start(LocalNatsServerOptions {
+        binary: binary.to_path_buf(),
+        config_file: Some(conf.path().to_path_buf()),
+        ..LocalNatsServerOptions::default()
+    })
+    .with_context(|| format!("starting {}", binary.display()))?;
+    Ok((server, monitor))
+}
+
+/// The server's totals so far, from its monitoring endpoint.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Varz {
+    /// Messages in and out.
+    pub msgs: u64,
+    /// Bytes the clients sent the server (publishes, object puts).
+    pub in_bytes: u64,
+    /// Bytes the server sent its clients (deliveries, object gets).
+    pub out_bytes: u64,
+}
+
+/// The server's totals so far ([`Varz`]), from its monitoring endpoint on `port`.
+pub(super) fn varz(port: u16) -> Result<Varz> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).context("nats-server's /varz")?;
     s.write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
     let mut text = String::new();
@@ -452,7 +491,11 @@ fn varz(port: u16) -> Result<(u64, u64)> {
     let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(body).context("nats-server's /varz JSON")?;
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
-    Ok((n("in_msgs") + n("out_msgs"), n("in_bytes") + n("out_bytes")))
+    Ok(Varz {
+        msgs: n("in_msgs") + n("out_msgs"),
+        in_bytes: n("in_bytes"),
+        out_bytes: n("out_bytes"),
+    })
 }
 
 fn free_port() -> Result<u16> {
