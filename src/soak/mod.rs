@@ -195,6 +195,12 @@ impl<'a> Soak<'a> {
             format!("run_dir={:?}", dir.display().to_string()),
             "checkpoint.dir=\"\"".to_string(),
             format!("runtime.run_id=\"soak-{round}\""),
+            // The actors share one fetch of each version, as on one host of a cluster: kills
+            // land while one holds a version's lock or writes it.
+            format!(
+                "runtime.snapshot_cache_dir={:?}",
+                dir.join("snapshot-cache").display().to_string()
+            ),
         ]);
         let server = LocalNatsServer::start(LocalNatsServerOptions {
             store_dir: Some(dir.join("jetstream")),
