@@ -209,6 +209,10 @@ fn proofs() -> Vec<(&'static str, Proof)> {
             elsewhere("common/tests/bus_snapshot_files.rs", "snapshot_dir"),
         ),
         (
+            "runtime.snapshot_file_deltas",
+            elsewhere("common/tests/bus_snapshot_files.rs", "snapshot_file_deltas"),
+        ),
+        (
             "runtime.snapshot_cache_dir",
             elsewhere("common/tests/bus_snapshot_cache.rs", "snapshot_cache_dir"),
         ),

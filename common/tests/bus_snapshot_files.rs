@@ -172,3 +172,116 @@ async fn a_snapshot_that_cannot_be_written_keeps_the_one_published_before() {
     assert_eq!(actor.latest().await.unwrap(), Some(meta1.clone()));
     assert_eq!(actor.get_snapshot(&meta1).await.unwrap(), v1);
 }
+
+/// With `runtime.snapshot_file_deltas`, snapshot files are chains as the object store's versions
+/// are: a whole file, then delta files, each version's exact bytes for a follower and a late
+/// reader alike; the files a chain needs stay after the driver lets them go, until the next
+/// chain; a damaged delta file is an error, never wrong bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_deltas_give_every_reader_every_versions_exact_bytes() {
+    use caprl_common::bus::SnapshotDeltas;
+    use caprl_common::config::RuntimeConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let server = LocalNatsServer::start_default().unwrap();
+    let opts = BusOptions {
+        snapshot_file_deltas: true,
+        snapshot_deltas: SnapshotDeltas {
+            full_every: 4,
+            width: 4,
+        },
+        ..options(Some(dir.path()))
+    };
+    let learner = NatsBus::connect(&NatsConfig::to_url(&server.url()), &opts)
+        .await
+        .unwrap();
+    let follower = bus(&server, None).await;
+    let mut versions = vec![policy(400_000, 3).to_vec()];
+    let mut metas = Vec::new();
+    for v in 1..=6u64 {
+        if v > 1 {
+            let mut next = versions.last().unwrap().clone();
+            for i in (0..next.len() / 4).step_by(50) {
+                next[i * 4] = next[i * 4].wrapping_add(v as u8);
+            }
+            versions.push(next);
+        }
+        let want = &versions[v as usize - 1];
+        let meta = learner
+            .put_snapshot(v, Bytes::from(want.clone()))
+            .await
+            .unwrap();
+        assert_eq!(follower.get_snapshot(&meta).await.unwrap(), *want, "v{v}");
+        metas.push(meta);
+        if v == 4 {
+            // The driver lets go of v1-v3; the chain still needs them for a late reader.
+            for old in 1..=3 {
+                learner.delete_snapshot(old).await.unwrap();
+            }
+            let late = bus(&server, None).await;
+            assert_eq!(late.get_snapshot(&metas[3]).await.unwrap(), versions[3]);
+        }
+    }
+    let chains: Vec<Vec<u64>> = metas.iter().map(|m| m.chain.clone()).collect();
+    assert_eq!(
+        chains,
+        [
+            vec![],
+            vec![1, 2],
+            vec![1, 2, 3],
+            vec![1, 2, 3, 4],
+            vec![],
+            vec![5, 6]
+        ]
+    );
+    for meta in &metas {
+        let name = file_of(meta)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let delta = !meta.chain.is_empty();
+        assert_eq!(name.ends_with(".delta"), delta, "{name}");
+        // v2 and v3's deltas went with their chain (below).
+        if delta && meta.version > 3 {
+            let len = std::fs::metadata(file_of(meta)).unwrap().len();
+            assert!(
+                len * 4 < meta.bytes,
+                "v{}: a {len}-byte delta",
+                meta.version
+            );
+        }
+    }
+    // v5 started a new chain: what the driver let go of in the old one is gone.
+    let run = dir.path().canonicalize().unwrap().join("files");
+    for gone in [
+        "policy-v1.safetensors",
+        "policy-v2.delta",
+        "policy-v3.delta",
+    ] {
+        assert!(!run.join(gone).exists(), "{gone} outlived its chain");
+    }
+    // A damaged delta file: an error for a reader holding v5 and for a new one.
+    let v6 = file_of(&metas[5]);
+    let mut bytes = std::fs::read(&v6).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&v6, bytes).unwrap();
+    let holds_v5 = bus(&server, None).await;
+    assert_eq!(holds_v5.get_snapshot(&metas[4]).await.unwrap(), versions[4]);
+    let fresh = bus(&server, None).await;
+    for reader in [&holds_v5, &fresh] {
+        let got = reader.get_snapshot(&metas[5]).await;
+        assert!(got.is_err(), "a damaged delta gave bytes");
+    }
+    // The follower fetched v6 before the damage and holds it.
+    assert_eq!(follower.get_snapshot(&metas[5]).await.unwrap(), versions[5]);
+    // The run config's key is the bus's.
+    let runtime = RuntimeConfig {
+        snapshot_file_deltas: true,
+        ..RuntimeConfig::default()
+    };
+    assert!(
+        BusOptions::of(&runtime, &caprl_common::bus::NatsConfig::default()).snapshot_file_deltas
+    );
+    assert!(!RuntimeConfig::default().snapshot_file_deltas);
+}

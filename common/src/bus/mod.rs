@@ -170,6 +170,14 @@ impl Checksum {
         }
     }
 
+    /// The XXH3-128 this checksum is, when it is one.
+    pub fn as_xxh3(&self) -> Option<u128> {
+        match self {
+            Checksum::Xxh3(hex) => u128::from_str_radix(hex, 16).ok(),
+            Checksum::Sha256(_) => None,
+        }
+    }
+
     /// The hex digits.
     pub fn hex(&self) -> &str {
         match self {

@@ -27,8 +27,9 @@ use futures::{StreamExt, TryStreamExt};
 use super::connect::connect;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
 use super::snapshot_cache::HostCache;
-use super::snapshot_chain::{self, Chain, Held, Store};
-use super::{snapshot_file, snapshot_object};
+use super::snapshot_chain::{self, Chain, Held};
+use super::snapshot_file::{self, blocking, Files};
+use super::snapshot_object::{self, Store};
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConfig, Queue,
     Settle, SnapshotMeta, SnapshotWatch, LATEST_KEY, MAX_WAIT,
@@ -246,16 +247,6 @@ pub(super) async fn deadline<T>(
         .map_err(|_| BusError::Timeout { op, after })
 }
 
-/// Runs file work (a snapshot's write, map and hash: a tenth of a second and more at full size)
-/// off the runtime's threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> BusResult<T> + Send + 'static,
-) -> BusResult<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-}
-
 fn parse_meta(value: &[u8]) -> BusResult<SnapshotMeta> {
     serde_json::from_slice(value).map_err(|e| BusError::BadLatest {
         detail: e.to_string(),
@@ -387,10 +378,18 @@ impl Bus for NatsBus {
 
     fn put_snapshot(&self, version: u64, data: Bytes) -> BoxFuture<'_, BusResult<SnapshotMeta>> {
         Box::pin(async move {
+            let deltas = self.opts.snapshot_deltas;
             let meta = match self.snapshot_files() {
-                Some(dir) => blocking(move || snapshot_file::write(&dir, version, &data)).await?,
+                Some(dir) if !self.opts.snapshot_file_deltas => {
+                    blocking(move || snapshot_file::write(&dir, version, &data)).await?
+                }
+                Some(dir) => {
+                    let mut chain = self.chain.lock().await;
+                    chain
+                        .put(&Files::writing(dir), deltas, version, data)
+                        .await?
+                }
                 None => {
-                    let deltas = self.opts.snapshot_deltas;
                     let mut chain = self.chain.lock().await;
                     chain.put(&self.store(), deltas, version, data).await?
                 }
@@ -411,9 +410,16 @@ impl Bus for NatsBus {
     fn get_snapshot<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>> {
         Box::pin(async move {
             match &meta.file {
-                Some(path) => {
-                    let (path, meta) = (path.clone(), meta.clone());
-                    blocking(move || snapshot_file::read(&path, &meta)).await
+                Some(path) if meta.chain.is_empty() => {
+                    let (path, read_meta) = (path.clone(), meta.clone());
+                    let bytes = blocking(move || snapshot_file::read(&path, &read_meta)).await?;
+                    // Mapped, so holding it costs no copy: a delta file may come next.
+                    *self.held.lock().await = Some(Held::checked(meta, bytes.clone()));
+                    Ok(bytes)
+                }
+                Some(_) => {
+                    let mut held = self.held.lock().await;
+                    snapshot_chain::get(&Files::reading(meta), &mut held, meta).await
                 }
                 None => {
                     let mut held = self.held.lock().await;
@@ -439,11 +445,11 @@ impl Bus for NatsBus {
 
     fn delete_snapshot(&self, version: u64) -> BoxFuture<'_, BusResult<()>> {
         Box::pin(async move {
-            if let Some(dir) = self.snapshot_files() {
-                return blocking(move || snapshot_file::delete(&dir, version)).await;
-            }
             if self.chain.lock().await.defers(version) {
                 return Ok(());
+            }
+            if let Some(dir) = self.snapshot_files() {
+                return blocking(move || snapshot_file::delete(&dir, version)).await;
             }
             snapshot_object::delete(&self.objects, self.opts.request_timeout(), version).await
         })

@@ -71,6 +71,9 @@ pub struct BusOptions {
     pub snapshot_dir: Option<PathBuf>,
     /// How the object store keeps the learner's versions: whole or as deltas.
     pub snapshot_deltas: SnapshotDeltas,
+    /// Whether snapshot files (`snapshot_dir`) are kept as the object store keeps versions, in
+    /// chains of deltas (`runtime.snapshot_file_deltas`), instead of whole.
+    pub snapshot_file_deltas: bool,
     /// A directory this host's readers share the versions they fetch from the object store in
     /// (`runtime.snapshot_cache_dir`): one fetch per version per host. `None`: each reader
     /// fetches its own.
@@ -105,6 +108,7 @@ impl Default for BusOptions {
             replicas: 1,
             snapshot_dir: None,
             snapshot_deltas: SnapshotDeltas::OFF,
+            snapshot_file_deltas: false,
             snapshot_cache_dir: None,
         }
     }
@@ -120,7 +124,7 @@ impl BusOptions {
     }
 
     /// The run's bus settings: `[runtime]`'s `run_id`, `ack_wait_secs`, `snapshot_dir`,
-    /// `snapshot_cache_dir`, `snapshot_full_every` and `snapshot_dtype`'s width, and
+    /// `snapshot_file_deltas`, `snapshot_cache_dir`, `snapshot_full_every` and `snapshot_dtype`'s width, and
     /// `[nats]`'s `max_message_bytes` and `replicas`.
     pub fn of(runtime: &RuntimeConfig, nats: &NatsConfig) -> BusOptions {
         BusOptions {
@@ -131,6 +135,7 @@ impl BusOptions {
             snapshot_dir: Some(&runtime.snapshot_dir)
                 .filter(|dir| !dir.is_empty())
                 .map(PathBuf::from),
+            snapshot_file_deltas: runtime.snapshot_file_deltas,
             snapshot_cache_dir: Some(&runtime.snapshot_cache_dir)
                 .filter(|dir| !dir.is_empty())
                 .map(PathBuf::from),

@@ -1,4 +1,4 @@
-//! Policy versions in the object store as chains: a version stored whole, then each published
+//! Policy versions as chains, in the object store or in files: a version stored whole, then each published
 //! version after it as a delta against the one before ([`crate::snapshot_delta`]), until
 //! `runtime.snapshot_full_every` versions make up the chain or a delta would not pay (half the
 //! snapshot or more); the next version starts a new chain. [`SnapshotMeta::chain`] names the
@@ -9,18 +9,43 @@
 //!
 //! The learner's side ([`Chain`]) remembers the last version stored and keeps the objects of its
 //! chain until a new chain starts, whatever the driver lets go of; a reader ([`Held`]) keeps
-//! the newest version it fetched, to apply the next deltas to.
+//! the newest version it fetched, to apply the next deltas to. Where the versions are kept is a
+//! [`Versions`]: the run's object store (`snapshot_object`) or a directory of files
+//! (`snapshot_file`, with `runtime.snapshot_file_deltas`).
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::path::PathBuf;
 
-use async_nats::jetstream::object_store::ObjectStore;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 
 use super::settings::SnapshotDeltas;
-use super::snapshot_object::{self, delta_name};
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
 use crate::snapshot_delta;
+
+/// Where a chain's versions are kept, whole and as deltas.
+pub(super) trait Versions: Sync {
+    /// Stores `version` (`data`) whole and describes it.
+    fn put_whole<'a>(
+        &'a self,
+        version: u64,
+        data: &'a Bytes,
+    ) -> BoxFuture<'a, BusResult<SnapshotMeta>>;
+
+    /// Stores `delta`, `version`'s delta against the version before it; where a reader finds
+    /// it, when that goes in the meta (a file's path).
+    fn put_delta(&self, version: u64, delta: Vec<u8>) -> BoxFuture<'_, BusResult<Option<PathBuf>>>;
+
+    /// The version `meta` describes, stored whole, checked against it.
+    fn get_whole<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>>;
+
+    /// The bytes of `version` stored whole, or of its delta (`delta`), unchecked: a delta checks
+    /// its base and what it rebuilds itself.
+    fn get_unchecked(&self, version: u64, delta: bool) -> BoxFuture<'_, BusResult<Vec<u8>>>;
+
+    /// Removes `version`, whole and as a delta; an absent one is no error.
+    fn delete(&self, version: u64) -> BoxFuture<'_, BusResult<()>>;
+}
 
 /// What the learner's bus stored last.
 #[derive(Default)]
@@ -41,13 +66,6 @@ pub(super) struct Held {
     xxh3: Option<u128>,
 }
 
-/// Where the object store is and how long its operations may take.
-pub(super) struct Store<'a> {
-    pub(super) objects: &'a ObjectStore,
-    pub(super) max_payload: usize,
-    pub(super) timeout: Duration,
-}
-
 impl Held {
     /// Version `version`, whose bytes are `bytes` and their XXH3-128 `xxh3`.
     pub(super) fn new(version: u64, bytes: Bytes, xxh3: u128) -> Held {
@@ -55,6 +73,16 @@ impl Held {
             version,
             bytes,
             xxh3: Some(xxh3),
+        }
+    }
+
+    /// Version `meta.version`, whose bytes `bytes` were checked against `meta`: their XXH3-128
+    /// is known when that is the meta's checksum.
+    pub(super) fn checked(meta: &SnapshotMeta, bytes: Bytes) -> Held {
+        Held {
+            version: meta.version,
+            bytes,
+            xxh3: meta.checksum.as_xxh3(),
         }
     }
 
@@ -69,46 +97,30 @@ impl Chain {
     /// chain lets go of the versions the driver deleted while the old one needed them.
     pub(super) async fn put(
         &mut self,
-        store: &Store<'_>,
+        store: &impl Versions,
         deltas: SnapshotDeltas,
         version: u64,
         data: Bytes,
     ) -> BusResult<SnapshotMeta> {
         if let Some((delta, chain)) = self.delta_for(deltas, version, &data).await? {
-            let name = delta_name(version);
-            snapshot_object::store(
-                store.objects,
-                store.max_payload,
-                store.timeout,
-                name,
-                &delta,
-            )
-            .await?;
             // The delta names its result's XXH3-128: the new version is not hashed again.
             let made = snapshot_delta::result_xxh3(&delta)
                 .map_err(|source| BusError::Delta { version, source })?;
-            let checksum = Checksum::of_xxh3(made);
+            let file = store.put_delta(version, delta).await?;
             let meta = SnapshotMeta {
                 version,
-                checksum,
+                checksum: Checksum::of_xxh3(made),
                 bytes: data.len() as u64,
-                file: None,
+                file,
                 chain: chain.clone(),
             };
             self.last = Some((data, chain));
             return Ok(meta);
         }
-        let meta = snapshot_object::put(
-            store.objects,
-            store.max_payload,
-            store.timeout,
-            version,
-            &data,
-        )
-        .await?;
+        let meta = store.put_whole(version, &data).await?;
         self.last = Some((data, vec![version]));
         for old in std::mem::take(&mut self.deferred) {
-            if let Err(e) = snapshot_object::delete(store.objects, store.timeout, old).await {
+            if let Err(e) = store.delete(old).await {
                 tracing::warn!("could not delete snapshot v{old} of an earlier chain: {e}");
             }
         }
@@ -171,13 +183,12 @@ impl Chain {
 /// its checks sends the reader to the chain's start), else from the chain's start; `held`
 /// becomes the version fetched. The bytes are checked against the meta's checksum either way.
 pub(super) async fn get(
-    store: &Store<'_>,
+    store: &impl Versions,
     held: &mut Option<Held>,
     meta: &SnapshotMeta,
 ) -> BusResult<Bytes> {
     let (bytes, xxh3) = if meta.chain.is_empty() {
-        let whole = snapshot_object::get(store.objects, store.timeout, meta).await?;
-        (whole, None)
+        (store.get_whole(meta).await?, None)
     } else {
         let from_held = held.as_ref().and_then(|h| {
             let at = meta.chain.iter().position(|&v| v == h.version)?;
@@ -190,10 +201,7 @@ pub(super) async fn get(
         match rebuilt {
             Some(rebuilt) => rebuilt,
             None => {
-                let first = meta.chain[0];
-                let whole =
-                    snapshot_object::get_unchecked(store.objects, store.timeout, first, false)
-                        .await?;
+                let whole = store.get_unchecked(meta.chain[0], false).await?;
                 rebuild(store, (Bytes::from(whole), None), &meta.chain[1..]).await?
             }
         }
@@ -217,13 +225,12 @@ pub(super) async fn get(
 /// `base` (with its XXH3-128 when known) after the deltas of `versions` in turn, with the
 /// result's XXH3-128 when a delta made it.
 async fn rebuild(
-    store: &Store<'_>,
+    store: &impl Versions,
     (mut base, mut sum): (Bytes, Option<u128>),
     versions: &[u64],
 ) -> BusResult<(Bytes, Option<u128>)> {
     for &version in versions {
-        let delta =
-            snapshot_object::get_unchecked(store.objects, store.timeout, version, true).await?;
+        let delta = store.get_unchecked(version, true).await?;
         (base, sum) = tokio::task::spawn_blocking(move || {
             let mut next = base.to_vec();
             snapshot_delta::apply_in_place(&mut next, sum, &delta)

@@ -1,15 +1,62 @@
 //! Policy snapshots in the run's NATS object store (`caprl-<run>-snapshots`), one object per
-//! version, whole or as a delta (`snapshot_chain`): what every reader fetches its own copy of
-//! when `runtime.snapshot_dir` is not set.
+//! version, whole or as a delta ([`Store`], the chains' [`Versions`] there): what every reader
+//! fetches its own copy of (or one per host: `snapshot_cache`) when `runtime.snapshot_dir` is not
+//! set.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream::object_store::{self, DeleteErrorKind, GetErrorKind, ObjectStore};
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
 use super::nats::deadline;
+use super::snapshot_chain::Versions;
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
+
+/// The run's object store, with the chunk size and the deadline of a whole snapshot's transfer.
+pub(super) struct Store<'a> {
+    pub(super) objects: &'a ObjectStore,
+    pub(super) max_payload: usize,
+    pub(super) timeout: Duration,
+}
+
+impl Versions for Store<'_> {
+    fn put_whole<'a>(
+        &'a self,
+        version: u64,
+        data: &'a Bytes,
+    ) -> BoxFuture<'a, BusResult<SnapshotMeta>> {
+        Box::pin(put(
+            self.objects,
+            self.max_payload,
+            self.timeout,
+            version,
+            data,
+        ))
+    }
+
+    fn put_delta(&self, version: u64, delta: Vec<u8>) -> BoxFuture<'_, BusResult<Option<PathBuf>>> {
+        Box::pin(async move {
+            let name = delta_name(version);
+            store(self.objects, self.max_payload, self.timeout, name, &delta).await?;
+            Ok(None)
+        })
+    }
+
+    fn get_whole<'a>(&'a self, meta: &'a SnapshotMeta) -> BoxFuture<'a, BusResult<Bytes>> {
+        Box::pin(get(self.objects, self.timeout, meta))
+    }
+
+    fn get_unchecked(&self, version: u64, delta: bool) -> BoxFuture<'_, BusResult<Vec<u8>>> {
+        Box::pin(get_unchecked(self.objects, self.timeout, version, delta))
+    }
+
+    fn delete(&self, version: u64) -> BoxFuture<'_, BusResult<()>> {
+        Box::pin(delete(self.objects, self.timeout, version))
+    }
+}
 
 /// The object holding snapshot `version` whole.
 fn object_name(version: u64) -> String {
@@ -18,12 +65,12 @@ fn object_name(version: u64) -> String {
 
 /// The object holding snapshot `version` as a delta against the version before it in its
 /// chain (`SnapshotMeta::chain`).
-pub(super) fn delta_name(version: u64) -> String {
+fn delta_name(version: u64) -> String {
     format!("policy-v{version}-delta")
 }
 
 /// Stores snapshot `version` whole in the run's object store and describes it.
-pub(super) async fn put(
+async fn put(
     objects: &ObjectStore,
     max_payload: usize,
     timeout: Duration,
@@ -47,7 +94,7 @@ pub(super) async fn put(
 
 /// Stores `data` as object `name` (in chunks of at most `max_payload`); the store's SHA-256
 /// of it, hex, when it reports one for all of it.
-pub(super) async fn store(
+async fn store(
     objects: &ObjectStore,
     max_payload: usize,
     timeout: Duration,
@@ -73,11 +120,7 @@ pub(super) async fn store(
 }
 
 /// Fetches the snapshot `meta` describes whole from the run's object store and checks it.
-pub(super) async fn get(
-    objects: &ObjectStore,
-    timeout: Duration,
-    meta: &SnapshotMeta,
-) -> BusResult<Bytes> {
+async fn get(objects: &ObjectStore, timeout: Duration, meta: &SnapshotMeta) -> BusResult<Bytes> {
     let expected = store_digest(meta.checksum.hex());
     let (data, checked) = fetch(
         objects,
@@ -97,7 +140,7 @@ pub(super) async fn get(
 
 /// Fetches version `version` whole, or its delta (`delta`), unchecked: a delta checks its base
 /// and what it rebuilds itself.
-pub(super) async fn get_unchecked(
+async fn get_unchecked(
     objects: &ObjectStore,
     timeout: Duration,
     version: u64,

@@ -49,6 +49,11 @@ pub struct RuntimeConfig {
     /// containers, or a node's directory). "" (the default): every reader fetches its own.
     /// Not used with `snapshot_dir`, whose files every reader maps anyway.
     pub snapshot_cache_dir: String,
+    /// With `snapshot_dir`: keep the files as the object store keeps versions, whole every
+    /// `snapshot_full_every` and as deltas in between, for a volume shared across hosts (NFS),
+    /// where each reader's read of a whole file crosses the network. Off (the default), every
+    /// version is a whole file, which readers on one host map at memory speed.
+    pub snapshot_file_deltas: bool,
     /// Credit-based backpressure: tasks outstanding at once; >= 1.
     pub tasks_in_flight: u32,
     /// >= 1.
@@ -74,6 +79,7 @@ impl Default for RuntimeConfig {
             snapshot_dir: String::new(),
             snapshot_full_every: 10,
             snapshot_cache_dir: String::new(),
+            snapshot_file_deltas: false,
             tasks_in_flight: 8,
             images_per_task: 8,
             ack_wait_secs: 30,
