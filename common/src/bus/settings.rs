@@ -124,7 +124,8 @@ impl BusOptions {
     }
 
     /// The run's bus settings: `[runtime]`'s `run_id`, `ack_wait_secs`, `snapshot_dir`,
-    /// `snapshot_file_deltas`, `snapshot_cache_dir`, `snapshot_full_every` and `snapshot_dtype`'s width, and
+    /// `snapshot_file_deltas`, `snapshot_cache_dir`, `snapshot_full_every` and
+    /// `snapshot_dtype`'s width, and
     /// `[nats]`'s `max_message_bytes` and `replicas`.
     pub fn of(runtime: &RuntimeConfig, nats: &NatsConfig) -> BusOptions {
         BusOptions {

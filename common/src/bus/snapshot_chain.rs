@@ -1,5 +1,5 @@
-//! Policy versions as chains, in the object store or in files: a version stored whole, then each published
-//! version after it as a delta against the one before ([`crate::snapshot_delta`]), until
+//! Policy versions as chains, in the object store or in files: a version stored whole, then each
+//! published version after it as a delta against the one before ([`crate::snapshot_delta`]), until
 //! `runtime.snapshot_full_every` versions make up the chain or a delta would not pay (half the
 //! snapshot or more); the next version starts a new chain. [`SnapshotMeta::chain`] names the
 //! chain up to a version, so a reader holding one of its versions fetches only the deltas after
