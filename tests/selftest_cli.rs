@@ -5,7 +5,7 @@
 
 mod support;
 
-use caprl_model::fastmath::Simd;
+use caprl_kernels::fastmath::Simd;
 use support::{caprl, text};
 
 /// Every quantity the self-test compares, for each tiny model.

@@ -5,7 +5,7 @@
 /// the thread count the rows are named by: `RAYON_NUM_THREADS`, 0 when unset (rayon's default).
 pub fn set_up_as_the_binary() -> usize {
     caprl_common::process::set_up();
-    eprintln!("{}", caprl_model::fastmath::describe());
+    eprintln!("{}", caprl_kernels::fastmath::describe());
     std::env::var("RAYON_NUM_THREADS")
         .ok()
         .and_then(|s| s.parse::<usize>().ok())

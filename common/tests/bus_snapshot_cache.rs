@@ -146,6 +146,9 @@ async fn the_readers_of_a_host_fetch_each_version_once_and_all_get_its_exact_byt
     );
 }
 
+/// A way to damage a cached file's bytes.
+type Damage = fn(&mut Vec<u8>);
+
 /// Puts version 1 and has one reader of `cache` fetch it; the meta, the bytes and the file.
 async fn cached_v1(server: &LocalNatsServer, cache: &Path) -> (SnapshotMeta, Vec<u8>, PathBuf) {
     let learner = bus(server, None).await;
@@ -167,17 +170,11 @@ async fn a_damaged_cut_or_foreign_cached_version_is_fetched_again_and_replaced()
     let host = tempfile::tempdir().unwrap();
     let (meta, p, file) = cached_v1(&server, host.path()).await;
     let whole = std::fs::read(&file).unwrap();
-    let damages: [(&str, Box<dyn Fn(&mut Vec<u8>)>); 4] = [
-        ("a flipped bit", Box::new(|b: &mut Vec<u8>| b[40_000] ^= 1)),
-        (
-            "cut short",
-            Box::new(|b: &mut Vec<u8>| b.truncate(b.len() / 2)),
-        ),
-        ("a byte too many", Box::new(|b: &mut Vec<u8>| b.push(0))),
-        (
-            "another format",
-            Box::new(|b: &mut Vec<u8>| b[..8].copy_from_slice(b"notcache")),
-        ),
+    let damages: [(&str, Damage); 4] = [
+        ("a flipped bit", |b| b[40_000] ^= 1),
+        ("cut short", |b| b.truncate(b.len() / 2)),
+        ("a byte too many", |b| b.push(0)),
+        ("another format", |b| b[..8].copy_from_slice(b"notcache")),
     ];
     for (what, damage) in damages {
         let mut bad = whole.clone();

@@ -3,7 +3,7 @@
 //! more than the dot products that made them. [`exp_f32`] is branch-free, so the compiler runs
 //! it on every lane of the vector unit.
 
-use caprl_model::fastmath::exp_f32 as exp;
+use caprl_kernels::fastmath::exp_f32 as exp;
 
 /// `log Σⱼ e^{xⱼ/τ}` over every `j` but `skip`; `None` when no term is left.
 pub fn log_sum_exp(xs: &[f32], skip: Option<usize>, tau: f32) -> Option<f32> {

@@ -4,7 +4,7 @@
 //! figure.
 
 use anyhow::Result;
-use caprl_model::fastmath::{simd, Simd};
+use caprl_kernels::fastmath::{simd, Simd};
 use serde::Serialize;
 
 use super::write_stdout;

@@ -256,11 +256,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     check_config_use(&cli.command, global)?;
     // A misspelt CAPRL_GENERIC_OPS or CAPRL_SIMD stops here instead of being read as off.
-    caprl_model::model::generic_ops_from_env()?;
-    let level = caprl_model::fastmath::simd_from_env()?;
-    caprl_model::fastmath::set_simd(Some(level))?;
+    caprl_kernels::generic_ops_from_env()?;
+    let level = caprl_kernels::fastmath::simd_from_env()?;
+    caprl_kernels::fastmath::set_simd(Some(level))?;
     if cli.command.computes() {
-        tracing::info!("{}", caprl_model::fastmath::describe());
+        tracing::info!("{}", caprl_kernels::fastmath::describe());
     }
     let process = cli.command.process_label();
     let started = std::time::Instant::now();
@@ -300,7 +300,7 @@ pub fn report_error(err: &anyhow::Error) -> ExitCode {
     }
     let is_config = |cause: &(dyn std::error::Error + 'static)| {
         cause.is::<ConfigError>()
-            || cause.is::<caprl_model::fastmath::SimdError>()
+            || cause.is::<caprl_kernels::fastmath::SimdError>()
             || matches!(cause.downcast_ref(), Some(LearnerError::Config(_)))
     };
     let stalled = |cause: &(dyn std::error::Error + 'static)| {

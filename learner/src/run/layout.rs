@@ -100,7 +100,7 @@ pub(super) fn open_run_log(cfg: &RunConfig, resume: bool, step: u64) -> Result<O
         "seed": cfg.seed,
         "device": cfg.device.to_string(),
         // The CPU kernels' vector level: the figures and the rounding of a run depend on it.
-        "simd": caprl_model::fastmath::simd().name(),
+        "simd": caprl_kernels::fastmath::simd().name(),
         "mode": format!("{:?}", cfg.runtime.mode).to_lowercase(),
     });
     let mut log = if resume

@@ -69,7 +69,7 @@ impl Row {
             reference: None,
             reference_name: None,
             ratio: None,
-            simd: caprl_model::fastmath::simd().name(),
+            simd: caprl_kernels::fastmath::simd().name(),
         }
     }
 
@@ -286,7 +286,7 @@ fn training(exe: &Path, sets: &[String], dir: &Path) -> Result<Vec<Row>> {
 }
 
 fn table(rows: &[Row]) -> String {
-    let mut out = format!("{}\n", caprl_model::fastmath::describe());
+    let mut out = format!("{}\n", caprl_kernels::fastmath::describe());
     out += &format!(
         "{:<48} {:>14} {:<11} {:>14}  {:<26} {:>7}\n",
         "benchmark", "caprl", "unit", "reference", "reference is", "ratio"

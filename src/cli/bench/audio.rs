@@ -110,7 +110,7 @@ pub fn run(args: AudioBenchArgs) -> Result<()> {
         "caprl bench audio: {:.0} s clips ({frames} frames), CRNN width 128 = {} encoder parameters (paper: 679k)\n{}",
         args.seconds,
         crnn_param_count(128, 64),
-        caprl_model::fastmath::describe()
+        caprl_kernels::fastmath::describe()
     );
     println!(
         "{:<58} {:>14} {:>14}",

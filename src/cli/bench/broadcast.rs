@@ -104,7 +104,7 @@ pub fn run(args: BroadcastBenchArgs) -> Result<()> {
         full_every: args.full_every,
         readers_per_host: args.readers_per_host,
         threads: candle_core::utils::get_num_threads(),
-        simd: caprl_model::fastmath::simd().name(),
+        simd: caprl_kernels::fastmath::simd().name(),
         rows,
     };
     let out = if args.json {

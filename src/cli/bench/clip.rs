@@ -233,7 +233,7 @@ fn prepared_refs(scorer: &CiderD, data: &Dataset) -> HashMap<usize, PreparedRefs
 /// The printed table: the machine, the `setting`, and each row's µs per caption (`best`),
 /// captions per second and speed against the first row.
 fn table(setting: &str, rows: &[Row], best: &[f64]) -> String {
-    let mut out = format!("{}\n{setting}\n\n", caprl_model::fastmath::describe());
+    let mut out = format!("{}\n{setting}\n\n", caprl_kernels::fastmath::describe());
     out.push_str("| reward | µs / caption | captions/s | vs cider |\n|---|---|---|---|\n");
     let t_cider = best[0];
     for ((name, _), t) in rows.iter().zip(best) {

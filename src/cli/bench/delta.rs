@@ -150,7 +150,7 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
         lr: args.lr,
         steps: args.steps,
         threads: candle_core::utils::get_num_threads(),
-        simd: caprl_model::fastmath::simd().name(),
+        simd: caprl_kernels::fastmath::simd().name(),
         update_seconds: update_seconds / counted,
         rows,
     })

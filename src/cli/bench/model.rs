@@ -245,7 +245,7 @@ fn measure(
     })?;
     Ok(ModelBenchRow {
         device: args.device.clone(),
-        simd: caprl_model::fastmath::simd().name(),
+        simd: caprl_kernels::fastmath::simd().name(),
         dtype: dtype_name.to_string(),
         batch: b,
         hidden,
@@ -333,7 +333,7 @@ fn table(args: &ModelArgs, rows: &[ModelBenchRow]) -> String {
         args.vocab,
         args.max_len,
         args.iters,
-        caprl_model::fastmath::describe()
+        caprl_kernels::fastmath::describe()
     );
     out.push_str(
         "| dtype | batch | hidden | XE step ms | SCST step ms | greedy tok/s | sample tok/s | beam5 tok/s | snapshot ms (MB) |\n\

@@ -134,7 +134,7 @@ pub fn run(args: PipelineArgs, global: &Global) -> Result<()> {
             local_cmd::SnapshotTransport::Files => "files on this host",
             local_cmd::SnapshotTransport::Nats => "the object store",
         },
-        caprl_model::fastmath::describe(),
+        caprl_kernels::fastmath::describe(),
     );
     out.push_str(&table(&runs));
     if let Some(path) = &args.json {

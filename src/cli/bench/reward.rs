@@ -128,7 +128,7 @@ pub fn run(args: RewardBenchArgs) -> Result<()> {
     let mut out = format!(
         "{}\n{} rollouts of {} images x ({} samples + greedy) = {captions} captions, {} \
          references per image, best of {ROUNDS}, 1 process\n\n",
-        caprl_model::fastmath::describe(),
+        caprl_kernels::fastmath::describe(),
         measured.rollouts,
         measured.images,
         measured.samples,

@@ -95,18 +95,7 @@ const WARMUP_STEPS: u64 = 2;
 /// Runs the benchmark; `global`'s `--config` and `--set` apply under the benchmark's own
 /// settings (e.g. `--set runtime.snapshot_dtype="bf16"`, `--set model.hidden=1024`).
 pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
-    if args.actors.is_empty() || args.actors.contains(&0) {
-        bail!("--actors takes counts >= 1, e.g. --actors 1,2,4,8,16");
-    }
-    if args.actors_per_host > 0 && args.snapshots == SnapshotTransport::Files {
-        bail!(
-            "--actors-per-host shares fetches from the object store: use it with --snapshots \
-             nats (files are mapped by every actor without fetching)"
-        );
-    }
-    if !(args.token_ms > 0.0 && args.token_ms.is_finite()) {
-        bail!("--token-ms must be a number > 0 (got {})", args.token_ms);
-    }
+    check_args(&args)?;
     let tmp = tempfile::tempdir().context("a temp dir for the synthetic data")?;
     let data_dir = tmp.path().join("synth");
     let synth_cfg = SynthConfig {
@@ -205,6 +194,23 @@ pub fn run(args: ScaleArgs, global: &Global) -> Result<()> {
         cfg.runtime.snapshot_every, cfg.runtime.snapshot_full_every, cfg.optim.rl_lr
     ));
     write_stdout(&out)
+}
+
+/// Refuses flags the benchmark cannot run with, saying which.
+fn check_args(args: &ScaleArgs) -> Result<()> {
+    if args.actors.is_empty() || args.actors.contains(&0) {
+        bail!("--actors takes counts >= 1, e.g. --actors 1,2,4,8,16");
+    }
+    if args.actors_per_host > 0 && args.snapshots == SnapshotTransport::Files {
+        bail!(
+            "--actors-per-host shares fetches from the object store: use it with --snapshots \
+             nats (files are mapped by every actor without fetching)"
+        );
+    }
+    if !(args.token_ms > 0.0 && args.token_ms.is_finite()) {
+        bail!("--token-ms must be a number > 0 (got {})", args.token_ms);
+    }
+    Ok(())
 }
 
 /// The run config of the benchmark: `cfg` (the defaults, or what `--config`/`--set` said, in

@@ -156,7 +156,7 @@ struct Row {
     /// FLOPs of one run of each task whose work is counted (`transformer_flops`), in GFLOP.
     gflop: std::collections::BTreeMap<&'static str, f64>,
     /// The multiply-add peak of the threads at the level in use, GFLOP/s
-    /// ([`caprl_model::fastmath::fma_peak_gflops`] on every thread at once).
+    /// ([`caprl_kernels::fastmath::fma_peak_gflops`] on every thread at once).
     peak_gflops: f64,
 }
 
@@ -174,7 +174,7 @@ pub fn run(args: TransformerBenchArgs) -> Result<()> {
              |---|---|---:|---:|---:|---:|---:|\n",
             args.reps,
             args.warmup,
-            caprl_model::fastmath::describe()
+            caprl_kernels::fastmath::describe()
         ));
     }
     for &shape in &args.shape {
@@ -227,7 +227,7 @@ fn fma_peak(threads: usize) -> f64 {
     let budget = std::time::Duration::from_millis(400);
     std::thread::scope(|scope| {
         let runs: Vec<_> = (0..threads.max(1))
-            .map(|_| scope.spawn(|| caprl_model::fastmath::fma_peak_gflops(budget)))
+            .map(|_| scope.spawn(|| caprl_kernels::fastmath::fma_peak_gflops(budget)))
             .collect();
         runs.into_iter().map(|r| r.join().unwrap_or(0.0)).sum()
     })
@@ -357,7 +357,7 @@ fn measure(which: BenchShape, threads: usize, args: &TransformerBenchArgs) -> Re
     let gflop = task_gflop(&s);
     Ok(Row {
         source: "caprl",
-        simd: caprl_model::fastmath::simd().name(),
+        simd: caprl_kernels::fastmath::simd().name(),
         model: "transformer",
         shape: which,
         threads,

@@ -41,7 +41,7 @@ pub struct TransportArgs {
 pub fn run(args: TransportArgs, global: &Global) -> Result<()> {
     let mut out = format!(
         "caprl bench transport\n{}\n",
-        caprl_model::fastmath::describe()
+        caprl_kernels::fastmath::describe()
     );
     if !args.no_training {
         let (inproc, nats) = training(global)?;

@@ -13,8 +13,9 @@
 //!   [`Decoder`] ([`Captioner::decoder`]; the same methods on [`Captioner`] prepare them per call):
 //!   greedy, sample (Gumbel-max on the seeded [`CaprlRng`]), complete_from_prefix, beam (trigram
 //!   blocking, length normalisation) and beam_lookahead (value-guided, paper 001).
-//! - `kernels/`: the hand-written CPU kernels (linear, bias, transpose, dropout, token
-//!   log-softmax, host matrix products) and the switch to Candle's generic ops.
+//! - `dropout`: inverted dropout from the seeded [`CaprlRng`], a CPU kernel beside
+//!   [`caprl_kernels`]' (linear, bias, transpose, token log-softmax, host matrix products, the
+//!   switch to Candle's generic ops).
 //! - [`Inputs`], [`batch_tokens`], [`inputs_for_rows`]: what the models read.
 //! - [`ValueHead`]: the MLP critic / learned baseline on detached decoder states.
 //! - [`crnn_param_count`]: the CRNN audio encoder's size (paper 000 reports 679k).
@@ -44,12 +45,10 @@ mod decode_config;
 mod decoding;
 mod device;
 mod device_spec;
+mod dropout;
 mod error;
 mod inputs;
 mod io;
-mod kernels;
-#[cfg(test)]
-mod op_check;
 
 pub mod params;
 mod rng;
@@ -75,9 +74,6 @@ pub use device::{on_rayon, open_device, parse_device};
 pub use device_spec::{BadDevice, DeviceSpec};
 pub use error::ModelError;
 pub use inputs::{batch_tokens, Inputs};
-pub use kernels::{
-    generic_ops, generic_ops_from_env, kernels_enabled, set_generic_ops, GENERIC_OPS_ENV,
-};
 pub use rng::{CaprlRng, RngState};
 pub use rnn::crnn::{conv_channels, crnn_param_count};
 pub use rows::inputs_for_rows;

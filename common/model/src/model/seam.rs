@@ -14,9 +14,9 @@ use candle_nn::VarMap;
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
 use super::inputs::{token_mask, Inputs};
-use super::kernels::kernels_enabled;
 use super::rng::CaprlRng;
 use super::{BOS, PAD};
+use caprl_kernels::kernels_enabled;
 
 /// What every architecture holds besides its handles on the parameters: the configuration, the
 /// device and the weights by stable name. The seam's accessors read it. A clone shares the

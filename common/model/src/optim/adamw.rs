@@ -9,7 +9,7 @@ use candle_core::{CpuStorage, Storage, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::error::{OptimError, Result};
-use crate::model::kernels_enabled;
+use caprl_kernels::kernels_enabled;
 
 /// Hyper-parameters (`[optim]` beta1, beta2, eps, weight_decay).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -196,7 +196,7 @@ fn fused_update(g: &Tensor, s: &Slot, p: AdamWParams, lr: f64, bc1: f64, bc2: f6
                         let (lr_, eps) = (lr as $t, p.eps as $t);
                         // Compiled for the level in use (the same bits at every level).
                         let kernel = |g: &[$t], th: &mut [$t], m: &mut [$t], v: &mut [$t]| {
-                            crate::fastmath::vectorised!(for i in 0..th.len() {
+                            caprl_kernels::fastmath::vectorised!(for i in 0..th.len() {
                                 let mi = b1 * m[i] + c1 * g[i];
                                 let vi = b2 * v[i] + c2 * g[i] * g[i];
                                 th[i] =

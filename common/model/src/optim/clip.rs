@@ -5,7 +5,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Storage, Tensor, Var};
 
 use super::error::Result;
-use crate::model::kernels_enabled;
+use caprl_kernels::kernels_enabled;
 
 /// The global L2 norm of the gradients of `vars` (vars without a gradient count as zero).
 ///
@@ -74,7 +74,7 @@ const CHUNK: usize = 16 * 1024;
 fn chunked_sum_sq<T: Copy + Into<f64> + Sync>(v: &[T]) -> f64 {
     /// One chunk's sum, compiled for the level in use.
     fn lanes<T: Copy + Into<f64>>(c: &[T]) -> f64 {
-        crate::fastmath::vectorised!(lanes_plain(c))
+        caprl_kernels::fastmath::vectorised!(lanes_plain(c))
     }
     #[inline(always)]
     fn lanes_plain<T: Copy + Into<f64>>(c: &[T]) -> f64 {

@@ -4,12 +4,12 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 
 use super::{Comparison, Result, SelftestOptions};
-use crate::fastmath::{set_simd, Simd};
 use crate::model::{
-    batch_tokens, set_generic_ops, CaprlRng, Captioner, CaptionerConfig, Inputs, ModelError,
-    ModelKind, RnnKind,
+    batch_tokens, CaprlRng, Captioner, CaptionerConfig, Inputs, ModelError, ModelKind, RnnKind,
 };
 use crate::optim::{clip_grad_norm, grad_norm, AdamW, AdamWParams};
+use caprl_kernels::fastmath::{set_simd, Simd};
+use caprl_kernels::set_generic_ops;
 
 /// A model to compare, with its inputs (host features) and teacher-forced captions.
 pub(crate) struct TinyModel {

@@ -7,7 +7,7 @@
 //! snapshot saved on the device and loaded on the CPU, and two training runs from one seed,
 //! stepped from alternating threads, which must give byte-identical weights (work queued from
 //! different threads must stay in order). On the CPU the subject is the generic-ops mode (the
-//! ops CUDA runs, see [`crate::model::kernels_enabled`]), so the same command runs in CI, and
+//! ops CUDA runs, see [`caprl_kernels::kernels_enabled`]), so the same command runs in CI, and
 //! [`run_levels`] compares the kernels at every vector level of the CPU (`CAPRL_SIMD`) with
 //! the baseline build the same way.
 
@@ -16,9 +16,10 @@ mod checks;
 use candle_core::Device;
 
 use self::checks::{Mode, Sides};
-use crate::fastmath::{set_simd, Simd};
-use crate::model::{set_generic_ops, ModelError};
+use crate::model::ModelError;
 use crate::optim::OptimError;
+use caprl_kernels::fastmath::{set_simd, Simd};
+use caprl_kernels::set_generic_ops;
 
 /// What to compare and how closely.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +90,7 @@ pub enum SelftestError {
     #[error("self-test option {0}")]
     Option(String),
     #[error(transparent)]
-    Simd(#[from] crate::fastmath::SimdError),
+    Simd(#[from] caprl_kernels::fastmath::SimdError),
 }
 
 pub(crate) type Result<T> = std::result::Result<T, SelftestError>;
@@ -98,7 +99,7 @@ pub(crate) type Result<T> = std::result::Result<T, SelftestError>;
 /// it runs (kernels for the reference, generic ops for the subject) and restores the
 /// environment's afterwards: do not run model work on other threads meanwhile.
 pub fn run(device: &Device, opts: &SelftestOptions) -> Result<Report> {
-    let level = crate::fastmath::simd();
+    let level = caprl_kernels::fastmath::simd();
     let sides = Sides {
         reference: Mode {
             generic_ops: false,

@@ -24,7 +24,7 @@ impl Policy for Greedy {
 /// Index of the largest value; the first one on ties. NaNs are never the largest, but a NaN
 /// first value is kept (as a scan that moves only to a strictly larger value keeps it).
 pub(crate) fn argmax<T: Lanes>(xs: &[T]) -> usize {
-    crate::fastmath::vectorised!(argmax_plain(xs))
+    caprl_kernels::fastmath::vectorised!(argmax_plain(xs))
 }
 
 /// Values [`argmax`] runs on (the logits, f32; the sampler's uniform numbers, f64).

@@ -4,9 +4,9 @@
 //! the step, so nothing here builds the whole log-probability row unless asked to: the
 //! log-sum-exp reads the logits twice (max, then the exponentials summed in eight f64 lanes) and
 //! an entry is `l_w · (1/T) − lse`. The loops are compiled for the level in use
-//! ([`crate::fastmath::Simd`]).
+//! ([`caprl_kernels::fastmath::Simd`]).
 
-use crate::fastmath::{exp_f32, vectorised};
+use caprl_kernels::fastmath::{exp_f32, vectorised};
 
 /// Lanes of the exponential sums (and so the order in which they are added).
 const LANES: usize = 8;

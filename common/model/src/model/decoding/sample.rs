@@ -20,12 +20,12 @@ use super::greedy::argmax;
 use super::log_softmax::{host_log_softmax, host_logprob};
 use super::nucleus::nucleus;
 use super::rollout::{Decoded, Policy};
-use crate::fastmath::exp_f32;
 use crate::model::captioner::Captioner;
 use crate::model::device::PARALLEL_MIN_LOGITS;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::rng::CaprlRng;
+use caprl_kernels::fastmath::exp_f32;
 use caprl_wire::check::first_violation;
 use caprl_wire::Sampling;
 
@@ -146,7 +146,7 @@ fn gumbel_argmax(xs: &[f32], us: &[f64], inv_temp: f64) -> usize {
 /// bound a little under `exp(−exp(x / T − floor))` (room for the f32 polynomials and the
 /// rounding of the exact comparison), so such a word scores below `floor`.
 fn may_win(xs: &[f32], us: &[f64], inv_temp: f64, floor: f64) -> Vec<bool> {
-    crate::fastmath::vectorised!(may_win_plain(xs, us, inv_temp, floor))
+    caprl_kernels::fastmath::vectorised!(may_win_plain(xs, us, inv_temp, floor))
 }
 
 #[inline(always)]

@@ -11,7 +11,7 @@ use candle_core::{Tensor, D};
 use candle_nn::ops::softmax;
 
 use crate::model::error::Result;
-use crate::model::kernels::additive_attention::additive_attention;
+use caprl_kernels::additive_attention::additive_attention;
 
 /// Attention weights, transposed once per pass.
 #[derive(Debug, Clone)]

@@ -11,8 +11,8 @@ use candle_nn::ops::sigmoid;
 use super::fused;
 use crate::model::config::RnnKind;
 use crate::model::error::Result;
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::transpose::transposed_copy;
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::transpose::transposed_copy;
 
 /// One layer's recurrent state: `h` `[B, H]` and, for LSTM, the cell `c` `[B, H]`.
 #[derive(Debug, Clone)]

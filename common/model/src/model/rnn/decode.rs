@@ -19,10 +19,10 @@ use super::word_table::word_rows;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::linear::{linear, linear_t};
-use crate::model::kernels::panels::PackedLinear;
 use crate::model::seam::{DecodeState, StepDecoder};
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::linear::{linear, linear_t};
+use caprl_kernels::panels::PackedLinear;
 
 /// Decoder state of the live rows: graph tensors, or host arrays for [`HostWeights`].
 enum Live {

@@ -11,13 +11,13 @@ use super::crnn;
 use super::decode::PackedSteps;
 use super::{Encoded, Prepared, RnnCaptioner};
 use crate::model::config::{ModelKind, RnnKind};
+use crate::model::dropout::dropout;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
-use crate::model::kernels::dropout::dropout;
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::linear::linear;
-use crate::model::kernels::transpose::transposed_copy;
 use crate::model::rng::CaprlRng;
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::linear::linear;
+use caprl_kernels::transpose::transposed_copy;
 
 impl RnnCaptioner {
     /// Casts (to the compute dtype), transposes and, for decoding, detaches every weight once
@@ -37,7 +37,7 @@ impl RnnCaptioner {
         let tt = |t: &Tensor| -> Result<Tensor> {
             let t = d(t)?;
             if detach {
-                transposed_copy(&t)
+                Ok(transposed_copy(&t)?)
             } else if per_step {
                 Ok(t.t()?.contiguous()?)
             } else {

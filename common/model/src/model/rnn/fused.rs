@@ -22,8 +22,8 @@ use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Storage, Tensor}
 
 use super::gates::{gates, grads};
 use crate::model::config::RnnKind;
-use crate::model::kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
-use crate::model::kernels::real::{
+use caprl_kernels::host_gemm::{for_each_row, gemm_into, Mat, SendPtr};
+use caprl_kernels::real::{
     by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
 };
 
@@ -527,7 +527,7 @@ impl CustomOp3 for FusedRnn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::kernels::host_gemm::PARALLEL_MIN_VALUES;
+    use caprl_kernels::host_gemm::PARALLEL_MIN_VALUES;
 
     /// Rows split across threads give bit-identical states and gradients (for a batch large
     /// enough to take the parallel path).

@@ -1,6 +1,6 @@
 //! The att model's one-layer recurrent decoder over a whole sequence as one graph node (CPU,
 //! f32/f64): at each step the previous hidden state attends over the row's image
-//! ([`attention`](crate::model::kernels::attention)'s row passes), the attended context term is
+//! ([`attention`](caprl_kernels::attention)'s row passes), the attended context term is
 //! added to the step's input term, and the GRU/LSTM gates run ([`super::gates`]).
 //!
 //! As a loop of per-step nodes, every step read a slice of the input terms `[T, B, G]`, whose
@@ -21,9 +21,9 @@ use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
 use super::fused::{self, gates_rows};
 use crate::model::config::RnnKind;
-use crate::model::kernels::additive_attention::{rows_backward, rows_forward, Dims as AttDims};
-use crate::model::kernels::host_gemm::{gemm_into, Mat};
-use crate::model::kernels::real::{
+use caprl_kernels::additive_attention::{rows_backward, rows_forward, Dims as AttDims};
+use caprl_kernels::host_gemm::{gemm_into, Mat};
+use caprl_kernels::real::{
     by_dtype, by_storage_dtype, contiguous, err, host_values, lock_saved, no_forward_pass, Real,
     Saved,
 };

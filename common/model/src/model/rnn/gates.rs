@@ -2,7 +2,7 @@
 //! ([`grads`]), compiled for the level in use (`fastmath::vectorised!`). Formulas as in [`super::cell`].
 
 use crate::model::config::RnnKind;
-use crate::model::kernels::real::Real;
+use caprl_kernels::real::Real;
 
 /// One row of gate values ([`gru_gates`] or [`lstm_gates`]), compiled for the level in use.
 #[allow(clippy::too_many_arguments)]
@@ -15,7 +15,7 @@ pub(crate) fn gates<T: Real>(
     o: &mut [T],
     sv: &mut [T],
 ) {
-    crate::fastmath::vectorised!(match kind {
+    caprl_kernels::fastmath::vectorised!(match kind {
         RnnKind::Gru => gru_gates(h, gx, gh, hp, o, sv),
         RnnKind::Lstm => lstm_gates(h, gx, gh, hp, o, sv),
     })
@@ -34,7 +34,7 @@ pub(crate) fn grads<T: Real>(
     dx: &mut [T],
     dgh: &mut [T],
 ) {
-    crate::fastmath::vectorised!(match kind {
+    caprl_kernels::fastmath::vectorised!(match kind {
         RnnKind::Gru => gru_grads(h, sv, ds, hp, dp, dx, dgh),
         RnnKind::Lstm => lstm_grads(h, sv, ds, hp, dp, dx),
     })
@@ -162,7 +162,7 @@ mod tests {
     /// multiply-adds on its own), so a run does not depend on the level it runs at.
     #[test]
     fn row_kernels_agree_bit_for_bit_at_every_level() {
-        use crate::fastmath::{dispatch::run_at, Simd};
+        use caprl_kernels::fastmath::{dispatch::run_at, Simd};
         let h = 37;
         let val = |n: usize, salt: usize| -> Vec<f32> {
             (0..n)

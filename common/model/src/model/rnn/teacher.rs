@@ -13,15 +13,15 @@ use super::attention::AttValues;
 use super::cell::{packed_state, run_sequence, unpack_states, CellWeights, LayerState};
 use super::fused_att;
 use super::{Encoded, Prepared, RnnCaptioner};
+use crate::model::dropout::dropout;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::{host_tokens, Inputs};
-use crate::model::kernels::bias::add_row_bias;
-use crate::model::kernels::dropout::dropout;
-use crate::model::kernels::linear::linear;
-use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{TeacherForced, TeacherForcing};
 use crate::model::BOS;
+use caprl_kernels::bias::add_row_bias;
+use caprl_kernels::linear::linear;
+use caprl_kernels::token_logp::token_log_softmax;
 
 /// The fused recurrent layers a teacher-forced pass can take ([`RnnCaptioner::fused_path`]).
 enum FusedPath {

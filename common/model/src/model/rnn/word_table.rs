@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 
 use crate::model::error::Result;
-use crate::model::kernels::linear::linear;
+use caprl_kernels::linear::linear;
 
 /// Rows `ids` of the word table `W_ih E + b_ih`, with the table's bits: the product runs on at
 /// least [`WORD_ROWS_MIN`] rows (repeating the first), because gemm takes another summation

@@ -6,11 +6,11 @@ use candle_core::{Tensor, D};
 
 use super::layers::{attention, layer_norm, merge_heads, positions, split_heads};
 use super::{source_dim, DecoderLayer, EncoderLayer, SelfAttention, TransformerCaptioner, Weights};
+use crate::model::dropout::dropout;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
-use crate::model::kernels::dropout::dropout;
-use crate::model::kernels::relu::relu;
 use crate::model::rng::CaprlRng;
+use caprl_kernels::relu::relu;
 
 /// The encoded images as the decoder reads them.
 pub(crate) struct Memory {

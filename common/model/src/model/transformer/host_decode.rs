@@ -19,19 +19,19 @@ use super::forward::Memory;
 use super::layers::{positions, Linear, Norm, NORM_EPS};
 use super::{TransformerCaptioner, Weights};
 use crate::model::error::{ModelError, Result};
-use crate::model::kernels::attention_softmax::softmax_in_place;
-use crate::model::kernels::host_gemm::{for_each_row, SendPtr};
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::layer_norm::norm_rows;
-use crate::model::kernels::panels::{with_values, PackedLinear};
-use crate::model::kernels::real::{dot, Real};
+use caprl_kernels::attention_softmax::softmax_in_place;
+use caprl_kernels::host_gemm::{for_each_row, SendPtr};
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::layer_norm::norm_rows;
+use caprl_kernels::panels::{with_values, PackedLinear};
+use caprl_kernels::real::{dot, Real};
 
 /// From this many multiply-adds a step's attention runs its rows on several threads.
 const PARALLEL_MIN_ATTENTION: usize = 4 << 20;
 
 /// A projection `x Wᵀ + b` on the host, the weight packed once per snapshot.
 fn packed(l: &Linear) -> Result<PackedLinear> {
-    PackedLinear::from_tensors(&l.w.t()?, Some(&l.b))
+    Ok(PackedLinear::from_tensors(&l.w.t()?, Some(&l.b))?)
 }
 
 /// A layer norm's gain and bias on the host.
@@ -333,7 +333,7 @@ impl HostLive {
 /// One row of [`HostWeights::attend`]: the query `q` `[d]` over the keys and values at
 /// `offsets` of `k` and `v`, into `o` `[d]`, compiled for the level in use.
 fn attend_row(q: &[f32], offsets: &[usize], k: &[f32], v: &[f32], heads: usize, o: &mut [f32]) {
-    crate::fastmath::vectorised!(attend_row_plain(q, offsets, k, v, heads, o))
+    caprl_kernels::fastmath::vectorised!(attend_row_plain(q, offsets, k, v, heads, o))
 }
 
 #[inline(always)]

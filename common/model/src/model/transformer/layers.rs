@@ -5,13 +5,12 @@
 use candle_core::{Tensor, D};
 
 use super::FeedForward;
+use crate::model::dropout::dropout;
 use crate::model::error::Result;
-use crate::model::kernels;
-use crate::model::kernels::attention_softmax::attention_weights;
-use crate::model::kernels::dropout::dropout;
-use crate::model::kernels::linear::linear;
-use crate::model::kernels::relu::relu;
 use crate::model::rng::CaprlRng;
+use caprl_kernels::attention_softmax::attention_weights;
+use caprl_kernels::linear::linear;
+use caprl_kernels::relu::relu;
 
 /// Added to the std in the layer norm (the Annotated Transformer's `eps`).
 pub(crate) const NORM_EPS: f64 = 1e-6;
@@ -24,7 +23,7 @@ pub(crate) struct Linear {
 
 impl Linear {
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.w, &self.b)
+        Ok(linear(x, &self.w, &self.b)?)
     }
 }
 
@@ -38,7 +37,9 @@ pub(crate) struct Norm {
 /// Annotated Transformer's, which self-critical.pytorch uses; `torch.nn.LayerNorm` divides by
 /// `√(biased var + eps)` instead).
 pub(crate) fn layer_norm(x: &Tensor, n: &Norm) -> Result<Tensor> {
-    kernels::layer_norm::layer_norm(x, &n.gain, &n.bias, NORM_EPS)
+    Ok(caprl_kernels::layer_norm::layer_norm(
+        x, &n.gain, &n.bias, NORM_EPS,
+    )?)
 }
 
 /// `[B, T, h·dk]` → `[B, h, T, dk]` (contiguous).

@@ -8,10 +8,10 @@ use super::layers::Linear;
 use super::TransformerCaptioner;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::{host_tokens, Inputs};
-use crate::model::kernels::token_logp::token_log_softmax;
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{TeacherForced, TeacherForcing};
 use crate::model::BOS;
+use caprl_kernels::token_logp::token_log_softmax;
 
 /// The decoder states of a teacher-forced pass and what produced them.
 struct TeacherRun {

@@ -28,9 +28,9 @@ use super::word_table::word_rows;
 use super::{Encoded, Prepared};
 use crate::model::config::{ModelKind, RnnKind};
 use crate::model::error::{ModelError, Result};
-use crate::model::kernels::host_gemm::{gemm_into, Mat, SendPtr};
-use crate::model::kernels::kernels_enabled;
-use crate::model::kernels::panels::PackedLinear;
+use caprl_kernels::host_gemm::{gemm_into, Mat, SendPtr};
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::panels::PackedLinear;
 
 fn poisoned() -> ModelError {
     ModelError::Internal("a decoder's word-row lock was poisoned".into())

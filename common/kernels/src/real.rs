@@ -15,7 +15,7 @@ const LANES: usize = 16;
 /// `Σ xᵢ yᵢ` in 16 partial sums added in a fixed order, so that it vectorises (inline it into a
 /// loop built through `fastmath::simd_dispatch!`); the same bits on any vector width.
 #[inline(always)]
-pub(crate) fn dot<T: Real>(x: &[T], y: &[T]) -> T {
+pub fn dot<T: Real>(x: &[T], y: &[T]) -> T {
     let mut acc = [T::ZERO; LANES];
     let (xs, ys) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
     let rest = xs.remainder().iter().zip(ys.remainder());
@@ -29,7 +29,7 @@ pub(crate) fn dot<T: Real>(x: &[T], y: &[T]) -> T {
 }
 
 /// Element types the CPU kernels run on.
-pub(crate) trait Real:
+pub trait Real:
     Copy
     + Send
     + Sync
@@ -126,30 +126,30 @@ impl Real for f64 {
 
 /// Values a kernel keeps from its forward pass for its backward pass (the fused recurrent
 /// layer's gate values, the token log-softmax's probabilities).
-pub(crate) enum Saved {
+pub enum Saved {
     F32(Vec<f32>),
     F64(Vec<f64>),
 }
 
 /// The error a kernel returns; its message names the kernel and what was wrong.
-pub(crate) fn err(msg: String) -> candle_core::Error {
+pub fn err(msg: String) -> candle_core::Error {
     candle_core::Error::Msg(msg)
 }
 
 /// The error of kernel `what` given a dtype it has no build for.
-pub(crate) fn unsupported_dtype(what: &str, dtype: DType) -> candle_core::Error {
+pub fn unsupported_dtype(what: &str, dtype: DType) -> candle_core::Error {
     err(format!(
         "{what}: dtype {dtype:?} is not supported (f32 or f64)"
     ))
 }
 
 /// The error of kernel `what`'s backward pass when no forward pass saved its values.
-pub(crate) fn no_forward_pass(what: &str) -> candle_core::Error {
+pub fn no_forward_pass(what: &str) -> candle_core::Error {
     err(format!("{what}: backward without a saved forward pass"))
 }
 
 /// Kernel `what`'s values saved between its passes, locked.
-pub(crate) fn lock_saved<'m, S>(
+pub fn lock_saved<'m, S>(
     saved: &'m Mutex<S>,
     what: &str,
 ) -> candle_core::Result<MutexGuard<'m, S>> {
@@ -162,7 +162,9 @@ pub(crate) fn lock_saved<'m, S>(
 /// name `T` standing for the element type of the CPU storage `storage`, its values given back
 /// as a storage of that dtype; another dtype is [`unsupported_dtype`] for the kernel `what`.
 /// A `CustomOp`'s `cpu_fwd` names its typed pass once this way.
-macro_rules! by_storage_dtype {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __by_storage_dtype {
     ($storage:expr, $what:expr, $t:ident => $body:expr) => {
         match $storage {
             ::candle_core::CpuStorage::F32(_) => {
@@ -173,19 +175,21 @@ macro_rules! by_storage_dtype {
                 type $t = f64;
                 $body.map(::candle_core::CpuStorage::F64)
             }
-            other => Err($crate::model::kernels::real::unsupported_dtype(
+            other => Err($crate::real::unsupported_dtype(
                 $what,
                 ::candle_core::backend::BackendStorage::dtype(other),
             )),
         }
     };
 }
-pub(crate) use by_storage_dtype;
+pub use crate::__by_storage_dtype as by_storage_dtype;
 
 /// `by_dtype!(dtype, what, T => body)`: `body`, a `Result`, with the type name `T` standing for
 /// `dtype` (f32 or f64); another dtype is [`unsupported_dtype`] for the kernel `what`. A
 /// `CustomOp`'s `bwd` names its typed pass once this way.
-macro_rules! by_dtype {
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __by_dtype {
     ($dtype:expr, $what:expr, $t:ident => $body:expr) => {
         match $dtype {
             ::candle_core::DType::F32 => {
@@ -196,15 +200,13 @@ macro_rules! by_dtype {
                 type $t = f64;
                 $body
             }
-            other => Err($crate::model::kernels::real::unsupported_dtype(
-                $what, other,
-            )),
+            other => Err($crate::real::unsupported_dtype($what, other)),
         }
     };
 }
-pub(crate) use by_dtype;
+pub use crate::__by_dtype as by_dtype;
 
-pub(crate) fn contiguous<'a, T: Real>(
+pub fn contiguous<'a, T: Real>(
     s: &'a CpuStorage,
     l: &Layout,
     what: &str,
@@ -219,7 +221,7 @@ pub(crate) fn contiguous<'a, T: Real>(
 
 /// [`contiguous`] of a tensor's storage, which must be on the CPU (a backward pass reads its
 /// inputs' values this way); `what` names the value in errors.
-pub(crate) fn host_values<'a, T: Real>(
+pub fn host_values<'a, T: Real>(
     storage: &'a candle_core::Storage,
     layout: &Layout,
     what: &str,
@@ -233,13 +235,13 @@ pub(crate) fn host_values<'a, T: Real>(
 /// A host function of one contiguous f32 or f64 storage, such as a node's forward pass;
 /// [`host_map1`] compiles it for the level in use, so implementations mark `apply`
 /// `#[inline(always)]`.
-pub(crate) trait HostMap1 {
+pub trait HostMap1 {
     fn apply<T: Real>(&self, x: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
 }
 
 /// `f(x)` as a storage of `x`'s dtype and shape (a `CustomOp1`'s `cpu_fwd`); `what` names the
 /// kernel in errors.
-pub(crate) fn host_map1(
+pub fn host_map1(
     f: &impl HostMap1,
     s: &CpuStorage,
     l: &Layout,
@@ -256,12 +258,12 @@ pub(crate) fn host_map1(
 /// A host function of two CPU tensors of one shape and dtype (f32 or f64), such as a
 /// backward pass from a node's output and its gradient; [`host_map2`] compiles it for the level
 /// in use, so implementations mark `apply` `#[inline(always)]`.
-pub(crate) trait HostMap2 {
+pub trait HostMap2 {
     fn apply<T: Real>(&self, a: &[T], b: &[T], shape: &Shape) -> candle_core::Result<Vec<T>>;
 }
 
 /// `f(a, b)` as a CPU tensor shaped like `a`; `what` names the kernel in errors.
-pub(crate) fn host_map2(
+pub fn host_map2(
     f: &impl HostMap2,
     a: &Tensor,
     b: &Tensor,

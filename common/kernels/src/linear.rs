@@ -12,13 +12,13 @@ use candle_core::{CpuStorage, CustomOp3, Device, Layout, Shape, Tensor};
 
 use super::bias::add_row_bias;
 use super::host_gemm::{gemm_into, Mat, SendPtr, PARALLEL_MIN_MACS};
-use super::kernels_enabled;
 use super::real::{by_dtype, by_storage_dtype, contiguous, err, host_values, Real};
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// How the weight is stored.
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub(crate) enum WLayout {
+pub enum WLayout {
     /// `W` `[G, K]`, as parameters are stored.
     Rows,
     /// `Wᵀ` `[K, G]`, contiguous.
@@ -26,12 +26,12 @@ pub(crate) enum WLayout {
 }
 
 /// `x Wᵀ + b` for `W` `[G, K]`; other devices and dtypes take candle's ops.
-pub(crate) fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     apply(x, w, b, WLayout::Rows)
 }
 
 /// `x w_t + b` for `w_t = Wᵀ` `[K, G]`; other devices and dtypes take candle's ops.
-pub(crate) fn linear_t(x: &Tensor, w_t: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub fn linear_t(x: &Tensor, w_t: &Tensor, b: &Tensor) -> Result<Tensor> {
     apply(x, w_t, b, WLayout::Cols)
 }
 
@@ -62,8 +62,8 @@ fn apply(x: &Tensor, w: &Tensor, b: &Tensor, layout: WLayout) -> Result<Tensor> 
         let y = x.reshape((rows, k))?.matmul(&w_t)?.reshape(out_dims)?;
         return add_row_bias(&y, b);
     }
-    Ok(x.contiguous()?
-        .apply_op3(&w.contiguous()?, &b.contiguous()?, Linear(layout))?)
+    x.contiguous()?
+        .apply_op3(&w.contiguous()?, &b.contiguous()?, Linear(layout))
 }
 
 struct Linear(WLayout);
@@ -114,7 +114,7 @@ fn w_rows<T>(w: &[T], k: usize, g: usize, layout: WLayout) -> Mat<T> {
 /// `x Wᵀ + b` on host slices: `x` `[n, k]`, `W` `[g, k]` (or `Wᵀ` `[k, g]`, per `layout`), `b`
 /// `[p, g]` repeating every `p` rows.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn forward<T: Real>(
+pub fn forward<T: Real>(
     x: &[T],
     w: &[T],
     b: &[T],
@@ -172,7 +172,7 @@ unsafe impl<T: Sync> Send for SendMat<T> {}
 unsafe impl<T: Sync> Sync for SendMat<T> {}
 
 /// `dx`, `dW`, `db` of [`backward`].
-pub(crate) struct Grads<T> {
+pub struct Grads<T> {
     pub dx: Vec<T>,
     pub dw: Vec<T>,
     pub db: Vec<T>,
@@ -180,7 +180,7 @@ pub(crate) struct Grads<T> {
 
 impl<T: Real> Grads<T> {
     /// The three gradients as CPU tensors shaped like the op's inputs.
-    pub(crate) fn into_tensors(
+    pub fn into_tensors(
         self,
         x: &Tensor,
         w: &Tensor,
@@ -197,7 +197,7 @@ impl<T: Real> Grads<T> {
 
 /// The gradients of [`forward`] given `dy` `[n, g]`; `dW` in the layout `W` came in.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn backward<T: Real>(
+pub fn backward<T: Real>(
     x: &[T],
     w: &[T],
     dy: &[T],
@@ -333,7 +333,7 @@ impl CustomOp3 for Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{
+    use crate::op_check::{
         assert_close as close, assert_same_with_gradients, grads_of_weighted_sum, values,
     };
     use candle_core::Var;

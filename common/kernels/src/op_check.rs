@@ -5,7 +5,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{Device, Tensor, Var};
 
 /// Deterministic values in `[-scale, scale)` of the given shape (f64, CPU).
-pub(crate) fn values(shape: &[usize], seed: u64, scale: f64) -> Tensor {
+pub fn values(shape: &[usize], seed: u64, scale: f64) -> Tensor {
     let n: usize = shape.iter().product();
     let v: Vec<f64> = (0..n)
         .map(|i| {
@@ -17,13 +17,13 @@ pub(crate) fn values(shape: &[usize], seed: u64, scale: f64) -> Tensor {
 }
 
 /// Panics unless `a` and `b` agree within 1e-10 everywhere.
-pub(crate) fn assert_close(a: &Tensor, b: &Tensor) {
+pub fn assert_close(a: &Tensor, b: &Tensor) {
     let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
     assert!(d.to_scalar::<f64>().unwrap() < 1e-10, "{a} vs {b}");
 }
 
 /// The gradients of `Σ y ⊙ weights`.
-pub(crate) fn grads_of_weighted_sum(y: &Tensor, weights: &Tensor) -> GradStore {
+pub fn grads_of_weighted_sum(y: &Tensor, weights: &Tensor) -> GradStore {
     y.mul(weights)
         .unwrap()
         .sum_all()
@@ -34,7 +34,7 @@ pub(crate) fn grads_of_weighted_sum(y: &Tensor, weights: &Tensor) -> GradStore {
 
 /// Panics unless node output `a` and graph output `b` agree, and so do the gradients of
 /// `Σ a ⊙ up` and `Σ b ⊙ up` with respect to each of `vars`.
-pub(crate) fn assert_same_with_gradients(a: &Tensor, b: &Tensor, up: &Tensor, vars: &[&Var]) {
+pub fn assert_same_with_gradients(a: &Tensor, b: &Tensor, up: &Tensor, vars: &[&Var]) {
     assert_close(a, b);
     let (ga, gb) = (grads_of_weighted_sum(a, up), grads_of_weighted_sum(b, up));
     for v in vars {

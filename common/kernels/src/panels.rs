@@ -3,7 +3,7 @@
 //!
 //! gemm repacks the weight for every call: at 10–50 rows the repacking of the decoder's weights
 //! costs about as much as the product. Here `W` `[k, n]` is stored as panels of a few columns
-//! (the width of the level's tile, [`panel_tiles`](super::panel_tiles)), each panel `k × width`
+//! (the width of the level's tile, [`panel_tiles`]), each panel `k × width`
 //! contiguous, so a tile of rows × the panel's columns stays in registers while it reads its
 //! panel front to back (the panel stays in cache for the next rows), and nothing is copied per
 //! call. The sums run over `k` in order, so a value does not depend on the tile it falls in,
@@ -17,7 +17,7 @@ use candle_core::{CpuStorage, DType, Storage, Tensor};
 use super::host_gemm::SendPtr;
 use super::panel_tiles::{self, PanelDst};
 use crate::fastmath::Simd;
-use crate::model::error::Result;
+use candle_core::Result;
 
 /// A `[k, n]` weight in column panels of its level's width (the last one padded with zeros).
 struct Panels {
@@ -140,9 +140,9 @@ const PARALLEL_MIN_WEIGHTS: usize = 1 << 17;
 const PARALLEL_MIN_MACS: usize = 1 << 20;
 const PARALLEL_MIN_MACS_SMALL_WEIGHT: usize = 4 << 20;
 
-/// `x W + b` for the rows of a decoding step, `W` `[k, n]` packed in [`Panels`] once per
+/// `x W + b` for the rows of a decoding step, `W` `[k, n]` packed in `Panels` once per
 /// snapshot.
-pub(crate) struct PackedLinear {
+pub struct PackedLinear {
     w: Panels,
     b: Vec<f32>,
     out: usize,
@@ -151,7 +151,7 @@ pub(crate) struct PackedLinear {
 impl PackedLinear {
     /// From tensors: `w_t` `[k, n]` (`Wᵀ` of a `[n, k]` parameter, or its transposed view) and
     /// the bias `[n]`, zeros when `None`; read as f32, where the values lie when they can be.
-    pub(crate) fn from_tensors(w_t: &Tensor, b: Option<&Tensor>) -> Result<Self> {
+    pub fn from_tensors(w_t: &Tensor, b: Option<&Tensor>) -> Result<Self> {
         let (k, n) = w_t.dims2()?;
         let b = match b {
             Some(b) => with_values(b, <[f32]>::to_vec)?,
@@ -167,18 +167,14 @@ impl PackedLinear {
     }
 
     /// `x W + b` for an f32 CPU tensor `x` `[rows, k]`, as one.
-    pub(crate) fn forward_tensor(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn forward_tensor(&self, x: &Tensor) -> Result<Tensor> {
         let rows = x.dim(0)?;
         let host = x.flatten_all()?.to_vec1::<f32>()?;
-        Ok(Tensor::from_vec(
-            self.forward(&host, rows),
-            (rows, self.out),
-            x.device(),
-        )?)
+        Tensor::from_vec(self.forward(&host, rows), (rows, self.out), x.device())
     }
 
     /// `x W + b` for `n` rows of `x`.
-    pub(crate) fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
+    pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         let mut y: Vec<f32> = Vec::with_capacity(n * self.out);
         for _ in 0..n {
             y.extend_from_slice(&self.b);
@@ -199,7 +195,7 @@ impl PackedLinear {
 
 /// `f` of the f32 values of `t` in row-major order: read where they lie when `t` is a contiguous
 /// f32 CPU tensor, else from a converted copy.
-pub(crate) fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+pub fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
     {
         let (storage, layout) = t.storage_and_layout();
         if let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =

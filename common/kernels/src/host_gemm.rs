@@ -4,17 +4,12 @@ use super::real::Real;
 
 /// Below this many gate values per step the rows run on the calling thread: handing them to
 /// rayon costs more than it saves.
-pub(crate) const PARALLEL_MIN_VALUES: usize = 16 * 1024;
+pub const PARALLEL_MIN_VALUES: usize = 16 * 1024;
 
 /// Runs `f(i)` once for every row `i < rows`. With several `threads` and enough work
 /// (`rows × values_per_row`), contiguous blocks of rows run on rayon's threads; each row is
 /// computed by the same code either way, so results do not depend on the thread count.
-pub(crate) fn for_each_row(
-    threads: usize,
-    rows: usize,
-    values_per_row: usize,
-    f: impl Fn(usize) + Sync,
-) {
+pub fn for_each_row(threads: usize, rows: usize, values_per_row: usize, f: impl Fn(usize) + Sync) {
     if threads <= 1 || rows < 2 || rows * values_per_row < PARALLEL_MIN_VALUES {
         (0..rows).for_each(f);
         return;
@@ -30,7 +25,7 @@ pub(crate) fn for_each_row(
 /// An output buffer that several threads write disjoint parts of while their caller waits for
 /// them ([`for_each_row`]'s rows, `linear`'s two column halves, the host step's blocks).
 #[derive(Clone, Copy)]
-pub(crate) struct SendPtr<T>(pub *mut T);
+pub struct SendPtr<T>(pub *mut T);
 
 // SAFETY: the pointer is only dereferenced through `row` and `slice`, whose callers guarantee
 // that each part is borrowed by one thread at a time.
@@ -39,7 +34,7 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 impl<T> SendPtr<T> {
     /// The address of value `offset`.
-    pub(crate) fn at(&self, offset: usize) -> *mut T {
+    pub fn at(&self, offset: usize) -> *mut T {
         self.0.wrapping_add(offset)
     }
 
@@ -48,7 +43,7 @@ impl<T> SendPtr<T> {
     /// # Safety
     /// They must lie inside the buffer, and no other reference to them may be live.
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn slice(&self, offset: usize, len: usize) -> &mut [T] {
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> &mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(offset), len)
     }
 
@@ -57,14 +52,14 @@ impl<T> SendPtr<T> {
     /// # Safety
     /// As for [`SendPtr::slice`] of values `i * w..(i + 1) * w`.
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn row(&self, i: usize, w: usize) -> &mut [T] {
+    pub unsafe fn row(&self, i: usize, w: usize) -> &mut [T] {
         self.slice(i * w, w)
     }
 }
 
 /// Below this many multiply-adds a product runs on one thread: splitting it costs more than it
 /// saves (a `[32, 512] × [512, 200]` product is twice as slow on two threads).
-pub(crate) const PARALLEL_MIN_MACS: usize = 8 << 20;
+pub const PARALLEL_MIN_MACS: usize = 8 << 20;
 
 fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
     let threads = candle_core::utils::get_num_threads();
@@ -77,7 +72,7 @@ fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
 
 /// A row-major matrix view: element `(i, j)` at `ptr + i * rs + j * cs`.
 #[derive(Clone, Copy)]
-pub(crate) struct Mat<T> {
+pub struct Mat<T> {
     pub ptr: *const T,
     pub rs: isize,
     pub cs: isize,
@@ -110,7 +105,7 @@ impl<T> Mat<T> {
 /// Every view must address valid memory for its `m × k`, `k × n` and `m × n` extents, and `dst`
 /// must not overlap the inputs.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_into<T: Real>(
+pub unsafe fn gemm_into<T: Real>(
     m: usize,
     n: usize,
     k: usize,

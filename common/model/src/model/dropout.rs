@@ -2,10 +2,10 @@
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
-use super::kernels_enabled;
-use super::real::{by_dtype, contiguous, err, host_map1, HostMap1, Real};
 use crate::model::error::Result;
 use crate::model::rng::CaprlRng;
+use caprl_kernels::kernels_enabled;
+use caprl_kernels::real::{by_dtype, contiguous, err, host_map1, HostMap1, Real};
 
 /// `x ⊙ m / (1 - p)` with `m ~ Bernoulli(1 - p)` drawn from `rng`; identity when `rng` is `None`
 /// (evaluation) or `p == 0`.
@@ -83,7 +83,7 @@ impl CustomOp1 for MaskMul {
             return Err(err("dropout: backward expects a CPU gradient".into()));
         };
         let out = by_dtype!(grad.dtype(), "dropout", T => Tensor::from_vec(
-            crate::fastmath::vectorised!(self.times(contiguous::<T>(c, l, "dy")?))?,
+            caprl_kernels::fastmath::vectorised!(self.times(contiguous::<T>(c, l, "dy")?))?,
             l.shape(),
             grad.device(),
         ))?;
@@ -94,8 +94,8 @@ impl CustomOp1 for MaskMul {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_same_with_gradients, values};
     use candle_core::Var;
+    use caprl_kernels::op_check::{assert_same_with_gradients, values};
 
     /// The mask node gives `x ⊙ m` and `dx = dy ⊙ m`, as candle's `mul` does, also on a
     /// transposed (strided) input.

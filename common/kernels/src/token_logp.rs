@@ -13,20 +13,20 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
-use super::kernels_enabled;
 use super::linear::{self, WLayout};
 use super::real::{
     by_dtype, by_storage_dtype, contiguous, err, host_values, lock_saved, no_forward_pass, Real,
     Saved,
 };
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `log p(targets[n])` `[N]` from the top hidden states `h` `[.., S]`, `N` rows in all (the
 /// first `H` values of each row are read, `S ≥ H`), the output weights `W` `[V, H]` and bias `b` `[V]`; `mask`
 /// `[N, H]` (row-major), when given, multiplies the states read (dropout). `None` when the
 /// tensors are not CPU f32/f64 of one dtype (the caller takes candle's ops). Targets must be
 /// below `V` (checked).
-pub(crate) fn token_log_softmax(
+pub fn token_log_softmax(
     h: &Tensor,
     w: &Tensor,
     b: &Tensor,
@@ -283,7 +283,7 @@ impl CustomOp3 for TokenLogSoftmax {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_close as close, grads_of_weighted_sum, values};
+    use crate::op_check::{assert_close as close, grads_of_weighted_sum, values};
     use candle_core::{DType, Device, Var, D};
 
     /// The node's log-probabilities of `targets`.

@@ -8,18 +8,18 @@
 
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor, D};
 
-use super::kernels_enabled;
 use super::real::{err, host_map1, host_map2, HostMap1, HostMap2, Real};
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `softmax(scale · scores)` over the last dimension of `scores` `[.., Tq, Tk]`, keys after
 /// each query's position masked out when `causal`.
-pub(crate) fn attention_weights(scores: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
+pub fn attention_weights(scores: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
     if !kernels_enabled(scores.device(), scores.dtype()) {
         return composite(scores, scale, causal);
     }
     let op = ScaledSoftmax { scale, causal };
-    Ok(scores.contiguous()?.apply_op1(op)?)
+    scores.contiguous()?.apply_op1(op)
 }
 
 /// The same as candle ops (other devices and dtypes, and the generic-ops mode).
@@ -32,7 +32,7 @@ fn composite(scores: &Tensor, scale: f64, causal: bool) -> Result<Tensor> {
     // The maximum subtracted for stability is a constant for the gradient, as it cancels.
     let max = s.max_keepdim(D::Minus1)?.detach();
     let e = s.broadcast_sub(&max)?.exp()?;
-    Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?)
+    e.broadcast_div(&e.sum_keepdim(D::Minus1)?)
 }
 
 /// The causal mask `[Tq, Tk]` added to the scores: 0 where a query sees a key, a large negative
@@ -45,7 +45,7 @@ fn causal_mask(tq: usize, tk: usize, dtype: DType, device: &Device) -> Result<Te
             false => never,
         })
         .collect();
-    Ok(Tensor::from_vec(m, (tq, tk), device)?.to_dtype(dtype)?)
+    Tensor::from_vec(m, (tq, tk), device)?.to_dtype(dtype)
 }
 
 /// Whether query `i` of `tq` sees key `j` of `tk` under the causal mask.
@@ -57,7 +57,7 @@ fn sees(i: usize, j: usize, tq: usize, tk: usize) -> bool {
 /// `e` from `exp` ([`Real::exp_fast`] or the exact [`Real::exp_`]); inline it into a loop
 /// built through `fastmath::simd_dispatch!`.
 #[inline(always)]
-pub(crate) fn softmax_in_place<T: Real>(w: &mut [T], exp: impl Fn(T) -> T) {
+pub fn softmax_in_place<T: Real>(w: &mut [T], exp: impl Fn(T) -> T) {
     let max = w.iter().fold(T::NEG_INFINITY, |m, &s| m.max_(s));
     let mut sum = T::ZERO;
     for s in w.iter_mut() {
@@ -136,7 +136,7 @@ impl CustomOp1 for ScaledSoftmax {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_same_with_gradients, values};
+    use crate::op_check::{assert_same_with_gradients, values};
     use candle_core::Var;
 
     /// The node gives the weights and gradients of the candle ops, causal or not, for square

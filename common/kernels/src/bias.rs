@@ -6,13 +6,13 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use super::kernels_enabled;
 use super::real::{by_storage_dtype, contiguous};
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `x + b` with `b` `[K]` broadcast over the leading dims of `x` `[.., K]` (`x` may also be
 /// `[N, M·K]`-shaped data given as `[N, M, K]` with `b` `[M, K]`: `b` covers the trailing dims).
-pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
+pub fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
     let k = b.elem_count();
     if !kernels_enabled(x.device(), x.dtype())
         || x.dtype() != b.dtype()
@@ -20,9 +20,9 @@ pub(crate) fn add_row_bias(x: &Tensor, b: &Tensor) -> Result<Tensor> {
         || !x.elem_count().is_multiple_of(k)
         || !x.dims().ends_with(b.dims())
     {
-        return Ok(x.broadcast_add(b)?);
+        return x.broadcast_add(b);
     }
-    Ok(x.contiguous()?.apply_op2(&b.contiguous()?, RowBias)?)
+    x.contiguous()?.apply_op2(&b.contiguous()?, RowBias)
 }
 
 struct RowBias;

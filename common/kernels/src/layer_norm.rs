@@ -11,14 +11,14 @@ use std::sync::Mutex;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Storage, Tensor, D};
 
-use super::kernels_enabled;
 use super::real::{
     by_dtype, by_storage_dtype, contiguous, err, lock_saved, no_forward_pass, Real, Saved,
 };
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `g · (x − mean) / (std + eps) + b` over the last dimension of `x`, `g` and `b` `[d]`.
-pub(crate) fn layer_norm(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+pub fn layer_norm(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
     let native = kernels_enabled(x.device(), x.dtype())
         && gain.dtype() == x.dtype()
         && bias.dtype() == x.dtype();
@@ -44,10 +44,9 @@ fn composite(x: &Tensor, gain: &Tensor, bias: &Tensor, eps: f64) -> Result<Tenso
     let xc = x.broadcast_sub(&mean)?;
     let var = (xc.sqr()?.sum_keepdim(D::Minus1)? / (d.max(2) - 1) as f64)?;
     let std = (var.sqrt()? + eps)?;
-    Ok(xc
-        .broadcast_div(&std)?
+    xc.broadcast_div(&std)?
         .broadcast_mul(gain)?
-        .broadcast_add(bias)?)
+        .broadcast_add(bias)
 }
 
 /// One row's norm `g · x̂ + b`, `x̂ = (x − μ) / (σ + eps)`, into `y` (and each `x̂` into
@@ -108,7 +107,7 @@ fn lane_sum<T: Real>(row: &[T], f: impl Fn(f64) -> f64) -> f64 {
 /// Every row of `d = g.len()` values of `x` normed into `y`, with each row's `x̂` into `xhat`
 /// and `(σ, σ + eps)` into `stats` when given (the graph node keeps them for its backward pass;
 /// decoding does not); compiled for the level in use (`fastmath::vectorised!`).
-pub(crate) fn norm_rows<T: Real>(
+pub fn norm_rows<T: Real>(
     x: &[T],
     g: &[T],
     b: &[T],

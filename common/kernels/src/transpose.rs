@@ -3,14 +3,14 @@
 
 use candle_core::{CpuStorage, Storage, Tensor};
 
-use super::kernels_enabled;
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `wᵀ` as a contiguous detached tensor; falls back to candle's copy off the CPU, for other
 /// dtypes and for non-contiguous inputs.
-pub(crate) fn transposed_copy(w: &Tensor) -> Result<Tensor> {
+pub fn transposed_copy(w: &Tensor) -> Result<Tensor> {
     let w = w.detach();
-    let fallback = |w: &Tensor| -> Result<Tensor> { Ok(w.t()?.contiguous()?) };
+    let fallback = |w: &Tensor| -> Result<Tensor> { w.t()?.contiguous() };
     if !kernels_enabled(w.device(), w.dtype()) {
         return fallback(&w);
     }

@@ -5,16 +5,16 @@
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 
-use super::kernels_enabled;
 use super::real::{host_map1, host_map2, HostMap1, HostMap2, Real};
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// `max(x, 0)` elementwise.
-pub(crate) fn relu(x: &Tensor) -> Result<Tensor> {
+pub fn relu(x: &Tensor) -> Result<Tensor> {
     if !kernels_enabled(x.device(), x.dtype()) {
-        return Ok(x.relu()?);
+        return x.relu();
     }
-    Ok(x.contiguous()?.apply_op1(Relu)?)
+    x.contiguous()?.apply_op1(Relu)
 }
 
 struct Relu;
@@ -54,7 +54,7 @@ impl CustomOp1 for Relu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_same_with_gradients, values};
+    use crate::op_check::{assert_same_with_gradients, values};
     use candle_core::Var;
 
     /// The node gives candle's relu and its gradient, also on a transposed (strided) input.

@@ -19,16 +19,16 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
 use super::attention_softmax::softmax_in_place;
-use super::kernels_enabled;
 use super::real::{
     by_dtype, by_storage_dtype, contiguous, dot, err, host_values, lock_saved, no_forward_pass,
     Real, Saved,
 };
-use crate::model::error::Result;
+use crate::kernels_enabled;
+use candle_core::Result;
 
 /// The attended values `[B, D]` for the keys of width `a` in `kv` `[U, R, a + D]`, or `None`
 /// where the graph ops must run (other devices and dtypes).
-pub(crate) fn additive_attention(
+pub fn additive_attention(
     kv: &Tensor,
     a: usize,
     image: &[u32],
@@ -65,7 +65,7 @@ struct Attention {
 
 /// Sizes of one call: `b` rows, `u` images of `r` regions, keys `a` and values `d` wide.
 #[derive(Clone, Copy)]
-pub(crate) struct Dims {
+pub struct Dims {
     pub b: usize,
     pub u: usize,
     pub r: usize,
@@ -167,17 +167,17 @@ impl Attention {
 }
 
 /// `(out [B, D], e [B, R, A], α [B, R])`, written by [`rows_forward`].
-pub(crate) type Outputs<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
+pub type Outputs<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
 /// `(dkv [U, R, A + D], dq [B, A], dw [A])`: [`rows_backward`] adds into `dkv` and
 /// `dw` and writes `dq`.
-pub(crate) type Grads<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
+pub type Grads<'o, T> = (&'o mut [T], &'o mut [T], &'o mut [T]);
 
 /// The forward passes over the rows, compiled for the level in use
 /// (`fastmath::vectorised!`): the tanh and the value sums run over whole vectors, and every dot
 /// product over `A` or `D` keeps [`dot`]'s partial sums, added in a fixed order (so every
 /// level gives the same bits). Also run by the att model's fused recurrent layer, one step at
 /// a time.
-pub(crate) fn rows_forward<T: Real>(
+pub fn rows_forward<T: Real>(
     kv: &[T],
     q: &[T],
     w: &[T],
@@ -191,7 +191,7 @@ pub(crate) fn rows_forward<T: Real>(
 /// The gradients from the saved `e`, `α` and the output's gradient `g` (module docs), compiled
 /// for the level in use.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn rows_backward<T: Real>(
+pub fn rows_backward<T: Real>(
     e: &[T],
     alpha: &[T],
     kv: &[T],
@@ -338,7 +338,7 @@ impl CustomOp3 for Attention {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::op_check::{assert_same_with_gradients, values};
+    use crate::op_check::{assert_same_with_gradients, values};
     use candle_core::{Var, D};
 
     #[test]
