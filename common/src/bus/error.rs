@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Checksum, Retry};
+use super::{BusResult, Checksum, Retry};
 
 /// Everything a bus operation, a connect or the local server can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -142,4 +142,15 @@ pub enum BusError {
         waited: Duration,
         detail: String,
     },
+}
+
+/// `work`, or [`BusError::Timeout`] naming `op` when it takes longer than `after`.
+pub(super) async fn deadline<T>(
+    op: &'static str,
+    after: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> BusResult<T> {
+    tokio::time::timeout(after, work)
+        .await
+        .map_err(|_| BusError::Timeout { op, after })
 }

@@ -10,7 +10,6 @@
 //! under a deadline, so a dead broker surfaces as [`BusError::Timeout`] instead of a hang;
 //! reconnecting (with backoff) is left to async-nats.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -25,6 +24,7 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 
 use super::connect::connect;
+use super::error::deadline;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
 use super::snapshot_cache::HostCache;
 use super::snapshot_chain::{self, Chain, Held};
@@ -235,16 +235,6 @@ impl NatsBus {
         let root = self.opts.snapshot_dir.as_deref()?;
         Some(snapshot_file::run_dir(root, &self.opts.run_id))
     }
-}
-
-pub(super) async fn deadline<T>(
-    op: &'static str,
-    after: Duration,
-    work: impl Future<Output = T>,
-) -> BusResult<T> {
-    tokio::time::timeout(after, work)
-        .await
-        .map_err(|_| BusError::Timeout { op, after })
 }
 
 fn parse_meta(value: &[u8]) -> BusResult<SnapshotMeta> {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use tokio::io::AsyncReadExt;
 
-use super::nats::deadline;
+use super::error::deadline;
 use super::snapshot_chain::Versions;
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
 

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::BeamRule;
+use super::decoding::BeamRule;
 use caprl_wire::check::{fails, Check};
 use caprl_wire::Sampling;
 

@@ -40,9 +40,3 @@ impl ModelError {
 
 /// Result alias for the model module.
 pub type Result<T> = std::result::Result<T, ModelError>;
-
-impl From<super::params::Poisoned> for ModelError {
-    fn from(e: super::params::Poisoned) -> Self {
-        ModelError::Internal(e.to_string())
-    }
-}

@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
-use super::{EOS, PAD};
+use super::tokens::{EOS, PAD};
 
 /// A batch of image features on the model's device.
 #[derive(Debug, Clone)]

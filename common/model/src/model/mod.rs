@@ -55,6 +55,7 @@ mod rng;
 mod rnn;
 mod rows;
 mod seam;
+mod tokens;
 mod transformer;
 mod value_head;
 
@@ -80,10 +81,4 @@ pub use rows::inputs_for_rows;
 pub use seam::TeacherForced;
 pub use value_head::{ValueHead, VALUE_WIDTH};
 
-/// Vocabulary ids the decoder relies on: the vocabulary's own ([`caprl_data::Vocab`] defines
-/// them), named here for the model code.
-pub const PAD: u32 = caprl_data::Vocab::PAD;
-/// Beginning of sentence, the decoder's first input.
-pub const BOS: u32 = caprl_data::Vocab::BOS;
-/// End of sentence; decoding stops after it.
-pub const EOS: u32 = caprl_data::Vocab::EOS;
+pub use tokens::{BOS, EOS, PAD};

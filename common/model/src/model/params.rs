@@ -59,6 +59,12 @@ pub fn draw(init: Init, n: usize, rng: &mut CaprlRng) -> Vec<f64> {
 #[error("a parameter table's lock was poisoned by a panic in another thread")]
 pub struct Poisoned;
 
+impl From<Poisoned> for ModelError {
+    fn from(e: Poisoned) -> Self {
+        ModelError::Internal(e.to_string())
+    }
+}
+
 /// The parameter table of `varmap`.
 pub fn locked(varmap: &VarMap) -> Result<MutexGuard<'_, HashMap<String, Var>>, Poisoned> {
     varmap.data().lock().map_err(|_| Poisoned)

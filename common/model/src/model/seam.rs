@@ -15,7 +15,7 @@ use super::config::CaptionerConfig;
 use super::error::{ModelError, Result};
 use super::inputs::{token_mask, Inputs};
 use super::rng::CaprlRng;
-use super::{BOS, PAD};
+use super::tokens::{BOS, PAD};
 use caprl_kernels::kernels_enabled;
 
 /// What every architecture holds besides its handles on the parameters: the configuration, the

@@ -7,7 +7,7 @@
 //! [`BadEndings::forbids_eos_after`] says so). A caption that reaches the length limit is cut
 //! there, as in the reference, and may still end on such a word.
 
-use crate::model::EOS;
+use crate::model::tokens::EOS;
 use caprl_data::Vocab;
 
 /// The reference's list (`captioning/models/AttModel.py`; it appends `the` a second time).

@@ -14,7 +14,7 @@ use crate::model::device::on_rayon;
 use crate::model::error::Result;
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
-use crate::model::{BOS, EOS};
+use crate::model::tokens::{BOS, EOS};
 
 /// Decoded sequences, one per row.
 #[derive(Debug, Clone, PartialEq)]

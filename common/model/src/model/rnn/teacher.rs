@@ -18,7 +18,7 @@ use crate::model::error::{ModelError, Result};
 use crate::model::inputs::{host_tokens, Inputs};
 use crate::model::rng::CaprlRng;
 use crate::model::seam::{TeacherForced, TeacherForcing};
-use crate::model::BOS;
+use crate::model::tokens::BOS;
 use caprl_kernels::bias::add_row_bias;
 use caprl_kernels::linear::linear;
 use caprl_kernels::token_logp::token_log_softmax;

@@ -28,8 +28,8 @@ use crate::model::device::on_rayon;
 use crate::model::error::{ModelError, Result};
 use crate::model::inputs::Inputs;
 use crate::model::seam::DecodeState;
+use crate::model::tokens::{BOS, EOS};
 use crate::model::value_head::ValueHead;
-use crate::model::{BOS, EOS};
 
 /// Beam search settings (`[decode]` beam, length_norm, block_trigrams, beam_groups,
 /// diversity_lambda, remove_bad_endings).

@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use super::Proposals;
 use crate::model::decoding::log_softmax::host_log_sum_exp;
 use crate::model::device::PARALLEL_MIN_LOGITS;
-use crate::model::EOS;
+use crate::model::tokens::EOS;
 
 /// One step's log-probabilities `log π(w | y)` of every live beam, read from its logits
 /// `[rows, v]` and each row's log-sum-exp: the rows are never copied or widened to f64 (at a
