@@ -10,11 +10,15 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[path = "support/policy_bytes.rs"]
+mod policy_bytes;
+
 use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusOptions, LocalNatsServer, LocalNatsServerOptions, NatsBus, NatsConfig, SnapshotDeltas,
     SnapshotMeta,
 };
+use policy_bytes::{policy, updated};
 
 const RUN: &str = "host-cache";
 const SNAPSHOT: usize = 2_000_000;
@@ -63,27 +67,6 @@ async fn bus(server: &LocalNatsServer, cache: Option<&Path>) -> NatsBus {
         .expect("connects to the local nats-server")
 }
 
-/// A policy of `SNAPSHOT` bytes from `seed`, and `p` after a small update.
-fn policy(seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..SNAPSHOT)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn updated(p: &[u8], version: u64) -> Vec<u8> {
-    let mut next = p.to_vec();
-    for i in (0..next.len() / 4).step_by(50) {
-        next[i * 4] = next[i * 4].wrapping_add(1 + version as u8);
-    }
-    next
-}
-
 /// The cache's version files (`policy-v<N>-<checksum>.snapshot`) of the run.
 fn cached_files(cache: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(cache.join(RUN))
@@ -105,7 +88,7 @@ async fn the_readers_of_a_host_fetch_each_version_once_and_all_get_its_exact_byt
         readers.push(bus(&server, Some(host.path())).await);
     }
     let elsewhere = bus(&server, Some(other_host.path())).await;
-    let mut p = policy(1);
+    let mut p = policy(SNAPSHOT, 1);
     for v in 1..=6u64 {
         if v > 1 {
             p = updated(&p, v);
@@ -152,7 +135,7 @@ type Damage = fn(&mut Vec<u8>);
 /// Puts version 1 and has one reader of `cache` fetch it; the meta, the bytes and the file.
 async fn cached_v1(server: &LocalNatsServer, cache: &Path) -> (SnapshotMeta, Vec<u8>, PathBuf) {
     let learner = bus(server, None).await;
-    let p = policy(7);
+    let p = policy(SNAPSHOT, 7);
     let meta = learner
         .put_snapshot(1, Bytes::from(p.clone()))
         .await
@@ -191,7 +174,7 @@ async fn a_reader_waits_for_the_hosts_fetch_and_fetches_itself_when_that_one_giv
     let (server, _monitor, _conf) = server();
     let host = tempfile::tempdir().unwrap();
     let learner = bus(&server, None).await;
-    let p = policy(3);
+    let p = policy(SNAPSHOT, 3);
     let meta = learner
         .put_snapshot(1, Bytes::from(p.clone()))
         .await
@@ -226,7 +209,7 @@ async fn a_cache_that_cannot_be_written_costs_only_the_sharing() {
     let not_a_dir = dir.path().join("cache");
     std::fs::write(&not_a_dir, b"a file").unwrap();
     let learner = bus(&server, None).await;
-    let p = policy(5);
+    let p = policy(SNAPSHOT, 5);
     let meta = learner
         .put_snapshot(1, Bytes::from(p.clone()))
         .await

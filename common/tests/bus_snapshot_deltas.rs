@@ -3,11 +3,15 @@
 //! the chain, one of another chain or none; the chain's objects stay while it needs them; a
 //! delta that does not pay is stored whole; a damaged delta is an error, never wrong bytes.
 
+#[path = "support/policy_bytes.rs"]
+mod policy_bytes;
+
 use bytes::Bytes;
 use caprl_common::bus::{
     Bus, BusError, BusOptions, LocalNatsServer, NatsBus, NatsConfig, SnapshotDeltas, SnapshotMeta,
 };
 use caprl_common::config::{Dtype, RuntimeConfig};
+use policy_bytes::{policy, updated};
 
 const RUN: &str = "deltas";
 
@@ -26,28 +30,6 @@ async fn bus(server: &LocalNatsServer, full_every: u64) -> NatsBus {
     NatsBus::connect(&NatsConfig::to_url(&server.url()), &options(full_every))
         .await
         .expect("connects to the local nats-server")
-}
-
-/// A policy of `len` bytes from `seed`.
-fn policy(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// `p` after a small update: the low byte of one value in fifty changes.
-fn updated(p: &[u8], version: u64) -> Vec<u8> {
-    let mut next = p.to_vec();
-    for i in (0..next.len() / 4).step_by(50) {
-        next[i * 4] = next[i * 4].wrapping_add(1 + version as u8);
-    }
-    next
 }
 
 /// The chains of `metas`, as lists.

@@ -122,35 +122,38 @@ pub(super) async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
-/// Writes `delta`, snapshot `version`'s delta, under `dir` (to a temporary name first, renamed
-/// into place when whole); its absolute path.
-fn write_delta(dir: &Path, version: u64, delta: &[u8]) -> BusResult<PathBuf> {
-    let fail = |path: &Path, source: io::Error| BusError::SnapshotFile {
+/// The error of writing `path`.
+fn write_failed(path: &Path, source: io::Error) -> BusError {
+    BusError::SnapshotFile {
         path: path.to_path_buf(),
         action: "write",
         source,
-    };
-    fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-    let dir = fs::canonicalize(dir).map_err(|e| fail(dir, e))?;
+    }
+}
+
+/// `dir`, created if need be, as an absolute path (what a meta names, for every reader).
+fn writable_dir(dir: &Path) -> BusResult<PathBuf> {
+    fs::create_dir_all(dir).map_err(|e| write_failed(dir, e))?;
+    fs::canonicalize(dir).map_err(|e| write_failed(dir, e))
+}
+
+/// Writes `delta`, snapshot `version`'s delta, under `dir` (to a temporary name first, renamed
+/// into place when whole); its absolute path.
+fn write_delta(dir: &Path, version: u64, delta: &[u8]) -> BusResult<PathBuf> {
+    let dir = writable_dir(dir)?;
     let path = delta_path(&dir, version);
     let partial = dir.join(".policy-delta.partial");
     let written = fs::write(&partial, delta).and_then(|()| fs::rename(&partial, &path));
     if let Err(e) = written {
         let _ = fs::remove_file(&partial);
-        return Err(fail(&path, e));
+        return Err(write_failed(&path, e));
     }
     Ok(path)
 }
 
 /// Writes snapshot `version` under `dir` and describes it, its absolute path included.
 pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<SnapshotMeta> {
-    let fail = |path: &Path, source: io::Error| BusError::SnapshotFile {
-        path: path.to_path_buf(),
-        action: "write",
-        source,
-    };
-    fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
-    let dir = fs::canonicalize(dir).map_err(|e| fail(dir, e))?;
+    let dir = writable_dir(dir)?;
     let path = version_path(&dir, version);
     let partial = next_path(&dir);
     // The file allocated after the last version, when there is one: written from its start and
@@ -170,7 +173,7 @@ pub(crate) fn write(dir: &Path, version: u64, data: &[u8]) -> BusResult<Snapshot
     if let Err(e) = written {
         // A full disk leaves no half file behind, and the versions already written stay.
         let _ = fs::remove_file(&partial);
-        return Err(fail(&path, e));
+        return Err(write_failed(&path, e));
     }
     allocate_next(partial, data.len() as u64);
     Ok(SnapshotMeta {

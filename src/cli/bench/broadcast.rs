@@ -16,13 +16,12 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use caprl_common::bus::{Bus, BusOptions, NatsBus, NatsConfig, SnapshotDeltas};
 use caprl_common::snapshot;
-use caprl_model::model::{batch_tokens, on_rayon, CaprlRng, DType, Device};
-use caprl_model::optim::{AdamW, AdamWParams};
+use caprl_model::model::DType;
 use serde::Serialize;
 
-use super::model::random_captions;
 use super::scale::{monitored_server, varz};
-use super::transformer::{bench_model, random_images, BenchShape};
+use super::transformer::BenchShape;
+use super::updating::Updating;
 use crate::cli::write_stdout;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -116,19 +115,9 @@ pub fn run(args: BroadcastBenchArgs) -> Result<()> {
 }
 
 /// The snapshots of `args.versions` versions of the model, each after an AdamW update at
-/// `args.lr` on the XE loss of random captions (Adam's steps are about `lr` in size whatever
-/// the loss, so the values change as an SCST update's at that rate do).
+/// `args.lr` ([`Updating`]).
 fn trained_snapshots(args: &BroadcastBenchArgs) -> Result<Vec<Bytes>> {
-    let s = args.shape.spec();
-    let device = Device::Cpu;
-    let (model, cfg) = bench_model(&s, &device)?;
-    let (x, _) = random_images(&s, &cfg, &device)?;
-    let targets = batch_tokens(
-        &random_captions(&mut CaprlRng::new(2), s.xe_rows, s.max_len, s.vocab),
-        &device,
-    )?;
-    let mut opt = AdamW::new(model.varmap(), AdamWParams::default())?;
-    let mut drop_rng = CaprlRng::new(3);
+    let mut updating = Updating::new(args.shape)?;
     let dtype = if args.dtype == "f32" {
         DType::F32
     } else {
@@ -136,13 +125,8 @@ fn trained_snapshots(args: &BroadcastBenchArgs) -> Result<Vec<Bytes>> {
     };
     let mut snapshots = Vec::new();
     for _ in 0..args.versions {
-        on_rayon(&device, || -> Result<()> {
-            let (logp, mask) = model.token_logprobs(&x, &targets, Some(&mut drop_rng))?;
-            let loss = (logp.sum_all()?.neg()? / mask.sum_all()?.to_scalar::<f32>()? as f64)?;
-            opt.step(&loss.backward()?, args.lr)?;
-            Ok(())
-        })?;
-        let bytes = snapshot::encode(&model, Vec::new(), dtype, Some("bench"))?;
+        updating.step(args.lr)?;
+        let bytes = snapshot::encode(updating.model(), Vec::new(), dtype, Some("bench"))?;
         snapshots.push(Bytes::from(bytes));
     }
     Ok(snapshots)

@@ -12,12 +12,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use caprl_common::{snapshot, snapshot_delta};
-use caprl_model::model::{batch_tokens, on_rayon, CaprlRng, DType, Device};
-use caprl_model::optim::{AdamW, AdamWParams};
+use caprl_model::model::{Captioner, DType};
 use serde::Serialize;
 
-use super::model::random_captions;
-use super::transformer::{bench_model, random_images, BenchShape};
+use super::transformer::BenchShape;
+use super::updating::Updating;
 use crate::cli::write_stdout;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -73,21 +72,13 @@ pub fn run(args: DeltaBenchArgs) -> Result<()> {
 }
 
 fn measure(args: &DeltaBenchArgs) -> Result<Report> {
-    let s = args.shape.spec();
-    let device = Device::Cpu;
-    let (model, cfg) = bench_model(&s, &device)?;
-    let (x, _) = random_images(&s, &cfg, &device)?;
-    let targets = batch_tokens(
-        &random_captions(&mut CaprlRng::new(2), s.xe_rows, s.max_len, s.vocab),
-        &device,
-    )?;
-    let mut opt = AdamW::new(model.varmap(), AdamWParams::default())?;
-    let mut drop_rng = CaprlRng::new(3);
+    let mut updating = Updating::new(args.shape)?;
     let dtypes = [(DType::F32, "f32", 4), (DType::BF16, "bf16", 2)];
-    let encode = |dtype| snapshot::encode(&model, Vec::new(), dtype, Some("bench"));
+    let encode =
+        |model: &Captioner, dtype| snapshot::encode(model, Vec::new(), dtype, Some("bench"));
     let mut held: Vec<Vec<u8>> = dtypes
         .iter()
-        .map(|&(d, ..)| encode(d))
+        .map(|&(d, ..)| encode(updating.model(), d))
         .collect::<Result<_, _>>()?;
     // The held snapshots' checksums, once a delta has made them (a reader knows them then).
     let mut sums: Vec<Option<u128>> = vec![None; dtypes.len()];
@@ -101,12 +92,7 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
     let (mut update_seconds, mut counted) = (0.0, 0.0);
     for step in 1..=args.steps {
         let started = Instant::now();
-        on_rayon(&device, || -> Result<()> {
-            let (logp, mask) = model.token_logprobs(&x, &targets, Some(&mut drop_rng))?;
-            let loss = (logp.sum_all()?.neg()? / mask.sum_all()?.to_scalar::<f32>()? as f64)?;
-            opt.step(&loss.backward()?, args.lr)?;
-            Ok(())
-        })?;
+        updating.step(args.lr)?;
         let steady = step > 1 || args.steps == 1;
         if steady {
             update_seconds += started.elapsed().as_secs_f64();
@@ -117,7 +103,7 @@ fn measure(args: &DeltaBenchArgs) -> Result<Report> {
             .zip(held.iter_mut().zip(sums.iter_mut()))
             .zip(rows.iter_mut())
         {
-            let next = encode(dtype)?;
+            let next = encode(updating.model(), dtype)?;
             let started = Instant::now();
             let delta = snapshot_delta::encode(old, &next, width)?;
             let encode_s = started.elapsed().as_secs_f64();

@@ -18,6 +18,7 @@ mod scale;
 mod transformer;
 mod transformer_flops;
 mod transport;
+mod updating;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
