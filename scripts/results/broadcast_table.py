@@ -29,8 +29,9 @@ def render(d):
     ]
     for r in reports:
         k = r["readers_per_host"]
-        title = ("Every reader fetches its own copy" if k == 0 else
-                 f"{k} readers per host share a cache (`runtime.snapshot_cache_dir`)")
+        level = measured.SIMD.get(r["simd"], r["simd"])
+        title = (f"{level}: every reader fetches its own copy" if k == 0 else
+                 f"{level}: {k} readers per host share a cache (`runtime.snapshot_cache_dir`)")
         out += ["", f"## {title}", "",
                 "| readers | version | stored as | MB in | MB out | out per reader, of a snapshot "
                 "| publish ms | publish to last reader ms |",
@@ -42,6 +43,5 @@ def render(d):
                 f"{'delta' if row['delta'] else 'whole'} | {row['in_bytes'] / 1e6:.1f} | "
                 f"{row['out_bytes'] / 1e6:.1f} | {100 * per_reader:.1f}% | "
                 f"{row['publish_ms']:.0f} | {row['last_reader_ms']:.0f} |")
-    out += ["", f"{first['threads']} threads, SIMD level "
-            f"{measured.SIMD.get(first['simd'], first['simd'])}."]
+    out += ["", f"{first['threads']} threads; the SIMD level of each table in its heading."]
     return "\n".join(out) + "\n"

@@ -17,6 +17,7 @@
 //! [`LocalNatsServer`] starts a private `nats-server` for tests and single-machine runs.
 
 mod backoff;
+mod blocking;
 mod connect;
 mod error;
 mod inproc;

@@ -23,12 +23,13 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 
+use super::blocking::blocking;
 use super::connect::connect;
 use super::error::deadline;
 use super::nats_setup::{open_kv, open_objects, open_queue, wait_for_queue};
 use super::snapshot_cache::HostCache;
 use super::snapshot_chain::{self, Chain, Held};
-use super::snapshot_file::{self, blocking, Files};
+use super::snapshot_file::{self, Files};
 use super::snapshot_object::{self, Store};
 use super::{
     validate_key, Bus, BusError, BusOptions, BusResult, Delivery, KvEntry, NatsConfig, Queue,

@@ -34,6 +34,11 @@ pub(super) fn set(value: &str) -> bool {
     !value.trim().is_empty()
 }
 
+/// A directory setting: "" means none.
+fn dir_if_set(dir: &str) -> Option<PathBuf> {
+    (!dir.is_empty()).then(|| PathBuf::from(dir))
+}
+
 fn non_empty_or_env(value: &str, var: &str) -> Option<String> {
     if !value.is_empty() {
         return Some(value.to_string());
@@ -133,13 +138,9 @@ impl BusOptions {
             ack_wait_secs: runtime.ack_wait_secs,
             max_message_bytes: usize::try_from(nats.max_message_bytes).unwrap_or(usize::MAX),
             replicas: usize::try_from(nats.replicas).unwrap_or(usize::MAX),
-            snapshot_dir: Some(&runtime.snapshot_dir)
-                .filter(|dir| !dir.is_empty())
-                .map(PathBuf::from),
+            snapshot_dir: dir_if_set(&runtime.snapshot_dir),
             snapshot_file_deltas: runtime.snapshot_file_deltas,
-            snapshot_cache_dir: Some(&runtime.snapshot_cache_dir)
-                .filter(|dir| !dir.is_empty())
-                .map(PathBuf::from),
+            snapshot_cache_dir: dir_if_set(&runtime.snapshot_cache_dir),
             snapshot_deltas: SnapshotDeltas {
                 full_every: runtime.snapshot_full_every,
                 width: if runtime.snapshot_dtype == Dtype::F32 {

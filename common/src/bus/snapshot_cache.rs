@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_128;
 
+use super::blocking::blocking;
 use super::{BusResult, SnapshotMeta};
 
 /// Magic and layout of a cached version's header: `MAGIC`, its length (u64 LE), its XXH3-128
@@ -77,34 +78,27 @@ impl HostCache {
     where
         Fut: std::future::Future<Output = BusResult<(Bytes, Option<u128>)>>,
     {
-        let (dir, file) = (self.dir.clone(), self.file(meta));
-        let bytes = meta.bytes;
-        if let Some(hit) = blocking(move || read_whole(&file, bytes)).await {
+        let (file, len, version) = (self.file(meta), meta.bytes, meta.version);
+        let read = |file: PathBuf| blocking(move || read_whole(&file, len));
+        if let Some(hit) = read(file.clone()).await {
             return Ok(hit);
         }
         // Wait for a reader of this host that fetches the version now, then look again.
-        let lock = self.lock_file(meta.version);
+        let (dir, lock) = (self.dir.clone(), self.lock_file(version));
         let held = blocking(move || lock_exclusive(&dir, &lock)).await;
-        if let Err(e) = &held {
-            tracing::warn!(
-                "snapshot cache {}: cannot lock it ({e}); fetching v{} without it",
-                self.dir.display(),
-                meta.version
-            );
-        }
-        let file = self.file(meta);
-        if held.is_ok() {
-            if let Some(hit) = blocking(move || read_whole(&file, bytes)).await {
-                return Ok(hit);
+        match &held {
+            Ok(_) => {
+                if let Some(hit) = read(file.clone()).await {
+                    return Ok(hit);
+                }
             }
+            Err(e) => tracing::warn!(
+                "snapshot cache {}: cannot lock it ({e}); fetching v{version} without it",
+                self.dir.display(),
+            ),
         }
         let (bytes, xxh3) = fetch().await?;
-        let (dir, file, data, version) = (
-            self.dir.clone(),
-            self.file(meta),
-            bytes.clone(),
-            meta.version,
-        );
+        let (dir, data) = (self.dir.clone(), bytes.clone());
         let xxh3 = blocking(move || {
             let xxh3 = xxh3.unwrap_or_else(|| xxh3_128(&data));
             if let Err(e) = write_whole(&dir, &file, &data, xxh3) {
@@ -229,14 +223,6 @@ fn version_of(name: &str) -> Option<u64> {
     let rest = name.strip_prefix("policy-v")?;
     let digits = rest.split(['-', '.']).next()?;
     digits.parse().ok()
-}
-
-/// Runs file work off the async threads (a whole version is a read or write of up to a few
-/// hundred MB).
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 #[cfg(test)]

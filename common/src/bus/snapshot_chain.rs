@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
+use super::blocking::blocking;
 use super::settings::SnapshotDeltas;
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
 use crate::snapshot_delta;
@@ -148,11 +149,9 @@ impl Chain {
             return Ok(None);
         }
         let (base, next, width) = (base.clone(), data.clone(), deltas.width);
-        let delta =
-            tokio::task::spawn_blocking(move || snapshot_delta::encode(&base, &next, width))
-                .await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-                .map_err(|source| BusError::Delta { version, source })?;
+        let delta = blocking(move || snapshot_delta::encode(&base, &next, width))
+            .await
+            .map_err(|source| BusError::Delta { version, source })?;
         if delta.len() * 2 >= data.len() {
             // Deltas of these snapshots do not pay (f32 at a high learning rate): store the
             // next `full_every - 1` versions whole without making them.
@@ -210,9 +209,7 @@ pub(super) async fn get(
     let known = xxh3.map(Checksum::of_xxh3);
     if known.as_ref() != Some(&meta.checksum) || bytes.len() as u64 != meta.bytes {
         let (checked, meta) = (bytes.clone(), meta.clone());
-        tokio::task::spawn_blocking(move || meta.verify(&checked))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        blocking(move || meta.verify(&checked)).await?;
     }
     *held = Some(Held {
         version: meta.version,
@@ -231,14 +228,13 @@ async fn rebuild(
 ) -> BusResult<(Bytes, Option<u128>)> {
     for &version in versions {
         let delta = store.get_unchecked(version, true).await?;
-        (base, sum) = tokio::task::spawn_blocking(move || {
+        (base, sum) = blocking(move || {
             let mut next = base.to_vec();
             snapshot_delta::apply_in_place(&mut next, sum, &delta)
                 .map(|made| (Bytes::from(next), Some(made)))
                 .map_err(|source| BusError::Delta { version, source })
         })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        .await?;
     }
     Ok((base, sum))
 }

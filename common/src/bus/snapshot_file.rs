@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
+use super::blocking::blocking;
 use super::snapshot_chain::Versions;
 use super::{BusError, BusResult, Checksum, SnapshotMeta};
 
@@ -110,16 +111,6 @@ impl Versions for Files {
         let dir = self.dir.clone();
         Box::pin(blocking(move || delete(&dir, version)))
     }
-}
-
-/// Runs file work (a snapshot's write, map and hash: a tenth of a second and more at full size)
-/// off the async runtime's threads.
-pub(super) async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> BusResult<T> + Send + 'static,
-) -> BusResult<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// The error of writing `path`.

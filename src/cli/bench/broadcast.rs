@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use caprl_common::bus::{Bus, BusOptions, NatsBus, NatsConfig, SnapshotDeltas};
+use caprl_common::bus::{Bus, BusOptions, NatsBus, NatsConfig};
+use caprl_common::config::{Dtype, RuntimeConfig};
 use caprl_common::snapshot;
-use caprl_model::model::DType;
 use serde::Serialize;
 
 use super::scale::{monitored_server, varz};
@@ -35,9 +35,9 @@ pub struct BroadcastBenchArgs {
     /// AdamW's learning rate (default: the reference SCST stage's).
     #[arg(long, default_value_t = 5e-6)]
     pub lr: f64,
-    /// The snapshots' dtype (`runtime.snapshot_dtype`): bf16 or f32.
-    #[arg(long, default_value = "bf16", value_parser = ["bf16", "f32"])]
-    pub dtype: String,
+    /// The snapshots' dtype (`runtime.snapshot_dtype`): bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: Dtype,
     /// A version is stored whole every this many, else as a delta (`runtime.snapshot_full_every`).
     #[arg(long, default_value_t = 10, value_parser = super::super::ranges::at_least_one)]
     pub full_every: usize,
@@ -74,7 +74,7 @@ struct Row {
 struct Report {
     shape: BenchShape,
     lr: f64,
-    dtype: String,
+    dtype: Dtype,
     snapshot_bytes: usize,
     full_every: usize,
     readers_per_host: usize,
@@ -98,7 +98,7 @@ pub fn run(args: BroadcastBenchArgs) -> Result<()> {
     let report = Report {
         shape: args.shape,
         lr: args.lr,
-        dtype: args.dtype.clone(),
+        dtype: args.dtype,
         snapshot_bytes: snapshots[0].len(),
         full_every: args.full_every,
         readers_per_host: args.readers_per_host,
@@ -118,15 +118,11 @@ pub fn run(args: BroadcastBenchArgs) -> Result<()> {
 /// `args.lr` ([`Updating`]).
 fn trained_snapshots(args: &BroadcastBenchArgs) -> Result<Vec<Bytes>> {
     let mut updating = Updating::new(args.shape)?;
-    let dtype = if args.dtype == "f32" {
-        DType::F32
-    } else {
-        DType::BF16
-    };
     let mut snapshots = Vec::new();
     for _ in 0..args.versions {
         updating.step(args.lr)?;
-        let bytes = snapshot::encode(updating.model(), Vec::new(), dtype, Some("bench"))?;
+        let model = updating.model();
+        let bytes = snapshot::encode(model, Vec::new(), args.dtype.into(), Some("bench"))?;
         snapshots.push(Bytes::from(bytes));
     }
     Ok(snapshots)
@@ -136,14 +132,19 @@ fn trained_snapshots(args: &BroadcastBenchArgs) -> Result<Vec<Bytes>> {
 async fn broadcast(args: &BroadcastBenchArgs, snapshots: &[Bytes], n: usize) -> Result<Vec<Row>> {
     let (server, monitor) = monitored_server(&args.nats_server)?;
     let hosts = tempfile::tempdir()?;
-    let options = |cache: Option<PathBuf>| BusOptions {
-        request_timeout_secs: 60,
-        snapshot_deltas: SnapshotDeltas {
-            full_every: args.full_every as u64,
-            width: if args.dtype == "f32" { 4 } else { 2 },
-        },
-        snapshot_cache_dir: cache,
-        ..BusOptions::for_run("bench-broadcast")
+    // The bus options a run with these snapshot settings has (`BusOptions::of`).
+    let options = |cache: Option<PathBuf>| {
+        let runtime = RuntimeConfig {
+            run_id: "bench-broadcast".into(),
+            snapshot_dtype: args.dtype,
+            snapshot_full_every: args.full_every as u64,
+            snapshot_cache_dir: cache.map(|c| c.display().to_string()).unwrap_or_default(),
+            ..RuntimeConfig::default()
+        };
+        BusOptions {
+            request_timeout_secs: 60,
+            ..BusOptions::of(&runtime, &NatsConfig::default())
+        }
     };
     let nats = NatsConfig::to_url(&server.url());
     let learner = NatsBus::connect(&nats, &options(None)).await?;
@@ -186,7 +187,7 @@ async fn broadcast(args: &BroadcastBenchArgs, snapshots: &[Bytes], n: usize) -> 
 fn table(r: &Report) -> String {
     let mb = |b: u64| b as f64 / 1e6;
     let mut out = format!(
-        "caprl bench broadcast: {:?} shape, {} snapshots of {:.1} MB, a version after an AdamW \
+        "caprl bench broadcast: {:?} shape, {:?} snapshots of {:.1} MB, a version after an AdamW \
          update at lr {:e}, stored whole every {} and as deltas in between; {} ({} threads, SIMD \
          {})\n\
          | readers | version | stored as | MB in | MB out | out per reader, of a snapshot | publish ms | publish to last reader ms |\n\

@@ -315,7 +315,7 @@ fn measure(
         snapshots,
         snapshot_bytes,
         msgs: (after.msgs - before.msgs) as f64,
-        bytes: ((after.in_bytes + after.out_bytes) - (before.in_bytes + before.out_bytes)) as f64,
+        bytes: (after.bytes() - before.bytes()) as f64,
     })
 }
 
@@ -486,6 +486,13 @@ pub(super) struct Varz {
     pub in_bytes: u64,
     /// Bytes the server sent its clients (deliveries, object gets).
     pub out_bytes: u64,
+}
+
+impl Varz {
+    /// Bytes in and out.
+    fn bytes(&self) -> u64 {
+        self.in_bytes + self.out_bytes
+    }
 }
 
 /// The server's totals so far ([`Varz`]), from its monitoring endpoint on `port`.
