@@ -61,13 +61,23 @@ fn every_results_directory_names_its_machine_commit_date_and_command() {
         "bench-all",
         "python-score",
         "reward-cost",
-        "sctorch",
         "roofline",
         "delta",
         "scale",
         "broadcast",
     ] {
         assert_names_its_measurement(dir);
+    }
+    // self-critical.pytorch's models are measured one by one, each with its own record.
+    let peers = std::fs::read_dir(root().join("docs/results/sctorch")).unwrap();
+    for model in peers.map(|entry| entry.unwrap().path()) {
+        assert!(
+            model.is_dir(),
+            "{}: one directory per model",
+            model.display()
+        );
+        let name = model.file_name().unwrap().to_str().unwrap();
+        assert_names_its_measurement(&format!("sctorch/{name}"));
     }
     // The benchmark task's driver keeps its machine in suite.json, and each run its own.
     let suite = json(&root().join("docs/results/benchmark/suite.json"));

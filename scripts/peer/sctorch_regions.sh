@@ -13,9 +13,14 @@
 # by its language_eval, which needs Java and the SPICE models, or else by validation loss,
 # which SCST does not lower). The test split is decoded with beam 3 and its captions are
 # scored by `caprl score` on all test images and on each subset of subsets.json, each scored as
-# a corpus of its own, as `caprl eval` does. The figures go to docs/results/sctorch/MODEL.json
-# with the machine, commit, date and command, and docs/results/sctorch.md is rendered from them
-# by scripts/results/render.py. REUSE=1 keeps the phases a previous run of MODEL finished.
+# a corpus of its own, as `caprl eval` does (plus METEOR over all test images where Java and
+# pycocoevalcap are installed). The figures go to docs/results/sctorch/MODEL/result.json, the
+# test captions beside them (captions-xe.json, captions-scst.json), with the machine, commit,
+# date and command of that model's run (machine.json, run.json); docs/results/sctorch.md is
+# rendered from them by scripts/results/render.py. REUSE=1 keeps the phases a previous run of
+# MODEL finished. The Transformer trains at caprl's grid shape (2 + 2 layers of width 128) with
+# transformer.yml's optimizer and schedule; SHAPE=recipe keeps transformer.yml's 6 + 6 layers of
+# width 512, several times slower on a CPU.
 #
 # Needs: a checkout of self-critical.pytorch (4c48a33) with its cider submodule (coco-caption is
 # not used: caprl scores); a Python with torch, torchvision, numpy, h5py, six, lmdbdict, yacs,
@@ -32,7 +37,7 @@ XE_EPOCHS=${XE_EPOCHS:-15}
 RL_EPOCHS=${RL_EPOCHS:-5}
 CAPRL=$PWD/${CAPRL:-target/release/caprl}
 DATA=$PWD/data/regions
-OUT=$PWD/docs/results/sctorch
+OUT=$PWD/docs/results/sctorch/$MODEL
 [ -x "$CAPRL" ] || { echo "no $CAPRL: run cargo build --release first" >&2; exit 2; }
 case $MODEL in
   fc) xe_cfg=configs/fc.yml; rl_cfg=configs/fc_nsc.yml ;;
@@ -40,6 +45,17 @@ case $MODEL in
   transformer) xe_cfg=configs/transformer/transformer.yml; rl_cfg=configs/transformer/transformer_nsc.yml ;;
   *) echo "MODEL is fc, a2i2 or transformer" >&2; exit 2 ;;
 esac
+# The Transformer's shape: SHAPE=grid (the default) is caprl's grid Transformer (2 + 2 layers,
+# width 128, d_ff 512, 4 heads); SHAPE=recipe keeps transformer.yml's 6 + 6 layers of width 512.
+SHAPE=${SHAPE:-grid}
+shape=()
+if [ "$MODEL" = transformer ]; then
+  case $SHAPE in
+    grid) shape=(--set_cfgs N_enc 2 N_dec 2 d_model 128 d_ff 512 num_att_heads 4) ;;
+    recipe) ;;
+    *) echo "SHAPE is grid or recipe" >&2; exit 2 ;;
+  esac
+fi
 [ -e "$DATA/vocab.json" ] || "$CAPRL" data synth -q --profile regions --out "$DATA"
 export_dir=$SCTORCH/data/f30k_regions
 if [ ! -e "$export_dir/regions.json" ]; then
@@ -68,7 +84,7 @@ if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$xe/seconds" ]; then
   rm -rf "log_$xe" "log_$rl"
   started=$(date +%s)
   "$PY" "$cpu" tools/train.py --cfg "$xe_cfg" --id "$xe" --checkpoint_path "log_$xe" \
-    --max_epochs "$XE_EPOCHS" "${C[@]}"
+    --max_epochs "$XE_EPOCHS" "${C[@]}" "${shape[@]}"
   echo "$(($(date +%s) - started))" > "log_$xe/seconds"
 fi
 if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$rl/seconds" ]; then
@@ -77,7 +93,7 @@ if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$rl/seconds" ]; then
   started=$(date +%s)
   "$PY" "$cpu" tools/train.py --cfg "$rl_cfg" --id "$rl" --checkpoint_path "log_$rl" \
     --start_from "log_$rl" --self_critical_after -1 --structure_after "$XE_EPOCHS" \
-    --max_epochs "$((XE_EPOCHS + RL_EPOCHS))" "${C[@]}"
+    --max_epochs "$((XE_EPOCHS + RL_EPOCHS))" "${C[@]}" "${shape[@]}"
   echo "$(($(date +%s) - started))" > "log_$rl/seconds"
 fi
 work=$(mktemp -d)
@@ -97,13 +113,19 @@ PY
 done
 cd - > /dev/null
 mkdir -p "$OUT"
+# The captions are kept beside their scores, so a metric added later needs no retraining.
+cp "$work/cands-xe.json" "$OUT/captions-xe.json"
+cp "$work/cands-rl.json" "$OUT/captions-scst.json"
+METEOR=()
+"$PY" -c "import pycocoevalcap" 2>/dev/null && command -v java >/dev/null && METEOR=(--meteor)
 python3 scripts/peer/sctorch_score.py --caprl "$CAPRL" --data "$DATA" --model "$MODEL" \
-  --xe "$work/cands-xe.json" --rl "$work/cands-rl.json" \
+  --xe "$OUT/captions-xe.json" --rl "$OUT/captions-scst.json" "${METEOR[@]}" \
   --xe-seconds "$(cat "$SCTORCH/log_$xe/seconds")" --rl-seconds "$(cat "$SCTORCH/log_$rl/seconds")" \
-  --xe-epochs "$XE_EPOCHS" --rl-epochs "$RL_EPOCHS" > "$OUT/$MODEL.json.tmp"
-mv "$OUT/$MODEL.json.tmp" "$OUT/$MODEL.json"
-record_run "$OUT" "$CAPRL" "SCTORCH=... MODEL=$MODEL bash scripts/peer/sctorch_regions.sh" \
+  --xe-epochs "$XE_EPOCHS" --rl-epochs "$RL_EPOCHS" > "$OUT/result.json.tmp"
+mv "$OUT/result.json.tmp" "$OUT/result.json"
+record_run "$OUT" "$CAPRL" "SCTORCH=... MODEL=$MODEL${shape[*]:+ SHAPE=$SHAPE} bash scripts/peer/sctorch_regions.sh" \
   "reference_commit=ruotianluo/self-critical.pytorch $(git -C "$SCTORCH" rev-parse --short=7 HEAD 2>/dev/null || echo "${SCTORCH_COMMIT:-commit unknown}")" \
-  "torch=$("$PY" -c 'import torch; print(torch.__version__)')"
+  "torch=$("$PY" -c 'import torch; print(torch.__version__)')" \
+  ${shape[*]:+"shape=$SHAPE: ${shape[*]:1}"}
 python3 scripts/results/render.py sctorch.md
 cat docs/results/sctorch.md

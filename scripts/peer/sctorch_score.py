@@ -2,11 +2,11 @@
 """Scores self-critical.pytorch's test-split captions on the benchmark task the way `caprl eval`
 scores caprl's: CIDEr-D (corpus df, no <eos>) and BLEU-4 over all test images and over each subset
 of subsets.json (seen, unseen, tail), each subset scored as a corpus of its own; plus the mean
-caption length. Prints the JSON that scripts/peer/sctorch_regions.sh keeps in
-docs/results/sctorch/MODEL.json.
+caption length; with --meteor, METEOR 1.5 over all test images too. Prints the JSON that
+scripts/peer/sctorch_regions.sh keeps in docs/results/sctorch/MODEL/result.json.
 
 Usage: sctorch_score.py --caprl CAPRL --data DATA --model NAME --xe CANDS.json --rl CANDS.json
-       --xe-seconds S --rl-seconds S --xe-epochs N --rl-epochs N
+       --xe-seconds S --rl-seconds S --xe-epochs N --rl-epochs N [--meteor]
 CANDS.json: {"<image id>": "caption"} as the script converts the repository's predictions.
 """
 import argparse
@@ -17,30 +17,34 @@ import tempfile
 from pathlib import Path
 
 
-def score(caprl, refs, cands):
-    """`caprl score --json` of `cands` against `refs`: (CIDEr-D, BLEU-4)."""
+def score(caprl, refs, cands, meteor=False):
+    """`caprl score --json` of `cands` against `refs`: {cider_d, bleu4} (and meteor with
+    `meteor`)."""
     with tempfile.TemporaryDirectory() as d:
         r, c = Path(d) / "refs.json", Path(d) / "cands.json"
         r.write_text(json.dumps(refs))
         c.write_text(json.dumps(cands))
-        out = subprocess.run([caprl, "score", "-q", "--refs", str(r), "--cands", str(c), "--json"],
+        command = [caprl, "score", "-q", "--refs", str(r), "--cands", str(c), "--json"]
+        out = subprocess.run(command + (["--meteor"] if meteor else []),
                              check=True, capture_output=True, text=True).stdout
     corpus = json.loads(out)["corpus"]
-    return corpus["cider_d"], corpus["bleu"][3]
+    scores = {"cider_d": corpus["cider_d"], "bleu4": corpus["bleu"][3]}
+    if meteor:
+        scores["meteor"] = corpus["meteor"]
+    return scores
 
 
-def metrics(caprl, refs, subsets, cands):
+def metrics(caprl, refs, subsets, cands, meteor):
     missing = sorted(set(refs) - set(cands))
     if missing:
         sys.exit(f"sctorch_score: no caption for {len(missing)} test images (e.g. {missing[0]})")
     cands = {k: cands[k] for k in refs}
-    out = {}
-    out["cider_d"], out["bleu4"] = score(caprl, refs, cands)
+    out = score(caprl, refs, cands, meteor)
     for name, ids in subsets.items():
         picked = [k for k in refs if k in ids]
         if picked:
-            out[f"cider_d_{name}"], out[f"bleu4_{name}"] = score(
-                caprl, {k: refs[k] for k in picked}, {k: cands[k] for k in picked})
+            subset = score(caprl, {k: refs[k] for k in picked}, {k: cands[k] for k in picked})
+            out.update({f"{metric}_{name}": value for metric, value in subset.items()})
             out[f"images_{name}"] = len(picked)
     out["mean_len"] = sum(len(c.split()) for c in cands.values()) / len(cands)
     return out
@@ -55,6 +59,7 @@ def main():
     ap.add_argument("--rl", type=Path, required=True)
     for name in ("xe-seconds", "rl-seconds", "xe-epochs", "rl-epochs"):
         ap.add_argument(f"--{name}", type=int, required=True)
+    ap.add_argument("--meteor", action="store_true", help="also METEOR 1.5 over all test images")
     a = ap.parse_args()
     karpathy = json.loads((a.data / "captions.json").read_text())
     refs = {str(img["imgid"]): [s["raw"] for s in img["sentences"]]
@@ -67,8 +72,8 @@ def main():
         "xe_seconds": a.xe_seconds,
         "rl_seconds": a.rl_seconds,
         "test_images": len(refs),
-        "xe": metrics(a.caprl, refs, subsets, json.loads(a.xe.read_text())),
-        "scst": metrics(a.caprl, refs, subsets, json.loads(a.rl.read_text())),
+        "xe": metrics(a.caprl, refs, subsets, json.loads(a.xe.read_text()), a.meteor),
+        "scst": metrics(a.caprl, refs, subsets, json.loads(a.rl.read_text()), a.meteor),
     }
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -1,7 +1,8 @@
 """The self-critical.pytorch page (docs/results/sctorch.md) in Markdown: its models trained on
-the benchmark task by scripts/peer/sctorch_regions.sh (DIR/MODEL.json, DIR/machine.json,
-DIR/run.json), beside caprl's models of the same kind from the benchmark grid
-(docs/results/benchmark/runs). scripts/results/render.py prints it."""
+the benchmark task by scripts/peer/sctorch_regions.sh, one directory per model
+(DIR/MODEL/result.json with that run's machine.json and run.json), beside caprl's models of the
+same kind from the benchmark grid (docs/results/benchmark/runs). scripts/results/render.py
+prints it."""
 import statistics
 from pathlib import Path
 
@@ -16,7 +17,7 @@ MODELS = {
 }
 COLUMNS = [("cider_d", "CIDEr-D all", 3), ("cider_d_seen", "seen", 3),
            ("cider_d_unseen", "unseen", 3), ("cider_d_tail", "tail", 3),
-           ("bleu4", "BLEU-4", 3), ("mean_len", "mean length", 1)]
+           ("bleu4", "BLEU-4", 3), ("meteor", "METEOR", 3), ("mean_len", "mean length", 1)]
 
 
 def minutes(runs):
@@ -27,19 +28,27 @@ def minutes(runs):
     return f"{statistics.mean(m):.1f} ± {statistics.stdev(m):.1f}"
 
 
+def measured_models(d):
+    """[(name, its label, caprl's model, its directory)] of the models measured in `d`."""
+    return [(name, label, ours, Path(d) / name) for name, (label, ours) in MODELS.items()
+            if (Path(d) / name / "result.json").exists()]
+
+
 def render(d):
-    run = measured.load(d / "run.json")
     benchmark = Path(d).parent / "benchmark"
     suite, groups = quality_table.load_suite(benchmark), quality_table.load_runs(benchmark)
-    out = [
-        "# self-critical.pytorch on the benchmark task",
+    out = ["# self-critical.pytorch on the benchmark task", ""]
+    for name, label, _, directory in measured_models(d):
+        run = measured.load(directory / "run.json")
+        out.append(f"- {label}: {measured.line(directory)} "
+                   f"{run.get('reference_commit', 'ruotianluo/self-critical.pytorch')}, torch "
+                   f"{run.get('torch', '?')} on the CPU (`scripts/peer/sctorch_cpu.py`).")
+    out += [
         "",
-        measured.line(d),
-        f"{run.get('reference_commit', 'ruotianluo/self-critical.pytorch')}, torch "
-        f"{run.get('torch', '?')} on the CPU (`scripts/peer/sctorch_cpu.py`).",
         "Regenerate on your machine with `SCTORCH=PATH/TO/self-critical.pytorch PYTHON=... "
-        "MODEL=fc bash scripts/peer/sctorch_regions.sh` (this page is rendered from "
-        "[sctorch/](sctorch/) and [benchmark/](benchmark/) by `scripts/results/render.py`).",
+        "MODEL=fc|a2i2|transformer bash scripts/peer/sctorch_regions.sh` (this page is rendered "
+        "from [sctorch/](sctorch/) and [benchmark/](benchmark/) by `scripts/results/render.py`; "
+        "each model's test captions are kept beside its scores).",
         "",
         "Each implementation trains with its own recipe (learning rate, batch, schedule) on the "
         "same data (`caprl data synth --profile regions`, exported by "
@@ -55,11 +64,8 @@ def render(d):
         + " | training min |",
         "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|",
     ]
-    for name, (label, ours) in MODELS.items():
-        path = Path(d) / f"{name}.json"
-        if not path.exists():
-            continue
-        peer = measured.load(path)
+    for name, label, ours, directory in measured_models(d):
+        peer = measured.load(directory / "result.json")
         for phase, epochs, seconds, objective in (
                 ("XE", peer["xe_epochs"], peer["xe_seconds"], "xe"),
                 ("SCST", peer["rl_epochs"], peer["rl_seconds"], "scst-mean")):
