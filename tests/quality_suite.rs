@@ -1,6 +1,6 @@
 //! The benchmark task's results suite (`scripts/results/quality.sh`) end to end at its smoke size:
 //! it generates the regions task, trains the quick grid and SLE for one epoch each, writes one
-//! JSON per run the moment the run ends, renders the tables from those files with the machine
+//! JSON per run the moment the run ends (its test captions beside it), renders the tables from those files with the machine
 //! they ran on, and a second invocation skips every finished run.
 
 mod support;
@@ -58,6 +58,11 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
         ]
     );
     assert!(sle.contains(&names[4]), "{names:?}");
+    let data: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("data/captions.json")).unwrap())
+            .unwrap();
+    let images = data["images"].as_array().unwrap();
+    let test_images = images.iter().filter(|i| i["split"] == "test").count();
     for (name, _) in &runs {
         let run: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(name)).unwrap())
@@ -79,6 +84,23 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
         assert!(
             run["machine"]["cpu"].is_string() && run["machine"]["simd"].is_string(),
             "{name} names no machine: {run}"
+        );
+        // Its test captions are kept beside it, one per evaluated image, so a metric added
+        // later needs no retraining.
+        let captions: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("captions").join(name))
+                .unwrap_or_else(|e| panic!("{name}: no captions kept ({e})")),
+        )
+        .unwrap();
+        let captions = captions.as_array().unwrap();
+        assert_eq!(
+            captions.len(),
+            test_images,
+            "{name}: one caption per test image"
+        );
+        assert!(
+            captions.iter().all(|c| c["caption"].is_string()),
+            "{name}: {captions:?}"
         );
     }
     let suite_json: serde_json::Value =

@@ -2,8 +2,9 @@
 # The benchmark task's results suite: trains and evaluates a grid of models × objectives × seeds
 # on the regions task (`caprl data synth --profile regions`), writes each run's numbers as JSON
 # the moment it ends (OUT/runs/*.json; a run whose JSON exists is skipped, so a grid can be
-# finished over several sittings), then renders the tables from those files
-# (scripts/results/render.py, into OUT/table.md).
+# finished over several sittings), with the run's test captions beside it (OUT/captions/*.json,
+# COCO results format, so a metric added later needs no retraining), then renders the tables
+# from those files (scripts/results/render.py, into OUT/table.md).
 #
 #   cargo build --release && bash scripts/results/quality.sh [full|quick|smoke]
 #
@@ -42,7 +43,7 @@ RL_EPOCHS="${RL_EPOCHS:-$rl}"
 if [ "$MODE" = smoke ]; then DATA="${DATA:-$OUT/data}"; else DATA="${DATA:-data/regions}"; fi
 
 [ -x "$CAPRL" ] || { echo "no $CAPRL: run cargo build --release first" >&2; exit 2; }
-mkdir -p "$OUT/runs" "$OUT/work"
+mkdir -p "$OUT/runs" "$OUT/captions" "$OUT/work"
 if [ ! -e "$DATA/vocab.json" ]; then
   if [ "$MODE" = smoke ]; then
     "$CAPRL" data synth -q --profile regions --out "$DATA" --train 60 --val 10 --test 20
@@ -125,7 +126,8 @@ train_and_eval() {
   rm -rf "$run"
   "$CAPRL" train -q "${args[@]}"
   local seconds=$((SECONDS - start))
-  local eval; eval=$("$CAPRL" eval -q --checkpoint "$best" "${EVAL[@]}")
+  local eval; eval=$("$CAPRL" eval -q --checkpoint "$best" "${EVAL[@]}" \
+    --out "$OUT/captions/$table-$name.json")
   local params; params=$(python3 scripts/results/params.py "$best")
   local lr; lr=$(model_sets "$model" | sed 's/.*optim.lr=\([^ ]*\).*/\1/')
   printf '{"table": "%s", "model": "%s", "objective": "%s", "seed": %s, "params": %s, "xe_lr": %s, "train_seconds": %s, "machine": %s, "command": "caprl train %s", "eval": %s}\n' \
