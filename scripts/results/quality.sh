@@ -146,7 +146,13 @@ done
 [ -n "$OBJECTIVES" ] && BEST="${BEST:-$(python3 scripts/results/quality_table.py "$OUT" --best-model)}"
 for seed in $SEEDS; do
   for objective in $OBJECTIVES; do
-    # The XE model the objectives start from is the models table's.
+    # The XE model the objectives start from is the models table's. A sitting without its
+    # checkpoint (the grid begun on another machine) trains it again: a run is reproducible
+    # from its seed and SIMD level, so its file is rewritten with the same numbers.
+    if [ ! -s "$OUT/runs/objectives-$BEST-$objective-s$seed.json" ] \
+        && [ ! -d "$OUT/work/$BEST-xe-s$seed/best-xe" ]; then
+      rm -f "$OUT/runs/models-$BEST-xe-s$seed.json"
+    fi
     train_and_eval models "$BEST" xe "$seed"
     train_and_eval objectives "$BEST" "$objective" "$seed"
   done
