@@ -1,7 +1,7 @@
 //! The benchmark task's results suite (`scripts/results/quality.sh`) end to end at its smoke size:
 //! it generates the regions task, trains the quick grid and SLE for one epoch each, writes one
-//! JSON per run the moment the run ends (its test captions beside it), renders the tables from those files with the machine
-//! they ran on, and a second invocation skips every finished run.
+//! JSON per run the moment the run ends (its test captions beside it), renders the tables from
+//! those files with the machine they ran on, and a second invocation skips every finished run.
 
 mod support;
 
@@ -18,6 +18,11 @@ fn suite(out: &Path) -> std::process::Output {
         .env("OUT", out)
         .output()
         .expect("bash runs")
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn modified(dir: &Path) -> Vec<(String, std::time::SystemTime)> {
@@ -58,15 +63,11 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
         ]
     );
     assert!(sle.contains(&names[4]), "{names:?}");
-    let data: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("data/captions.json")).unwrap())
-            .unwrap();
+    let data = json(&out.join("data/captions.json"));
     let images = data["images"].as_array().unwrap();
     let test_images = images.iter().filter(|i| i["split"] == "test").count();
     for (name, _) in &runs {
-        let run: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("runs").join(name)).unwrap())
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let run = json(&out.join("runs").join(name));
         let metrics = &run["eval"]["metrics"];
         for key in [
             "cider_d",
@@ -87,11 +88,7 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
         );
         // Its test captions are kept beside it, one per evaluated image, so a metric added
         // later needs no retraining.
-        let captions: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join("captions").join(name))
-                .unwrap_or_else(|e| panic!("{name}: no captions kept ({e})")),
-        )
-        .unwrap();
+        let captions = json(&out.join("captions").join(name));
         let captions = captions.as_array().unwrap();
         assert_eq!(
             captions.len(),
@@ -103,8 +100,7 @@ fn smoke_grid_writes_a_json_per_run_renders_the_tables_and_skips_finished_runs()
             "{name}: {captions:?}"
         );
     }
-    let suite_json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("suite.json")).unwrap()).unwrap();
+    let suite_json = json(&out.join("suite.json"));
     assert!(suite_json["machine"]["cores"].as_u64().unwrap() >= 1);
     assert!(suite_json["ceilings"]["all"]["oracle"]["cider_d"].is_number());
 

@@ -116,8 +116,8 @@ mkdir -p "$OUT"
 # The captions are kept beside their scores, so a metric added later needs no retraining.
 cp "$work/cands-xe.json" "$OUT/captions-xe.json"
 cp "$work/cands-rl.json" "$OUT/captions-scst.json"
-METEOR=()
-"$PY" -c "import pycocoevalcap" 2>/dev/null && command -v java >/dev/null && METEOR=(--meteor)
+METEOR=()  # `caprl score --meteor` finds the jar through python3's pycocoevalcap, as quality.sh checks
+python3 -c "import pycocoevalcap" 2>/dev/null && command -v java >/dev/null && METEOR=(--meteor)
 python3 scripts/peer/sctorch_score.py --caprl "$CAPRL" --data "$DATA" --model "$MODEL" \
   --xe "$OUT/captions-xe.json" --rl "$OUT/captions-scst.json" "${METEOR[@]}" \
   --xe-seconds "$(cat "$SCTORCH/log_$xe/seconds")" --rl-seconds "$(cat "$SCTORCH/log_$rl/seconds")" \
