@@ -19,8 +19,12 @@
 # date and command of that model's run (machine.json, run.json); docs/results/sctorch.md is
 # rendered from them by scripts/results/render.py. REUSE=1 keeps the phases a previous run of
 # MODEL finished. The Transformer trains at caprl's grid shape (2 + 2 layers of width 128) with
-# transformer.yml's optimizer and schedule; SHAPE=recipe keeps transformer.yml's 6 + 6 layers of
-# width 512, several times slower on a CPU.
+# transformer.yml's optimizer and Noam schedule; SHAPE=recipe keeps transformer.yml's 6 + 6 layers
+# of width 512, several times slower on a CPU. The Noam warmup is counted in iterations: the
+# recipe's 20000 are 12% of its 15 COCO epochs (113287 images, batch 10) but would outlast the
+# whole grid budget, so the schedule is the recipe's curve in the budget's iterations: the warmup
+# is the same fraction of them and noamopt_factor keeps the recipe's peak rate (3.1e-4 at width
+# 512 after 20000 steps), so the rate also ends where the recipe's ends.
 #
 # Needs: a checkout of self-critical.pytorch (4c48a33) with its cider submodule (coco-caption is
 # not used: caprl scores); a Python with torch, torchvision, numpy, h5py, six, lmdbdict, yacs,
@@ -71,6 +75,22 @@ print(fc.shape[-1], att.shape[-1])
 PY
 )
 read -r fc_size att_size <<< "$sizes"
+schedule=()
+if [ "$MODEL" = transformer ]; then
+  # transformer.yml: batch_size 10, noamopt_warmup 20000, noamopt_factor 1, d_model 512.
+  noam=$("$PY" - "$export_dir/regions.json" "$XE_EPOCHS" "${shape[*]:-}" <<'PY'
+import json, math, sys
+images, epochs, shape = json.load(open(sys.argv[1]))["images"], int(sys.argv[2]), sys.argv[3].split()
+train = sum(image["split"] in ("train", "restval") for image in images)
+d_model = int(shape[shape.index("d_model") + 1]) if "d_model" in shape else 512
+recipe_steps, steps = math.ceil(113287 / 10) * 15, math.ceil(train / 10) * epochs
+warmup = max(1, round(20000 * steps / recipe_steps))
+print(warmup, f"{math.sqrt(d_model * warmup / (512 * 20000)):.6f}")
+PY
+)
+  read -r warmup factor <<< "$noam"
+  schedule=(--noamopt_warmup "$warmup" --noamopt_factor "$factor")
+fi
 C=(--input_json data/f30k_regions/regions.json --input_label_h5 data/f30k_regions/regions_label.h5
    --input_fc_dir data/f30k_regions/regions_fc --input_att_dir data/f30k_regions/regions_att
    --fc_feat_size "$fc_size" --att_feat_size "$att_size" --cached_tokens f30k_regions/regions-train-idxs
@@ -84,7 +104,7 @@ if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$xe/seconds" ]; then
   rm -rf "log_$xe" "log_$rl"
   started=$(date +%s)
   "$PY" "$cpu" tools/train.py --cfg "$xe_cfg" --id "$xe" --checkpoint_path "log_$xe" \
-    --max_epochs "$XE_EPOCHS" "${C[@]}" "${shape[@]}"
+    --max_epochs "$XE_EPOCHS" "${C[@]}" "${schedule[@]}" "${shape[@]}"
   echo "$(($(date +%s) - started))" > "log_$xe/seconds"
 fi
 if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$rl/seconds" ]; then
@@ -126,6 +146,6 @@ mv "$OUT/result.json.tmp" "$OUT/result.json"
 record_run "$OUT" "$CAPRL" "SCTORCH=... MODEL=$MODEL${shape[*]:+ SHAPE=$SHAPE} bash scripts/peer/sctorch_regions.sh" \
   "reference_commit=ruotianluo/self-critical.pytorch $(git -C "$SCTORCH" rev-parse --short=7 HEAD 2>/dev/null || echo "${SCTORCH_COMMIT:-commit unknown}")" \
   "torch=$("$PY" -c 'import torch; print(torch.__version__)')" \
-  ${shape[*]:+"shape=$SHAPE: ${shape[*]:1}"}
+  ${shape[*]:+"shape=$SHAPE: ${shape[*]:1}"} ${schedule[*]:+"schedule=${schedule[*]}"}
 python3 scripts/results/render.py sctorch.md
 cat docs/results/sctorch.md
