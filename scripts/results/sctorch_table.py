@@ -42,7 +42,9 @@ def render(d):
         run = measured.load(directory / "run.json")
         out.append(f"- {label}: {measured.line(directory)} "
                    f"{run.get('reference_commit', 'ruotianluo/self-critical.pytorch')}, torch "
-                   f"{run.get('torch', '?')} on the CPU (`scripts/peer/sctorch_cpu.py`).")
+                   f"{run.get('torch', '?')} on the CPU (`scripts/peer/sctorch_cpu.py`)."
+                   + "".join(f" {key.capitalize()}: `{run[key]}`." for key in ("shape", "schedule")
+                             if key in run))
     out += [
         "",
         "Regenerate on your machine with `SCTORCH=PATH/TO/self-critical.pytorch PYTHON=... "
