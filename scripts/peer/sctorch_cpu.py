@@ -1,6 +1,7 @@
 """Runs one of self-critical.pytorch's tools on the CPU, unchanged: its code moves models and
 tensors to CUDA unconditionally (`.cuda()`, `.to('cuda')`, `torch.cuda.synchronize()`), so those
-are made no-ops here before the tool runs. Threads: torch's default (one per core).
+are made no-ops here before the tool runs (and one argument current torch no longer takes is
+dropped, below). Threads: torch's default (one per core).
 
     python scripts/peer/sctorch_cpu.py tools/train.py --cfg ... (from the checkout's directory)
 """
@@ -23,6 +24,19 @@ torch.nn.Module.cuda = lambda self, *args, **kwargs: self
 torch.Tensor.cuda = lambda self, *args, **kwargs: self
 torch.Tensor.to = _on_cpu(torch.Tensor.to)
 torch.cuda.synchronize = lambda *args, **kwargs: None
+
+
+class _ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
+    """Current torch dropped ReduceLROnPlateau's `verbose`, which the repository's wrapper (used
+    by the Transformer's SCST recipe, reduce_on_plateau) still passes as the tenth argument."""
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,
+                 threshold_mode="rel", cooldown=0, min_lr=0, eps=1e-8, verbose=False):
+        super().__init__(optimizer, mode, factor, patience, threshold, threshold_mode,
+                         cooldown, min_lr, eps)
+
+
+torch.optim.lr_scheduler.ReduceLROnPlateau = _ReduceLROnPlateau
 
 script, sys.argv = sys.argv[1], sys.argv[1:]
 sys.path.insert(0, ".")
