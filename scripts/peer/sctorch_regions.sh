@@ -110,6 +110,7 @@ fi
 if [ "${REUSE:-0}" != 1 ] || [ ! -e "log_$rl/seconds" ]; then
   rm -rf "log_$rl"
   bash scripts/copy_model.sh "$xe" "$rl"
+  rm -f "log_$rl/seconds"  # copied with the XE phase's files; it marks a finished SCST phase
   started=$(date +%s)
   "$PY" "$cpu" tools/train.py --cfg "$rl_cfg" --id "$rl" --checkpoint_path "log_$rl" \
     --start_from "log_$rl" --self_critical_after -1 --structure_after "$XE_EPOCHS" \
