@@ -1,7 +1,7 @@
 """Runs one of self-critical.pytorch's tools on the CPU, unchanged: its code moves models and
 tensors to CUDA unconditionally (`.cuda()`, `.to('cuda')`, `torch.cuda.synchronize()`), so those
-are made no-ops here before the tool runs (and one argument current torch no longer takes is
-dropped, below). Threads: torch's default (one per core).
+are made no-ops here before the tool runs; two more mends below let the Transformer's SCST recipe
+(reduce_on_plateau) run with current torch and without language_eval. Threads: torch's default (one per core).
 
     python scripts/peer/sctorch_cpu.py tools/train.py --cfg ... (from the checkout's directory)
 """
@@ -40,4 +40,20 @@ torch.optim.lr_scheduler.ReduceLROnPlateau = _ReduceLROnPlateau
 
 script, sys.argv = sys.argv[1], sys.argv[1:]
 sys.path.insert(0, ".")
+
+import captioning.utils.eval_utils as eval_utils  # noqa: E402 (needs the checkout on the path)
+
+_eval_split = eval_utils.eval_split
+
+
+def _eval_split_stats(*args, **kwargs):
+    """Without language_eval (it needs Java and the SPICE models) eval_split's language
+    statistics are None, which the repository's reduce_on_plateau step reads as a dict ('CIDEr'
+    in lang_stats) before falling back to the validation loss: an empty dict takes that
+    fallback, as the code intends, and reads the same everywhere else."""
+    loss, predictions, lang_stats = _eval_split(*args, **kwargs)
+    return loss, predictions, {} if lang_stats is None else lang_stats
+
+
+eval_utils.eval_split = _eval_split_stats
 runpy.run_path(script, run_name="__main__")
