@@ -3,6 +3,7 @@ the benchmark task by scripts/peer/sctorch_regions.sh, one directory per model
 (DIR/MODEL/result.json with that run's machine.json and run.json), beside caprl's models of the
 same kind from the benchmark grid (docs/results/benchmark/runs). scripts/results/render.py
 prints it."""
+import json
 import statistics
 from pathlib import Path
 
@@ -26,6 +27,29 @@ def minutes(runs):
     if len(m) < 2:
         return f"{m[0]:.1f}" if m else "–"
     return f"{statistics.mean(m):.1f} ± {statistics.stdev(m):.1f}"
+
+
+def distinct(captions):
+    """How many different captions a list of captions holds."""
+    return len(set(captions))
+
+
+def distinct_peer(directory, phase):
+    """The peer's distinct test captions of one phase (xe, scst), '–' where none were kept."""
+    path = directory / f"captions-{phase}.json"
+    return str(distinct(json.loads(path.read_text()).values())) if path.exists() else "–"
+
+
+def distinct_ours(benchmark, runs):
+    """caprl's distinct test captions over its seeds, mean ± sd, from the kept captions."""
+    counts = []
+    for r in runs:
+        path = benchmark / "captions" / f"{r['table']}-{r['model']}-{r['objective']}-s{r['seed']}.json"
+        if path.exists():
+            counts.append(distinct(c["caption"] for c in json.loads(path.read_text())))
+    if len(counts) < 2:
+        return str(counts[0]) if counts else "–"
+    return f"{statistics.mean(counts):.0f} ± {statistics.stdev(counts):.0f}"
 
 
 def measured_models(d):
@@ -60,11 +84,12 @@ def render(d):
         "from their words, each subset as a corpus of its own, as `caprl eval` scores caprl's "
         "(from vocabulary ids). self-critical.pytorch sets no seed: one run per model. caprl's "
         "rows are the mean ± sd of the 3 seeds of [benchmark.md](benchmark.md), measured on the "
-        "machines named there.",
+        "machines named there. Distinct captions: how many different captions the model "
+        "wrote for the 1000 test images.",
         "",
         "| implementation, model | phase | epochs | " + " | ".join(c[1] for c in COLUMNS)
-        + " | training min |",
-        "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|",
+        + " | distinct captions | training min |",
+        "|---|---|---:|" + "---:|" * len(COLUMNS) + "---:|---:|",
     ]
     for name, label, ours, directory in measured_models(d):
         peer = measured.load(directory / "result.json")
@@ -75,10 +100,11 @@ def render(d):
             out.append(f"| self-critical.pytorch {label} | {phase} | {epochs} | "
                        + " | ".join(f"{metrics[k]:.{dec}f}" if k in metrics else "–"
                                     for k, _, dec in COLUMNS)
+                       + f" | {distinct_peer(directory, objective if objective == 'xe' else 'scst')}"
                        + f" | {seconds / 60:.1f} |")
             runs, _ = quality_table.runs_of(groups, "models", ours, objective)
             ours_epochs = suite["xe_epochs"] if objective == "xe" else suite["rl_epochs"]
             out.append(f"| caprl {ours} ({len(runs)} seeds) | {phase} | {ours_epochs} | "
                        + " | ".join(quality_table.cell(runs, k, dec) for k, _, dec in COLUMNS)
-                       + f" | {minutes(runs)} |")
+                       + f" | {distinct_ours(benchmark, runs)} | {minutes(runs)} |")
     return "\n".join(out) + "\n"
