@@ -1,7 +1,8 @@
 """Runs one of self-critical.pytorch's tools on the CPU, unchanged: its code moves models and
 tensors to CUDA unconditionally (`.cuda()`, `.to('cuda')`, `torch.cuda.synchronize()`), so those
 are made no-ops here before the tool runs; two more mends below let the Transformer's SCST recipe
-(reduce_on_plateau) run with current torch and without language_eval. Threads: torch's default (one per core).
+(reduce_on_plateau) run with current torch and without language_eval. Threads: torch's default
+(one per core).
 
     python scripts/peer/sctorch_cpu.py tools/train.py --cfg ... (from the checkout's directory)
 """

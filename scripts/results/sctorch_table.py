@@ -85,7 +85,7 @@ def render(d):
         "(from vocabulary ids). self-critical.pytorch sets no seed: one run per model. caprl's "
         "rows are the mean ± sd of the 3 seeds of [benchmark.md](benchmark.md), measured on the "
         "machines named there. Distinct captions: how many different captions the model "
-        "wrote for the 1000 test images.",
+        "wrote for the test split's images.",
         "",
         "| implementation, model | phase | epochs | " + " | ".join(c[1] for c in COLUMNS)
         + " | distinct captions | training min |",
@@ -96,11 +96,12 @@ def render(d):
         for phase, epochs, seconds, objective in (
                 ("XE", peer["xe_epochs"], peer["xe_seconds"], "xe"),
                 ("SCST", peer["rl_epochs"], peer["rl_seconds"], "scst-mean")):
-            metrics = peer["xe" if objective == "xe" else "scst"]
+            key = "xe" if objective == "xe" else "scst"  # result.json's and the captions' name
+            metrics = peer[key]
             out.append(f"| self-critical.pytorch {label} | {phase} | {epochs} | "
                        + " | ".join(f"{metrics[k]:.{dec}f}" if k in metrics else "–"
                                     for k, _, dec in COLUMNS)
-                       + f" | {distinct_peer(directory, objective if objective == 'xe' else 'scst')}"
+                       + f" | {distinct_peer(directory, key)}"
                        + f" | {seconds / 60:.1f} |")
             runs, _ = quality_table.runs_of(groups, "models", ours, objective)
             ours_epochs = suite["xe_epochs"] if objective == "xe" else suite["rl_epochs"]
