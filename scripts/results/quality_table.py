@@ -48,7 +48,8 @@ def load_suite(out):
 
 
 def load_runs(out):
-    """{(table, model, objective): {seed: run}} from OUT_DIR/runs/*.json; skips bad files."""
+    """{(table, model, objective): {seed: run}} from OUT_DIR/runs/*.json; skips bad files. Each
+    run keeps its file's name as "file" (its captions have the same name in OUT_DIR/captions)."""
     groups = {}
     for path in sorted((out / "runs").glob("*.json")):
         try:
@@ -61,6 +62,7 @@ def load_runs(out):
         seeds = groups.setdefault(key, {})
         if run.get("seed") in seeds:
             sys.stderr.write(f"quality_table: {path}: seed {run.get('seed')} twice, this file wins\n")
+        run["file"] = path.name
         seeds[run.get("seed")] = run
     return groups
 

@@ -4,14 +4,16 @@
 #
 # writes OUT_DIR/machine.json (`CAPRL machine --json`: CPU, cores, SIMD level, GPU build) and
 # OUT_DIR/run.json (the command, the commit and whether it had uncommitted changes outside
-# OUT_DIR, the date, and each KEY=VALUE as a string). scripts/results/render.py prints no page without them.
+# OUT_DIR, the date, and each KEY=VALUE as a string). scripts/results/render.py prints no page
+# without them.
 record_run() {
   local out=$1 caprl=$2 command=$3
   shift 3
   "$caprl" machine --json > "$out/machine.json.tmp"
   local dirty
   # The measurement's own files (OUT_DIR, written before this) are not uncommitted code.
-  dirty=$(git status --porcelain --untracked-files=no -- . ":(exclude)$out" | grep -q . && echo true || echo false)
+  dirty=$(git status --porcelain --untracked-files=no -- . ":(exclude)$out" | grep -q . \
+    && echo true || echo false)
   python3 - "$command" "$(git rev-parse --short=12 HEAD)" "$dirty" "$@" > "$out/run.json.tmp" <<'PY'
 import datetime, json, sys
 command, commit, dirty, *extra = sys.argv[1:]

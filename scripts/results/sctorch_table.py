@@ -21,35 +21,29 @@ COLUMNS = [("cider_d", "CIDEr-D all", 3), ("cider_d_seen", "seen", 3),
            ("bleu4", "BLEU-4", 3), ("meteor", "METEOR", 3), ("mean_len", "mean length", 1)]
 
 
+def spread(values, dec):
+    """caprl's values over its seeds: mean ± sd, the value for one seed, '–' for none."""
+    if len(values) < 2:
+        return f"{values[0]:.{dec}f}" if values else "–"
+    return f"{statistics.mean(values):.{dec}f} ± {statistics.stdev(values):.{dec}f}"
+
+
 def minutes(runs):
-    """caprl's training minutes over its seeds, mean ± sd."""
-    m = [r["train_seconds"] / 60 for r in runs if r.get("train_seconds")]
-    if len(m) < 2:
-        return f"{m[0]:.1f}" if m else "–"
-    return f"{statistics.mean(m):.1f} ± {statistics.stdev(m):.1f}"
-
-
-def distinct(captions):
-    """How many different captions a list of captions holds."""
-    return len(set(captions))
+    """caprl's training minutes over its seeds."""
+    return spread([r["train_seconds"] / 60 for r in runs if r.get("train_seconds")], 1)
 
 
 def distinct_peer(directory, phase):
     """The peer's distinct test captions of one phase (xe, scst), '–' where none were kept."""
     path = directory / f"captions-{phase}.json"
-    return str(distinct(json.loads(path.read_text()).values())) if path.exists() else "–"
+    return str(len(set(json.loads(path.read_text()).values()))) if path.exists() else "–"
 
 
 def distinct_ours(benchmark, runs):
-    """caprl's distinct test captions over its seeds, mean ± sd, from the kept captions."""
-    counts = []
-    for r in runs:
-        path = benchmark / "captions" / f"{r['table']}-{r['model']}-{r['objective']}-s{r['seed']}.json"
-        if path.exists():
-            counts.append(distinct(c["caption"] for c in json.loads(path.read_text())))
-    if len(counts) < 2:
-        return str(counts[0]) if counts else "–"
-    return f"{statistics.mean(counts):.0f} ± {statistics.stdev(counts):.0f}"
+    """caprl's distinct test captions over its seeds, from the captions kept beside each run."""
+    paths = [benchmark / "captions" / r["file"] for r in runs]
+    return spread([len({c["caption"] for c in json.loads(p.read_text())})
+                   for p in paths if p.exists()], 0)
 
 
 def measured_models(d):
